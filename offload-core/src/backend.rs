@@ -1,0 +1,201 @@
+//! The `Backend` family trait: what a platform (one driver, one instance) must provide.
+//!
+//! In the style of wgpu-hal's `Api`: one trait with associated types for the objects a
+//! backend owns, implemented once per backend crate. The core never calls a driver; it
+//! validates arguments (ranges, sizes, ownership) *before* a backend method is called, so a
+//! backend sees only well-formed requests. Backends are safe to call: their `unsafe` and FFI
+//! stay inside their own crates. Optional capabilities (IPC) get traits of their own.
+
+use std::fmt;
+
+use crate::config::Config;
+use crate::error::Result;
+
+/// Which driver family a platform belongs to.
+///
+/// ```
+/// use offload_core::BackendKind;
+/// assert_eq!(BackendKind::Host.to_string(), "host");
+/// assert_eq!("ze".parse::<BackendKind>().unwrap(), BackendKind::Ze);
+/// assert!("metal".parse::<BackendKind>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// CPU devices run by offload itself (`offload-host`).
+    Host,
+    /// Vulkan compute (`offload-vulkan`).
+    Vulkan,
+    /// NVIDIA CUDA driver API (`offload-cuda`).
+    Cuda,
+    /// AMD HIP (`offload-hip`).
+    Hip,
+    /// Intel oneAPI Level Zero (`offload-ze`).
+    Ze,
+    /// The core's in-memory reference backend, for tests and documentation
+    /// ([`crate::reference`]). Never registered by default.
+    Reference,
+}
+
+impl BackendKind {
+    /// The backends a user can name in `OFFLOAD_BACKENDS`, in discovery order.
+    ///
+    /// ```
+    /// assert_eq!(offload_core::BackendKind::ALL.len(), 5);
+    /// ```
+    pub const ALL: [BackendKind; 5] = [
+        BackendKind::Host,
+        BackendKind::Vulkan,
+        BackendKind::Cuda,
+        BackendKind::Hip,
+        BackendKind::Ze,
+    ];
+
+    /// The lower-case name used in configuration and messages.
+    ///
+    /// ```
+    /// assert_eq!(offload_core::BackendKind::Cuda.name(), "cuda");
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Vulkan => "vulkan",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Hip => "hip",
+            BackendKind::Ze => "ze",
+            BackendKind::Reference => "reference",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        BackendKind::ALL
+            .into_iter()
+            .chain([BackendKind::Reference])
+            .find(|k| {
+                k.name().eq_ignore_ascii_case(s) || (s == "level-zero" && *k == BackendKind::Ze)
+            })
+            .ok_or_else(|| {
+                format!("unknown backend `{s}` (expected one of host, vulkan, cuda, hip, ze)")
+            })
+    }
+}
+
+/// Where a buffer's memory lives.
+///
+/// ```
+/// use offload_core::MemKind;
+/// assert_ne!(MemKind::Device, MemKind::Host);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MemKind {
+    /// Memory of the device, fastest for kernels.
+    Device,
+    /// Host memory the device can reach (pinned / host-visible).
+    Host,
+    /// Memory both sides use directly (managed / shared).
+    Shared,
+}
+
+/// What a device says about itself.
+///
+/// ```
+/// use offload_core::{BackendKind, DeviceInfo};
+/// let info = DeviceInfo {
+///     name: "cpu0".into(),
+///     vendor: "example".into(),
+///     backend: BackendKind::Host,
+///     memory: 1 << 30,
+///     compute_units: 4,
+/// };
+/// assert_eq!(info.compute_units, 4);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Human-readable device name.
+    pub name: String,
+    /// Vendor name.
+    pub vendor: String,
+    /// Backend that drives it.
+    pub backend: BackendKind,
+    /// Memory the device can allocate, in bytes.
+    pub memory: u64,
+    /// Parallel compute units (cores, SMs, CUs, EUs).
+    pub compute_units: u32,
+}
+
+/// One platform: an initialised driver with its devices.
+///
+/// A backend crate implements this once. The runtime calls [`Backend::open`] at a 0→1
+/// transition and [`Backend::deinit`] at the matching 1→0 transition, after every buffer
+/// it handed out was given back through [`Backend::free`]. Between the two, any method may be
+/// called from any thread at once, so implementations are `Send + Sync`.
+///
+/// The core has already checked every argument: sizes are non-zero, ranges lie inside their
+/// buffers, and buffers belong to this platform. A backend may check again (cheaply) where
+/// its own soundness depends on it.
+///
+/// See [`crate::reference::Reference`] for a complete, safe implementation.
+pub trait Backend: Send + Sync + Sized + 'static {
+    /// A device of this platform.
+    type Device: Send + Sync + 'static;
+    /// An allocation on a device.
+    type Buffer: Send + Sync + 'static;
+
+    /// The family this backend belongs to.
+    const KIND: BackendKind;
+
+    /// Opens the driver and discovers devices. A missing driver is
+    /// `Error::DriverNotFound`; the runtime then treats the platform as absent unless the
+    /// user asked for it by name.
+    fn open(config: &Config) -> Result<Self>;
+
+    /// A name for this platform (driver or instance), e.g. `"host"` or `"lavapipe"`.
+    fn name(&self) -> String;
+
+    /// The devices found by `open`, in a stable order. Called once per generation.
+    fn devices(&self) -> Vec<Self::Device>;
+
+    /// Describes a device.
+    fn device_info(&self, device: &Self::Device) -> Result<DeviceInfo>;
+
+    /// Allocates `size` (> 0) bytes. An impossible size is `Error::OutOfMemory`.
+    fn alloc(&self, device: &Self::Device, size: usize, kind: MemKind) -> Result<Self::Buffer>;
+
+    /// Releases an allocation.
+    fn free(&self, buffer: Self::Buffer) -> Result<()>;
+
+    /// Copies `dst.len()` bytes at `offset` of `buffer` to `dst`.
+    fn read(&self, buffer: &Self::Buffer, offset: usize, dst: &mut [u8]) -> Result<()>;
+
+    /// Copies `src` to `buffer` at `offset`.
+    fn write(&self, buffer: &Self::Buffer, offset: usize, src: &[u8]) -> Result<()>;
+
+    /// Sets `len` bytes at `offset` to `value`.
+    fn fill(&self, buffer: &Self::Buffer, offset: usize, len: usize, value: u8) -> Result<()>;
+
+    /// Copies `len` bytes between two buffers of the same device. `src` and `dst` may be
+    /// the same buffer; the ranges may overlap (memmove semantics).
+    fn copy(
+        &self,
+        src: &Self::Buffer,
+        src_offset: usize,
+        dst: &Self::Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Deinitialises the driver. Called exactly once, last, whatever failed before.
+    fn deinit(&self) -> Result<()>;
+}

@@ -1,0 +1,211 @@
+//! The one error type of offload.
+//!
+//! Every variant says what went wrong in the user's terms: which backend, which call and
+//! which object. A driver's own status code is kept as data (`Error::Driver::code`), never
+//! only in a message. This module owns no state and must not grow backend-specific types.
+
+use crate::backend::BackendKind;
+
+/// Result alias used throughout offload.
+///
+/// ```
+/// fn check(len: usize) -> offload_core::Result<usize> {
+///     if len == 0 {
+///         return Err(offload_core::Error::InvalidArgument {
+///             call: "check",
+///             reason: "length is zero".into(),
+///         });
+///     }
+///     Ok(len)
+/// }
+/// assert!(check(0).is_err());
+/// assert_eq!(check(3).unwrap(), 3);
+/// ```
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in offload.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a `_` arm.
+///
+/// ```
+/// use offload_core::{BackendKind, Error};
+/// let e = Error::OutOfMemory {
+///     backend: BackendKind::Host,
+///     call: "Device::alloc",
+///     requested: 1 << 62,
+///     reason: "larger than the device's 24 GiB".into(),
+/// };
+/// assert!(e.to_string().contains("host"));
+/// assert!(e.to_string().contains("Device::alloc"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The runtime generation that made this handle has been shut down (L3). The handle
+    /// stays safe to drop; a new `Offload::init()` gives new handles.
+    #[error("the offload runtime that made this handle has been shut down")]
+    ShutDown,
+
+    /// A program image that the backend cannot load: corrupt, truncated or for another
+    /// machine. `reason` says which check failed.
+    #[error("{backend}: {call}: invalid binary: {reason}")]
+    InvalidBinary {
+        /// Backend that rejected the image.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// Which check failed.
+        reason: String,
+    },
+
+    /// A kernel or global that the module does not contain.
+    #[error("{backend}: {call}: symbol `{symbol}` not found")]
+    SymbolNotFound {
+        /// Backend of the module.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// The name that was looked up.
+        symbol: String,
+    },
+
+    /// The device cannot provide the memory asked for.
+    #[error("{backend}: {call}: out of memory: {requested} bytes requested ({reason})")]
+    OutOfMemory {
+        /// Backend of the device.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// Bytes asked for.
+        requested: u64,
+        /// Why it cannot be satisfied.
+        reason: String,
+    },
+
+    /// An argument the call cannot accept (a zero size, a range outside a buffer, a buffer
+    /// of another device, …). `reason` names the object.
+    #[error("{call}: invalid argument: {reason}")]
+    InvalidArgument {
+        /// The offload call that was made.
+        call: &'static str,
+        /// What is wrong, naming the object.
+        reason: String,
+    },
+
+    /// An IPC handle that is malformed, forged, or for another backend or process.
+    #[error("{backend}: {call}: invalid IPC handle: {reason}")]
+    InvalidIpcHandle {
+        /// Backend asked to import it.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A user callback (`on_setup`, `on_teardown`, …) returned an error.
+    #[error("{callback} callback failed: {source}")]
+    Callback {
+        /// Which callback.
+        callback: &'static str,
+        /// The error it returned.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// Several steps failed (shutdown runs every step and returns all errors, L4).
+    #[error("{} errors: {}", .0.len(), join(.0))]
+    Multiple(Vec<Error>),
+
+    /// The backend's driver library could not be opened or lacks a required symbol.
+    #[error("{backend}: driver not found: {library}: {reason}")]
+    DriverNotFound {
+        /// Backend whose driver is missing.
+        backend: BackendKind,
+        /// The library that was looked for.
+        library: String,
+        /// What the dynamic loader said.
+        reason: String,
+    },
+
+    /// The backend cannot do this (not built in, or not supported by the device).
+    #[error("{backend}: {call}: unsupported: {reason}")]
+    Unsupported {
+        /// Backend asked.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// Why it is unsupported.
+        reason: String,
+    },
+
+    /// The driver returned an error code that maps to no other variant.
+    #[error("{backend}: {call}: driver error {code}: {message}")]
+    Driver {
+        /// Backend whose driver failed.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// The driver's own status code.
+        code: i64,
+        /// The driver's description of it, or the name of the code.
+        message: String,
+    },
+}
+
+fn join(errors: &[Error]) -> String {
+    let parts: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    parts.join("; ")
+}
+
+impl Error {
+    /// Joins the errors of a multi-step operation: `Ok` when there are none, the error
+    /// itself when there is one, `Error::Multiple` otherwise (nested lists are flattened).
+    ///
+    /// ```
+    /// use offload_core::Error;
+    /// assert!(Error::join(vec![]).is_ok());
+    /// let one = Error::join(vec![Error::ShutDown]).unwrap_err();
+    /// assert!(matches!(one, Error::ShutDown));
+    /// let two = Error::join(vec![Error::ShutDown, Error::ShutDown]).unwrap_err();
+    /// assert!(matches!(two, Error::Multiple(ref v) if v.len() == 2));
+    /// ```
+    pub fn join(errors: Vec<Error>) -> crate::Result<()> {
+        let mut flat = Vec::with_capacity(errors.len());
+        for e in errors {
+            match e {
+                Error::Multiple(inner) => flat.extend(inner),
+                other => flat.push(other),
+            }
+        }
+        if flat.len() > 1 {
+            return Err(Error::Multiple(flat));
+        }
+        match flat.pop() {
+            None => Ok(()),
+            Some(only) => Err(only),
+        }
+    }
+
+    /// The errors inside, flattened: a `Multiple` gives its members, any other error itself.
+    ///
+    /// ```
+    /// use offload_core::Error;
+    /// let e = Error::Multiple(vec![Error::ShutDown, Error::ShutDown]);
+    /// assert_eq!(e.iter().count(), 2);
+    /// assert_eq!(Error::ShutDown.iter().count(), 1);
+    /// ```
+    pub fn iter(&self) -> impl Iterator<Item = &Error> {
+        let slice: &[Error] = match self {
+            Error::Multiple(v) => v,
+            other => std::slice::from_ref(other),
+        };
+        slice.iter()
+    }
+
+    pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            call,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! Shuts down a runtime that is still alive when the process exits (or when the shared
+//! library that embeds offload is `dlclose`d), so device work is drained and drivers are
+//! deinitialised before their own library destructors run.
+//!
+//! The hook is registered with the C library's `atexit`. In glibc, `atexit` is a small
+//! function linked statically into each shared object (from `libc_nonshared.a`) that calls
+//! `__cxa_atexit(f, NULL, __dso_handle)` with *that object's* handle, so when a library
+//! embedding offload is `dlclose`d, glibc's `__cxa_finalize` runs the hook then and drops
+//! it: the hook never points into unmapped code (measured; see tests/dlopen.rs). This is
+//! the only `unsafe` in the core.
+#![allow(unsafe_code)]
+
+use std::ffi::c_int;
+
+unsafe extern "C" {
+    fn atexit(callback: extern "C" fn()) -> c_int;
+}
+
+extern "C" fn on_exit() {
+    // A panic must not cross the C boundary; the runtime's locks are poison-tolerant.
+    let _ = std::panic::catch_unwind(crate::runtime::shutdown_at_exit);
+}
+
+/// Registers the hook; false if the C library refused (out of memory).
+pub(crate) fn register() -> bool {
+    // SAFETY: `atexit` takes a plain `extern "C" fn()` with no captured state; `on_exit`
+    // lives in this object, and glibc unregisters it when this object is unloaded (see the
+    // module comment), so it is never called after our code is unmapped.
+    unsafe { atexit(on_exit) == 0 }
+}

@@ -1,0 +1,681 @@
+//! The lifecycle: reference-counted, re-initialisable runtime generations (L1–L5).
+//!
+//! One const-initialised mutex (`LIFECYCLE`) serialises every 0→1 and 1→0 transition and
+//! holds the live generation; nothing else is global. A generation owns its platforms,
+//! devices and buffers behind one `RwLock<Option<Live>>`: operations hold it for reading,
+//! teardown takes it for writing (which drains in-flight operations) and leaves `None`, so a
+//! handle of a finished generation gets `Error::ShutDown` from then on.
+//!
+//! Why not `arc-swap` for the live pointer, as DESIGN.md suggests: its read path registers
+//! a thread-local destructor on every thread that loads, and such a destructor pins a
+//! `dlclose`d library until that thread exits (measured; L2 forbids it). Handles hold their
+//! generation directly, so the global is touched only by `init`, `clone` and shutdown, where
+//! the mutex costs nothing measurable.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use slotmap::SlotMap;
+
+use crate::backend::{BackendKind, MemKind};
+use crate::config::{Config, Overrides};
+use crate::dynamic::{AnyObject, DynPlatform, NoPlatforms, PlatformEntry, Platforms};
+use crate::error::{Error, Result};
+use crate::handles::{Buffer, BufferEntry, BufferKey, Device, DeviceKey};
+use crate::sync::{lock, read, write};
+
+/// The process-wide lifecycle state. Const-initialised; starts over whenever the library
+/// that contains it is loaded again (L2).
+struct Lifecycle {
+    current: Option<Arc<Generation>>,
+    next_id: u64,
+    exit_hook: bool,
+}
+
+static LIFECYCLE: Mutex<Lifecycle> = Mutex::new(Lifecycle {
+    current: None,
+    next_id: 0,
+    exit_hook: false,
+});
+
+/// Errors of shutdowns nobody could be told about (a runtime dropped without `shutdown`,
+/// or shut down at exit). Bounded; see [`take_unreported_errors`].
+static UNREPORTED: Mutex<Vec<Error>> = Mutex::new(Vec::new());
+const UNREPORTED_MAX: usize = 64;
+
+fn report_later(result: Result<()>) {
+    if let Err(e) = result {
+        let mut list = lock(&UNREPORTED);
+        if list.len() < UNREPORTED_MAX {
+            list.push(e);
+        }
+    }
+}
+
+/// Takes the errors of implicit shutdowns: the last `Offload<Ready>` dropped without
+/// calling `shutdown`, or the exit hook. At most 64 are kept.
+///
+/// ```
+/// assert!(offload_core::take_unreported_errors().is_empty());
+/// ```
+pub fn take_unreported_errors() -> Vec<Error> {
+    std::mem::take(&mut *lock(&UNREPORTED))
+}
+
+/// One initialised platform of a generation.
+pub(crate) struct PlatformSlot {
+    pub(crate) raw: Arc<dyn DynPlatform>,
+    pub(crate) kind: BackendKind,
+    pub(crate) name: String,
+}
+
+/// One device of a generation.
+pub(crate) struct DeviceSlot {
+    pub(crate) platform: usize,
+    pub(crate) raw: AnyObject,
+}
+
+/// What a generation owns while it is alive.
+pub(crate) struct Live {
+    pub(crate) platforms: Vec<PlatformSlot>,
+    pub(crate) devices: SlotMap<DeviceKey, DeviceSlot>,
+    pub(crate) buffers: Mutex<SlotMap<BufferKey, Arc<BufferEntry>>>,
+}
+
+/// One runtime generation: from a 0→1 transition to the matching 1→0 (or the exit hook).
+pub(crate) struct Generation {
+    pub(crate) id: u64,
+    config: Config,
+    unavailable: Vec<Unavailable>,
+    /// `Offload<Ready>` references; changed only under `LIFECYCLE`.
+    refs: AtomicUsize,
+    pub(crate) live: RwLock<Option<Live>>,
+    /// Errors met while dropping handles; returned by the shutdown.
+    pub(crate) deferred: Mutex<Vec<Error>>,
+}
+
+impl Generation {
+    fn start(id: u64, config: Config, entries: &[(PlatformEntry, bool)]) -> Result<Generation> {
+        let mut platforms: Vec<PlatformSlot> = Vec::new();
+        let mut unavailable = Vec::new();
+        for &(entry, required) in entries {
+            match entry.open(&config) {
+                Ok(raw) => platforms.push(PlatformSlot {
+                    kind: raw.kind(),
+                    name: raw.name(),
+                    raw: Arc::from(raw),
+                }),
+                Err(e) if !required => unavailable.push(Unavailable {
+                    backend: entry.kind(),
+                    reason: e.to_string(),
+                }),
+                Err(e) => {
+                    // Nothing leaks: deinit what was opened, newest first.
+                    let mut errors = vec![e];
+                    errors.extend(platforms.iter().rev().filter_map(|p| p.raw.deinit().err()));
+                    return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
+                }
+            }
+        }
+        let mut devices = SlotMap::with_key();
+        for (index, platform) in platforms.iter().enumerate() {
+            for raw in platform.raw.devices() {
+                devices.insert(DeviceSlot {
+                    platform: index,
+                    raw,
+                });
+            }
+        }
+        Ok(Generation {
+            id,
+            config,
+            unavailable,
+            refs: AtomicUsize::new(1),
+            live: RwLock::new(Some(Live {
+                platforms,
+                devices,
+                buffers: Mutex::new(SlotMap::with_key()),
+            })),
+            deferred: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// L4: every step runs whatever failed before; all errors come back together.
+    /// Idempotent: a second call finds nothing to do.
+    fn teardown(&self) -> Result<()> {
+        // Taking the write lock waits for every operation in flight on a device.
+        let Some(live) = write(&self.live).take() else {
+            return Ok(());
+        };
+        let mut errors = std::mem::take(&mut *lock(&self.deferred));
+        // Steps that later issues fill in, in this order: drain queues, teardown callbacks,
+        // unload modules, release IPC mappings.
+        // Free buffers (waiting for operations in flight on each).
+        let buffers = std::mem::take(&mut *lock(&live.buffers));
+        for (_, entry) in buffers {
+            if let Err(e) = entry.release() {
+                errors.push(e);
+            }
+        }
+        // Devices go before their platforms.
+        drop(live.devices);
+        for platform in live.platforms.iter().rev() {
+            if let Err(e) = platform.raw.deinit() {
+                errors.push(e);
+            }
+        }
+        drop(live.platforms);
+        errors.append(&mut lock(&self.deferred));
+        Error::join(errors)
+    }
+
+    pub(crate) fn defer(&self, result: Result<()>) {
+        if let Err(e) = result {
+            lock(&self.deferred).push(e);
+        }
+    }
+}
+
+/// Acquires a reference to the live generation, starting one if there is none.
+fn acquire(
+    set: &Overrides,
+    builtin: Vec<PlatformEntry>,
+    extra: &[PlatformEntry],
+) -> Result<Arc<Generation>> {
+    let mut state = lock(&LIFECYCLE);
+    if let Some(current) = &state.current {
+        // L1/L5: later inits share the generation and its configuration.
+        current.refs.fetch_add(1, Ordering::Relaxed);
+        return Ok(current.clone());
+    }
+    let config = Config::resolve(set)?;
+    let mut entries = Vec::new();
+    for entry in builtin {
+        let (open, named) = config.selects(entry.kind());
+        if open {
+            entries.push((entry, named));
+        }
+    }
+    entries.extend(extra.iter().map(|&e| (e, true)));
+    if let Some(named) = &config.backends {
+        if let Some(missing) = named
+            .iter()
+            .find(|k| !entries.iter().any(|(e, _)| e.kind() == **k))
+        {
+            return Err(Error::Unsupported {
+                backend: *missing,
+                call: "Offload::init",
+                reason: format!(
+                    "backend not compiled in (enable the cargo feature `{missing}` of offload)"
+                ),
+            });
+        }
+    }
+    state.next_id += 1;
+    let generation = Arc::new(Generation::start(state.next_id, config, &entries)?);
+    if !state.exit_hook {
+        // Registered after the platforms opened their drivers, so it runs before their
+        // library destructors (exit handlers run newest first).
+        state.exit_hook = crate::exit_hook::register();
+    }
+    state.current = Some(generation.clone());
+    Ok(generation)
+}
+
+/// Gives back one reference; the last one tears the generation down (under the lifecycle
+/// lock, so a concurrent `init` waits and then starts a fresh generation).
+/// Returns whether this was the last reference.
+fn release(generation: &Arc<Generation>) -> Result<bool> {
+    let mut state = lock(&LIFECYCLE);
+    let before = generation
+        .refs
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| r.checked_sub(1));
+    if before != Ok(1) {
+        // Other references remain, or the exit hook already shut this generation down.
+        return Ok(false);
+    }
+    if state
+        .current
+        .as_ref()
+        .is_some_and(|c| Arc::ptr_eq(c, generation))
+    {
+        state.current = None;
+    }
+    generation.teardown().map(|()| true)
+}
+
+/// The exit hook: shuts down the live generation whoever still holds references.
+pub(crate) fn shutdown_at_exit() {
+    let mut state = lock(&LIFECYCLE);
+    if let Some(generation) = state.current.take() {
+        generation.refs.store(0, Ordering::Relaxed);
+        report_later(generation.teardown());
+    }
+}
+
+/// A platform that was looked for at `init` but not opened, and why.
+///
+/// ```
+/// let u = offload_core::Unavailable {
+///     backend: offload_core::BackendKind::Cuda,
+///     reason: "libcuda.so.1 not found".into(),
+/// };
+/// assert_eq!(u.backend.name(), "cuda");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The backend.
+    pub backend: BackendKind,
+    /// Why it is absent (usually its driver was not found).
+    pub reason: String,
+}
+
+/// A platform of a live runtime.
+///
+/// ```
+/// # use offload_core::reference::Offload;
+/// let rt = Offload::init()?;
+/// let p = &rt.platforms()?[0];
+/// assert_eq!(p.backend, offload_core::BackendKind::Reference);
+/// assert_eq!(p.devices, 1);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PlatformInfo {
+    /// Its backend.
+    pub backend: BackendKind,
+    /// The platform's own name (driver or instance).
+    pub name: String,
+    /// How many devices it has.
+    pub devices: usize,
+}
+
+/// Typestate: a runtime being configured. See [`Offload::builder`].
+#[derive(Debug, Default)]
+pub struct Uninit {
+    set: Overrides,
+    extra: Vec<PlatformEntry>,
+}
+
+/// Typestate: a reference to the live runtime. Dropping it gives the reference back.
+pub struct Ready {
+    generation: Arc<Generation>,
+    /// False once this reference was given back (by `shutdown`).
+    holds: bool,
+}
+
+/// Typestate: a reference that was shut down. It has no device methods.
+#[derive(Debug)]
+pub struct Shutdown {
+    generation: u64,
+    last: bool,
+}
+
+/// The offload runtime, in typestate `S` (`Uninit`, `Ready`, `Shutdown`), opening the
+/// default platforms `P` (the facade `offload` fixes `P` to the backends compiled in).
+///
+/// `Offload::init()` is reference counted and thread-safe (L1): the first call opens the
+/// platforms, concurrent callers wait for it, and every call returns its own `Offload<Ready>`.
+/// The last `shutdown()` (or drop) deinitialises everything, and `init()` works again with
+/// fresh state (L2).
+///
+/// ```standalone_crate
+/// use offload_core::{MemKind, reference::Offload};
+/// let rt = Offload::init()?;
+/// let dev = rt.devices()?.remove(0);
+/// let buf = dev.alloc(64, MemKind::Device)?;
+/// buf.write(0, &[7; 64])?;
+/// let down = rt.shutdown()?;
+/// assert!(down.was_last());
+/// assert!(matches!(buf.write(0, &[1]), Err(offload_core::Error::ShutDown)));
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct Offload<S = Ready, P = NoPlatforms> {
+    state: S,
+    platforms: PhantomData<fn() -> P>,
+}
+
+impl<P: Platforms> Offload<Uninit, P> {
+    /// Starts configuring a runtime. Settings made here override the environment; they
+    /// take effect only if this `start` is the one that initialises the runtime (L5).
+    ///
+    /// ```standalone_crate
+    /// use offload_core::reference::Offload;
+    /// let rt = Offload::builder().ipc_cache_size(4).start()?;
+    /// assert_eq!(rt.config()?.ipc_cache_size, 4);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn builder() -> Self {
+        Offload {
+            state: Uninit::default(),
+            platforms: PhantomData,
+        }
+    }
+
+    /// Opens only these backends, in this order (like `OFFLOAD_BACKENDS`). A backend named
+    /// here whose driver is missing makes `start` fail instead of being skipped.
+    ///
+    /// ```standalone_crate
+    /// use offload_core::{BackendKind, reference::Offload};
+    /// let rt = Offload::builder().backends([BackendKind::Reference]).start()?;
+    /// assert_eq!(rt.config()?.backends, Some(vec![BackendKind::Reference]));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn backends(mut self, kinds: impl IntoIterator<Item = BackendKind>) -> Self {
+        let mut list: Vec<BackendKind> = Vec::new();
+        for k in kinds {
+            if !list.contains(&k) {
+                list.push(k);
+            }
+        }
+        self.state.set.backends = Some(list);
+        self
+    }
+
+    /// Sets the IPC cache capacity (like `OFFLOAD_IPC_CACHE_SIZE`; 0 disables the cache).
+    ///
+    /// ```standalone_crate
+    /// let rt = offload_core::reference::Offload::builder().ipc_cache_size(0).start()?;
+    /// assert_eq!(rt.config()?.ipc_cache_size, 0);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn ipc_cache_size(mut self, entries: usize) -> Self {
+        self.state.set.ipc_cache_size = Some(entries);
+        self
+    }
+
+    /// Sets how many CPU devices the host backend exposes (like `OFFLOAD_HOST_DEVICES`).
+    ///
+    /// ```standalone_crate
+    /// let rt = offload_core::reference::Offload::builder().host_devices(3).start()?;
+    /// assert_eq!(rt.devices()?.len(), 3);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn host_devices(mut self, count: usize) -> Self {
+        self.state.set.host_devices = Some(count);
+        self
+    }
+
+    /// Adds a platform to open besides the defaults (a test backend, a plugin). Its
+    /// failure to open fails `start`.
+    ///
+    /// ```
+    /// use offload_core::{Offload, PlatformEntry, reference::Reference};
+    /// let rt: Offload = Offload::builder().platform(PlatformEntry::of::<Reference>()).start()?;
+    /// assert_eq!(rt.devices()?.len(), 1);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn platform(mut self, entry: PlatformEntry) -> Self {
+        self.state.extra.push(entry);
+        self
+    }
+
+    /// Initialises the runtime with this configuration, or takes a reference to the one
+    /// already live (whose configuration then stays in force, L5).
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::builder().start()?;
+    /// assert!(rt.generation() > 0);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn start(self) -> Result<Offload<Ready, P>> {
+        let generation = acquire(&self.state.set, P::platforms(), &self.state.extra)?;
+        Ok(Offload {
+            state: Ready {
+                generation,
+                holds: true,
+            },
+            platforms: PhantomData,
+        })
+    }
+}
+
+impl<P: Platforms> Offload<Ready, P> {
+    /// Initialises the runtime with the defaults and environment, or takes another
+    /// reference to the live one. Thread-safe; concurrent first callers wait for one
+    /// initialisation.
+    ///
+    /// ```standalone_crate
+    /// use offload_core::reference::Offload;
+    /// let a = Offload::init()?;
+    /// let b = Offload::init()?;
+    /// assert_eq!(a.generation(), b.generation());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn init() -> Result<Self> {
+        Offload::<Uninit, P>::builder().start()
+    }
+}
+
+impl<P> Offload<Ready, P> {
+    fn live_call<T>(&self, f: impl FnOnce(&Live, &Arc<Generation>) -> T) -> Result<T> {
+        let generation = &self.state.generation;
+        let guard = read(&generation.live);
+        let live = guard.as_ref().ok_or(Error::ShutDown)?;
+        Ok(f(live, generation))
+    }
+
+    /// The devices of every platform, in platform order.
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// for dev in rt.devices()? {
+    ///     println!("{}: {}", dev.backend(), dev.info()?.name);
+    /// }
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn devices(&self) -> Result<Vec<Device>> {
+        self.live_call(|live, generation| {
+            live.devices
+                .iter()
+                .map(|(key, slot)| {
+                    Device::new(generation.clone(), key, live.platforms[slot.platform].kind)
+                })
+                .collect()
+        })
+    }
+
+    /// The platforms that were opened, with their device counts.
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// assert_eq!(rt.platforms()?.len(), 1);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn platforms(&self) -> Result<Vec<PlatformInfo>> {
+        self.live_call(|live, _| {
+            live.platforms
+                .iter()
+                .enumerate()
+                .map(|(index, p)| PlatformInfo {
+                    backend: p.kind,
+                    name: p.name.clone(),
+                    devices: live
+                        .devices
+                        .values()
+                        .filter(|d| d.platform == index)
+                        .count(),
+                })
+                .collect()
+        })
+    }
+
+    /// The backends that were looked for but not opened (driver not found), and why.
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// assert!(rt.unavailable()?.is_empty());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn unavailable(&self) -> Result<Vec<Unavailable>> {
+        self.live_call(|_, g| g.unavailable.clone())
+    }
+
+    /// The configuration in force: fixed by the `init` that started this generation (L5).
+    ///
+    /// ```standalone_crate
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// assert_eq!(rt.config()?.host_devices, 1);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn config(&self) -> Result<Config> {
+        self.live_call(|_, g| g.config.clone())
+    }
+
+    /// A number that identifies this runtime generation; a new one after every full
+    /// shutdown.
+    ///
+    /// ```standalone_crate
+    /// use offload_core::reference::Offload;
+    /// let first = Offload::init()?;
+    /// let n = first.generation();
+    /// first.shutdown()?;
+    /// assert_ne!(Offload::init()?.generation(), n);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.state.generation.id
+    }
+
+    /// Gives this reference back. The last reference deinitialises everything in the L4
+    /// order, runs every step whatever fails, and returns all errors (`Error::Multiple`);
+    /// handles made by the runtime then return `Error::ShutDown`.
+    ///
+    /// ```standalone_crate
+    /// use offload_core::reference::Offload;
+    /// let a = Offload::init()?;
+    /// let b = a.clone();
+    /// assert!(!a.shutdown()?.was_last());
+    /// assert!(b.shutdown()?.was_last());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn shutdown(mut self) -> Result<Offload<Shutdown, P>> {
+        self.state.holds = false;
+        let generation = self.state.generation.clone();
+        drop(self);
+        let last = release(&generation)?;
+        Ok(Offload {
+            state: Shutdown {
+                generation: generation.id,
+                last,
+            },
+            platforms: PhantomData,
+        })
+    }
+}
+
+impl<P> Clone for Offload<Ready, P> {
+    /// Takes another reference to the same runtime (L1).
+    fn clone(&self) -> Self {
+        let state = lock(&LIFECYCLE);
+        let generation = self.state.generation.clone();
+        // A generation the exit hook already shut down hands out dead references.
+        let holds = state
+            .current
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, &generation));
+        if holds {
+            generation.refs.fetch_add(1, Ordering::Relaxed);
+        }
+        Offload {
+            state: Ready { generation, holds },
+            platforms: PhantomData,
+        }
+    }
+}
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        if self.holds {
+            self.holds = false;
+            report_later(release(&self.generation).map(|_| ()));
+        }
+    }
+}
+
+impl<P> Offload<Shutdown, P> {
+    /// Whether this shutdown was the last reference and deinitialised the runtime.
+    ///
+    /// ```standalone_crate
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// assert!(rt.shutdown()?.was_last());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn was_last(&self) -> bool {
+        self.state.last
+    }
+
+    /// The generation this reference belonged to.
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// let n = rt.generation();
+    /// assert_eq!(rt.shutdown()?.generation(), n);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.state.generation
+    }
+}
+
+impl std::fmt::Debug for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ready")
+            .field("generation", &self.generation.id)
+            .finish()
+    }
+}
+
+impl<S: std::fmt::Debug, P> std::fmt::Debug for Offload<S, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Offload")
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+/// Used by handles: allocation on a device (validated, recorded in the buffer table).
+pub(crate) fn alloc(device: &Device, size: usize, kind: MemKind) -> Result<Buffer> {
+    let generation = device.generation();
+    let guard = read(&generation.live);
+    let live = guard.as_ref().ok_or(Error::ShutDown)?;
+    let slot = live.devices.get(device.key()).ok_or(Error::ShutDown)?;
+    let platform = &live.platforms[slot.platform];
+    if size == 0 {
+        return Err(Error::invalid(
+            "Device::alloc",
+            format!("zero-size allocation on {device}"),
+        ));
+    }
+    let raw = platform.raw.alloc(&*slot.raw, size, kind)?;
+    let entry = Arc::new(BufferEntry::new(
+        device.key(),
+        platform.kind,
+        size,
+        kind,
+        platform.raw.clone(),
+        raw,
+    ));
+    let key = lock(&live.buffers).insert(entry.clone());
+    Ok(Buffer::new(generation.clone(), key, entry))
+}
+
+/// Used by handles: information about a device.
+pub(crate) fn device_info(device: &Device) -> Result<crate::backend::DeviceInfo> {
+    let guard = read(&device.generation().live);
+    let live = guard.as_ref().ok_or(Error::ShutDown)?;
+    let slot = live.devices.get(device.key()).ok_or(Error::ShutDown)?;
+    live.platforms[slot.platform].raw.device_info(&*slot.raw)
+}
+
+/// Used by `Buffer::drop` / `Buffer::free`: removes the buffer from its generation's table
+/// and frees it, holding the generation so a concurrent teardown cannot deinitialise the
+/// platform in between.
+pub(crate) fn free(generation: &Generation, key: BufferKey, entry: &BufferEntry) -> Result<()> {
+    let guard = read(&generation.live);
+    let live = guard.as_ref().ok_or(Error::ShutDown)?;
+    lock(&live.buffers).remove(key);
+    entry.release()
+}

@@ -1,0 +1,2 @@
+//! placeholder
+pub use offload_core::*;

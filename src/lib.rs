@@ -1,2 +1,97 @@
-//! placeholder
-pub use offload_core::*;
+//! # offload
+//!
+//! One safe API over host (CPU), Vulkan, CUDA, HIP and Level Zero devices, with a
+//! lifecycle that is correct by construction: any number of libraries in one process may
+//! `init` and `shutdown` independently, again and again (also across `dlclose`/`dlopen`),
+//! and every handle outliving its runtime answers [`Error::ShutDown`] instead of crashing.
+//!
+//! Backends are chosen with cargo features (`host`, the default; `vulkan`, `cuda`, `hip`,
+//! `ze`). Drivers are opened at run time, never linked: a program built with every feature
+//! starts anywhere and lists the platforms whose driver it found.
+//!
+//! ```
+//! use offload::{BackendKind, MemKind, Offload};
+//!
+//! let rt = Offload::init()?;
+//! let dev = rt.devices()?.into_iter().find(|d| d.backend() == BackendKind::Host).unwrap();
+//! let buf = dev.alloc(4096, MemKind::Device)?;
+//! buf.write(0, &[1u8; 4096])?;
+//! let mut out = vec![0u8; 4096];
+//! buf.read(0, &mut out)?;
+//! assert_eq!(out, vec![1u8; 4096]);
+//! rt.shutdown()?;
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
+//! A runtime that was shut down has no device methods (typestate, L3):
+//!
+//! ```compile_fail,E0599
+//! let rt = offload::Offload::init().unwrap();
+//! let down = rt.shutdown().unwrap();
+//! let _ = down.devices(); // error: no method `devices` on `Offload<Shutdown>`
+//! ```
+//!
+//! and neither does one still being configured:
+//!
+//! ```compile_fail,E0599
+//! let _ = offload::Offload::builder().devices();
+//! ```
+//!
+//! ## Configuration
+//!
+//! Defaults are overridden by environment variables, which are overridden by the builder;
+//! the first `init` fixes the configuration and later ones share it (L5):
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `OFFLOAD_BACKENDS` | backends to open, e.g. `host,vulkan`; one whose driver is missing makes `init` fail | every compiled-in backend whose driver is found |
+//! | `OFFLOAD_IPC_CACHE_SIZE` | entries in the sender-side IPC cache (0 disables) | 16 |
+//! | `OFFLOAD_HOST_DEVICES` | CPU devices of the host backend | 1 |
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub use offload_core::{
+    Backend, BackendKind, Buffer, Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Error,
+    MemKind, PlatformEntry, PlatformInfo, Platforms, Ready, Result, Shutdown, Unavailable, Uninit,
+    take_unreported_errors,
+};
+
+/// The host backend crate, for its counters and raw platform type.
+#[cfg(feature = "host")]
+pub use offload_host as host;
+
+/// The platforms compiled into this build, in discovery order.
+///
+/// ```
+/// use offload::Platforms;
+/// let kinds: Vec<_> = offload::Builtin::platforms().iter().map(|p| p.kind()).collect();
+/// assert!(kinds.contains(&offload::BackendKind::Host));
+/// ```
+#[derive(Debug)]
+pub struct Builtin;
+
+impl Platforms for Builtin {
+    fn platforms() -> Vec<PlatformEntry> {
+        #[allow(unused_mut)]
+        let mut list = Vec::new();
+        #[cfg(feature = "host")]
+        list.push(offload_host::platform());
+        list
+    }
+}
+
+/// The offload runtime with the backends compiled into this build.
+///
+/// `Offload::init()` gives an `Offload<Ready>`; `Offload::builder()` an `Offload<Uninit>`
+/// to configure, which `start()` turns into `Offload<Ready>`; `shutdown()` consumes it and
+/// gives an `Offload<Shutdown>`.
+///
+/// ```
+/// use offload::{BackendKind, Offload};
+/// let rt = Offload::builder().backends([BackendKind::Host]).host_devices(2).start()?;
+/// println!("{} devices", rt.devices()?.len());
+/// let down = rt.shutdown()?;
+/// println!("deinitialised: {}", down.was_last());
+/// # Ok::<(), offload::Error>(())
+/// ```
+pub type Offload<S = Ready> = offload_core::Offload<S, Builtin>;

@@ -1,0 +1,104 @@
+//! L3: every handle used after its runtime shut down returns `Error::ShutDown` — never
+//! undefined behaviour, never a panic — and dropping it afterwards is a no-op. (That
+//! `Offload<Shutdown>` has no device methods is a compile-fail doctest in src/lib.rs.)
+
+mod common;
+
+use offload::{BackendKind, Error, MemKind, Offload};
+
+fn shut_down<T: std::fmt::Debug>(what: &str, result: offload::Result<T>) {
+    match result {
+        Err(Error::ShutDown) => {}
+        other => panic!("{what} after shutdown gave {other:?}, not Error::ShutDown"),
+    }
+}
+
+#[test]
+fn every_handle_call_after_shutdown_is_shut_down() {
+    let _serial = common::serial();
+    let before = offload::host::stats();
+    let rt = Offload::builder().host_devices(2).start().unwrap();
+    let devices = rt.devices().unwrap();
+    let dev = devices[0].clone();
+    let a = dev.alloc(32, MemKind::Device).unwrap();
+    let b = dev.alloc(32, MemKind::Host).unwrap();
+    let other = devices[1].alloc(32, MemKind::Shared).unwrap();
+    assert!(rt.shutdown().unwrap().was_last());
+
+    let mut out = [0u8; 4];
+    shut_down("Device::info", dev.info());
+    shut_down("Device::alloc", dev.alloc(8, MemKind::Device));
+    shut_down("Buffer::read", a.read(0, &mut out));
+    shut_down("Buffer::write", a.write(0, &out));
+    shut_down("Buffer::fill", a.fill(0, 4, 1));
+    shut_down("Buffer::copy_from", b.copy_from(0, &a, 0, 4));
+    shut_down("Buffer::copy_from (same buffer)", a.copy_from(0, &a, 4, 4));
+    shut_down(
+        "Buffer::copy_from (other device)",
+        other.copy_from(0, &a, 0, 4),
+    );
+    shut_down("Buffer::device().info", a.device().info());
+    // Identity stays readable: it is not state of the runtime.
+    assert_eq!(a.len(), 32);
+    assert_eq!(b.kind(), MemKind::Host);
+    assert_eq!(dev.backend(), BackendKind::Host);
+    assert_eq!(a.device(), dev);
+    shut_down("Buffer::free", b.free());
+
+    // Handles of a dead generation stay dead while a new one is live.
+    let rt2 = Offload::init().unwrap();
+    shut_down("Buffer::read in the next generation", a.read(0, &mut out));
+    shut_down(
+        "Device::alloc in the next generation",
+        dev.alloc(8, MemKind::Device),
+    );
+    let fresh = rt2.devices().unwrap()[0].alloc(8, MemKind::Device).unwrap();
+    shut_down(
+        "copy from a dead buffer into a live one",
+        fresh.copy_from(0, &a, 0, 4),
+    );
+    drop(fresh);
+    rt2.shutdown().unwrap();
+
+    drop(a);
+    drop(other);
+    drop(dev);
+    assert_eq!(
+        offload::host::stats().live_allocations,
+        before.live_allocations
+    );
+    assert!(offload::take_unreported_errors().is_empty());
+}
+
+#[test]
+fn handles_stay_shut_down_from_other_threads() {
+    let _serial = common::serial();
+    let rt = Offload::init().unwrap();
+    let buf = rt.devices().unwrap()[0]
+        .alloc(1024, MemKind::Device)
+        .unwrap();
+    let buf = std::sync::Arc::new(buf);
+    let users: Vec<_> = (0..4)
+        .map(|t| {
+            let buf = buf.clone();
+            std::thread::spawn(move || {
+                // Keep copying until the runtime goes away under us; each call either
+                // works completely or reports ShutDown.
+                let data = [t as u8; 1024];
+                let mut out = [0u8; 1024];
+                loop {
+                    match buf.write(0, &data).and_then(|()| buf.read(0, &mut out)) {
+                        Ok(()) => assert!(out.iter().all(|&x| x < 4)),
+                        Err(Error::ShutDown) => return,
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(rt.shutdown().unwrap().was_last());
+    for u in users {
+        u.join().unwrap();
+    }
+}

@@ -1,0 +1,146 @@
+//! L5: the environment overrides the defaults, the builder overrides the environment, the
+//! first init fixes the configuration and later ones share it. Environment cases run in
+//! child processes (this test binary re-run with `OFFLOAD_TEST_CHILD` set), because the
+//! environment is process-wide.
+
+mod common;
+
+use std::process::Command;
+
+use offload::{BackendKind, Offload};
+
+/// Runs the `child` test of this binary with `vars` set; returns its stdout.
+fn run_child(case: &str, vars: &[(&str, &str)]) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env("OFFLOAD_TEST_CHILD", case);
+    for var in [
+        "OFFLOAD_BACKENDS",
+        "OFFLOAD_IPC_CACHE_SIZE",
+        "OFFLOAD_HOST_DEVICES",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "child {case} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The child side: prints what it saw as `RESULT <text>`.
+#[test]
+fn child() {
+    let Ok(case) = std::env::var("OFFLOAD_TEST_CHILD") else {
+        return; // not a child: nothing to do
+    };
+    let line = match case.as_str() {
+        "config" => match Offload::init() {
+            Ok(rt) => {
+                let c = rt.config().unwrap();
+                format!(
+                    "backends={:?} ipc={} host_devices={} devices={}",
+                    c.backends,
+                    c.ipc_cache_size,
+                    c.host_devices,
+                    rt.devices().unwrap().len()
+                )
+            }
+            Err(e) => format!("error {e:?}"),
+        },
+        "builder-wins" => {
+            let rt = Offload::builder().ipc_cache_size(2).start().unwrap();
+            format!("ipc={}", rt.config().unwrap().ipc_cache_size)
+        }
+        other => panic!("unknown child case {other}"),
+    };
+    println!("RESULT {line}");
+}
+
+fn result(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
+}
+
+#[test]
+fn defaults_without_environment() {
+    assert_eq!(
+        result(&run_child("config", &[])),
+        "backends=None ipc=16 host_devices=1 devices=1"
+    );
+}
+
+#[test]
+fn environment_overrides_defaults() {
+    let out = run_child(
+        "config",
+        &[
+            ("OFFLOAD_BACKENDS", "host"),
+            ("OFFLOAD_IPC_CACHE_SIZE", "5"),
+            ("OFFLOAD_HOST_DEVICES", "3"),
+        ],
+    );
+    assert_eq!(
+        result(&out),
+        "backends=Some([Host]) ipc=5 host_devices=3 devices=3"
+    );
+}
+
+#[test]
+fn builder_overrides_environment() {
+    let out = run_child("builder-wins", &[("OFFLOAD_IPC_CACHE_SIZE", "9")]);
+    assert_eq!(result(&out), "ipc=2");
+}
+
+#[test]
+fn bad_or_missing_backends_are_typed_errors() {
+    let out = run_child("config", &[("OFFLOAD_BACKENDS", "host,metal")]);
+    let r = result(&out);
+    assert!(
+        r.starts_with("error InvalidArgument") && r.contains("metal"),
+        "{r}"
+    );
+    let out = run_child("config", &[("OFFLOAD_IPC_CACHE_SIZE", "many")]);
+    assert!(result(&out).contains("OFFLOAD_IPC_CACHE_SIZE"), "{out}");
+    // Asking for a backend this build lacks, or whose crate has no platform yet, fails
+    // init with Unsupported naming the backend.
+    let out = run_child("config", &[("OFFLOAD_BACKENDS", "host,cuda")]);
+    let r = result(&out);
+    assert!(
+        r.starts_with("error Unsupported") && r.contains("Cuda"),
+        "{r}"
+    );
+}
+
+#[test]
+fn first_init_fixes_the_configuration() {
+    let _serial = common::serial();
+    let first = Offload::builder()
+        .ipc_cache_size(3)
+        .host_devices(2)
+        .start()
+        .unwrap();
+    let second = Offload::builder()
+        .ipc_cache_size(7)
+        .backends([BackendKind::Host])
+        .start()
+        .unwrap();
+    let c = second.config().unwrap();
+    assert_eq!((c.ipc_cache_size, c.host_devices, c.backends), (3, 2, None));
+    assert_eq!(first.generation(), second.generation());
+    second.shutdown().unwrap();
+    first.shutdown().unwrap();
+    // After the last shutdown, the next init configures afresh.
+    let third = Offload::builder().ipc_cache_size(7).start().unwrap();
+    assert_eq!(third.config().unwrap().ipc_cache_size, 7);
+    assert!(matches!(third.shutdown(), Ok(ref s) if s.was_last()));
+}

@@ -1,1 +1,203 @@
-//! placeholder
+//! Test fixture: a C-ABI shared library that embeds offload.
+//!
+//! `tests/dlopen.rs` loads it with `dlopen`, drives the runtime through the exported
+//! functions and `dlclose`s it again, to check lifecycle rule L2 (a library embedding
+//! offload unloads cleanly and starts over when loaded again) and the exit hook.
+//!
+//! Every export returns a status: 0 for success, a negative number for an error. Nothing
+//! panics, so no unwinding ever crosses the C boundary.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use offload::{Backend, BackendKind, Config, DeviceInfo, MemKind, Offload, PlatformEntry};
+
+/// Status: success.
+pub const OK: i32 = 0;
+/// Status: `init` was called while a runtime is already held.
+pub const ERR_ALREADY_INIT: i32 = -1;
+/// Status: no runtime is held (call `offload_embed_init` first).
+pub const ERR_NOT_INIT: i32 = -2;
+/// Status: the runtime returned an error.
+pub const ERR_RUNTIME: i32 = -3;
+/// Status: the runtime has no host device.
+pub const ERR_NO_HOST_DEVICE: i32 = -4;
+/// Status: the bytes read back differ from the bytes written.
+pub const ERR_MISMATCH: i32 = -5;
+
+/// The runtime this library holds between `init` and `shutdown`. Const-initialised, so it
+/// starts over whenever the library is loaded again.
+static RUNTIME: Mutex<Option<Offload>> = Mutex::new(None);
+
+/// Calls of [`offload_embed_counter`] since this copy of the library was loaded.
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The line [`Traced`] writes to stderr when it is deinitialised.
+pub const DEINIT_LINE: &str = "offload-embed: deinit\n";
+
+fn runtime() -> MutexGuard<'static, Option<Offload>> {
+    // Nothing panics while holding the lock, but stay usable if something ever did.
+    RUNTIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn install(start: impl FnOnce() -> offload::Result<Offload>) -> i32 {
+    let mut held = runtime();
+    if held.is_some() {
+        return ERR_ALREADY_INIT;
+    }
+    match start() {
+        Ok(rt) => {
+            *held = Some(rt);
+            OK
+        }
+        Err(_) => ERR_RUNTIME,
+    }
+}
+
+/// Initialises offload with its defaults and keeps the runtime in this library.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_init() -> i32 {
+    install(Offload::init)
+}
+
+/// Like [`offload_embed_init`], with the extra platform [`Traced`], whose deinit writes
+/// [`DEINIT_LINE`] to stderr (so a test can see when the runtime was deinitialised).
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_init_traced() -> i32 {
+    install(|| {
+        Offload::builder()
+            .platform(PlatformEntry::of::<Traced>())
+            .start()
+    })
+}
+
+fn work(rt: &Offload) -> offload::Result<i32> {
+    let Some(dev) = rt
+        .devices()?
+        .into_iter()
+        .find(|d| d.backend() == BackendKind::Host)
+    else {
+        return Ok(ERR_NO_HOST_DEVICE);
+    };
+    let buf = dev.alloc(4096, MemKind::Device)?;
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    buf.write(0, &pattern)?;
+    let mut back = vec![0u8; 4096];
+    buf.read(0, &mut back)?;
+    buf.free()?;
+    Ok(if back == pattern { OK } else { ERR_MISMATCH })
+}
+
+/// Allocates 4096 bytes on a host device, writes a pattern, reads it back, checks it and
+/// frees the buffer.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_work() -> i32 {
+    match runtime().as_ref() {
+        None => ERR_NOT_INIT,
+        Some(rt) => work(rt).unwrap_or(ERR_RUNTIME),
+    }
+}
+
+/// Takes the runtime out of this library and shuts it down.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_shutdown() -> i32 {
+    let Some(rt) = runtime().take() else {
+        return ERR_NOT_INIT;
+    };
+    match rt.shutdown() {
+        Ok(_) => OK,
+        Err(_) => ERR_RUNTIME,
+    }
+}
+
+/// The generation of the runtime this library holds, or 0 if it holds none.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_generation() -> u64 {
+    runtime().as_ref().map_or(0, |rt| rt.generation())
+}
+
+/// Increments and returns a static counter: 1 on the first call after each fresh load.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_counter() -> u64 {
+    COUNTER.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// A platform without devices whose `deinit` writes [`DEINIT_LINE`] to stderr.
+#[derive(Debug)]
+pub struct Traced;
+
+/// A device of [`Traced`] (it has none).
+#[derive(Debug)]
+pub enum NoDevice {}
+
+/// A buffer of [`Traced`] (there can be none).
+#[derive(Debug)]
+pub enum NoBuffer {}
+
+impl Backend for Traced {
+    type Device = NoDevice;
+    type Buffer = NoBuffer;
+    const KIND: BackendKind = BackendKind::Reference;
+
+    fn open(_config: &Config) -> offload::Result<Self> {
+        Ok(Traced)
+    }
+
+    fn name(&self) -> String {
+        "offload-embed traced".into()
+    }
+
+    fn devices(&self) -> Vec<NoDevice> {
+        Vec::new()
+    }
+
+    fn device_info(&self, device: &NoDevice) -> offload::Result<DeviceInfo> {
+        match *device {}
+    }
+
+    fn alloc(&self, device: &NoDevice, _size: usize, _kind: MemKind) -> offload::Result<NoBuffer> {
+        match *device {}
+    }
+
+    fn free(&self, buffer: NoBuffer) -> offload::Result<()> {
+        match buffer {}
+    }
+
+    fn read(&self, buffer: &NoBuffer, _offset: usize, _dst: &mut [u8]) -> offload::Result<()> {
+        match *buffer {}
+    }
+
+    fn write(&self, buffer: &NoBuffer, _offset: usize, _src: &[u8]) -> offload::Result<()> {
+        match *buffer {}
+    }
+
+    fn fill(
+        &self,
+        buffer: &NoBuffer,
+        _offset: usize,
+        _len: usize,
+        _value: u8,
+    ) -> offload::Result<()> {
+        match *buffer {}
+    }
+
+    fn copy(
+        &self,
+        src: &NoBuffer,
+        _src_offset: usize,
+        _dst: &NoBuffer,
+        _dst_offset: usize,
+        _len: usize,
+    ) -> offload::Result<()> {
+        match *src {}
+    }
+
+    fn deinit(&self) -> offload::Result<()> {
+        // Unbuffered, so the line is in order with the test's own stderr markers.
+        let _ = std::io::stderr().write_all(DEINIT_LINE.as_bytes());
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! L2 and the exit hook, seen from outside: `liboffload_embed.so` (a C-ABI library that
+//! embeds offload) is `dlopen`ed and `dlclose`d again and again in this process, and in child
+//! processes it is left loaded at exit, or closed without shutting the runtime down.
+//!
+//! This file does not link `offload_embed` or `offload`: every call goes through `dlsym`,
+//! so the only copy of the runtime in the process is the one inside the shared library.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+use libloading::Library;
+
+const LIB_NAME: &str = "liboffload_embed.so";
+const DEINIT_LINE: &str = "offload-embed: deinit";
+const CHILD_ENV: &str = "OFFLOAD_EMBED_CHILD";
+const CYCLES: usize = 200;
+
+/// Tests in this process that load the library take turns: two loads at once would share
+/// one handle, and the library would not unload at the first `dlclose`.
+static IN_PROCESS: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The cdylib cargo built next to this test executable (target/<profile>/deps/ or its
+/// parent), canonicalised.
+fn lib_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe
+        .parent()
+        .expect("test executable has a parent directory");
+    let candidates = [deps.join(LIB_NAME), deps.join("..").join(LIB_NAME)];
+    for candidate in &candidates {
+        if let Ok(path) = candidate.canonicalize() {
+            return path;
+        }
+    }
+    panic!(
+        "{LIB_NAME} not found (looked at {} and {}); build it with `cargo test -p offload-embed`",
+        candidates[0].display(),
+        candidates[1].display()
+    );
+}
+
+/// The lines of /proc/self/maps that map the library (by full path or by file name).
+fn mappings(path: &Path) -> Vec<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    maps.lines()
+        .filter(|line| {
+            // address perms offset dev inode [path]
+            let Some(mapped) = line.splitn(6, ' ').nth(5).map(str::trim) else {
+                return false;
+            };
+            let mapped = mapped.trim_end_matches(" (deleted)");
+            Path::new(mapped) == path
+                || Path::new(mapped).file_name().and_then(|n| n.to_str()) == Some(LIB_NAME)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The library's exports, copied out of a loaded [`Library`]. Valid only while it is loaded.
+struct Api {
+    init: extern "C" fn() -> i32,
+    init_traced: extern "C" fn() -> i32,
+    work: extern "C" fn() -> i32,
+    shutdown: extern "C" fn() -> i32,
+    generation: extern "C" fn() -> u64,
+    counter: extern "C" fn() -> u64,
+}
+
+/// Loads the library and looks up its exports.
+fn load(path: &Path) -> (Library, Api) {
+    // SAFETY: the library is our own fixture; its initialisers are Rust statics (const) and
+    // std's, which are sound to run on dlopen.
+    let lib = unsafe { Library::new(path) }.expect("dlopen liboffload_embed.so");
+    // SAFETY: the symbols are the fixture's `extern "C"` exports with exactly these
+    // signatures (see tests/embed/src/lib.rs). The function pointers are copied out and used
+    // only while `lib` is loaded.
+    let api = unsafe {
+        Api {
+            init: *lib
+                .get(b"offload_embed_init\0")
+                .expect("offload_embed_init"),
+            init_traced: *lib
+                .get(b"offload_embed_init_traced\0")
+                .expect("offload_embed_init_traced"),
+            work: *lib
+                .get(b"offload_embed_work\0")
+                .expect("offload_embed_work"),
+            shutdown: *lib
+                .get(b"offload_embed_shutdown\0")
+                .expect("offload_embed_shutdown"),
+            generation: *lib
+                .get(b"offload_embed_generation\0")
+                .expect("offload_embed_generation"),
+            counter: *lib
+                .get(b"offload_embed_counter\0")
+                .expect("offload_embed_counter"),
+        }
+    };
+    (lib, api)
+}
+
+/// `dlclose`s the library; takes its exports too, so none can be called afterwards.
+fn close(lib: Library, _api: Api) {
+    lib.close().expect("dlclose");
+}
+
+fn cycles(shutdown_before_close: bool) {
+    let _serial = serial();
+    let path = lib_path();
+    assert!(
+        mappings(&path).is_empty(),
+        "{LIB_NAME} is mapped before the first dlopen"
+    );
+    for cycle in 0..CYCLES {
+        let (lib, api) = load(&path);
+        assert!(
+            !mappings(&path).is_empty(),
+            "cycle {cycle}: not mapped after dlopen"
+        );
+        assert_eq!(
+            (api.counter)(),
+            1,
+            "cycle {cycle}: statics did not start over"
+        );
+        assert_eq!((api.counter)(), 2, "cycle {cycle}: counter");
+        assert_eq!(
+            (api.generation)(),
+            0,
+            "cycle {cycle}: a runtime is held before init"
+        );
+        assert_eq!((api.init)(), 0, "cycle {cycle}: offload_embed_init");
+        // offload's own lifecycle state started over too: this is its first generation.
+        assert_eq!((api.generation)(), 1, "cycle {cycle}: offload generation");
+        assert_eq!((api.work)(), 0, "cycle {cycle}: offload_embed_work");
+        assert_eq!((api.work)(), 0, "cycle {cycle}: offload_embed_work again");
+        if shutdown_before_close {
+            assert_eq!((api.shutdown)(), 0, "cycle {cycle}: offload_embed_shutdown");
+            assert_eq!(
+                (api.generation)(),
+                0,
+                "cycle {cycle}: runtime held after shutdown"
+            );
+            assert_eq!((api.shutdown)(), -2, "cycle {cycle}: second shutdown");
+        }
+        close(lib, api);
+        let left = mappings(&path);
+        assert!(
+            left.is_empty(),
+            "cycle {cycle}: {LIB_NAME} still mapped after dlclose (something pins it):\n{}",
+            left.join("\n")
+        );
+    }
+}
+
+/// L2: 200 × (dlopen → init → work → shutdown → dlclose); the library unloads every time
+/// and its statics start over.
+#[test]
+fn dlopen_init_shutdown_dlclose_cycles() {
+    cycles(true);
+}
+
+/// L2 without shutdown: 200 × (dlopen → init → work → dlclose). The exit hook shuts the
+/// runtime down at dlclose; the library still unloads and the next load works.
+#[test]
+fn dlopen_init_dlclose_without_shutdown_cycles() {
+    cycles(false);
+}
+
+/// Runs the child test `name` of this executable with `OFFLOAD_EMBED_CHILD=<mode>`; returns
+/// its stderr after checking that it exited successfully.
+fn run_child(name: &str, mode: &str) -> String {
+    let exe = std::env::current_exe().expect("current_exe");
+    let out = Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, mode)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("spawn child test process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "child `{name}` failed: {}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "child `{name}` did not run its test:\n{stdout}"
+    );
+    stderr
+}
+
+fn position(haystack: &str, needle: &str) -> usize {
+    haystack
+        .find(needle)
+        .unwrap_or_else(|| panic!("child stderr lacks {needle:?}:\n{haystack}"))
+}
+
+/// The exit hook at process exit: a runtime still held when the process exits (library
+/// neither shut down nor closed) is deinitialised by the hook, after `main` returned.
+#[test]
+fn exit_hook_runs_at_process_exit() {
+    let stderr = run_child("child_exit", "exit");
+    let returning = position(&stderr, "child: returning");
+    let deinit = position(&stderr, DEINIT_LINE);
+    assert!(
+        deinit > returning,
+        "platform deinitialised before the child returned:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches(DEINIT_LINE).count(),
+        1,
+        "deinit not exactly once:\n{stderr}"
+    );
+}
+
+/// The exit hook at dlclose: closing the library without shutdown runs the hook then
+/// (not at process exit, when its code would be gone), and the library unloads.
+#[test]
+fn exit_hook_runs_at_dlclose() {
+    let stderr = run_child("child_dlclose", "dlclose");
+    let before = position(&stderr, "child: before dlclose");
+    let deinit = position(&stderr, DEINIT_LINE);
+    let after = position(&stderr, "child: after dlclose");
+    assert!(
+        before < deinit && deinit < after,
+        "deinit not between the dlclose markers:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches(DEINIT_LINE).count(),
+        1,
+        "deinit not exactly once:\n{stderr}"
+    );
+    assert!(
+        position(&stderr, "child: unmapped") > after,
+        "unmapped marker out of order:\n{stderr}"
+    );
+}
+
+fn is_child(mode: &str) -> bool {
+    std::env::var(CHILD_ENV).as_deref() == Ok(mode)
+}
+
+/// Child of [`exit_hook_runs_at_process_exit`]; does nothing in a normal run.
+#[test]
+fn child_exit() {
+    if !is_child("exit") {
+        return;
+    }
+    let (lib, api) = load(&lib_path());
+    assert_eq!((api.init_traced)(), 0, "offload_embed_init_traced");
+    assert_eq!((api.work)(), 0, "offload_embed_work");
+    // Neither shutdown nor dlclose: the exit hook must deinitialise the platforms.
+    std::mem::forget(lib);
+    eprintln!("child: returning");
+}
+
+/// Child of [`exit_hook_runs_at_dlclose`]; does nothing in a normal run.
+#[test]
+fn child_dlclose() {
+    if !is_child("dlclose") {
+        return;
+    }
+    let path = lib_path();
+    let (lib, api) = load(&path);
+    assert_eq!((api.init_traced)(), 0, "offload_embed_init_traced");
+    assert_eq!((api.work)(), 0, "offload_embed_work");
+    eprintln!("child: before dlclose");
+    close(lib, api);
+    eprintln!("child: after dlclose");
+    let left = mappings(&path);
+    assert!(
+        left.is_empty(),
+        "{LIB_NAME} still mapped after dlclose:\n{}",
+        left.join("\n")
+    );
+    eprintln!("child: unmapped");
+}

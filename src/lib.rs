@@ -72,11 +72,13 @@ pub struct Builtin;
 
 impl Platforms for Builtin {
     fn platforms() -> Vec<PlatformEntry> {
-        #[allow(unused_mut)]
-        let mut list = Vec::new();
-        #[cfg(feature = "host")]
-        list.push(offload_host::platform());
-        list
+        let entries: [Option<PlatformEntry>; 1] = [
+            #[cfg(feature = "host")]
+            Some(offload_host::platform()),
+            #[cfg(not(feature = "host"))]
+            None,
+        ];
+        entries.into_iter().flatten().collect()
     }
 }
 

@@ -207,7 +207,8 @@ fn acquire(
                 backend: *missing,
                 call: "Offload::init",
                 reason: format!(
-                    "backend not compiled in (enable the cargo feature `{missing}` of offload)"
+                    "no {missing} platform in this build (the cargo feature `{missing}` of \
+                     offload is off, or the backend has no implementation yet)"
                 ),
             });
         }

@@ -63,14 +63,15 @@ fn handle(c: &mut Criterion) {
     // Raw: the host backend called directly.
     let platform = HostPlatform::open(&Config::default()).expect("open");
     let raw_dev = Backend::devices(&platform).remove(0);
-    let raw_buf = Backend::alloc(&platform, &raw_dev, BUFFER_SIZE, MemKind::Device).expect("alloc");
+    let mut raw_buf =
+        Backend::alloc(&platform, &raw_dev, BUFFER_SIZE, MemKind::Device).expect("alloc");
 
     let data = [0xA5u8; 64];
     let mut out = [0u8; 64];
     // The measured calls return `Result`s that criterion discards: check once they succeed.
     buf.write(0, &data).expect("write");
     buf.read(0, &mut out).expect("read");
-    Backend::write(&platform, &raw_buf, 0, &data).expect("raw write");
+    Backend::write(&platform, &mut raw_buf, 0, &data).expect("raw write");
     Backend::read(&platform, &raw_buf, 0, &mut out).expect("raw read");
     dev.info().expect("info");
     Backend::device_info(&platform, &raw_dev).expect("raw info");
@@ -83,7 +84,7 @@ fn handle(c: &mut Criterion) {
         b.iter(|| {
             Backend::write(
                 &platform,
-                black_box(&raw_buf),
+                black_box(&mut raw_buf),
                 black_box(0),
                 black_box(&data),
             )

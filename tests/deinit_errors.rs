@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offload::{
@@ -32,7 +31,7 @@ impl<const ID: usize, const FO: bool, const FF: bool, const FD: bool> Backend
     for Test<ID, FO, FF, FD>
 {
     type Device = ();
-    type Buffer = Mutex<Vec<u8>>;
+    type Buffer = Vec<u8>;
     const KIND: BackendKind = BackendKind::Reference;
 
     fn open(_: &Config) -> Result<Self> {
@@ -58,7 +57,7 @@ impl<const ID: usize, const FO: bool, const FF: bool, const FD: bool> Backend
         })
     }
     fn alloc(&self, _: &(), size: usize, _: MemKind) -> Result<Self::Buffer> {
-        Ok(Mutex::new(vec![0; size]))
+        Ok(vec![0; size])
     }
     fn free(&self, _: Self::Buffer) -> Result<()> {
         FREES[ID].fetch_add(1, Ordering::SeqCst);
@@ -69,19 +68,29 @@ impl<const ID: usize, const FO: bool, const FF: bool, const FD: bool> Backend
         }
     }
     fn read(&self, b: &Self::Buffer, o: usize, dst: &mut [u8]) -> Result<()> {
-        dst.copy_from_slice(&b.lock().unwrap()[o..o + dst.len()]);
+        dst.copy_from_slice(&b[o..o + dst.len()]);
         Ok(())
     }
-    fn write(&self, b: &Self::Buffer, o: usize, src: &[u8]) -> Result<()> {
-        b.lock().unwrap()[o..o + src.len()].copy_from_slice(src);
+    fn write(&self, b: &mut Self::Buffer, o: usize, src: &[u8]) -> Result<()> {
+        b[o..o + src.len()].copy_from_slice(src);
         Ok(())
     }
-    fn fill(&self, b: &Self::Buffer, o: usize, len: usize, v: u8) -> Result<()> {
-        b.lock().unwrap()[o..o + len].fill(v);
+    fn fill(&self, b: &mut Self::Buffer, o: usize, len: usize, v: u8) -> Result<()> {
+        b[o..o + len].fill(v);
         Ok(())
     }
-    fn copy(&self, _: &Self::Buffer, _: usize, _: &Self::Buffer, _: usize, _: usize) -> Result<()> {
+    fn copy(
+        &self,
+        _: &Self::Buffer,
+        _: usize,
+        _: &mut Self::Buffer,
+        _: usize,
+        _: usize,
+    ) -> Result<()> {
         Err(driver_error("copy", ID))
+    }
+    fn copy_within(&self, _: &mut Self::Buffer, _: usize, _: usize, _: usize) -> Result<()> {
+        Err(driver_error("copy_within", ID))
     }
     fn deinit(&self) -> Result<()> {
         DEINITS[ID].fetch_add(1, Ordering::SeqCst);

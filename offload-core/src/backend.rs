@@ -179,19 +179,28 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Copies `dst.len()` bytes at `offset` of `buffer` to `dst`.
     fn read(&self, buffer: &Self::Buffer, offset: usize, dst: &mut [u8]) -> Result<()>;
 
-    /// Copies `src` to `buffer` at `offset`.
-    fn write(&self, buffer: &Self::Buffer, offset: usize, src: &[u8]) -> Result<()>;
+    /// Copies `src` to `buffer` at `offset`. Mutation takes `&mut`: the borrow checker
+    /// proves exclusive access, so a backend needs no lock of its own for it.
+    fn write(&self, buffer: &mut Self::Buffer, offset: usize, src: &[u8]) -> Result<()>;
 
     /// Sets `len` bytes at `offset` to `value`.
-    fn fill(&self, buffer: &Self::Buffer, offset: usize, len: usize, value: u8) -> Result<()>;
+    fn fill(&self, buffer: &mut Self::Buffer, offset: usize, len: usize, value: u8) -> Result<()>;
 
-    /// Copies `len` bytes between two buffers of the same device. `src` and `dst` may be
-    /// the same buffer; the ranges may overlap (memmove semantics).
+    /// Copies `len` bytes from `src` to another buffer `dst` of the same device.
     fn copy(
         &self,
         src: &Self::Buffer,
         src_offset: usize,
-        dst: &Self::Buffer,
+        dst: &mut Self::Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Copies `len` bytes inside one buffer; the ranges may overlap (memmove semantics).
+    fn copy_within(
+        &self,
+        buffer: &mut Self::Buffer,
+        src_offset: usize,
         dst_offset: usize,
         len: usize,
     ) -> Result<()>;

@@ -24,26 +24,43 @@ pub(crate) trait DynPlatform: Send + Sync {
     fn alloc(&self, device: &dyn Any, size: usize, kind: MemKind) -> Result<AnyObject>;
     fn free(&self, buffer: AnyObject) -> Result<()>;
     fn read(&self, buffer: &dyn Any, offset: usize, dst: &mut [u8]) -> Result<()>;
-    fn write(&self, buffer: &dyn Any, offset: usize, src: &[u8]) -> Result<()>;
-    fn fill(&self, buffer: &dyn Any, offset: usize, len: usize, value: u8) -> Result<()>;
+    fn write(&self, buffer: &mut dyn Any, offset: usize, src: &[u8]) -> Result<()>;
+    fn fill(&self, buffer: &mut dyn Any, offset: usize, len: usize, value: u8) -> Result<()>;
     fn copy(
         &self,
         src: &dyn Any,
         src_offset: usize,
-        dst: &dyn Any,
+        dst: &mut dyn Any,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+    fn copy_within(
+        &self,
+        buffer: &mut dyn Any,
+        src_offset: usize,
         dst_offset: usize,
         len: usize,
     ) -> Result<()>;
     fn deinit(&self) -> Result<()>;
 }
 
+fn foreign(kind: BackendKind, what: &str) -> Error {
+    Error::invalid(
+        "offload (internal)",
+        format!("a {what} of another platform was passed to the {kind} platform"),
+    )
+}
+
 fn downcast<'a, T: 'static>(object: &'a dyn Any, kind: BackendKind, what: &str) -> Result<&'a T> {
-    object.downcast_ref::<T>().ok_or_else(|| {
-        Error::invalid(
-            "offload (internal)",
-            format!("a {what} of another platform was passed to the {kind} platform"),
-        )
-    })
+    object
+        .downcast_ref::<T>()
+        .ok_or_else(|| foreign(kind, what))
+}
+
+fn downcast_mut<T: 'static>(object: &mut dyn Any, kind: BackendKind) -> Result<&mut T> {
+    object
+        .downcast_mut::<T>()
+        .ok_or_else(|| foreign(kind, "buffer"))
 }
 
 impl<B: Backend> DynPlatform for B {
@@ -74,13 +91,7 @@ impl<B: Backend> DynPlatform for B {
     fn free(&self, buffer: AnyObject) -> Result<()> {
         match buffer.downcast::<B::Buffer>() {
             Ok(buffer) => Backend::free(self, *buffer),
-            Err(_) => Err(Error::invalid(
-                "offload (internal)",
-                format!(
-                    "a buffer of another platform was freed on the {} platform",
-                    B::KIND
-                ),
-            )),
+            Err(_) => Err(foreign(B::KIND, "buffer")),
         }
     }
 
@@ -88,31 +99,36 @@ impl<B: Backend> DynPlatform for B {
         Backend::read(self, downcast(buffer, B::KIND, "buffer")?, offset, dst)
     }
 
-    fn write(&self, buffer: &dyn Any, offset: usize, src: &[u8]) -> Result<()> {
-        Backend::write(self, downcast(buffer, B::KIND, "buffer")?, offset, src)
+    fn write(&self, buffer: &mut dyn Any, offset: usize, src: &[u8]) -> Result<()> {
+        Backend::write(self, downcast_mut(buffer, B::KIND)?, offset, src)
     }
 
-    fn fill(&self, buffer: &dyn Any, offset: usize, len: usize, value: u8) -> Result<()> {
-        Backend::fill(
-            self,
-            downcast(buffer, B::KIND, "buffer")?,
-            offset,
-            len,
-            value,
-        )
+    fn fill(&self, buffer: &mut dyn Any, offset: usize, len: usize, value: u8) -> Result<()> {
+        Backend::fill(self, downcast_mut(buffer, B::KIND)?, offset, len, value)
     }
 
     fn copy(
         &self,
         src: &dyn Any,
         src_offset: usize,
-        dst: &dyn Any,
+        dst: &mut dyn Any,
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
         let src = downcast(src, B::KIND, "buffer")?;
-        let dst = downcast(dst, B::KIND, "buffer")?;
+        let dst = downcast_mut(dst, B::KIND)?;
         Backend::copy(self, src, src_offset, dst, dst_offset, len)
+    }
+
+    fn copy_within(
+        &self,
+        buffer: &mut dyn Any,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let buffer = downcast_mut(buffer, B::KIND)?;
+        Backend::copy_within(self, buffer, src_offset, dst_offset, len)
     }
 
     fn deinit(&self) -> Result<()> {

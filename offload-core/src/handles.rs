@@ -274,12 +274,22 @@ impl Buffer {
         }
     }
 
-    /// Runs `f` on the live allocation. The lock is shared: it only keeps teardown from
-    /// freeing the memory under the call; backends make concurrent calls sound themselves.
+    /// Runs `f` on the live allocation, shared with other readers; teardown cannot free it
+    /// under the call.
     fn with_raw<T>(&self, f: impl FnOnce(&dyn DynPlatform, &dyn Any) -> Result<T>) -> Result<T> {
         let guard = read(&self.entry.allocation);
         let a = guard.as_ref().ok_or(Error::ShutDown)?;
         f(&*a.platform, &*a.raw)
+    }
+
+    /// Runs `f` on the live allocation with exclusive access (the backend gets `&mut`).
+    fn with_raw_mut<T>(
+        &self,
+        f: impl FnOnce(&dyn DynPlatform, &mut dyn Any) -> Result<T>,
+    ) -> Result<T> {
+        let mut guard = write(&self.entry.allocation);
+        let a = guard.as_mut().ok_or(Error::ShutDown)?;
+        f(&*a.platform, &mut *a.raw)
     }
 
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
@@ -312,7 +322,7 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.with_raw(|platform, raw| {
+        self.with_raw_mut(|platform, raw| {
             self.check_range("Buffer::write", offset, src.len())?;
             platform.write(raw, offset, src)
         })
@@ -331,7 +341,7 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        self.with_raw(|platform, raw| {
+        self.with_raw_mut(|platform, raw| {
             self.check_range("Buffer::fill", offset, len)?;
             platform.fill(raw, offset, len, value)
         })
@@ -363,10 +373,10 @@ impl Buffer {
     ) -> Result<()> {
         const CALL: &str = "Buffer::copy_from";
         if Arc::ptr_eq(&self.entry, &src.entry) {
-            return self.with_raw(|platform, raw| {
+            return self.with_raw_mut(|platform, raw| {
                 self.check_range(CALL, dst_offset, len)?;
                 self.check_range(CALL, src_offset, len)?;
-                platform.copy(raw, src_offset, raw, dst_offset, len)
+                platform.copy_within(raw, src_offset, dst_offset, len)
             });
         }
         if !Arc::ptr_eq(&self.generation, &src.generation) || self.entry.device != src.entry.device
@@ -381,13 +391,20 @@ impl Buffer {
         }
         src.check_range(CALL, src_offset, len)?;
         self.check_range(CALL, dst_offset, len)?;
-        // Shared locks only, taken one after the other: teardown holds at most one buffer
-        // lock at a time, so this cannot deadlock with it.
-        src.with_raw(|_, src_raw| {
-            self.with_raw(|platform, dst_raw| {
-                platform.copy(src_raw, src_offset, dst_raw, dst_offset, len)
-            })
-        })
+        // Two locks, taken in address order so opposite copies cannot deadlock; teardown
+        // holds at most one buffer lock at a time, so it cannot deadlock with this either.
+        let (src_guard, mut dst_guard) = if Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry) {
+            let s = read(&src.entry.allocation);
+            (s, write(&self.entry.allocation))
+        } else {
+            let d = write(&self.entry.allocation);
+            (read(&src.entry.allocation), d)
+        };
+        let (Some(s), Some(d)) = (src_guard.as_ref(), dst_guard.as_mut()) else {
+            return Err(Error::ShutDown);
+        };
+        d.platform
+            .copy(&*s.raw, src_offset, &mut *d.raw, dst_offset, len)
     }
 
     /// Frees the memory now and returns any error. After shutdown it returns

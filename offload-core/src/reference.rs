@@ -4,14 +4,13 @@
 //! the oracle that tests and the conformance model compare real backends with, and the
 //! backend the core's own documentation runs on. It is never registered by default.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 use crate::backend::{Backend, BackendKind, DeviceInfo, MemKind};
 use crate::config::Config;
 use crate::dynamic::{PlatformEntry, Platforms};
 use crate::error::{Error, Result};
-use crate::sync::lock;
 
 /// Memory each reference device claims to have: 1 GiB.
 pub const DEVICE_MEMORY: u64 = 1 << 30;
@@ -22,8 +21,8 @@ pub const DEVICE_MEMORY: u64 = 1 << 30;
 /// use offload_core::{Backend, Config, MemKind, reference::Reference};
 /// let platform = Reference::open(&Config::default())?;
 /// let dev = platform.devices().remove(0);
-/// let buf = platform.alloc(&dev, 4, MemKind::Device)?;
-/// platform.write(&buf, 0, &[1, 2, 3, 4])?;
+/// let mut buf = platform.alloc(&dev, 4, MemKind::Device)?;
+/// platform.write(&mut buf, 0, &[1, 2, 3, 4])?;
 /// platform.free(buf)?;
 /// assert_eq!(platform.live_allocations(), 0);
 /// platform.deinit()?;
@@ -44,7 +43,7 @@ pub struct RefDevice {
 /// A reference allocation.
 #[derive(Debug)]
 pub struct RefBuffer {
-    bytes: Mutex<Vec<u8>>,
+    bytes: Vec<u8>,
 }
 
 impl Reference {
@@ -58,23 +57,6 @@ impl Reference {
     pub fn live_allocations(&self) -> usize {
         self.live.load(Ordering::SeqCst)
     }
-}
-
-fn copy_within_or_between(src: &RefBuffer, so: usize, dst: &RefBuffer, d: usize, len: usize) {
-    if std::ptr::eq(src, dst) {
-        lock(&dst.bytes).copy_within(so..so + len, d);
-        return;
-    }
-    // Lock in address order so two opposite copies cannot deadlock.
-    let (s, t) = if (src as *const RefBuffer) < (dst as *const RefBuffer) {
-        let s = lock(&src.bytes);
-        (s, lock(&dst.bytes))
-    } else {
-        let t = lock(&dst.bytes);
-        (lock(&src.bytes), t)
-    };
-    let mut t = t;
-    t[d..d + len].copy_from_slice(&s[so..so + len]);
 }
 
 fn range(
@@ -144,9 +126,7 @@ impl Backend for Reference {
             })?;
         bytes.resize(size, 0);
         self.live.fetch_add(1, Ordering::SeqCst);
-        Ok(RefBuffer {
-            bytes: Mutex::new(bytes),
-        })
+        Ok(RefBuffer { bytes })
     }
 
     fn free(&self, _buffer: RefBuffer) -> Result<()> {
@@ -155,23 +135,20 @@ impl Backend for Reference {
     }
 
     fn read(&self, buffer: &RefBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let bytes = lock(&buffer.bytes);
-        let r = range("Buffer::read", &bytes, offset, dst.len())?;
-        dst.copy_from_slice(&bytes[r]);
+        let r = range("Buffer::read", &buffer.bytes, offset, dst.len())?;
+        dst.copy_from_slice(&buffer.bytes[r]);
         Ok(())
     }
 
-    fn write(&self, buffer: &RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        let mut bytes = lock(&buffer.bytes);
-        let r = range("Buffer::write", &bytes, offset, src.len())?;
-        bytes[r].copy_from_slice(src);
+    fn write(&self, buffer: &mut RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        let r = range("Buffer::write", &buffer.bytes, offset, src.len())?;
+        buffer.bytes[r].copy_from_slice(src);
         Ok(())
     }
 
-    fn fill(&self, buffer: &RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        let mut bytes = lock(&buffer.bytes);
-        let r = range("Buffer::fill", &bytes, offset, len)?;
-        bytes[r].fill(value);
+    fn fill(&self, buffer: &mut RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
+        let r = range("Buffer::fill", &buffer.bytes, offset, len)?;
+        buffer.bytes[r].fill(value);
         Ok(())
     }
 
@@ -179,13 +156,20 @@ impl Backend for Reference {
         &self,
         src: &RefBuffer,
         so: usize,
-        dst: &RefBuffer,
+        dst: &mut RefBuffer,
         d: usize,
         len: usize,
     ) -> Result<()> {
-        range("Buffer::copy_from", &lock(&src.bytes), so, len)?;
-        range("Buffer::copy_from", &lock(&dst.bytes), d, len)?;
-        copy_within_or_between(src, so, dst, d, len);
+        let s = range("Buffer::copy_from", &src.bytes, so, len)?;
+        let t = range("Buffer::copy_from", &dst.bytes, d, len)?;
+        dst.bytes[t].copy_from_slice(&src.bytes[s]);
+        Ok(())
+    }
+
+    fn copy_within(&self, buffer: &mut RefBuffer, so: usize, d: usize, len: usize) -> Result<()> {
+        let s = range("Buffer::copy_from", &buffer.bytes, so, len)?;
+        range("Buffer::copy_from", &buffer.bytes, d, len)?;
+        buffer.bytes.copy_within(s, d);
         Ok(())
     }
 

@@ -14,8 +14,8 @@
 //! use offload_host::HostPlatform;
 //! let host = HostPlatform::open(&Config::default())?;
 //! let dev = host.devices().remove(0);
-//! let buf = host.alloc(&dev, 64, MemKind::Device)?;
-//! host.write(&buf, 0, &[42; 64])?;
+//! let mut buf = host.alloc(&dev, 64, MemKind::Device)?;
+//! host.write(&mut buf, 0, &[42; 64])?;
 //! let mut out = [0u8; 64];
 //! host.read(&buf, 0, &mut out)?;
 //! assert_eq!(out, [42; 64]);
@@ -185,11 +185,11 @@ impl Backend for HostPlatform {
         buffer.read(offset, dst)
     }
 
-    fn write(&self, buffer: &HostBuffer, offset: usize, src: &[u8]) -> Result<()> {
+    fn write(&self, buffer: &mut HostBuffer, offset: usize, src: &[u8]) -> Result<()> {
         buffer.write(offset, src)
     }
 
-    fn fill(&self, buffer: &HostBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
+    fn fill(&self, buffer: &mut HostBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
         buffer.fill(offset, len, value)
     }
 
@@ -197,11 +197,15 @@ impl Backend for HostPlatform {
         &self,
         src: &HostBuffer,
         so: usize,
-        dst: &HostBuffer,
+        dst: &mut HostBuffer,
         d: usize,
         len: usize,
     ) -> Result<()> {
-        HostBuffer::copy(src, so, dst, d, len)
+        dst.copy_from(d, src, so, len)
+    }
+
+    fn copy_within(&self, buffer: &mut HostBuffer, so: usize, d: usize, len: usize) -> Result<()> {
+        buffer.copy_within(so, d, len)
     }
 
     fn deinit(&self) -> Result<()> {

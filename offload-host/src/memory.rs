@@ -1,14 +1,13 @@
 //! Host memory: one zeroed, aligned heap allocation per buffer.
 //!
 //! All access goes through raw-pointer copies; no Rust reference to the bytes is ever
-//! formed, so kernels (C code) may hold pointers into them. A per-buffer `RwLock<()>`
-//! makes the safe API sound on its own: reads share it, writes take it exclusively, so two
-//! threads never race on the same bytes through this API. Every method checks its range
-//! before touching memory, whatever the caller checked.
+//! formed, so kernels (C code) may hold pointers into them. Reads take `&self`, mutation
+//! takes `&mut self`, so the borrow checker rules out two threads racing on the same bytes
+//! through this API, with no lock. Every method checks its range before touching memory,
+//! whatever the caller checked.
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::{PoisonError, RwLock};
 
 use offload_core::{Error, Result};
 
@@ -20,14 +19,13 @@ pub const ALIGNMENT: usize = 64;
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     layout: Layout,
-    lock: RwLock<()>,
 }
 
 // SAFETY: the buffer owns its allocation exclusively (like a `Box<[u8]>`); moving it to
 // another thread moves that ownership.
 unsafe impl Send for HostBuffer {}
-// SAFETY: shared access only reads or writes the bytes through raw pointers under `lock`
-// (shared for reads, exclusive for writes), so concurrent `&HostBuffer` users never race.
+// SAFETY: through `&HostBuffer` the bytes are only read; every write needs `&mut`, so
+// concurrent `&HostBuffer` users never race with a writer.
 unsafe impl Sync for HostBuffer {}
 
 fn out_of_range(call: &'static str, offset: usize, len: usize, size: usize) -> Error {
@@ -52,7 +50,6 @@ impl HostBuffer {
         Some(HostBuffer {
             ptr: NonNull::new(ptr)?,
             layout,
-            lock: RwLock::new(()),
         })
     }
 
@@ -93,10 +90,9 @@ impl HostBuffer {
 
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check("Buffer::read", offset, dst.len())?;
-        let _shared = self.lock.read().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: offset + dst.len() <= len (checked), so the source range lies inside our
-        // allocation; `dst` is a distinct exclusive borrow, so the ranges cannot overlap;
-        // writers are excluded by the lock.
+        // allocation; `dst` is a Rust slice, which cannot alias our allocation (we never hand
+        // out references to it); writers need `&mut self`, so none runs now.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
@@ -107,53 +103,48 @@ impl HostBuffer {
         Ok(())
     }
 
-    pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
         self.check("Buffer::write", offset, src.len())?;
-        let _exclusive = self.lock.write().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: the destination range lies inside our allocation (checked); `src` is a
-        // Rust slice, which cannot alias our allocation (we never hand out references to
-        // it); the lock excludes every other access.
+        // SAFETY: the destination range lies inside our allocation (checked); `src` cannot
+        // alias it (see `read`); `&mut self` excludes every other access.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
         };
         Ok(())
     }
 
-    pub(crate) fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+    pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
         self.check("Buffer::fill", offset, len)?;
-        let _exclusive = self.lock.write().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: the range lies inside our allocation (checked); the lock excludes every
+        // SAFETY: the range lies inside our allocation (checked); `&mut self` excludes every
         // other access.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), value, len) };
         Ok(())
     }
 
-    pub(crate) fn copy(
+    pub(crate) fn copy_from(
+        &mut self,
+        d: usize,
         src: &HostBuffer,
         so: usize,
-        dst: &HostBuffer,
-        d: usize,
         len: usize,
     ) -> Result<()> {
         src.check("Buffer::copy_from", so, len)?;
-        dst.check("Buffer::copy_from", d, len)?;
-        let same = std::ptr::eq(src, dst);
-        // Lock in address order so two opposite copies cannot deadlock.
-        let (_a, _b);
-        if same {
-            _a = None;
-            _b = Some(dst.lock.write().unwrap_or_else(PoisonError::into_inner));
-        } else if (src as *const HostBuffer) < (dst as *const HostBuffer) {
-            _a = Some(src.lock.read().unwrap_or_else(PoisonError::into_inner));
-            _b = Some(dst.lock.write().unwrap_or_else(PoisonError::into_inner));
-        } else {
-            _b = Some(dst.lock.write().unwrap_or_else(PoisonError::into_inner));
-            _a = Some(src.lock.read().unwrap_or_else(PoisonError::into_inner));
-        }
-        // SAFETY: both ranges lie inside their allocations (checked); `ptr::copy` allows
-        // overlap (the same buffer); the locks exclude every other writer of `dst` and of
-        // `src`.
-        unsafe { std::ptr::copy(src.ptr.as_ptr().add(so), dst.ptr.as_ptr().add(d), len) };
+        self.check("Buffer::copy_from", d, len)?;
+        // SAFETY: both ranges lie inside their allocations (checked); `self` is borrowed
+        // mutably and `src` shared, so they are different allocations and cannot overlap,
+        // and nobody else writes either.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.ptr.as_ptr().add(so), self.ptr.as_ptr().add(d), len)
+        };
+        Ok(())
+    }
+
+    pub(crate) fn copy_within(&mut self, so: usize, d: usize, len: usize) -> Result<()> {
+        self.check("Buffer::copy_from", so, len)?;
+        self.check("Buffer::copy_from", d, len)?;
+        // SAFETY: both ranges lie inside our allocation (checked); `ptr::copy` allows them
+        // to overlap; `&mut self` excludes every other access.
+        unsafe { std::ptr::copy(self.ptr.as_ptr().add(so), self.ptr.as_ptr().add(d), len) };
         Ok(())
     }
 }

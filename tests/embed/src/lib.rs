@@ -170,13 +170,13 @@ impl Backend for Traced {
         match *buffer {}
     }
 
-    fn write(&self, buffer: &NoBuffer, _offset: usize, _src: &[u8]) -> offload::Result<()> {
+    fn write(&self, buffer: &mut NoBuffer, _offset: usize, _src: &[u8]) -> offload::Result<()> {
         match *buffer {}
     }
 
     fn fill(
         &self,
-        buffer: &NoBuffer,
+        buffer: &mut NoBuffer,
         _offset: usize,
         _len: usize,
         _value: u8,
@@ -188,11 +188,21 @@ impl Backend for Traced {
         &self,
         src: &NoBuffer,
         _src_offset: usize,
-        _dst: &NoBuffer,
+        _dst: &mut NoBuffer,
         _dst_offset: usize,
         _len: usize,
     ) -> offload::Result<()> {
         match *src {}
+    }
+
+    fn copy_within(
+        &self,
+        buffer: &mut NoBuffer,
+        _src_offset: usize,
+        _dst_offset: usize,
+        _len: usize,
+    ) -> offload::Result<()> {
+        match *buffer {}
     }
 
     fn deinit(&self) -> offload::Result<()> {

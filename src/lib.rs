@@ -97,3 +97,8 @@ impl Platforms for Builtin {
 /// # Ok::<(), offload::Error>(())
 /// ```
 pub type Offload<S = Ready> = offload_core::Offload<S, Builtin>;
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

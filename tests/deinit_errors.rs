@@ -117,9 +117,9 @@ fn shutdown_runs_every_step_and_returns_every_error() {
     );
     let rt = Offload::builder()
         .backends([]) // no built-in platform: only the three below
-        .platform(PlatformEntry::of::<Test<0, false, true, true>>()) // free and deinit fail
-        .platform(PlatformEntry::of::<Test<1, false, false, false>>()) // healthy
-        .platform(PlatformEntry::of::<Test<2, false, false, true>>()) // deinit fails
+        .platform(PlatformEntry::memory_only::<Test<0, false, true, true>>()) // free and deinit fail
+        .platform(PlatformEntry::memory_only::<Test<1, false, false, false>>()) // healthy
+        .platform(PlatformEntry::memory_only::<Test<2, false, false, true>>()) // deinit fails
         .start()
         .unwrap();
     let devices = rt.devices().unwrap();
@@ -166,7 +166,7 @@ fn drop_errors_are_returned_by_the_next_shutdown() {
     let _serial = common::serial();
     let rt = Offload::builder()
         .backends([])
-        .platform(PlatformEntry::of::<Test<3, false, true, false>>())
+        .platform(PlatformEntry::memory_only::<Test<3, false, true, false>>())
         .start()
         .unwrap();
     let buf = rt.devices().unwrap()[0].alloc(4, MemKind::Device).unwrap();
@@ -184,8 +184,8 @@ fn a_platform_that_fails_to_open_fails_init_and_leaks_nothing() {
     let deinits = count(&DEINITS, 1);
     let result = Offload::builder()
         .backends([])
-        .platform(PlatformEntry::of::<Test<1, false, false, false>>())
-        .platform(PlatformEntry::of::<Test<2, true, false, false>>())
+        .platform(PlatformEntry::memory_only::<Test<1, false, false, false>>())
+        .platform(PlatformEntry::memory_only::<Test<2, true, false, false>>())
         .start();
     match result {
         Err(e @ Error::Driver { .. }) => assert!(e.to_string().contains("open"), "{e}"),

@@ -208,3 +208,195 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Deinitialises the driver. Called exactly once, last, whatever failed before.
     fn deinit(&self) -> Result<()>;
 }
+
+/// Launch geometry: a grid of blocks, each of `block` threads (CUDA's terms).
+///
+/// ```
+/// use offload_core::Dims;
+/// let d = Dims::grid([16, 1, 1]).block([64, 1, 1]);
+/// assert_eq!(d.blocks(), 16);
+/// assert_eq!(d.threads_per_block(), 64);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dims {
+    /// Blocks in each dimension.
+    pub grid: [u32; 3],
+    /// Threads per block in each dimension.
+    pub block: [u32; 3],
+}
+
+impl Dims {
+    /// A grid of `grid` blocks of one thread each; set the block size with [`Dims::block`].
+    ///
+    /// ```
+    /// assert_eq!(offload_core::Dims::grid([2, 3, 1]).blocks(), 6);
+    /// ```
+    pub fn grid(grid: [u32; 3]) -> Self {
+        Dims {
+            grid,
+            block: [1, 1, 1],
+        }
+    }
+
+    /// Sets the threads per block.
+    ///
+    /// ```
+    /// let d = offload_core::Dims::grid([1, 1, 1]).block([32, 2, 1]);
+    /// assert_eq!(d.threads_per_block(), 64);
+    /// ```
+    pub fn block(mut self, block: [u32; 3]) -> Self {
+        self.block = block;
+        self
+    }
+
+    /// Total blocks (0 if any dimension is 0).
+    ///
+    /// ```
+    /// assert_eq!(offload_core::Dims::grid([4, 0, 1]).blocks(), 0);
+    /// ```
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&g| u64::from(g)).product()
+    }
+
+    /// Threads in one block.
+    ///
+    /// ```
+    /// assert_eq!(offload_core::Dims::grid([1, 1, 1]).threads_per_block(), 1);
+    /// ```
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&b| u64::from(b)).product()
+    }
+}
+
+/// What a kernel parameter is, as the kernel declares it.
+///
+/// ```
+/// use offload_core::ParamKind;
+/// assert_ne!(ParamKind::Buffer, ParamKind::Scalar(4));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParamKind {
+    /// A buffer (device pointer / storage buffer).
+    Buffer,
+    /// A scalar of this many bytes.
+    Scalar(usize),
+}
+
+/// A launch argument as a backend sees it: its own buffer, or a scalar's bytes.
+#[derive(Debug)]
+pub enum KernelArg<'a, B: ?Sized> {
+    /// A buffer of this backend.
+    Buffer(&'a B),
+    /// A scalar, in native byte order.
+    Scalar(&'a [u8]),
+}
+
+impl<B: ?Sized> Clone for KernelArg<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: ?Sized> Copy for KernelArg<'_, B> {}
+
+/// Address and size of a global variable in a loaded module.
+///
+/// ```
+/// let g = offload_core::GlobalInfo { address: 0x1000, size: 4 };
+/// assert_eq!(g.size, 4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalInfo {
+    /// Device address of the variable.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: usize,
+}
+
+/// Programs, kernels, queues and events: what a backend needs to run code.
+///
+/// The runtime guarantees the ordering contract around these calls: `load` for one
+/// (program, device) runs once however many threads ask (P2); `unload` runs after every
+/// launch of the module's kernels returned; `destroy_queue` after `sync`; all of it before
+/// [`Backend::deinit`]. A backend validates images before its driver sees them (P4).
+///
+/// A backend still under construction may leave this out and register itself with
+/// [`crate::PlatformEntry::memory_only`]; its compute calls then return `Error::Unsupported`.
+pub trait Compute: Backend {
+    /// A program loaded on one device.
+    type Module: Send + Sync + 'static;
+    /// An entry point of a module.
+    type Kernel: Send + Sync + 'static;
+    /// An in-order stream of work on one device.
+    type Queue: Send + Sync + 'static;
+    /// A point in a queue's work, with a timestamp.
+    type Event: Send + Sync + 'static;
+
+    /// Validates `image` and loads it on `device`. A corrupt or foreign image is
+    /// `Error::InvalidBinary` and never reaches the driver.
+    fn load(&self, device: &Self::Device, image: &[u8]) -> Result<Self::Module>;
+
+    /// Unloads a module.
+    fn unload(&self, module: Self::Module) -> Result<()>;
+
+    /// Looks up a kernel; a missing one is `Error::SymbolNotFound`.
+    fn kernel(&self, module: &Self::Module, name: &str) -> Result<Self::Kernel>;
+
+    /// The kernel's parameters, in order, as the image declares them.
+    fn params<'k>(&self, kernel: &'k Self::Kernel) -> &'k [ParamKind];
+
+    /// Address and size of a global variable; a missing one is `Error::SymbolNotFound`.
+    fn global(&self, module: &Self::Module, name: &str) -> Result<GlobalInfo>;
+
+    /// Copies bytes out of a global variable (the range is already checked).
+    fn read_global(
+        &self,
+        module: &Self::Module,
+        name: &str,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<()>;
+
+    /// Copies bytes into a global variable (the range is already checked).
+    fn write_global(
+        &self,
+        module: &Self::Module,
+        name: &str,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<()>;
+
+    /// Creates a queue on `device`.
+    fn queue(&self, device: &Self::Device) -> Result<Self::Queue>;
+
+    /// Destroys a queue (after `sync`).
+    fn destroy_queue(&self, queue: Self::Queue) -> Result<()>;
+
+    /// Enqueues a kernel launch. Arguments match [`Compute::params`] (checked), and every
+    /// buffer belongs to the queue's device (checked).
+    fn launch(
+        &self,
+        queue: &Self::Queue,
+        kernel: &Self::Kernel,
+        dims: &Dims,
+        args: &[KernelArg<'_, Self::Buffer>],
+    ) -> Result<()>;
+
+    /// Waits until all work enqueued so far has finished.
+    fn sync(&self, queue: &Self::Queue) -> Result<()>;
+
+    /// Records an event after the work enqueued so far.
+    fn record(&self, queue: &Self::Queue) -> Result<Self::Event>;
+
+    /// Makes later work on `queue` wait for `event`.
+    fn wait_event(&self, queue: &Self::Queue, event: &Self::Event) -> Result<()>;
+
+    /// Blocks until `event` has completed.
+    fn sync_event(&self, event: &Self::Event) -> Result<()>;
+
+    /// Time between two completed events.
+    fn elapsed(&self, start: &Self::Event, end: &Self::Event) -> Result<std::time::Duration>;
+
+    /// Destroys an event.
+    fn destroy_event(&self, event: Self::Event) -> Result<()>;
+}

@@ -1,21 +1,25 @@
-//! Type erasure of [`Backend`] so one runtime holds platforms of different backends.
+//! Type erasure of [`Backend`] (and [`Compute`]) so one runtime holds platforms of
+//! different backends.
 //!
-//! A blanket `impl<B: Backend> DynPlatform for B` (as in wgpu-hal's `dynamic/`) turns each
-//! backend's devices and buffers into `dyn Any` and back with a `downcast_ref`, which is one
-//! type-id comparison. A downcast that fails means the core mixed up two platforms' objects:
-//! it is reported as `Error::InvalidArgument`, never a panic. No backend is written twice.
+//! Two wrappers implement the object-safe [`DynPlatform`]: `Full<B>` for a backend with
+//! compute, `MemoryOnly<B>` for one without (its compute calls answer
+//! `Error::Unsupported`). Objects cross the erasure as `dyn Any` and come back with a
+//! `downcast_ref`, one type-id comparison; a failed downcast means two platforms' objects
+//! were mixed up and is reported as `Error::InvalidArgument`, never a panic.
 
 use std::any::Any;
+use std::time::Duration;
 
-use crate::backend::{Backend, BackendKind, DeviceInfo, MemKind};
+use crate::backend::{
+    Backend, BackendKind, Compute, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind,
+};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
 /// A backend object with its type erased.
 pub(crate) type AnyObject = Box<dyn Any + Send + Sync>;
 
-/// The object-safe face of a [`Backend`]. Implemented for every backend; not implementable
-/// (or callable) outside the core.
+/// The object-safe face of a platform. Implemented only by the wrappers below.
 pub(crate) trait DynPlatform: Send + Sync {
     fn kind(&self) -> BackendKind;
     fn name(&self) -> String;
@@ -26,22 +30,39 @@ pub(crate) trait DynPlatform: Send + Sync {
     fn read(&self, buffer: &dyn Any, offset: usize, dst: &mut [u8]) -> Result<()>;
     fn write(&self, buffer: &mut dyn Any, offset: usize, src: &[u8]) -> Result<()>;
     fn fill(&self, buffer: &mut dyn Any, offset: usize, len: usize, value: u8) -> Result<()>;
-    fn copy(
-        &self,
-        src: &dyn Any,
-        src_offset: usize,
-        dst: &mut dyn Any,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()>;
-    fn copy_within(
-        &self,
-        buffer: &mut dyn Any,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()>;
+    fn copy(&self, src: &dyn Any, so: usize, dst: &mut dyn Any, d: usize, len: usize)
+    -> Result<()>;
+    fn copy_within(&self, buffer: &mut dyn Any, so: usize, d: usize, len: usize) -> Result<()>;
     fn deinit(&self) -> Result<()>;
+
+    fn load(&self, device: &dyn Any, image: &[u8]) -> Result<AnyObject>;
+    fn unload(&self, module: AnyObject) -> Result<()>;
+    fn kernel(&self, module: &dyn Any, name: &str) -> Result<AnyObject>;
+    fn params(&self, kernel: &dyn Any) -> Result<Vec<ParamKind>>;
+    fn global(&self, module: &dyn Any, name: &str) -> Result<GlobalInfo>;
+    fn read_global(
+        &self,
+        module: &dyn Any,
+        name: &str,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<()>;
+    fn write_global(&self, module: &dyn Any, name: &str, offset: usize, src: &[u8]) -> Result<()>;
+    fn queue(&self, device: &dyn Any) -> Result<AnyObject>;
+    fn destroy_queue(&self, queue: AnyObject) -> Result<()>;
+    fn launch(
+        &self,
+        queue: &dyn Any,
+        kernel: &dyn Any,
+        dims: &Dims,
+        args: &[KernelArg<'_, dyn Any>],
+    ) -> Result<()>;
+    fn sync(&self, queue: &dyn Any) -> Result<()>;
+    fn record(&self, queue: &dyn Any) -> Result<AnyObject>;
+    fn wait_event(&self, queue: &dyn Any, event: &dyn Any) -> Result<()>;
+    fn sync_event(&self, event: &dyn Any) -> Result<()>;
+    fn elapsed(&self, start: &dyn Any, end: &dyn Any) -> Result<Duration>;
+    fn destroy_event(&self, event: AnyObject) -> Result<()>;
 }
 
 fn foreign(kind: BackendKind, what: &str) -> Error {
@@ -63,76 +84,259 @@ fn downcast_mut<T: 'static>(object: &mut dyn Any, kind: BackendKind) -> Result<&
         .ok_or_else(|| foreign(kind, "buffer"))
 }
 
-impl<B: Backend> DynPlatform for B {
-    fn kind(&self) -> BackendKind {
-        B::KIND
-    }
+fn unbox<T: 'static>(object: AnyObject, kind: BackendKind, what: &str) -> Result<T> {
+    object
+        .downcast::<T>()
+        .map(|b| *b)
+        .map_err(|_| foreign(kind, what))
+}
 
-    fn name(&self) -> String {
-        Backend::name(self)
-    }
+/// A backend with compute.
+pub(crate) struct Full<B>(pub(crate) B);
 
-    fn devices(&self) -> Vec<AnyObject> {
-        Backend::devices(self)
-            .into_iter()
-            .map(|d| Box::new(d) as AnyObject)
-            .collect()
-    }
+/// A backend without compute (still under construction).
+pub(crate) struct MemoryOnly<B>(pub(crate) B);
 
-    fn device_info(&self, device: &dyn Any) -> Result<DeviceInfo> {
-        Backend::device_info(self, downcast(device, B::KIND, "device")?)
-    }
-
-    fn alloc(&self, device: &dyn Any, size: usize, kind: MemKind) -> Result<AnyObject> {
-        let device = downcast::<B::Device>(device, B::KIND, "device")?;
-        Ok(Box::new(Backend::alloc(self, device, size, kind)?))
-    }
-
-    fn free(&self, buffer: AnyObject) -> Result<()> {
-        match buffer.downcast::<B::Buffer>() {
-            Ok(buffer) => Backend::free(self, *buffer),
-            Err(_) => Err(foreign(B::KIND, "buffer")),
+/// The memory half of `DynPlatform`, the same for both wrappers.
+macro_rules! memory_methods {
+    () => {
+        fn kind(&self) -> BackendKind {
+            B::KIND
         }
+
+        fn name(&self) -> String {
+            Backend::name(&self.0)
+        }
+
+        fn devices(&self) -> Vec<AnyObject> {
+            Backend::devices(&self.0)
+                .into_iter()
+                .map(|d| Box::new(d) as AnyObject)
+                .collect()
+        }
+
+        fn device_info(&self, device: &dyn Any) -> Result<DeviceInfo> {
+            Backend::device_info(&self.0, downcast(device, B::KIND, "device")?)
+        }
+
+        fn alloc(&self, device: &dyn Any, size: usize, kind: MemKind) -> Result<AnyObject> {
+            let device = downcast::<B::Device>(device, B::KIND, "device")?;
+            Ok(Box::new(Backend::alloc(&self.0, device, size, kind)?))
+        }
+
+        fn free(&self, buffer: AnyObject) -> Result<()> {
+            Backend::free(&self.0, unbox(buffer, B::KIND, "buffer")?)
+        }
+
+        fn read(&self, buffer: &dyn Any, offset: usize, dst: &mut [u8]) -> Result<()> {
+            Backend::read(&self.0, downcast(buffer, B::KIND, "buffer")?, offset, dst)
+        }
+
+        fn write(&self, buffer: &mut dyn Any, offset: usize, src: &[u8]) -> Result<()> {
+            Backend::write(&self.0, downcast_mut(buffer, B::KIND)?, offset, src)
+        }
+
+        fn fill(&self, buffer: &mut dyn Any, offset: usize, len: usize, value: u8) -> Result<()> {
+            Backend::fill(&self.0, downcast_mut(buffer, B::KIND)?, offset, len, value)
+        }
+
+        fn copy(
+            &self,
+            src: &dyn Any,
+            so: usize,
+            dst: &mut dyn Any,
+            d: usize,
+            len: usize,
+        ) -> Result<()> {
+            let src = downcast(src, B::KIND, "buffer")?;
+            Backend::copy(&self.0, src, so, downcast_mut(dst, B::KIND)?, d, len)
+        }
+
+        fn copy_within(&self, buffer: &mut dyn Any, so: usize, d: usize, len: usize) -> Result<()> {
+            Backend::copy_within(&self.0, downcast_mut(buffer, B::KIND)?, so, d, len)
+        }
+
+        fn deinit(&self) -> Result<()> {
+            Backend::deinit(&self.0)
+        }
+    };
+}
+
+impl<B: Compute> DynPlatform for Full<B> {
+    memory_methods!();
+
+    fn load(&self, device: &dyn Any, image: &[u8]) -> Result<AnyObject> {
+        let device = downcast::<B::Device>(device, B::KIND, "device")?;
+        Ok(Box::new(Compute::load(&self.0, device, image)?))
     }
 
-    fn read(&self, buffer: &dyn Any, offset: usize, dst: &mut [u8]) -> Result<()> {
-        Backend::read(self, downcast(buffer, B::KIND, "buffer")?, offset, dst)
+    fn unload(&self, module: AnyObject) -> Result<()> {
+        Compute::unload(&self.0, unbox(module, B::KIND, "module")?)
     }
 
-    fn write(&self, buffer: &mut dyn Any, offset: usize, src: &[u8]) -> Result<()> {
-        Backend::write(self, downcast_mut(buffer, B::KIND)?, offset, src)
+    fn kernel(&self, module: &dyn Any, name: &str) -> Result<AnyObject> {
+        let module = downcast::<B::Module>(module, B::KIND, "module")?;
+        Ok(Box::new(Compute::kernel(&self.0, module, name)?))
     }
 
-    fn fill(&self, buffer: &mut dyn Any, offset: usize, len: usize, value: u8) -> Result<()> {
-        Backend::fill(self, downcast_mut(buffer, B::KIND)?, offset, len, value)
+    fn params(&self, kernel: &dyn Any) -> Result<Vec<ParamKind>> {
+        Ok(Compute::params(&self.0, downcast(kernel, B::KIND, "kernel")?).to_vec())
     }
 
-    fn copy(
+    fn global(&self, module: &dyn Any, name: &str) -> Result<GlobalInfo> {
+        Compute::global(&self.0, downcast(module, B::KIND, "module")?, name)
+    }
+
+    fn read_global(
         &self,
-        src: &dyn Any,
-        src_offset: usize,
-        dst: &mut dyn Any,
-        dst_offset: usize,
-        len: usize,
+        module: &dyn Any,
+        name: &str,
+        offset: usize,
+        dst: &mut [u8],
     ) -> Result<()> {
-        let src = downcast(src, B::KIND, "buffer")?;
-        let dst = downcast_mut(dst, B::KIND)?;
-        Backend::copy(self, src, src_offset, dst, dst_offset, len)
+        Compute::read_global(
+            &self.0,
+            downcast(module, B::KIND, "module")?,
+            name,
+            offset,
+            dst,
+        )
     }
 
-    fn copy_within(
+    fn write_global(&self, module: &dyn Any, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        Compute::write_global(
+            &self.0,
+            downcast(module, B::KIND, "module")?,
+            name,
+            offset,
+            src,
+        )
+    }
+
+    fn queue(&self, device: &dyn Any) -> Result<AnyObject> {
+        let device = downcast::<B::Device>(device, B::KIND, "device")?;
+        Ok(Box::new(Compute::queue(&self.0, device)?))
+    }
+
+    fn destroy_queue(&self, queue: AnyObject) -> Result<()> {
+        Compute::destroy_queue(&self.0, unbox(queue, B::KIND, "queue")?)
+    }
+
+    fn launch(
         &self,
-        buffer: &mut dyn Any,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
+        queue: &dyn Any,
+        kernel: &dyn Any,
+        dims: &Dims,
+        args: &[KernelArg<'_, dyn Any>],
     ) -> Result<()> {
-        let buffer = downcast_mut(buffer, B::KIND)?;
-        Backend::copy_within(self, buffer, src_offset, dst_offset, len)
+        let queue = downcast(queue, B::KIND, "queue")?;
+        let kernel = downcast(kernel, B::KIND, "kernel")?;
+        let mut typed: Vec<KernelArg<'_, B::Buffer>> = Vec::with_capacity(args.len());
+        for arg in args {
+            typed.push(match *arg {
+                KernelArg::Buffer(b) => KernelArg::Buffer(downcast(b, B::KIND, "buffer")?),
+                KernelArg::Scalar(bytes) => KernelArg::Scalar(bytes),
+            });
+        }
+        Compute::launch(&self.0, queue, kernel, dims, &typed)
     }
 
-    fn deinit(&self) -> Result<()> {
-        Backend::deinit(self)
+    fn sync(&self, queue: &dyn Any) -> Result<()> {
+        Compute::sync(&self.0, downcast(queue, B::KIND, "queue")?)
+    }
+
+    fn record(&self, queue: &dyn Any) -> Result<AnyObject> {
+        Ok(Box::new(Compute::record(
+            &self.0,
+            downcast(queue, B::KIND, "queue")?,
+        )?))
+    }
+
+    fn wait_event(&self, queue: &dyn Any, event: &dyn Any) -> Result<()> {
+        let queue = downcast(queue, B::KIND, "queue")?;
+        Compute::wait_event(&self.0, queue, downcast(event, B::KIND, "event")?)
+    }
+
+    fn sync_event(&self, event: &dyn Any) -> Result<()> {
+        Compute::sync_event(&self.0, downcast(event, B::KIND, "event")?)
+    }
+
+    fn elapsed(&self, start: &dyn Any, end: &dyn Any) -> Result<Duration> {
+        let start = downcast(start, B::KIND, "event")?;
+        Compute::elapsed(&self.0, start, downcast(end, B::KIND, "event")?)
+    }
+
+    fn destroy_event(&self, event: AnyObject) -> Result<()> {
+        Compute::destroy_event(&self.0, unbox(event, B::KIND, "event")?)
+    }
+}
+
+impl<B: Backend> MemoryOnly<B> {
+    fn unsupported<T>(&self, call: &'static str) -> Result<T> {
+        Err(Error::Unsupported {
+            backend: B::KIND,
+            call,
+            reason: "this backend has no programs, kernels or queues yet".into(),
+        })
+    }
+}
+
+impl<B: Backend> DynPlatform for MemoryOnly<B> {
+    memory_methods!();
+
+    fn load(&self, _: &dyn Any, _: &[u8]) -> Result<AnyObject> {
+        self.unsupported("Program::load")
+    }
+    fn unload(&self, _: AnyObject) -> Result<()> {
+        self.unsupported("Module::unload")
+    }
+    fn kernel(&self, _: &dyn Any, _: &str) -> Result<AnyObject> {
+        self.unsupported("Module::kernel")
+    }
+    fn params(&self, _: &dyn Any) -> Result<Vec<ParamKind>> {
+        self.unsupported("Module::kernel")
+    }
+    fn global(&self, _: &dyn Any, _: &str) -> Result<GlobalInfo> {
+        self.unsupported("Module::global")
+    }
+    fn read_global(&self, _: &dyn Any, _: &str, _: usize, _: &mut [u8]) -> Result<()> {
+        self.unsupported("Module::read_global")
+    }
+    fn write_global(&self, _: &dyn Any, _: &str, _: usize, _: &[u8]) -> Result<()> {
+        self.unsupported("Module::write_global")
+    }
+    fn queue(&self, _: &dyn Any) -> Result<AnyObject> {
+        self.unsupported("Device::queue")
+    }
+    fn destroy_queue(&self, _: AnyObject) -> Result<()> {
+        self.unsupported("Queue::drop")
+    }
+    fn launch(
+        &self,
+        _: &dyn Any,
+        _: &dyn Any,
+        _: &Dims,
+        _: &[KernelArg<'_, dyn Any>],
+    ) -> Result<()> {
+        self.unsupported("Queue::launch")
+    }
+    fn sync(&self, _: &dyn Any) -> Result<()> {
+        self.unsupported("Queue::sync")
+    }
+    fn record(&self, _: &dyn Any) -> Result<AnyObject> {
+        self.unsupported("Queue::record")
+    }
+    fn wait_event(&self, _: &dyn Any, _: &dyn Any) -> Result<()> {
+        self.unsupported("Queue::wait")
+    }
+    fn sync_event(&self, _: &dyn Any) -> Result<()> {
+        self.unsupported("Event::sync")
+    }
+    fn elapsed(&self, _: &dyn Any, _: &dyn Any) -> Result<Duration> {
+        self.unsupported("Event::elapsed")
+    }
+    fn destroy_event(&self, _: AnyObject) -> Result<()> {
+        self.unsupported("Event::drop")
     }
 }
 
@@ -152,21 +356,39 @@ pub struct PlatformEntry {
     open: fn(&Config) -> Result<Box<dyn DynPlatform>>,
 }
 
-fn open_erased<B: Backend>(config: &Config) -> Result<Box<dyn DynPlatform>> {
-    Ok(Box::new(B::open(config)?))
+fn open_full<B: Compute>(config: &Config) -> Result<Box<dyn DynPlatform>> {
+    Ok(Box::new(Full(B::open(config)?)))
+}
+
+fn open_memory_only<B: Backend>(config: &Config) -> Result<Box<dyn DynPlatform>> {
+    Ok(Box::new(MemoryOnly(B::open(config)?)))
 }
 
 impl PlatformEntry {
-    /// The entry for backend `B`.
+    /// The entry for backend `B`, with memory and compute.
     ///
     /// ```
     /// let e = offload_core::PlatformEntry::of::<offload_core::reference::Reference>();
     /// assert_eq!(e.kind().name(), "reference");
     /// ```
-    pub fn of<B: Backend>() -> Self {
+    pub fn of<B: Compute>() -> Self {
         PlatformEntry {
             kind: B::KIND,
-            open: open_erased::<B>,
+            open: open_full::<B>,
+        }
+    }
+
+    /// The entry for a backend without compute yet: devices and memory work, and programs,
+    /// kernels and queues answer `Error::Unsupported` naming the backend.
+    ///
+    /// ```
+    /// let e = offload_core::PlatformEntry::memory_only::<offload_core::reference::Reference>();
+    /// assert_eq!(e.kind().name(), "reference");
+    /// ```
+    pub fn memory_only<B: Backend>() -> Self {
+        PlatformEntry {
+            kind: B::KIND,
+            open: open_memory_only::<B>,
         }
     }
 

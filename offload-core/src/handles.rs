@@ -13,7 +13,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use crate::backend::{BackendKind, DeviceInfo, MemKind};
 use crate::dynamic::{AnyObject, DynPlatform};
@@ -129,9 +129,15 @@ impl fmt::Debug for Device {
 }
 
 /// The live part of a buffer: its platform and its backend allocation.
-struct Allocation {
+pub(crate) struct Allocation {
     platform: Arc<dyn DynPlatform>,
     raw: AnyObject,
+}
+
+impl Allocation {
+    pub(crate) fn raw(&self) -> &(dyn Any + Send + Sync) {
+        &*self.raw
+    }
 }
 
 /// A buffer's shared state, also listed in its generation's buffer table.
@@ -258,6 +264,23 @@ impl Buffer {
             self.entry.device,
             self.entry.backend,
         )
+    }
+
+    pub(crate) fn entry_ptr(&self) -> *const () {
+        Arc::as_ptr(&self.entry).cast()
+    }
+
+    pub(crate) fn device_key(&self) -> DeviceKey {
+        self.entry.device
+    }
+
+    pub(crate) fn same_generation(&self, generation: &Arc<Generation>) -> bool {
+        Arc::ptr_eq(&self.generation, generation)
+    }
+
+    /// The allocation, held exclusively (for a launch that may write it).
+    pub(crate) fn lock_exclusive(&self) -> RwLockWriteGuard<'_, Option<Allocation>> {
+        write(&self.entry.allocation)
     }
 
     fn check_range(&self, call: &'static str, offset: usize, len: usize) -> Result<()> {

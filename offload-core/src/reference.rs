@@ -3,11 +3,28 @@
 //! Like wgpu-hal's `noop` backend it really performs its commands (on `Vec<u8>`s), so it is
 //! the oracle that tests and the conformance model compare real backends with, and the
 //! backend the core's own documentation runs on. It is never registered by default.
+//!
+//! Its programs are a small text format that names built-in kernels and globals:
+//!
+//! ```text
+//! OFFLOAD-REFERENCE 1
+//! kernel add_one      # (buffer of u32, n: u32): buf[i] += 1 for i < n
+//! kernel fill         # (buffer of u32, value: u32, n: u32): buf[i] = value for i < n
+//! kernel noop         # ()
+//! kernel read_global  # (buffer): copies global `g` to the start of the buffer
+//! global g 4          # a global of 4 zeroed bytes
+//! ```
+//!
+//! Thread `i` of a launch is `block_id.x * block.x + thread.x` (one dimension).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, BackendKind, DeviceInfo, MemKind};
+use crate::backend::{
+    Backend, BackendKind, Compute, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind,
+};
 use crate::config::Config;
 use crate::dynamic::{PlatformEntry, Platforms};
 use crate::error::{Error, Result};
@@ -43,7 +60,7 @@ pub struct RefDevice {
 /// A reference allocation.
 #[derive(Debug)]
 pub struct RefBuffer {
-    bytes: Vec<u8>,
+    bytes: RwLock<Vec<u8>>,
 }
 
 impl Reference {
@@ -126,7 +143,9 @@ impl Backend for Reference {
             })?;
         bytes.resize(size, 0);
         self.live.fetch_add(1, Ordering::SeqCst);
-        Ok(RefBuffer { bytes })
+        Ok(RefBuffer {
+            bytes: RwLock::new(bytes),
+        })
     }
 
     fn free(&self, _buffer: RefBuffer) -> Result<()> {
@@ -135,20 +154,23 @@ impl Backend for Reference {
     }
 
     fn read(&self, buffer: &RefBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let r = range("Buffer::read", &buffer.bytes, offset, dst.len())?;
-        dst.copy_from_slice(&buffer.bytes[r]);
+        let bytes = buffer.bytes.read().unwrap_or_else(PoisonError::into_inner);
+        let r = range("Buffer::read", &bytes, offset, dst.len())?;
+        dst.copy_from_slice(&bytes[r]);
         Ok(())
     }
 
     fn write(&self, buffer: &mut RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        let r = range("Buffer::write", &buffer.bytes, offset, src.len())?;
-        buffer.bytes[r].copy_from_slice(src);
+        let bytes = bytes_mut(buffer);
+        let r = range("Buffer::write", bytes, offset, src.len())?;
+        bytes[r].copy_from_slice(src);
         Ok(())
     }
 
     fn fill(&self, buffer: &mut RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        let r = range("Buffer::fill", &buffer.bytes, offset, len)?;
-        buffer.bytes[r].fill(value);
+        let bytes = bytes_mut(buffer);
+        let r = range("Buffer::fill", bytes, offset, len)?;
+        bytes[r].fill(value);
         Ok(())
     }
 
@@ -160,16 +182,19 @@ impl Backend for Reference {
         d: usize,
         len: usize,
     ) -> Result<()> {
-        let s = range("Buffer::copy_from", &src.bytes, so, len)?;
-        let t = range("Buffer::copy_from", &dst.bytes, d, len)?;
-        dst.bytes[t].copy_from_slice(&src.bytes[s]);
+        let src = src.bytes.read().unwrap_or_else(PoisonError::into_inner);
+        let dst = bytes_mut(dst);
+        let s = range("Buffer::copy_from", &src, so, len)?;
+        let t = range("Buffer::copy_from", dst, d, len)?;
+        dst[t].copy_from_slice(&src[s]);
         Ok(())
     }
 
     fn copy_within(&self, buffer: &mut RefBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        let s = range("Buffer::copy_from", &buffer.bytes, so, len)?;
-        range("Buffer::copy_from", &buffer.bytes, d, len)?;
-        buffer.bytes.copy_within(s, d);
+        let bytes = bytes_mut(buffer);
+        let s = range("Buffer::copy_from", bytes, so, len)?;
+        range("Buffer::copy_from", bytes, d, len)?;
+        bytes.copy_within(s, d);
         Ok(())
     }
 
@@ -183,6 +208,291 @@ impl Backend for Reference {
                 message: format!("{n} allocations were never freed"),
             }),
         }
+    }
+}
+
+fn bytes_mut(buffer: &mut RefBuffer) -> &mut Vec<u8> {
+    buffer
+        .bytes
+        .get_mut()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The header line of a reference program.
+pub const MAGIC: &str = "OFFLOAD-REFERENCE 1";
+
+/// The built-in kernels and their parameters.
+const KERNELS: [(&str, &[ParamKind]); 4] = [
+    ("add_one", &[ParamKind::Buffer, ParamKind::Scalar(4)]),
+    (
+        "fill",
+        &[
+            ParamKind::Buffer,
+            ParamKind::Scalar(4),
+            ParamKind::Scalar(4),
+        ],
+    ),
+    ("noop", &[]),
+    ("read_global", &[ParamKind::Buffer]),
+];
+
+/// A program with every built-in kernel and a 4-byte global `g`: the fixture the core's
+/// documentation and the conformance suite use.
+///
+/// ```
+/// let image = offload_core::reference::fixture_image();
+/// assert!(image.starts_with(b"OFFLOAD-REFERENCE 1"));
+/// ```
+pub fn fixture_image() -> Vec<u8> {
+    let mut text = String::from(MAGIC);
+    for (name, _) in KERNELS {
+        text.push_str("\nkernel ");
+        text.push_str(name);
+    }
+    text.push_str("\nglobal g 4\n");
+    text.into_bytes()
+}
+
+/// A loaded reference program.
+#[derive(Debug)]
+pub struct RefModule {
+    kernels: Vec<String>,
+    globals: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+}
+
+/// A kernel of a reference program.
+#[derive(Debug)]
+pub struct RefKernel {
+    name: String,
+    params: &'static [ParamKind],
+    /// The module's globals, for `read_global`.
+    globals: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+}
+
+/// A reference queue: work runs when it is enqueued.
+#[derive(Debug)]
+pub struct RefQueue;
+
+/// A reference event: when it was recorded.
+#[derive(Debug)]
+pub struct RefEvent(Instant);
+
+fn invalid_binary(reason: impl Into<String>) -> Error {
+    Error::InvalidBinary {
+        backend: BackendKind::Reference,
+        call: "Program::load",
+        reason: reason.into(),
+    }
+}
+
+fn parse(image: &[u8]) -> Result<RefModule> {
+    let text = std::str::from_utf8(image).map_err(|_| invalid_binary("not UTF-8 text"))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(MAGIC) {
+        return Err(invalid_binary(format!("does not start with `{MAGIC}`")));
+    }
+    let mut kernels = Vec::new();
+    let mut globals = HashMap::new();
+    for line in lines {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            [] => {}
+            ["kernel", name] if KERNELS.iter().any(|(k, _)| k == name) => {
+                kernels.push((*name).to_string())
+            }
+            ["global", name, size] => {
+                let size: usize = size
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0 && n <= 1 << 20)
+                    .ok_or_else(|| invalid_binary(format!("bad global size in `{line}`")))?;
+                globals.insert((*name).to_string(), vec![0; size]);
+            }
+            _ => return Err(invalid_binary(format!("cannot read `{line}`"))),
+        }
+    }
+    Ok(RefModule {
+        kernels,
+        globals: Arc::new(Mutex::new(globals)),
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn symbol(call: &'static str, name: &str) -> Error {
+    Error::SymbolNotFound {
+        backend: BackendKind::Reference,
+        call,
+        symbol: name.to_string(),
+    }
+}
+
+fn u32_at(bytes: &[u8]) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&bytes[..4]);
+    u32::from_ne_bytes(b)
+}
+
+impl Compute for Reference {
+    type Module = RefModule;
+    type Kernel = RefKernel;
+    type Queue = RefQueue;
+    type Event = RefEvent;
+
+    fn load(&self, _device: &RefDevice, image: &[u8]) -> Result<RefModule> {
+        parse(image)
+    }
+
+    fn unload(&self, _module: RefModule) -> Result<()> {
+        Ok(())
+    }
+
+    fn kernel(&self, module: &RefModule, name: &str) -> Result<RefKernel> {
+        if !module.kernels.iter().any(|k| k == name) {
+            return Err(symbol("Module::kernel", name));
+        }
+        let params = KERNELS
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map_or(&[][..], |(_, p)| p);
+        Ok(RefKernel {
+            name: name.to_string(),
+            params,
+            globals: module.globals.clone(),
+        })
+    }
+
+    fn params<'k>(&self, kernel: &'k RefKernel) -> &'k [ParamKind] {
+        kernel.params
+    }
+
+    fn global(&self, module: &RefModule, name: &str) -> Result<GlobalInfo> {
+        let globals = lock(&module.globals);
+        let g = globals
+            .get(name)
+            .ok_or_else(|| symbol("Module::global", name))?;
+        Ok(GlobalInfo {
+            address: g.as_ptr() as u64,
+            size: g.len(),
+        })
+    }
+
+    fn read_global(
+        &self,
+        module: &RefModule,
+        name: &str,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let globals = lock(&module.globals);
+        let g = globals
+            .get(name)
+            .ok_or_else(|| symbol("Module::read_global", name))?;
+        let r = range("Module::read_global", g, offset, dst.len())?;
+        dst.copy_from_slice(&g[r]);
+        Ok(())
+    }
+
+    fn write_global(
+        &self,
+        module: &RefModule,
+        name: &str,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<()> {
+        let mut globals = lock(&module.globals);
+        let g = globals
+            .get_mut(name)
+            .ok_or_else(|| symbol("Module::write_global", name))?;
+        let r = range("Module::write_global", g, offset, src.len())?;
+        g[r].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn queue(&self, _device: &RefDevice) -> Result<RefQueue> {
+        Ok(RefQueue)
+    }
+
+    fn destroy_queue(&self, _queue: RefQueue) -> Result<()> {
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        _queue: &RefQueue,
+        kernel: &RefKernel,
+        dims: &Dims,
+        args: &[KernelArg<'_, RefBuffer>],
+    ) -> Result<()> {
+        let threads = u64::from(dims.grid[0]) * u64::from(dims.block[0]);
+        let scalar = |i: usize| match args.get(i) {
+            Some(KernelArg::Scalar(b)) if b.len() == 4 => Ok(u32_at(b)),
+            _ => Err(Error::invalid(
+                "Queue::launch",
+                format!("argument {i} is not a u32"),
+            )),
+        };
+        let buffer = |i: usize| match args.get(i) {
+            Some(KernelArg::Buffer(b)) => Ok(*b),
+            _ => Err(Error::invalid(
+                "Queue::launch",
+                format!("argument {i} is not a buffer"),
+            )),
+        };
+        match kernel.name.as_str() {
+            "noop" => Ok(()),
+            "add_one" | "fill" => {
+                let buf = buffer(0)?;
+                let (value, n) = if kernel.name == "fill" {
+                    (Some(scalar(1)?), scalar(2)?)
+                } else {
+                    (None, scalar(1)?)
+                };
+                let mut bytes = buf.bytes.write().unwrap_or_else(PoisonError::into_inner);
+                let count = u64::from(n).min(threads).min((bytes.len() / 4) as u64) as usize;
+                for word in bytes.chunks_exact_mut(4).take(count) {
+                    let v = value.unwrap_or_else(|| u32_at(word).wrapping_add(1));
+                    word.copy_from_slice(&v.to_ne_bytes());
+                }
+                Ok(())
+            }
+            "read_global" => {
+                let buf = buffer(0)?;
+                let g = lock(&kernel.globals).get("g").cloned().unwrap_or_default();
+                let mut bytes = buf.bytes.write().unwrap_or_else(PoisonError::into_inner);
+                let n = g.len().min(bytes.len());
+                bytes[..n].copy_from_slice(&g[..n]);
+                Ok(())
+            }
+            other => Err(symbol("Queue::launch", other)),
+        }
+    }
+
+    fn sync(&self, _queue: &RefQueue) -> Result<()> {
+        Ok(())
+    }
+
+    fn record(&self, _queue: &RefQueue) -> Result<RefEvent> {
+        Ok(RefEvent(Instant::now()))
+    }
+
+    fn wait_event(&self, _queue: &RefQueue, _event: &RefEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync_event(&self, _event: &RefEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn elapsed(&self, start: &RefEvent, end: &RefEvent) -> Result<Duration> {
+        Ok(end.0.saturating_duration_since(start.0))
+    }
+
+    fn destroy_event(&self, _event: RefEvent) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -13,7 +13,7 @@
 //! the mutex costs nothing measurable.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use slotmap::SlotMap;
@@ -23,6 +23,8 @@ use crate::config::{Config, Overrides};
 use crate::dynamic::{AnyObject, DynPlatform, NoPlatforms, PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::handles::{Buffer, BufferEntry, BufferKey, Device, DeviceKey};
+use crate::program::{LoadSlots, ModuleEntry};
+use crate::queue::{Entry, EventKey, QueueKey};
 use crate::sync::{lock, read, write};
 
 /// The process-wide lifecycle state. Const-initialised; starts over whenever the library
@@ -81,6 +83,15 @@ pub(crate) struct Live {
     pub(crate) platforms: Vec<PlatformSlot>,
     pub(crate) devices: SlotMap<DeviceKey, DeviceSlot>,
     pub(crate) buffers: Mutex<SlotMap<BufferKey, Arc<BufferEntry>>>,
+    pub(crate) modules: Mutex<SlotMap<ModuleKey, Arc<ModuleEntry>>>,
+    pub(crate) load_slots: LoadSlots,
+    pub(crate) queues: Mutex<SlotMap<QueueKey, Arc<Entry>>>,
+    pub(crate) events: Mutex<SlotMap<EventKey, Arc<Entry>>>,
+}
+
+slotmap::new_key_type! {
+    /// Key of a module in its generation.
+    pub(crate) struct ModuleKey;
 }
 
 /// One runtime generation: from a 0→1 transition to the matching 1→0 (or the exit hook).
@@ -93,6 +104,10 @@ pub(crate) struct Generation {
     pub(crate) live: RwLock<Option<Live>>,
     /// Errors met while dropping handles; returned by the shutdown.
     pub(crate) deferred: Mutex<Vec<Error>>,
+    /// Set when shutdown begins: no new modules or queues from then on.
+    closing: AtomicBool,
+    /// Counts completed module setups (teardown runs newest first).
+    setup_order: AtomicU64,
 }
 
 impl Generation {
@@ -136,34 +151,74 @@ impl Generation {
                 platforms,
                 devices,
                 buffers: Mutex::new(SlotMap::with_key()),
+                modules: Mutex::new(SlotMap::with_key()),
+                load_slots: Mutex::new(Default::default()),
+                queues: Mutex::new(SlotMap::with_key()),
+                events: Mutex::new(SlotMap::with_key()),
             })),
             deferred: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            setup_order: AtomicU64::new(0),
         })
     }
 
-    /// L4: every step runs whatever failed before; all errors come back together.
-    /// Idempotent: a second call finds nothing to do.
-    fn teardown(&self) -> Result<()> {
-        // Taking the write lock waits for every operation in flight on a device.
-        let Some(live) = write(&self.live).take() else {
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn next_setup_order(&self) -> u64 {
+        self.setup_order.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// L4: drain queues → teardown callbacks → unload modules → (release IPC mappings) →
+    /// free buffers → deinitialise platforms. Every step runs whatever failed before; all
+    /// errors come back together. Idempotent: a second call finds nothing to do.
+    fn teardown(self: &Arc<Self>) -> Result<()> {
+        self.closing.store(true, Ordering::SeqCst);
+        let mut errors = Vec::new();
+        // The first two steps run user code and may call into the runtime, so they run
+        // before the generation is locked, on a snapshot of its queues and modules.
+        let snapshot = read(&self.live).as_ref().map(|live| {
+            let queues: Vec<Arc<Entry>> = lock(&live.queues).values().cloned().collect();
+            let modules: Vec<Arc<ModuleEntry>> = lock(&live.modules).values().cloned().collect();
+            (queues, modules)
+        });
+        let Some((queues, mut modules)) = snapshot else {
             return Ok(());
         };
-        let mut errors = std::mem::take(&mut *lock(&self.deferred));
-        // Steps that later issues fill in, in this order: drain queues, teardown callbacks,
-        // unload modules, release IPC mappings.
-        // Free buffers (waiting for operations in flight on each).
-        let buffers = std::mem::take(&mut *lock(&live.buffers));
-        for (_, entry) in buffers {
-            if let Err(e) = entry.release() {
-                errors.push(e);
+        for queue in &queues {
+            if let Some(held) = read(&queue.state).as_ref() {
+                errors.extend(held.platform.sync(&*held.raw).err());
             }
+        }
+        modules.sort_by_key(|m| std::cmp::Reverse(m.setup_order.load(Ordering::SeqCst)));
+        for module in &modules {
+            errors.extend(module.run_teardown(self).err());
+        }
+        drop((queues, modules));
+
+        // Taking the write lock waits for every operation in flight on a device.
+        let Some(live) = write(&self.live).take() else {
+            return Error::join(errors);
+        };
+        errors.append(&mut lock(&self.deferred));
+        for (_, module) in std::mem::take(&mut *lock(&live.modules)) {
+            errors.extend(module.unload_now().err());
+        }
+        for (_, event) in std::mem::take(&mut *lock(&live.events)) {
+            errors.extend(event.destroy_event().err());
+        }
+        for (_, queue) in std::mem::take(&mut *lock(&live.queues)) {
+            errors.extend(queue.destroy_queue().err());
+        }
+        // (IPC mappings are released here once IPC exists.)
+        for (_, entry) in std::mem::take(&mut *lock(&live.buffers)) {
+            errors.extend(entry.release().err());
         }
         // Devices go before their platforms.
         drop(live.devices);
         for platform in live.platforms.iter().rev() {
-            if let Err(e) = platform.raw.deinit() {
-                errors.push(e);
-            }
+            errors.extend(platform.raw.deinit().err());
         }
         drop(live.platforms);
         errors.append(&mut lock(&self.deferred));
@@ -679,4 +734,25 @@ pub(crate) fn free(generation: &Generation, key: BufferKey, entry: &BufferEntry)
     let live = guard.as_ref().ok_or(Error::ShutDown)?;
     lock(&live.buffers).remove(key);
     entry.release()
+}
+
+/// Used by `Queue::drop`: forgets the queue in its generation, then syncs and destroys it
+/// (holding the generation so teardown cannot deinitialise the platform meanwhile).
+pub(crate) fn forget_queue(generation: &Generation, key: QueueKey, entry: &Entry) -> Result<()> {
+    let guard = read(&generation.live);
+    let Some(live) = guard.as_ref() else {
+        return Ok(()); // teardown destroyed it
+    };
+    lock(&live.queues).remove(key);
+    entry.destroy_queue()
+}
+
+/// Used by `Event::drop`, like [`forget_queue`].
+pub(crate) fn forget_event(generation: &Generation, key: EventKey, entry: &Entry) -> Result<()> {
+    let guard = read(&generation.live);
+    let Some(live) = guard.as_ref() else {
+        return Ok(());
+    };
+    lock(&live.events).remove(key);
+    entry.destroy_event()
 }

@@ -25,16 +25,32 @@
 //! ```
 #![warn(missing_docs)]
 
+mod elf;
 mod memory;
+mod pool;
+mod program;
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use offload_core::{
-    Backend, BackendKind, Config, DeviceInfo, Error, MemKind, PlatformEntry, Result,
+    Backend, BackendKind, Compute, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind,
+    ParamKind, PlatformEntry, Result,
 };
 
 pub use memory::{ALIGNMENT, HostBuffer};
+pub use program::{HostKernel, HostModule, PARAMS_PREFIX};
+
+/// Test kernels compiled from `fixtures/kernels.c` (feature `fixtures`): `add_one`, `fill`,
+/// `noop`, `read_global`, a writable global `g` and a const `read_only_constant`.
+#[cfg(feature = "fixtures")]
+pub mod fixtures {
+    /// The kernels, with `add_one` adding 1.
+    pub const KERNELS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kernels.so"));
+    /// The same kernels with `add_one` adding 2 (to tell two images apart).
+    pub const KERNELS_STEP2: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kernels_step2.so"));
+}
 
 static OPENED: AtomicUsize = AtomicUsize::new(0);
 static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
@@ -55,6 +71,10 @@ pub struct HostStats {
     pub deinitialised: usize,
     /// Allocations not yet freed, over all platforms.
     pub live_allocations: usize,
+    /// Program images loaded (`dlopen`), over all platforms.
+    pub loads: usize,
+    /// Program images unloaded (`dlclose`).
+    pub unloads: usize,
 }
 
 /// Reads the process-wide counters.
@@ -68,6 +88,8 @@ pub fn stats() -> HostStats {
         opened: OPENED.load(Ordering::SeqCst),
         deinitialised: DEINITIALISED.load(Ordering::SeqCst),
         live_allocations: LIVE_ALLOCATIONS.load(Ordering::SeqCst),
+        loads: program::LOADS.load(Ordering::SeqCst),
+        unloads: program::UNLOADS.load(Ordering::SeqCst),
     }
 }
 
@@ -91,11 +113,48 @@ pub struct HostPlatform {
     memory: OnceLock<u64>,
 }
 
-/// A CPU device of the host platform.
-#[derive(Debug)]
+/// A CPU device of the host platform. Dropping it joins its worker threads.
 pub struct HostDevice {
     ordinal: usize,
+    pool: Arc<pool::LazyPool>,
 }
+
+impl HostDevice {
+    /// Whether this device has started its worker threads (at its first parallel launch).
+    ///
+    /// ```
+    /// use offload_core::{Backend, Config};
+    /// let host = offload_host::HostPlatform::open(&Config::default())?;
+    /// assert!(!host.devices()[0].workers_started());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn workers_started(&self) -> bool {
+        self.pool.started()
+    }
+}
+
+impl std::fmt::Debug for HostDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostDevice")
+            .field("ordinal", &self.ordinal)
+            .finish()
+    }
+}
+
+/// A host queue. Launches run to completion before `launch` returns, in order.
+pub struct HostQueue {
+    pool: Arc<pool::LazyPool>,
+}
+
+impl std::fmt::Debug for HostQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HostQueue")
+    }
+}
+
+/// A host event: the time it was recorded (all earlier work had finished then).
+#[derive(Debug)]
+pub struct HostEvent(Instant);
 
 impl HostPlatform {
     fn memory(&self) -> u64 {
@@ -147,7 +206,10 @@ impl Backend for HostPlatform {
 
     fn devices(&self) -> Vec<HostDevice> {
         (0..self.devices)
-            .map(|ordinal| HostDevice { ordinal })
+            .map(|ordinal| HostDevice {
+                ordinal,
+                pool: Arc::default(),
+            })
             .collect()
     }
 
@@ -219,6 +281,133 @@ impl Backend for HostPlatform {
                 message: format!("{n} host allocations were still live at deinit"),
             }),
         }
+    }
+}
+
+impl Compute for HostPlatform {
+    type Module = HostModule;
+    type Kernel = HostKernel;
+    type Queue = HostQueue;
+    type Event = HostEvent;
+
+    fn load(&self, _device: &HostDevice, image: &[u8]) -> Result<HostModule> {
+        program::load(image)
+    }
+
+    fn unload(&self, module: HostModule) -> Result<()> {
+        drop(module);
+        Ok(())
+    }
+
+    fn kernel(&self, module: &HostModule, name: &str) -> Result<HostKernel> {
+        module.kernel(name)
+    }
+
+    fn params<'k>(&self, kernel: &'k HostKernel) -> &'k [ParamKind] {
+        &kernel.params
+    }
+
+    fn global(&self, module: &HostModule, name: &str) -> Result<GlobalInfo> {
+        module.global(name)
+    }
+
+    fn read_global(
+        &self,
+        module: &HostModule,
+        name: &str,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        module.read_global(name, offset, dst)
+    }
+
+    fn write_global(
+        &self,
+        module: &HostModule,
+        name: &str,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<()> {
+        module.write_global(name, offset, src)
+    }
+
+    fn queue(&self, device: &HostDevice) -> Result<HostQueue> {
+        Ok(HostQueue {
+            pool: device.pool.clone(),
+        })
+    }
+
+    fn destroy_queue(&self, _queue: HostQueue) -> Result<()> {
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        queue: &HostQueue,
+        kernel: &HostKernel,
+        dims: &Dims,
+        args: &[KernelArg<'_, HostBuffer>],
+    ) -> Result<()> {
+        // Checked again here: the raw API is safe too, and native code trusts these.
+        if args.len() != kernel.params.len() {
+            return Err(Error::InvalidArgument {
+                call: "Queue::launch",
+                reason: format!(
+                    "host kernel takes {} arguments, {} given",
+                    kernel.params.len(),
+                    args.len()
+                ),
+            });
+        }
+        let mut values = Vec::with_capacity(args.len());
+        for (i, (arg, param)) in args.iter().zip(&kernel.params).enumerate() {
+            let mut value = [0u8; 8];
+            match (arg, param) {
+                (KernelArg::Buffer(b), ParamKind::Buffer) => {
+                    value.copy_from_slice(&(b.as_ptr() as usize).to_ne_bytes())
+                }
+                (KernelArg::Scalar(bytes), ParamKind::Scalar(n))
+                    if bytes.len() == *n && *n <= 8 =>
+                {
+                    value[..*n].copy_from_slice(bytes)
+                }
+                _ => {
+                    return Err(Error::InvalidArgument {
+                        call: "Queue::launch",
+                        reason: format!("host kernel argument {i} should be {param:?}"),
+                    });
+                }
+            }
+            values.push(value);
+        }
+        queue
+            .pool
+            .run(kernel.function, values, dims.grid, dims.block);
+        Ok(())
+    }
+
+    fn sync(&self, _queue: &HostQueue) -> Result<()> {
+        Ok(()) // launches complete before they return
+    }
+
+    fn record(&self, _queue: &HostQueue) -> Result<HostEvent> {
+        Ok(HostEvent(Instant::now()))
+    }
+
+    fn wait_event(&self, _queue: &HostQueue, _event: &HostEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync_event(&self, _event: &HostEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn elapsed(&self, start: &HostEvent, end: &HostEvent) -> Result<Duration> {
+        Ok(end.0.saturating_duration_since(start.0))
+    }
+
+    fn destroy_event(&self, _event: HostEvent) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -81,6 +81,11 @@ impl HostBuffer {
         self.layout.size() == 0
     }
 
+    /// Base address, for kernel arguments.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     fn check(&self, call: &'static str, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),

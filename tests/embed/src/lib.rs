@@ -69,7 +69,7 @@ pub extern "C" fn offload_embed_init() -> i32 {
 pub extern "C" fn offload_embed_init_traced() -> i32 {
     install(|| {
         Offload::builder()
-            .platform(PlatformEntry::of::<Traced>())
+            .platform(PlatformEntry::memory_only::<Traced>())
             .start()
     })
 }

@@ -1,0 +1,677 @@
+//! Programs, modules and kernels (P1–P4).
+//!
+//! A [`Program`] is a device-independent copy of an image plus its setup and teardown
+//! callbacks. `program.load(&device)` gives the one [`Module`] for that (program, device):
+//! loads of the same key wait on a lock of their own (never one global lock), so the backend
+//! loads once and runs setup once, while different programs load in parallel (P2, P3).
+//!
+//! A module lives while any `Module` handle (or `Kernel`, which holds one) lives, until an
+//! explicit `unload()`, or until runtime shutdown; teardown callbacks run exactly once before
+//! the backend unloads it. Its backend objects live in the generation, so a handle that
+//! outlives them gets a typed error, never a dangling driver object.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use crate::backend::{BackendKind, GlobalInfo, ParamKind};
+use crate::dynamic::{AnyObject, DynPlatform};
+use crate::error::{Error, Result};
+use crate::handles::{Device, DeviceKey};
+use crate::runtime::Generation;
+use crate::sync::{lock, read, write};
+
+/// The error a callback returns.
+pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
+
+type Callback = Arc<dyn Fn(&Module) -> std::result::Result<(), CallbackError> + Send + Sync>;
+
+/// Process-wide source of program and module ids (const-initialised, so it starts over
+/// with the library; ids only need to be unique among live objects).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+struct ProgramInner {
+    id: u64,
+    image: Arc<[u8]>,
+    setup: Vec<Callback>,
+    teardown: Vec<Callback>,
+}
+
+/// A program image, independent of any device (P1). Cheap to clone; clones are the same
+/// program.
+///
+/// ```
+/// use offload_core::{Program, reference::{self, Offload}};
+/// let rt = Offload::init()?;
+/// let dev = rt.devices()?.remove(0);
+/// let bytes = reference::fixture_image();
+/// let program = Program::new(&bytes); // copies: `bytes` need not outlive it
+/// let module = program.load(&dev)?;
+/// assert!(module.kernel("add_one").is_ok());
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Program {
+    inner: Arc<ProgramInner>,
+}
+
+impl Program {
+    /// Copies `image` into a new program.
+    ///
+    /// ```
+    /// let p = offload_core::Program::new(b"any bytes");
+    /// assert_eq!(p.image(), b"any bytes");
+    /// ```
+    pub fn new(image: impl AsRef<[u8]>) -> Program {
+        Program {
+            inner: Arc::new(ProgramInner {
+                id: next_id(),
+                image: Arc::from(image.as_ref()),
+                setup: Vec::new(),
+                teardown: Vec::new(),
+            }),
+        }
+    }
+
+    /// A number that identifies this program.
+    ///
+    /// ```
+    /// let a = offload_core::Program::new(b"x");
+    /// assert_eq!(a.id(), a.clone().id());
+    /// assert_ne!(a.id(), offload_core::Program::new(b"x").id());
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The image bytes.
+    ///
+    /// ```
+    /// assert_eq!(offload_core::Program::new([1u8, 2]).image(), &[1, 2]);
+    /// ```
+    pub fn image(&self) -> &[u8] {
+        &self.inner.image
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut ProgramInner)) -> Program {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            f(inner);
+            return self;
+        }
+        // Shared: callbacks make a different program (a new id, so a new module).
+        let mut inner = ProgramInner {
+            id: next_id(),
+            image: self.inner.image.clone(),
+            setup: self.inner.setup.clone(),
+            teardown: self.inner.teardown.clone(),
+        };
+        f(&mut inner);
+        Program {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Adds a callback that runs once per module, after the backend loaded it and before any
+    /// of its kernels can launch (P3). If it fails, the module is unloaded and `load`
+    /// returns `Error::Callback`.
+    ///
+    /// ```
+    /// use offload_core::{Program, reference::{self, Offload}};
+    /// let rt = Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let module = Program::new(reference::fixture_image())
+    ///     .on_setup(|m| Ok(m.write_global("g", 0, &7u32.to_ne_bytes())?))
+    ///     .load(&dev)?;
+    /// let mut g = [0u8; 4];
+    /// module.read_global("g", 0, &mut g)?;
+    /// assert_eq!(u32::from_ne_bytes(g), 7);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn on_setup(
+        self,
+        f: impl Fn(&Module) -> std::result::Result<(), CallbackError> + Send + Sync + 'static,
+    ) -> Program {
+        self.with(|p| p.setup.push(Arc::new(f)))
+    }
+
+    /// Adds a callback that runs exactly once before the module is unloaded: by
+    /// `unload()`, by the last drop, or by runtime shutdown (newest module first). Its
+    /// error is returned by whichever of those unloaded the module.
+    ///
+    /// ```
+    /// use offload_core::{Program, reference::{self, Offload}};
+    /// let rt = Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let module = Program::new(reference::fixture_image())
+    ///     .on_teardown(|_| Err("flush failed".into()))
+    ///     .load(&dev)?;
+    /// assert!(matches!(module.unload(), Err(offload_core::Error::Callback { .. })));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn on_teardown(
+        self,
+        f: impl Fn(&Module) -> std::result::Result<(), CallbackError> + Send + Sync + 'static,
+    ) -> Program {
+        self.with(|p| p.teardown.push(Arc::new(f)))
+    }
+
+    /// The module of this program on `device`: loaded by the first caller, shared by every
+    /// other (P2). Corrupt or foreign images are `Error::InvalidBinary`.
+    ///
+    /// ```
+    /// use offload_core::{Program, reference::{self, Offload}};
+    /// let rt = Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let p = Program::new(reference::fixture_image());
+    /// assert_eq!(p.load(&dev)?.id(), p.load(&dev)?.id());
+    /// assert!(matches!(
+    ///     Program::new(b"garbage").load(&dev),
+    ///     Err(offload_core::Error::InvalidBinary { .. })
+    /// ));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn load(&self, device: &Device) -> Result<Module> {
+        load(self, device)
+    }
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("id", &self.inner.id)
+            .field("bytes", &self.inner.image.len())
+            .field("setup_callbacks", &self.inner.setup.len())
+            .field("teardown_callbacks", &self.inner.teardown.len())
+            .finish()
+    }
+}
+
+/// One kernel the backend resolved in a module.
+pub(crate) struct KernelSlot {
+    name: String,
+    pub(crate) raw: AnyObject,
+}
+
+/// A loaded module's backend objects.
+pub(crate) struct LoadedModule {
+    pub(crate) platform: Arc<dyn DynPlatform>,
+    pub(crate) raw: AnyObject,
+    pub(crate) kernels: RwLock<Vec<KernelSlot>>,
+}
+
+/// A module, shared by its handles and listed in its generation.
+pub(crate) struct ModuleEntry {
+    id: u64,
+    pub(crate) device: DeviceKey,
+    backend: BackendKind,
+    program: Arc<ProgramInner>,
+    /// Order of setup completion, for LIFO teardown at shutdown.
+    pub(crate) setup_order: AtomicU64,
+    /// Counted `Module` handles; the one that brings it to zero unloads.
+    handles: AtomicUsize,
+    /// Set by an explicit `unload()`.
+    unloaded: AtomicBool,
+    /// Set when teardown callbacks have run (exactly once).
+    torn_down: AtomicBool,
+    pub(crate) state: RwLock<Option<LoadedModule>>,
+}
+
+impl ModuleEntry {
+    /// Runs the teardown callbacks if they have not run yet.
+    pub(crate) fn run_teardown(self: &Arc<Self>, generation: &Arc<Generation>) -> Result<()> {
+        if self.torn_down.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let view = Module {
+            generation: generation.clone(),
+            entry: self.clone(),
+            counted: false,
+        };
+        let errors: Vec<Error> = self
+            .program
+            .teardown
+            .iter()
+            .filter_map(|cb| cb(&view).err())
+            .map(|source| Error::Callback {
+                callback: "on_teardown",
+                source,
+            })
+            .collect();
+        Error::join(errors)
+    }
+
+    /// Unloads the backend module (waits for launches in flight). Idempotent.
+    pub(crate) fn unload_now(&self) -> Result<()> {
+        match write(&self.state).take() {
+            Some(loaded) => {
+                drop(loaded.kernels);
+                loaded.platform.unload(loaded.raw)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// The module of one program on one device. Cloning gives another handle to the same
+/// module; the module is unloaded when the last handle (including `Kernel`s) is dropped.
+///
+/// ```
+/// use offload_core::{Program, reference::{self, Offload}};
+/// let rt = Offload::init()?;
+/// let dev = rt.devices()?.remove(0);
+/// let module = Program::new(reference::fixture_image()).load(&dev)?;
+/// let g = module.global("g")?;
+/// assert_eq!(g.size, 4);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct Module {
+    generation: Arc<Generation>,
+    pub(crate) entry: Arc<ModuleEntry>,
+    /// False for the views that callbacks get during teardown.
+    counted: bool,
+}
+
+impl Module {
+    /// A number that identifies this module; equal for every handle to it.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert_eq!(m.id(), m.clone().id());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.entry.id
+    }
+
+    /// The device it is loaded on.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert_eq!(m.device(), dev);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn device(&self) -> Device {
+        Device::new(
+            self.generation.clone(),
+            self.entry.device,
+            self.entry.backend,
+        )
+    }
+
+    pub(crate) fn generation(&self) -> &Arc<Generation> {
+        &self.generation
+    }
+
+    /// Runs `f` on the loaded module; a typed error if it was unloaded or shut down.
+    pub(crate) fn with_loaded<T>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&LoadedModule) -> Result<T>,
+    ) -> Result<T> {
+        let guard = read(&self.entry.state);
+        match guard.as_ref() {
+            Some(loaded) => f(loaded),
+            None if self.entry.unloaded.load(Ordering::SeqCst) => {
+                Err(Error::invalid(call, format!("{self} was unloaded")))
+            }
+            None => Err(Error::ShutDown),
+        }
+    }
+
+    /// Looks up a kernel. A name the module lacks is `Error::SymbolNotFound`.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert!(m.kernel("noop").is_ok());
+    /// assert!(matches!(m.kernel("nope"), Err(offload_core::Error::SymbolNotFound { .. })));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        self.with_loaded("Module::kernel", |loaded| {
+            if let Some(index) = read(&loaded.kernels).iter().position(|k| k.name == name) {
+                let params = loaded.platform.params(&*read(&loaded.kernels)[index].raw)?;
+                return Ok((index, params));
+            }
+            let raw = loaded.platform.kernel(&*loaded.raw, name)?;
+            let params = loaded.platform.params(&*raw)?;
+            let mut kernels = write(&loaded.kernels);
+            kernels.push(KernelSlot {
+                name: name.to_string(),
+                raw,
+            });
+            Ok((kernels.len() - 1, params))
+        })
+        .map(|(index, params)| Kernel {
+            module: self.clone(),
+            index,
+            name: Arc::from(name),
+            params: Arc::from(params),
+        })
+    }
+
+    /// Device address and size of a global variable.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert!(m.global("missing").is_err());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn global(&self, name: &str) -> Result<GlobalInfo> {
+        self.with_loaded("Module::global", |l| l.platform.global(&*l.raw, name))
+    }
+
+    fn check_global(
+        &self,
+        call: &'static str,
+        l: &LoadedModule,
+        name: &str,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let info = l.platform.global(&*l.raw, name)?;
+        match offset.checked_add(len) {
+            Some(end) if end <= info.size => Ok(()),
+            _ => Err(Error::invalid(
+                call,
+                format!(
+                    "range {offset}..+{len} is outside global `{name}` ({} bytes) of {self}",
+                    info.size
+                ),
+            )),
+        }
+    }
+
+    /// Copies bytes out of a global variable.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let mut g = [1u8; 4];
+    /// m.read_global("g", 0, &mut g)?;
+    /// assert_eq!(g, [0; 4]);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        const CALL: &str = "Module::read_global";
+        self.with_loaded(CALL, |l| {
+            self.check_global(CALL, l, name, offset, dst.len())?;
+            l.platform.read_global(&*l.raw, name, offset, dst)
+        })
+    }
+
+    /// Copies bytes into a global variable.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// m.write_global("g", 0, &[1, 2, 3, 4])?;
+    /// assert!(m.write_global("g", 2, &[1, 2, 3]).is_err()); // past its 4 bytes
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        const CALL: &str = "Module::write_global";
+        self.with_loaded(CALL, |l| {
+            self.check_global(CALL, l, name, offset, src.len())?;
+            l.platform.write_global(&*l.raw, name, offset, src)
+        })
+    }
+
+    /// Unloads the module now, whoever else holds it: teardown callbacks run (once), then
+    /// the backend unloads it, and every other handle's calls return `InvalidArgument`.
+    /// Returns the teardown and unload errors.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let k = m.kernel("noop")?;
+    /// m.unload()?;
+    /// assert!(k.module().kernel("noop").is_err());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn unload(self) -> Result<()> {
+        self.entry.unloaded.store(true, Ordering::SeqCst);
+        release(&self.generation, &self.entry)
+    }
+}
+
+/// Teardown callbacks, then unload, then forget the module in its generation.
+fn release(generation: &Arc<Generation>, entry: &Arc<ModuleEntry>) -> Result<()> {
+    let mut errors = Vec::new();
+    if let Err(e) = entry.run_teardown(generation) {
+        errors.push(e);
+    }
+    // Hold the generation so a concurrent shutdown cannot deinitialise the platform
+    // between our check and the unload.
+    let live = read(&generation.live);
+    if let Some(live) = live.as_ref() {
+        if let Err(e) = entry.unload_now() {
+            errors.push(e);
+        }
+        lock(&live.modules).retain(|_, m| !Arc::ptr_eq(m, entry));
+    }
+    Error::join(errors)
+}
+
+impl Clone for Module {
+    fn clone(&self) -> Self {
+        self.entry.handles.fetch_add(1, Ordering::SeqCst);
+        Module {
+            generation: self.generation.clone(),
+            entry: self.entry.clone(),
+            counted: true,
+        }
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.counted && self.entry.handles.fetch_sub(1, Ordering::SeqCst) == 1 {
+            match release(&self.generation, &self.entry) {
+                Ok(()) | Err(Error::ShutDown) => {}
+                Err(e) => self.generation.defer(Err(e)),
+            }
+        }
+    }
+}
+
+impl fmt::Display for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} module {} of program {}",
+            self.entry.backend, self.entry.id, self.entry.program.id
+        )
+    }
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl PartialEq for Module {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.entry, &other.entry)
+    }
+}
+
+impl Eq for Module {}
+
+/// An entry point of a module. Holds its module alive.
+///
+/// ```
+/// # use offload_core::{Program, reference::{self, Offload}};
+/// # let rt = Offload::init()?;
+/// # let dev = rt.devices()?.remove(0);
+/// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
+/// assert_eq!(k.name(), "add_one");
+/// assert_eq!(k.params().len(), 2);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Kernel {
+    module: Module,
+    pub(crate) index: usize,
+    name: Arc<str>,
+    params: Arc<[ParamKind]>,
+}
+
+impl Kernel {
+    /// Its name in the module.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// assert_eq!(k.name(), "noop");
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The parameters the kernel declares.
+    ///
+    /// ```
+    /// # use offload_core::{Program, ParamKind, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("fill")?;
+    /// assert_eq!(k.params(), &[ParamKind::Buffer, ParamKind::Scalar(4), ParamKind::Scalar(4)]);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn params(&self) -> &[ParamKind] {
+        &self.params
+    }
+
+    /// The module it belongs to.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert_eq!(m.kernel("noop")?.module(), &m);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "kernel `{}` of {}", self.name, self.module)
+    }
+}
+
+/// The per-(program, device) load locks of a generation (P2).
+pub(crate) type LoadSlots = Mutex<HashMap<(u64, DeviceKey), Arc<Mutex<Weak<ModuleEntry>>>>>;
+
+fn load(program: &Program, device: &Device) -> Result<Module> {
+    let generation = device.generation();
+    if generation.is_closing() {
+        return Err(Error::ShutDown);
+    }
+    let key = (program.inner.id, device.key());
+    let slot = {
+        let live = read(&generation.live);
+        let live = live.as_ref().ok_or(Error::ShutDown)?;
+        lock(&live.load_slots).entry(key).or_default().clone()
+    };
+    // The lock of this (program, device): other keys load in parallel.
+    let mut current = lock(&slot);
+    if let Some(entry) = current.upgrade() {
+        let revived = entry
+            .handles
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+                (h > 0).then_some(h + 1)
+            });
+        if revived.is_ok() {
+            if read(&entry.state).is_some() {
+                return Ok(Module {
+                    generation: generation.clone(),
+                    entry,
+                    counted: true,
+                });
+            }
+            entry.handles.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let entry = {
+        let live = read(&generation.live);
+        let live = live.as_ref().ok_or(Error::ShutDown)?;
+        let slot = live.devices.get(device.key()).ok_or(Error::ShutDown)?;
+        let platform = &live.platforms[slot.platform];
+        let raw = platform.raw.load(&*slot.raw, &program.inner.image)?;
+        let entry = Arc::new(ModuleEntry {
+            id: next_id(),
+            device: device.key(),
+            backend: platform.kind,
+            program: program.inner.clone(),
+            setup_order: AtomicU64::new(0),
+            handles: AtomicUsize::new(1),
+            unloaded: AtomicBool::new(false),
+            torn_down: AtomicBool::new(false),
+            state: RwLock::new(Some(LoadedModule {
+                platform: platform.raw.clone(),
+                raw,
+                kernels: RwLock::new(Vec::new()),
+            })),
+        });
+        lock(&live.modules).insert(entry.clone());
+        entry
+    };
+    let module = Module {
+        generation: generation.clone(),
+        entry,
+        counted: true,
+    };
+    // P3: setup runs before anyone else can have the module (they wait on `slot`).
+    for setup in &program.inner.setup {
+        if let Err(source) = setup(&module) {
+            // A failed setup unloads without teardown (setup never completed).
+            module.entry.torn_down.store(true, Ordering::SeqCst);
+            module.entry.unloaded.store(true, Ordering::SeqCst);
+            let mut errors = vec![Error::Callback {
+                callback: "on_setup",
+                source,
+            }];
+            if let Err(e) = release(generation, &module.entry) {
+                errors.push(e);
+            }
+            return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
+        }
+    }
+    module
+        .entry
+        .setup_order
+        .store(generation.next_setup_order(), Ordering::SeqCst);
+    *current = Arc::downgrade(&module.entry);
+    Ok(module)
+}

@@ -1,0 +1,588 @@
+//! Queues, launches and events.
+//!
+//! A [`Queue`] is an in-order stream of work on one device. `launch` checks everything the
+//! backend must not see wrong — the kernel's module is loaded, on the queue's device, in
+//! this generation; the arguments match the kernel's declared parameters; every buffer is
+//! live and on the same device — and only then calls the backend. During the call it holds
+//! the queue, the module (so an `unload` waits for it) and every buffer argument
+//! (exclusively, in address order, each once).
+
+use std::fmt;
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
+use std::time::Duration;
+
+use crate::backend::{BackendKind, Dims, KernelArg, ParamKind};
+use crate::dynamic::{AnyObject, DynPlatform};
+use crate::error::{Error, Result};
+use crate::handles::{Allocation, Buffer, Device, DeviceKey};
+use crate::program::Kernel;
+use crate::runtime::{self, Generation};
+use crate::sync::{lock, read, write};
+
+slotmap::new_key_type! {
+    /// Key of a queue in its generation.
+    pub(crate) struct QueueKey;
+    /// Key of an event in its generation.
+    pub(crate) struct EventKey;
+}
+
+/// A backend object of a queue or event, with its platform.
+pub(crate) struct Held {
+    pub(crate) platform: Arc<dyn DynPlatform>,
+    pub(crate) raw: AnyObject,
+}
+
+/// A queue or event as its generation lists it.
+pub(crate) struct Entry {
+    pub(crate) device: DeviceKey,
+    pub(crate) backend: BackendKind,
+    pub(crate) state: RwLock<Option<Held>>,
+}
+
+impl Entry {
+    pub(crate) fn new(
+        device: DeviceKey,
+        backend: BackendKind,
+        platform: Arc<dyn DynPlatform>,
+        raw: AnyObject,
+    ) -> Arc<Entry> {
+        Arc::new(Entry {
+            device,
+            backend,
+            state: RwLock::new(Some(Held { platform, raw })),
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Held) -> Result<T>) -> Result<T> {
+        let guard = read(&self.state);
+        f(guard.as_ref().ok_or(Error::ShutDown)?)
+    }
+
+    /// Syncs and destroys a queue (idempotent).
+    pub(crate) fn destroy_queue(&self) -> Result<()> {
+        match write(&self.state).take() {
+            Some(h) => {
+                let synced = h.platform.sync(&*h.raw);
+                let destroyed = h.platform.destroy_queue(h.raw);
+                Error::join(
+                    [synced.err(), destroyed.err()]
+                        .into_iter()
+                        .flatten()
+                        .collect(),
+                )
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Destroys an event (idempotent).
+    pub(crate) fn destroy_event(&self) -> Result<()> {
+        match write(&self.state).take() {
+            Some(h) => h.platform.destroy_event(h.raw),
+            None => Ok(()),
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Plain numbers that can be passed by value to a kernel.
+///
+/// ```
+/// use offload_core::Arg;
+/// let a = Arg::scalar(&3.5f32);
+/// assert!(matches!(a, Arg::Scalar { len: 4, .. }));
+/// ```
+pub trait Scalar: Copy + sealed::Sealed {
+    /// The value's bytes, in native order, and how many of them there are.
+    fn to_bytes(self) -> ([u8; 8], usize);
+}
+
+macro_rules! scalars {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Scalar for $t {
+            fn to_bytes(self) -> ([u8; 8], usize) {
+                let b = self.to_ne_bytes();
+                let mut out = [0u8; 8];
+                out[..b.len()].copy_from_slice(&b);
+                (out, b.len())
+            }
+        }
+    )*};
+}
+scalars!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
+
+/// One launch argument.
+///
+/// ```
+/// use offload_core::{Arg, MemKind, reference::Offload};
+/// let rt = Offload::init()?;
+/// let buf = rt.devices()?[0].alloc(16, MemKind::Device)?;
+/// let args = [Arg::buffer(&buf), Arg::scalar(&4u32)];
+/// assert_eq!(args.len(), 2);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub enum Arg<'a> {
+    /// A buffer, passed as its device address.
+    Buffer(&'a Buffer),
+    /// A scalar: the first `len` bytes of `bytes`.
+    Scalar {
+        /// The value in native byte order.
+        bytes: [u8; 8],
+        /// Its size in bytes.
+        len: usize,
+    },
+}
+
+impl<'a> Arg<'a> {
+    /// A buffer argument.
+    ///
+    /// ```
+    /// # use offload_core::{Arg, MemKind, reference::Offload};
+    /// # let rt = Offload::init()?;
+    /// let buf = rt.devices()?[0].alloc(4, MemKind::Device)?;
+    /// assert!(matches!(Arg::buffer(&buf), Arg::Buffer(_)));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn buffer(buffer: &'a Buffer) -> Arg<'a> {
+        Arg::Buffer(buffer)
+    }
+
+    /// A scalar argument, by value.
+    ///
+    /// ```
+    /// assert!(matches!(offload_core::Arg::scalar(&1u64), offload_core::Arg::Scalar { len: 8, .. }));
+    /// ```
+    pub fn scalar<T: Scalar>(value: &T) -> Arg<'a> {
+        let (bytes, len) = value.to_bytes();
+        Arg::Scalar { bytes, len }
+    }
+}
+
+/// An in-order stream of work on one device. Dropping it waits for its work and destroys
+/// it (errors go to the runtime's next `shutdown`).
+///
+/// ```
+/// use offload_core::{Arg, Dims, MemKind, Program, reference::{self, Offload}};
+/// let rt = Offload::init()?;
+/// let dev = rt.devices()?.remove(0);
+/// let add_one = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
+/// let buf = dev.alloc(4 * 64, MemKind::Device)?;
+/// let queue = dev.queue()?;
+/// queue.launch(&add_one, Dims::grid([1, 1, 1]).block([64, 1, 1]), &[Arg::buffer(&buf), Arg::scalar(&64u32)])?;
+/// queue.sync()?;
+/// let mut out = [0u8; 4];
+/// buf.read(0, &mut out)?;
+/// assert_eq!(u32::from_ne_bytes(out), 1);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct Queue {
+    generation: Arc<Generation>,
+    key: QueueKey,
+    entry: Arc<Entry>,
+}
+
+impl Device {
+    /// Creates a queue on this device.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let queue = rt.devices()?[0].queue()?;
+    /// queue.sync()?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn queue(&self) -> Result<Queue> {
+        let generation = self.generation();
+        let guard = read(&generation.live);
+        let live = guard.as_ref().ok_or(Error::ShutDown)?;
+        if generation.is_closing() {
+            return Err(Error::ShutDown);
+        }
+        let slot = live.devices.get(self.key()).ok_or(Error::ShutDown)?;
+        let platform = &live.platforms[slot.platform];
+        let raw = platform.raw.queue(&*slot.raw)?;
+        let entry = Entry::new(self.key(), platform.kind, platform.raw.clone(), raw);
+        let key = lock(&live.queues).insert(entry.clone());
+        Ok(Queue {
+            generation: generation.clone(),
+            key,
+            entry,
+        })
+    }
+}
+
+fn mismatch(call: &'static str, reason: String) -> Error {
+    Error::invalid(call, reason)
+}
+
+impl Queue {
+    /// The device this queue runs on.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// assert_eq!(dev.queue()?.device(), dev);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn device(&self) -> Device {
+        Device::new(
+            self.generation.clone(),
+            self.entry.device,
+            self.entry.backend,
+        )
+    }
+
+    /// Enqueues `kernel` over `dims` with `args`. Wrong argument count or kinds, a buffer
+    /// of another device, or a kernel of another device are `Error::InvalidArgument`; a
+    /// kernel whose module was unloaded is `InvalidArgument` too; anything of a finished
+    /// runtime is `Error::ShutDown`.
+    ///
+    /// ```
+    /// # use offload_core::{Arg, Dims, Error, MemKind, Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let fill = Program::new(reference::fixture_image()).load(&dev)?.kernel("fill")?;
+    /// let buf = dev.alloc(16, MemKind::Device)?;
+    /// let q = dev.queue()?;
+    /// let wrong = q.launch(&fill, Dims::grid([1, 1, 1]), &[Arg::buffer(&buf)]);
+    /// assert!(matches!(wrong, Err(Error::InvalidArgument { .. })));
+    /// q.launch(&fill, Dims::grid([1, 1, 1]).block([4, 1, 1]),
+    ///          &[Arg::buffer(&buf), Arg::scalar(&9u32), Arg::scalar(&4u32)])?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn launch(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
+        const CALL: &str = "Queue::launch";
+        let module = kernel.module();
+        self.entry.with(|queue| {
+            module.with_loaded(CALL, |loaded| {
+                if !Arc::ptr_eq(module.generation(), &self.generation) {
+                    return Err(Error::ShutDown);
+                }
+                if module.entry.device != self.entry.device {
+                    return Err(mismatch(
+                        CALL,
+                        format!("{kernel:?} is on another device than {self}"),
+                    ));
+                }
+                check_args(kernel, args, &self.entry.device, &self.generation)?;
+                // Lock every distinct buffer once, exclusively, in address order.
+                let mut buffers: Vec<&Buffer> = args
+                    .iter()
+                    .filter_map(|a| match a {
+                        Arg::Buffer(b) => Some(*b),
+                        Arg::Scalar { .. } => None,
+                    })
+                    .collect();
+                buffers.sort_by_key(|b| b.entry_ptr());
+                buffers.dedup_by_key(|b| b.entry_ptr());
+                let guards: Vec<RwLockWriteGuard<'_, Option<Allocation>>> =
+                    buffers.iter().map(|b| b.lock_exclusive()).collect();
+                let mut raw_args: Vec<KernelArg<'_, dyn std::any::Any>> =
+                    Vec::with_capacity(args.len());
+                for arg in args {
+                    raw_args.push(match arg {
+                        Arg::Buffer(b) => {
+                            let at = buffers
+                                .iter()
+                                .position(|x| x.entry_ptr() == b.entry_ptr())
+                                .unwrap_or(0);
+                            let allocation = guards[at].as_ref().ok_or(Error::ShutDown)?;
+                            KernelArg::Buffer(allocation.raw())
+                        }
+                        Arg::Scalar { bytes, len } => KernelArg::Scalar(&bytes[..*len]),
+                    });
+                }
+                let kernels = read(&loaded.kernels);
+                let raw_kernel = kernels.get(kernel.index).ok_or(Error::ShutDown)?;
+                queue
+                    .platform
+                    .launch(&*queue.raw, &*raw_kernel.raw, &dims, &raw_args)
+            })
+        })
+    }
+
+    /// Waits until all work enqueued so far has finished.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// rt.devices()?[0].queue()?.sync()?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn sync(&self) -> Result<()> {
+        self.entry.with(|q| q.platform.sync(&*q.raw))
+    }
+
+    /// Copies `src` into `buffer` at `offset`, after the work enqueued so far.
+    ///
+    /// ```
+    /// # use offload_core::{MemKind, reference::Offload};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let buf = dev.alloc(4, MemKind::Device)?;
+    /// let q = dev.queue()?;
+    /// q.write(&buf, 0, &[1, 2, 3, 4])?;
+    /// let mut out = [0u8; 4];
+    /// q.read(&buf, 0, &mut out)?;
+    /// assert_eq!(out, [1, 2, 3, 4]);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn write(&self, buffer: &Buffer, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_buffer("Queue::write", buffer)?;
+        self.sync()?;
+        buffer.write(offset, src)
+    }
+
+    /// Copies from `buffer` at `offset` into `dst`, after the work enqueued so far.
+    ///
+    /// ```
+    /// # use offload_core::{MemKind, reference::Offload};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let buf = dev.alloc(4, MemKind::Device)?;
+    /// let mut out = [9u8; 4];
+    /// dev.queue()?.read(&buf, 0, &mut out)?;
+    /// assert_eq!(out, [0; 4]);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn read(&self, buffer: &Buffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_buffer("Queue::read", buffer)?;
+        self.sync()?;
+        buffer.read(offset, dst)
+    }
+
+    /// Copies between buffers of this queue's device, after the work enqueued so far.
+    ///
+    /// ```
+    /// # use offload_core::{MemKind, reference::Offload};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let (a, b) = (dev.alloc(4, MemKind::Device)?, dev.alloc(4, MemKind::Device)?);
+    /// a.write(0, &[5; 4])?;
+    /// dev.queue()?.copy(&a, 0, &b, 0, 4)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn copy(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.check_buffer("Queue::copy", src)?;
+        self.check_buffer("Queue::copy", dst)?;
+        self.sync()?;
+        dst.copy_from(dst_offset, src, src_offset, len)
+    }
+
+    fn check_buffer(&self, call: &'static str, buffer: &Buffer) -> Result<()> {
+        if !buffer.same_generation(&self.generation) || buffer.device_key() != self.entry.device {
+            // A dead buffer says ShutDown first.
+            buffer.read(0, &mut [])?;
+            self.sync()?;
+            return Err(mismatch(
+                call,
+                format!("{buffer} is not on the device of {self}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records an event after the work enqueued so far.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let q = rt.devices()?[0].queue()?;
+    /// let start = q.record()?;
+    /// let end = q.record()?;
+    /// end.sync()?;
+    /// assert!(end.elapsed_since(&start)? >= std::time::Duration::ZERO);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn record(&self) -> Result<Event> {
+        let raw = self
+            .entry
+            .with(|q| Ok((q.platform.clone(), q.platform.record(&*q.raw)?)))?;
+        let entry = Entry::new(self.entry.device, self.entry.backend, raw.0, raw.1);
+        let key = {
+            let live = read(&self.generation.live);
+            match live.as_ref() {
+                Some(live) => lock(&live.events).insert(entry.clone()),
+                None => {
+                    entry.destroy_event()?;
+                    return Err(Error::ShutDown);
+                }
+            }
+        };
+        Ok(Event {
+            generation: self.generation.clone(),
+            key,
+            entry,
+        })
+    }
+
+    /// Makes later work on this queue wait until `event` has completed.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let (a, b) = (dev.queue()?, dev.queue()?);
+    /// let e = a.record()?;
+    /// b.wait(&e)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.entry.with(|q| {
+            event.entry.with(|e| {
+                if event.entry.device != self.entry.device {
+                    return Err(mismatch(
+                        "Queue::wait",
+                        format!("{event:?} is of another device than {self}"),
+                    ));
+                }
+                q.platform.wait_event(&*q.raw, &*e.raw)
+            })
+        })
+    }
+}
+
+fn check_args(
+    kernel: &Kernel,
+    args: &[Arg<'_>],
+    device: &DeviceKey,
+    generation: &Arc<Generation>,
+) -> Result<()> {
+    const CALL: &str = "Queue::launch";
+    let params = kernel.params();
+    if params.len() != args.len() {
+        return Err(mismatch(
+            CALL,
+            format!(
+                "{kernel:?} takes {} arguments ({params:?}), {} given",
+                params.len(),
+                args.len()
+            ),
+        ));
+    }
+    for (i, (param, arg)) in params.iter().zip(args).enumerate() {
+        match (param, arg) {
+            (ParamKind::Buffer, Arg::Buffer(b)) => {
+                if !b.same_generation(generation) {
+                    b.read(0, &mut [])?; // a dead buffer says ShutDown
+                }
+                if b.device_key() != *device {
+                    return Err(mismatch(
+                        CALL,
+                        format!("argument {i} of {kernel:?}: {b} is on another device"),
+                    ));
+                }
+            }
+            (ParamKind::Scalar(n), Arg::Scalar { len, .. }) if n == len => {}
+            _ => {
+                return Err(mismatch(
+                    CALL,
+                    format!("argument {i} of {kernel:?} should be {param:?}, got {arg:?}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        let result = runtime::forget_queue(&self.generation, self.key, &self.entry);
+        self.generation.defer(result);
+    }
+}
+
+impl fmt::Display for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} queue {:?} of generation {}",
+            self.entry.backend, self.key, self.generation.id
+        )
+    }
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A point in a queue's work. Completed when the work before it has finished.
+///
+/// ```
+/// # let rt = offload_core::reference::Offload::init()?;
+/// let q = rt.devices()?[0].queue()?;
+/// let e = q.record()?;
+/// e.sync()?;
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct Event {
+    generation: Arc<Generation>,
+    key: EventKey,
+    entry: Arc<Entry>,
+}
+
+impl Event {
+    /// Blocks until the event has completed.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// rt.devices()?[0].queue()?.record()?.sync()?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn sync(&self) -> Result<()> {
+        self.entry.with(|e| e.platform.sync_event(&*e.raw))
+    }
+
+    /// Device time from `start` to this event (both completed).
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let q = rt.devices()?[0].queue()?;
+    /// let (a, b) = (q.record()?, q.record()?);
+    /// b.sync()?;
+    /// let _took = b.elapsed_since(&a)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
+        start.entry.with(|s| {
+            self.entry.with(|e| {
+                if start.entry.device != self.entry.device
+                    || !Arc::ptr_eq(&start.generation, &self.generation)
+                {
+                    return Err(mismatch(
+                        "Event::elapsed_since",
+                        "the events are of different devices".into(),
+                    ));
+                }
+                e.platform.elapsed(&*s.raw, &*e.raw)
+            })
+        })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let result = runtime::forget_event(&self.generation, self.key, &self.entry);
+        self.generation.defer(result);
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} event {:?} of generation {}",
+            self.entry.backend, self.key, self.generation.id
+        )
+    }
+}

@@ -1,0 +1,264 @@
+//! Host programs: ELF shared objects loaded from memory.
+//!
+//! The image is validated (elf.rs), written to a memfd and opened with
+//! `dlopen("/proc/self/fd/N")`. The memfd stays open until the `dlclose`: glibc matches an
+//! already-loaded library by its path string, so if the fd number could be reused while the
+//! old image is loaded, the next `dlopen` of that path would silently return the old code.
+//! Nothing is ever written to the file system.
+//!
+//! Kernels hold the loaded image (an `Arc`), so a function pointer can never outlive its
+//! code, even through the raw backend API.
+
+use std::ffi::c_void;
+use std::fs::File;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
+
+use crate::elf::{self, SymbolKind};
+
+/// The C signature of a host kernel (see include/offload_host.h).
+pub(crate) type KernelFn = unsafe extern "C" fn(args: *const *mut c_void, launch: *const Launch);
+
+/// `offload_launch` of include/offload_host.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Launch {
+    pub(crate) grid: [u32; 3],
+    pub(crate) block: [u32; 3],
+    pub(crate) block_id: [u32; 3],
+}
+
+/// Prefix of the symbol that declares a kernel's parameters.
+pub const PARAMS_PREFIX: &str = "offload_params_";
+
+pub(crate) static LOADS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static UNLOADS: AtomicUsize = AtomicUsize::new(0);
+
+/// A dlopen'ed image and the memfd it was opened from. Field order is drop order: the
+/// library is closed before its memfd.
+pub(crate) struct Loaded {
+    library: libloading::os::unix::Library,
+    _memfd: File,
+    image: elf::Image,
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        UNLOADS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A program loaded on a host device.
+pub struct HostModule {
+    pub(crate) loaded: Arc<Loaded>,
+}
+
+impl std::fmt::Debug for HostModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostModule")
+            .field("symbols", &self.loaded.image.symbols.len())
+            .finish()
+    }
+}
+
+/// A kernel of a host module.
+pub struct HostKernel {
+    pub(crate) function: KernelFn,
+    pub(crate) params: Vec<ParamKind>,
+    /// Keeps the code mapped while the kernel exists.
+    _loaded: Arc<Loaded>,
+}
+
+impl std::fmt::Debug for HostKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKernel")
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> Error {
+    Error::InvalidBinary {
+        backend: BackendKind::Host,
+        call: "Program::load",
+        reason: reason.into(),
+    }
+}
+
+fn not_found(call: &'static str, symbol: &str) -> Error {
+    Error::SymbolNotFound {
+        backend: BackendKind::Host,
+        call,
+        symbol: symbol.to_string(),
+    }
+}
+
+fn io(call: &'static str, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Driver {
+        backend: BackendKind::Host,
+        call,
+        code: -1,
+        message: format!("{what}: {e}"),
+    }
+}
+
+pub(crate) fn load(image: &[u8]) -> Result<HostModule> {
+    let parsed = elf::validate(image).map_err(invalid)?;
+    let fd = rustix::fs::memfd_create("offload-module", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| io("Program::load", "memfd_create", e))?;
+    let mut file = File::from(fd);
+    file.write_all(image)
+        .map_err(|e| io("Program::load", "writing the memfd", e))?;
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+    let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
+    // SAFETY: the image was validated as a shared object for this machine whose headers and
+    // segments lie inside it; running its initialisers is what loading a program means (the
+    // user chose to run this native code). The path names our own memfd, kept open for the
+    // library's whole life (see the module comment).
+    let library = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }
+        .map_err(|e| invalid(format!("the dynamic loader refused it: {e}")))?;
+    LOADS.fetch_add(1, Ordering::SeqCst);
+    Ok(HostModule {
+        loaded: Arc::new(Loaded {
+            library,
+            _memfd: file,
+            image: parsed,
+        }),
+    })
+}
+
+impl Loaded {
+    /// Address of a defined symbol.
+    fn address(&self, call: &'static str, name: &str) -> Result<*mut c_void> {
+        let mut cname = name.as_bytes().to_vec();
+        if cname.contains(&0) {
+            return Err(not_found(call, name));
+        }
+        cname.push(0);
+        // SAFETY: we only take the symbol's address (as a raw pointer type); nothing is
+        // called or read through it here.
+        let symbol = unsafe { self.library.get::<*mut c_void>(&cname) }
+            .map_err(|_| not_found(call, name))?;
+        Ok(*symbol)
+    }
+
+    /// Bytes of a read-only data symbol, e.g. a kernel's parameter string.
+    fn data(&self, call: &'static str, name: &str) -> Result<&[u8]> {
+        let symbol = self
+            .image
+            .symbol(name)
+            .filter(|s| s.kind == SymbolKind::Object)
+            .ok_or_else(|| not_found(call, name))?;
+        let address = self.address(call, name)?;
+        let len = usize::try_from(symbol.size)
+            .map_err(|_| invalid(format!("symbol `{name}` is too large")))?;
+        // SAFETY: the ELF symbol table says `name` is a data object of `len` bytes, and the
+        // library that maps it lives as long as `self`, which the returned slice borrows.
+        // Nothing writes to a parameter string.
+        Ok(unsafe { std::slice::from_raw_parts(address.cast::<u8>(), len) })
+    }
+}
+
+fn parse_params(kernel: &str, bytes: &[u8]) -> Result<Vec<ParamKind>> {
+    let text = bytes.split(|&b| b == 0).next().unwrap_or(&[]);
+    text.iter()
+        .map(|c| match c {
+            b'b' => Ok(ParamKind::Buffer),
+            b'1' => Ok(ParamKind::Scalar(1)),
+            b'2' => Ok(ParamKind::Scalar(2)),
+            b'4' => Ok(ParamKind::Scalar(4)),
+            b'8' => Ok(ParamKind::Scalar(8)),
+            other => Err(invalid(format!(
+                "`{PARAMS_PREFIX}{kernel}` has `{}`; expected 'b', '1', '2', '4' or '8'",
+                char::from(*other)
+            ))),
+        })
+        .collect()
+}
+
+impl HostModule {
+    pub(crate) fn kernel(&self, name: &str) -> Result<HostKernel> {
+        const CALL: &str = "Module::kernel";
+        let loaded = &self.loaded;
+        loaded
+            .image
+            .symbol(name)
+            .filter(|s| s.kind == SymbolKind::Function)
+            .ok_or_else(|| not_found(CALL, name))?;
+        let params_symbol = format!("{PARAMS_PREFIX}{name}");
+        let params = parse_params(name, loaded.data(CALL, &params_symbol)?)?;
+        let address = loaded.address(CALL, name)?;
+        // SAFETY: the symbol is a function (ELF type STT_FUNC) exported under the host
+        // kernel ABI, which the image declares by exporting `offload_params_<name>`.
+        let function = unsafe { std::mem::transmute::<*mut c_void, KernelFn>(address) };
+        Ok(HostKernel {
+            function,
+            params,
+            _loaded: loaded.clone(),
+        })
+    }
+
+    fn writable_global(&self, call: &'static str, name: &str) -> Result<(*mut u8, usize, bool)> {
+        let symbol = self
+            .loaded
+            .image
+            .symbol(name)
+            .filter(|s| s.kind == SymbolKind::Object)
+            .ok_or_else(|| not_found(call, name))?;
+        let size = usize::try_from(symbol.size).map_err(|_| not_found(call, name))?;
+        Ok((
+            self.loaded.address(call, name)?.cast(),
+            size,
+            symbol.writable,
+        ))
+    }
+
+    pub(crate) fn global(&self, name: &str) -> Result<GlobalInfo> {
+        let (address, size, _) = self.writable_global("Module::global", name)?;
+        Ok(GlobalInfo {
+            address: address as u64,
+            size,
+        })
+    }
+
+    pub(crate) fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        const CALL: &str = "Module::read_global";
+        let (address, size, _) = self.writable_global(CALL, name)?;
+        check(CALL, name, size, offset, dst.len())?;
+        // SAFETY: the range lies inside the symbol's `size` bytes (checked), which stay mapped
+        // while the module is loaded (`&self`).
+        unsafe { std::ptr::copy_nonoverlapping(address.add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    pub(crate) fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        const CALL: &str = "Module::write_global";
+        let (address, size, writable) = self.writable_global(CALL, name)?;
+        if !writable {
+            return Err(Error::InvalidArgument {
+                call: CALL,
+                reason: format!("host global `{name}` is read-only (const data)"),
+            });
+        }
+        check(CALL, name, size, offset, src.len())?;
+        // SAFETY: the range lies inside the symbol's bytes (checked), in a writable section
+        // (checked), mapped while the module is loaded.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), address.add(offset), src.len()) };
+        Ok(())
+    }
+}
+
+fn check(call: &'static str, name: &str, size: usize, offset: usize, len: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::InvalidArgument {
+            call,
+            reason: format!(
+                "range {offset}..+{len} is outside host global `{name}` ({size} bytes)"
+            ),
+        }),
+    }
+}

@@ -1,12 +1,21 @@
 //! Quickstart: initialise offload, list what it found, allocate on every device, copy,
-//! verify, shut down, and do it all again to show the runtime re-initialises with fresh
-//! state. Runs on the host backend with no setup:
+//! load a program and run a kernel, verify, shut down, and do it all again to show the
+//! runtime re-initialises with fresh state. Runs on the host backend with no setup:
 //!
 //! ```text
 //! cargo run --release --example quickstart
 //! ```
 
-use offload::{Error, MemKind, Offload};
+use offload::{Arg, BackendKind, Dims, Error, MemKind, Offload, Program};
+
+/// A program for `backend`, with kernels `add_one(buf: u32[], n: u32)` and friends.
+/// The host one is a shared object built from offload-host/fixtures/kernels.c.
+fn program_for(backend: BackendKind) -> Option<Program> {
+    match backend {
+        BackendKind::Host => Some(Program::new(offload::host::fixtures::KERNELS)),
+        _ => None,
+    }
+}
 
 fn round(round: u32) -> Result<(), Error> {
     let rt = Offload::init()?;
@@ -44,6 +53,32 @@ fn round(round: u32) -> Result<(), Error> {
         assert!(back[..16].iter().all(|&b| b == 0xFF));
         assert_eq!(&back[16..], &data[16..]);
         println!("  wrote, copied, filled and verified {} KiB", N >> 10);
+
+        let Some(program) = program_for(dev.backend()) else {
+            println!("  (no example program for {} yet)", dev.backend());
+            continue;
+        };
+        let add_one = program.load(dev)?.kernel("add_one")?;
+        let words = (N / 4) as u32;
+        let queue = dev.queue()?;
+        let start = queue.record()?;
+        queue.launch(
+            &add_one,
+            Dims::grid([words / 256, 1, 1]).block([256, 1, 1]),
+            &[Arg::buffer(&dst), Arg::scalar(&words)],
+        )?;
+        let end = queue.record()?;
+        queue.read(&dst, 0, &mut back)?;
+        for (i, word) in back.chunks_exact(4).enumerate() {
+            let before = u32::from_ne_bytes(data[i * 4..i * 4 + 4].try_into().unwrap());
+            let expected = if i < 4 { u32::MAX } else { before }.wrapping_add(1);
+            assert_eq!(u32::from_ne_bytes(word.try_into().unwrap()), expected);
+        }
+        println!(
+            "  ran add_one over {words} words in {} blocks: {:?}, verified",
+            words / 256,
+            end.elapsed_since(&start)?
+        );
     }
 
     let kept = devices

@@ -4,9 +4,12 @@
 fn main() {
     println!("cargo:rerun-if-changed=fixtures/kernels.c");
     println!("cargo:rerun-if-changed=include/offload_host.h");
-    if std::env::var_os("CARGO_FEATURE_FIXTURES").is_none() {
-        return;
-    }
+    #[cfg(feature = "fixtures")]
+    fixtures();
+}
+
+#[cfg(feature = "fixtures")]
+fn fixtures() {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let compiler = cc::Build::new().opt_level(2).get_compiler();
     for (name, step) in [("kernels.so", "1"), ("kernels_step2.so", "2")] {

@@ -9,11 +9,15 @@
 //!
 //! Workers start at the first parallel launch and are joined when the device is dropped
 //! (runtime shutdown drops devices before it deinitialises the platform).
+//!
+//! Workers are plain pthreads, not `std::thread`s: `std::thread::spawn` registers a
+//! thread-local destructor on the *calling* thread (its spawn hooks), and such a destructor
+//! pins a `dlclose`d library until that thread exits (L2: a library embedding offload must
+//! really unload). The worker body touches no thread-local with a destructor either.
 
-use std::ffi::c_void;
+use std::ffi::{CString, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::program::{KernelFn, Launch};
@@ -112,10 +116,39 @@ fn worker(shared: Arc<Shared>) {
     }
 }
 
+extern "C" fn worker_main(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the `Box<Arc<Shared>>` leaked by `spawn_worker` for this thread
+    // alone; it is taken back exactly once, here.
+    let shared = unsafe { Box::from_raw(arg.cast::<Arc<Shared>>()) };
+    // Nothing in `worker` panics, but a panic must never unwind into C.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || worker(*shared)));
+    std::ptr::null_mut()
+}
+
+/// Starts one worker pthread named `name`; `None` if the system refuses.
+fn spawn_worker(shared: &Arc<Shared>, name: &str) -> Option<libc::pthread_t> {
+    let arg = Box::into_raw(Box::new(shared.clone())).cast::<c_void>();
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: `thread` is a valid out-pointer; default attributes (null); `worker_main`
+    // has the signature pthread expects and takes ownership of `arg`.
+    let rc = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), worker_main, arg) };
+    if rc != 0 {
+        // SAFETY: the thread was not created, so `arg` is still ours to free.
+        drop(unsafe { Box::from_raw(arg.cast::<Arc<Shared>>()) });
+        return None;
+    }
+    if let Ok(name) = CString::new(name) {
+        // SAFETY: `thread` is a live thread we created; `name` is NUL-terminated and at
+        // most 15 bytes plus NUL (longer names only make the call fail, harmlessly).
+        unsafe { libc::pthread_setname_np(thread, name.as_ptr()) };
+    }
+    Some(thread)
+}
+
 /// The workers of one device.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Vec<libc::pthread_t>,
     /// Held by the launch that is using the workers.
     busy: Mutex<()>,
 }
@@ -124,13 +157,7 @@ impl Pool {
     fn start(count: usize) -> Pool {
         let shared = Arc::new(Shared::default());
         let workers = (0..count)
-            .filter_map(|i| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("offload-host-{i}"))
-                    .spawn(move || worker(shared))
-                    .ok()
-            })
+            .filter_map(|i| spawn_worker(&shared, &format!("offload-host-{i}")))
             .collect();
         Pool {
             shared,
@@ -144,8 +171,9 @@ impl Drop for Pool {
     fn drop(&mut self) {
         lock(&self.shared.state).shutdown = true;
         self.shared.wake.notify_all();
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
+        for thread in self.workers.drain(..) {
+            // SAFETY: each id is a joinable thread we created and join exactly once.
+            unsafe { libc::pthread_join(thread, std::ptr::null_mut()) };
         }
     }
 }

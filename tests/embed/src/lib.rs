@@ -101,6 +101,50 @@ pub extern "C" fn offload_embed_work() -> i32 {
     }
 }
 
+fn launch(rt: &Offload, image: &[u8]) -> offload::Result<i32> {
+    let Some(dev) = rt
+        .devices()?
+        .into_iter()
+        .find(|d| d.backend() == BackendKind::Host)
+    else {
+        return Ok(ERR_NO_HOST_DEVICE);
+    };
+    let add_one = offload::Program::new(image).load(&dev)?.kernel("add_one")?;
+    let n = 64 * 64u32;
+    let buf = dev.alloc(4 * n as usize, MemKind::Device)?;
+    let queue = dev.queue()?;
+    // 64 blocks: a parallel launch, so the device starts its worker threads.
+    queue.launch(
+        &add_one,
+        offload::Dims::grid([64, 1, 1]).block([64, 1, 1]),
+        &[offload::Arg::buffer(&buf), offload::Arg::scalar(&n)],
+    )?;
+    let mut back = vec![0u8; 4 * n as usize];
+    queue.read(&buf, 0, &mut back)?;
+    let ok = back.chunks_exact(4).all(|w| w == 1u32.to_ne_bytes());
+    Ok(if ok { OK } else { ERR_MISMATCH })
+}
+
+/// Loads the host program `image` (`len` bytes, with kernel `add_one(buf u32[], n u32)`),
+/// runs `add_one` over 64 blocks and checks the result. The module, queue and buffer are
+/// dropped before it returns.
+///
+/// # Safety
+/// `image` must point to `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_embed_launch(image: *const u8, len: usize) -> i32 {
+    if image.is_null() {
+        return ERR_RUNTIME;
+    }
+    // SAFETY: the caller promises `len` readable bytes at `image`; `Program::new` copies
+    // them before this returns.
+    let image = unsafe { std::slice::from_raw_parts(image, len) };
+    match runtime().as_ref() {
+        None => ERR_NOT_INIT,
+        Some(rt) => launch(rt, image).unwrap_or(ERR_RUNTIME),
+    }
+}
+
 /// Takes the runtime out of this library and shuts it down.
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_embed_shutdown() -> i32 {

@@ -4,6 +4,7 @@
 //!
 //! This file does not link `offload_embed` or `offload`: every call goes through `dlsym`,
 //! so the only copy of the runtime in the process is the one inside the shared library.
+//! (It takes only the bytes of a host test program from `offload_host::fixtures`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -69,6 +70,7 @@ struct Api {
     shutdown: extern "C" fn() -> i32,
     generation: extern "C" fn() -> u64,
     counter: extern "C" fn() -> u64,
+    launch: unsafe extern "C" fn(*const u8, usize) -> i32,
 }
 
 /// Loads the library and looks up its exports.
@@ -99,6 +101,9 @@ fn load(path: &Path) -> (Library, Api) {
             counter: *lib
                 .get(b"offload_embed_counter\0")
                 .expect("offload_embed_counter"),
+            launch: *lib
+                .get(b"offload_embed_launch\0")
+                .expect("offload_embed_launch"),
         }
     };
     (lib, api)
@@ -138,6 +143,11 @@ fn cycles(shutdown_before_close: bool) {
         assert_eq!((api.generation)(), 1, "cycle {cycle}: offload generation");
         assert_eq!((api.work)(), 0, "cycle {cycle}: offload_embed_work");
         assert_eq!((api.work)(), 0, "cycle {cycle}: offload_embed_work again");
+        // A kernel launch on worker threads: they must not pin the library either.
+        let image = offload_host::fixtures::KERNELS;
+        // SAFETY: `image` is a live slice of `image.len()` bytes.
+        let launched = unsafe { (api.launch)(image.as_ptr(), image.len()) };
+        assert_eq!(launched, 0, "cycle {cycle}: offload_embed_launch");
         if shutdown_before_close {
             assert_eq!((api.shutdown)(), 0, "cycle {cycle}: offload_embed_shutdown");
             assert_eq!(

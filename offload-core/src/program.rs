@@ -19,7 +19,7 @@ use crate::backend::{BackendKind, GlobalInfo, ParamKind};
 use crate::dynamic::{AnyObject, DynPlatform};
 use crate::error::{Error, Result};
 use crate::handles::{Device, DeviceKey};
-use crate::runtime::Generation;
+use crate::runtime::{Generation, ModuleKey};
 use crate::sync::{lock, read, write};
 
 /// The error a callback returns.
@@ -207,6 +207,7 @@ pub(crate) struct LoadedModule {
 /// A module, shared by its handles and listed in its generation.
 pub(crate) struct ModuleEntry {
     id: u64,
+    key: ModuleKey,
     pub(crate) device: DeviceKey,
     backend: BackendKind,
     program: Arc<ProgramInner>,
@@ -470,7 +471,20 @@ fn release(generation: &Arc<Generation>, entry: &Arc<ModuleEntry>) -> Result<()>
         if let Err(e) = entry.unload_now() {
             errors.push(e);
         }
-        lock(&live.modules).retain(|_, m| !Arc::ptr_eq(m, entry));
+        lock(&live.modules).remove(entry.key);
+        // Forget this key's load lock unless a loader holds it or it names a newer module,
+        // so a long-running process that loads many programs keeps no slot per program.
+        let mut slots = lock(&live.load_slots);
+        let key = (entry.program.id, entry.device);
+        let stale = slots.get(&key).is_some_and(|slot| {
+            Arc::strong_count(slot) == 1
+                && lock(slot)
+                    .upgrade()
+                    .is_none_or(|current| Arc::ptr_eq(&current, entry))
+        });
+        if stale {
+            slots.remove(&key);
+        }
     }
     Error::join(errors)
 }
@@ -629,23 +643,26 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
         let slot = live.devices.get(device.key()).ok_or(Error::ShutDown)?;
         let platform = &live.platforms[slot.platform];
         let raw = platform.raw.load(&*slot.raw, &program.inner.image)?;
-        let entry = Arc::new(ModuleEntry {
-            id: next_id(),
-            device: device.key(),
-            backend: platform.kind,
-            program: program.inner.clone(),
-            setup_order: AtomicU64::new(0),
-            handles: AtomicUsize::new(1),
-            unloaded: AtomicBool::new(false),
-            torn_down: AtomicBool::new(false),
-            state: RwLock::new(Some(LoadedModule {
-                platform: platform.raw.clone(),
-                raw,
-                kernels: RwLock::new(Vec::new()),
-            })),
+        let mut modules = lock(&live.modules);
+        let key = modules.insert_with_key(|key| {
+            Arc::new(ModuleEntry {
+                id: next_id(),
+                key,
+                device: device.key(),
+                backend: platform.kind,
+                program: program.inner.clone(),
+                setup_order: AtomicU64::new(0),
+                handles: AtomicUsize::new(1),
+                unloaded: AtomicBool::new(false),
+                torn_down: AtomicBool::new(false),
+                state: RwLock::new(Some(LoadedModule {
+                    platform: platform.raw.clone(),
+                    raw,
+                    kernels: RwLock::new(Vec::new()),
+                })),
+            })
         });
-        lock(&live.modules).insert(entry.clone());
-        entry
+        modules.get(key).cloned().ok_or(Error::ShutDown)?
     };
     let module = Module {
         generation: generation.clone(),

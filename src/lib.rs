@@ -61,6 +61,10 @@ pub use offload_core::{
 #[cfg(feature = "host")]
 pub use offload_host as host;
 
+/// The Vulkan backend crate, for its counters, options and device details.
+#[cfg(feature = "vulkan")]
+pub use offload_vulkan as vulkan;
+
 /// The platforms compiled into this build, in discovery order.
 ///
 /// ```
@@ -73,10 +77,14 @@ pub struct Builtin;
 
 impl Platforms for Builtin {
     fn platforms() -> Vec<PlatformEntry> {
-        let entries: [Option<PlatformEntry>; 1] = [
+        let entries: [Option<PlatformEntry>; 2] = [
             #[cfg(feature = "host")]
             Some(offload_host::platform()),
             #[cfg(not(feature = "host"))]
+            None,
+            #[cfg(feature = "vulkan")]
+            Some(offload_vulkan::platform()),
+            #[cfg(not(feature = "vulkan"))]
             None,
         ];
         entries.into_iter().flatten().collect()

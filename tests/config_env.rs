@@ -46,11 +46,15 @@ fn child() {
             Ok(rt) => {
                 let c = rt.config().unwrap();
                 format!(
-                    "backends={:?} ipc={} host_devices={} devices={}",
+                    "backends={:?} ipc={} host_devices={} host devices found={}",
                     c.backends,
                     c.ipc_cache_size,
                     c.host_devices,
-                    rt.devices().unwrap().len()
+                    rt.devices()
+                        .unwrap()
+                        .iter()
+                        .filter(|d| d.backend() == BackendKind::Host)
+                        .count()
                 )
             }
             Err(e) => format!("error {e:?}"),
@@ -75,7 +79,7 @@ fn result(stdout: &str) -> &str {
 fn defaults_without_environment() {
     assert_eq!(
         result(&run_child("config", &[])),
-        "backends=None ipc=16 host_devices=1 devices=1"
+        "backends=None ipc=16 host_devices=1 host devices found=1"
     );
 }
 
@@ -91,7 +95,7 @@ fn environment_overrides_defaults() {
     );
     assert_eq!(
         result(&out),
-        "backends=Some([Host]) ipc=5 host_devices=3 devices=3"
+        "backends=Some([Host]) ipc=5 host_devices=3 host devices found=3"
     );
 }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use offload::{Error, MemKind, Offload};
+use offload::{BackendKind, Error, MemKind, Offload};
 
 #[test]
 fn a_thousand_generations_each_start_fresh() {
@@ -16,6 +16,7 @@ fn a_thousand_generations_each_start_fresh() {
         // A different configuration each time proves the state is rebuilt, not reused.
         let wanted = 1 + i % 3;
         let rt = Offload::builder()
+            .backends([BackendKind::Host])
             .host_devices(wanted)
             .start()
             .expect("start");

@@ -1,0 +1,500 @@
+//! Device memory: one `VkBuffer` bound to its own (dedicated) `VkDeviceMemory` per
+//! allocation, and the copies in and out of it.
+//!
+//! Where the memory is host-visible and host-coherent it is mapped once, for its whole
+//! life, and every copy is a `memcpy`; otherwise copies go through the device's queue
+//! ([`crate::transfer`]). Impossible sizes are refused with `Error::OutOfMemory` before the
+//! driver is asked. Every method checks its ranges itself, whatever the caller checked: the
+//! trait is safe, so the backend must be sound on its own.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ash::vk;
+use offload_core::{MemKind, Result};
+
+use crate::device::DeviceContext;
+use crate::error::{At, check_range, invalid, map_vk_err, out_of_memory};
+
+/// What an allocation is for; decides its memory type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// `MemKind::Device`: device-local preferred, mapped if also host-visible and coherent.
+    Device,
+    /// `MemKind::Host`/`Shared`: host-visible and coherent, system memory preferred.
+    Host,
+    /// The queue's staging memory: host-visible and coherent, cached preferred (read back).
+    Staging,
+}
+
+const HOST_MAPPABLE: vk::MemoryPropertyFlags = vk::MemoryPropertyFlags::from_raw(
+    vk::MemoryPropertyFlags::HOST_VISIBLE.as_raw()
+        | vk::MemoryPropertyFlags::HOST_COHERENT.as_raw(),
+);
+
+/// Picks a memory type among `allowed` (a `memoryTypeBits` mask) for `placement`, in the
+/// driver's own order of preference (the order of its memory types).
+pub(crate) fn pick_memory_type(
+    memory: &vk::PhysicalDeviceMemoryProperties,
+    allowed: u32,
+    placement: Placement,
+) -> Option<u32> {
+    let types = memory.memory_types_as_slice();
+    let find = |want: vk::MemoryPropertyFlags, avoid: vk::MemoryPropertyFlags| {
+        (0..types.len()).find_map(|i| {
+            let flags = types[i].property_flags;
+            let ok = allowed & (1 << i) != 0 && flags.contains(want) && !flags.intersects(avoid);
+            ok.then(|| u32::try_from(i).ok()).flatten()
+        })
+    };
+    let none = vk::MemoryPropertyFlags::empty();
+    match placement {
+        Placement::Device => find(vk::MemoryPropertyFlags::DEVICE_LOCAL, none).or(find(none, none)),
+        Placement::Host => {
+            find(HOST_MAPPABLE, vk::MemoryPropertyFlags::DEVICE_LOCAL).or(find(HOST_MAPPABLE, none))
+        }
+        Placement::Staging => find(HOST_MAPPABLE | vk::MemoryPropertyFlags::HOST_CACHED, none)
+            .or(find(HOST_MAPPABLE, none)),
+    }
+}
+
+/// A `VkBuffer` with its own bound memory, mapped when it can be. Destroyed only by
+/// [`RawAllocation::destroy`]; the owner decides when.
+#[derive(Debug)]
+pub(crate) struct RawAllocation {
+    pub(crate) buffer: vk::Buffer,
+    pub(crate) memory: vk::DeviceMemory,
+    /// The start of the whole allocation, mapped for the allocation's lifetime.
+    pub(crate) mapped: Option<NonNull<u8>>,
+    pub(crate) size: u64,
+}
+
+impl RawAllocation {
+    /// Creates a buffer of `size` (> 0) bytes with dedicated memory for `placement`.
+    pub(crate) fn new(
+        device: &DeviceContext,
+        size: u64,
+        placement: Placement,
+        call: &'static str,
+    ) -> Result<RawAllocation> {
+        let at = |function| At::new(call, function).bytes(size);
+        if size == 0 {
+            return Err(invalid(call, "zero-size Vulkan allocation"));
+        }
+        // Refuse what the device can never satisfy before asking the driver.
+        let limits = device.limits;
+        let largest_heap = device
+            .memory
+            .memory_heaps_as_slice()
+            .iter()
+            .map(|h| h.size)
+            .max()
+            .unwrap_or(0);
+        let too_big = [
+            (limits.max_allocation_size, "maxMemoryAllocationSize"),
+            (limits.max_buffer_size, "maxBufferSize"),
+            (largest_heap, "the largest memory heap"),
+        ];
+        if let Some((max, what)) = too_big.iter().find(|(max, _)| size > *max) {
+            return Err(out_of_memory(
+                call,
+                size,
+                format!("the device allows at most {max} bytes ({what})"),
+            ));
+        }
+        let count = device.allocations.fetch_add(1, Ordering::SeqCst);
+        if count >= limits.max_allocation_count {
+            device.allocations.fetch_sub(1, Ordering::SeqCst);
+            return Err(out_of_memory(
+                call,
+                size,
+                format!(
+                    "the device allows {} memory allocations at once (maxMemoryAllocationCount)",
+                    limits.max_allocation_count
+                ),
+            ));
+        }
+        // SAFETY: `create` cleans up everything it made when it fails, and we give the
+        // count back then.
+        let made = unsafe { Self::create(device, size, placement, call, at) };
+        if made.is_err() {
+            device.allocations.fetch_sub(1, Ordering::SeqCst);
+        }
+        made
+    }
+
+    /// # Safety
+    /// `device` must be live. On error nothing created here is left behind.
+    unsafe fn create(
+        device: &DeviceContext,
+        size: u64,
+        placement: Placement,
+        call: &'static str,
+        at: impl Fn(&'static str) -> At,
+    ) -> Result<RawAllocation> {
+        let dev = &device.raw;
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(
+                vk::BufferUsageFlags::STORAGE_BUFFER
+                    | vk::BufferUsageFlags::TRANSFER_SRC
+                    | vk::BufferUsageFlags::TRANSFER_DST,
+            )
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: `info` is valid (non-zero size, no sparse flags) and lives across the call.
+        let buffer = unsafe { dev.create_buffer(&info, None) }
+            .map_err(|e| map_vk_err(at("vkCreateBuffer"), e))?;
+        let destroy_buffer = || {
+            // SAFETY: `buffer` was made above, is bound to no memory the GPU uses, and is
+            // destroyed only on this error path.
+            unsafe { dev.destroy_buffer(buffer, None) }
+        };
+        // SAFETY: `buffer` is a live buffer of `dev`.
+        let needs = unsafe { dev.get_buffer_memory_requirements(buffer) };
+        let Some(type_index) = pick_memory_type(&device.memory, needs.memory_type_bits, placement)
+        else {
+            destroy_buffer();
+            return Err(offload_core::Error::Unsupported {
+                backend: offload_core::BackendKind::Vulkan,
+                call,
+                reason: format!("the device has no memory type suitable for {placement:?} memory"),
+            });
+        };
+        let memory_type = device.memory.memory_types_as_slice()[type_index as usize];
+        let heap = device.memory.memory_heaps_as_slice()[memory_type.heap_index as usize];
+        if needs.size > heap.size {
+            destroy_buffer();
+            return Err(out_of_memory(
+                call,
+                size,
+                format!(
+                    "{} bytes needed, the memory heap has {} bytes",
+                    needs.size, heap.size
+                ),
+            ));
+        }
+        let mut dedicated = vk::MemoryDedicatedAllocateInfo::default().buffer(buffer);
+        let mut allocate = vk::MemoryAllocateInfo::default()
+            .allocation_size(needs.size)
+            .memory_type_index(type_index);
+        if device.api >= vk::API_VERSION_1_1 {
+            // Core in 1.1: one memory object for this buffer alone (also what exporting it
+            // to another process will want).
+            allocate = allocate.push_next(&mut dedicated);
+        }
+        // SAFETY: `allocate` (and the chained dedicated info naming our live, unbound buffer)
+        // lives across the call; the type index is one of the device's types.
+        let memory = match unsafe { dev.allocate_memory(&allocate, None) } {
+            Ok(m) => m,
+            Err(e) => {
+                destroy_buffer();
+                return Err(map_vk_err(at("vkAllocateMemory"), e));
+            }
+        };
+        let free_both = || {
+            destroy_buffer();
+            // SAFETY: `memory` was allocated above and is freed only on this error path,
+            // after the buffer bound to it was destroyed.
+            unsafe { dev.free_memory(memory, None) };
+        };
+        // SAFETY: buffer and memory are live, unbound, and `memory` was allocated from
+        // the buffer's own requirements (size and allowed type), at offset 0.
+        if let Err(e) = unsafe { dev.bind_buffer_memory(buffer, memory, 0) } {
+            free_both();
+            return Err(map_vk_err(at("vkBindBufferMemory"), e));
+        }
+        let mappable = memory_type.property_flags.contains(HOST_MAPPABLE);
+        let map = match placement {
+            Placement::Device => mappable && device.map_device_memory,
+            Placement::Host | Placement::Staging => mappable,
+        };
+        let mut mapped = None;
+        if map {
+            // SAFETY: `memory` is host-visible, not mapped yet, and the whole range is mapped.
+            match unsafe { dev.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
+            {
+                Ok(ptr) => mapped = NonNull::new(ptr.cast::<u8>()),
+                Err(e) => {
+                    free_both();
+                    return Err(map_vk_err(at("vkMapMemory"), e));
+                }
+            }
+            if mapped.is_none() {
+                free_both();
+                return Err(map_vk_err(
+                    at("vkMapMemory"),
+                    vk::Result::ERROR_MEMORY_MAP_FAILED,
+                ));
+            }
+        }
+        Ok(RawAllocation {
+            buffer,
+            memory,
+            mapped,
+            size,
+        })
+    }
+
+    /// Destroys the buffer and frees its memory (which unmaps it).
+    ///
+    /// # Safety
+    /// `device` must be the live device this was made on, no GPU work that uses it may be
+    /// pending, and it must not be used afterwards.
+    pub(crate) unsafe fn destroy(&self, device: &ash::Device) {
+        // SAFETY: guaranteed by the caller; the buffer goes before the memory bound to it.
+        unsafe {
+            device.destroy_buffer(self.buffer, None);
+            device.free_memory(self.memory, None);
+        }
+    }
+}
+
+/// An allocation of the Vulkan backend: a buffer on one device.
+///
+/// It holds its device (and so the instance and the loader) alive: freeing a buffer after
+/// its platform's `deinit` is sound, and `deinit` reports such a buffer as leaked.
+///
+/// ```
+/// use offload_core::{Backend, Config, MemKind};
+/// let vk = match offload_vulkan::VulkanPlatform::open(&Config::default()) {
+///     Ok(vk) => vk,
+///     Err(offload_core::Error::DriverNotFound { .. }) => return Ok(()),
+///     Err(e) => return Err(e),
+/// };
+/// let dev = vk.devices().remove(0);
+/// let buf = vk.alloc(&dev, 3, MemKind::Device)?;
+/// assert_eq!(buf.len(), 3);
+/// vk.free(buf)?;
+/// vk.deinit()?;
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct VulkanBuffer {
+    raw: RawAllocation,
+    len: usize,
+    kind: MemKind,
+    device: Arc<DeviceContext>,
+}
+
+// SAFETY: the buffer owns its Vulkan objects exclusively (like a `Box<[u8]>` owns its bytes);
+// the mapped pointer points into memory that lives as long as the buffer. Vulkan objects
+// may be used from any thread; the queue they are recorded on is behind the device's mutex.
+unsafe impl Send for VulkanBuffer {}
+// SAFETY: through `&VulkanBuffer` the bytes are only read (memcpy out of the mapping, or a
+// GPU copy out of the buffer under the queue mutex); every write needs `&mut`.
+unsafe impl Sync for VulkanBuffer {}
+
+impl VulkanBuffer {
+    pub(crate) fn new(device: Arc<DeviceContext>, size: usize, kind: MemKind) -> Result<Self> {
+        let placement = match kind {
+            MemKind::Device => Placement::Device,
+            _ => Placement::Host,
+        };
+        let raw = RawAllocation::new(&device, size as u64, placement, "Device::alloc")?;
+        device.platform_live.fetch_add(1, Ordering::SeqCst);
+        crate::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        Ok(VulkanBuffer {
+            raw,
+            len: size,
+            kind,
+            device,
+        })
+    }
+
+    /// Size in bytes.
+    ///
+    /// ```
+    /// # use offload_core::{Backend, Config, MemKind};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// let buf = vk.alloc(&vk.devices()[0], 10, MemKind::Host)?;
+    /// assert_eq!(buf.len(), 10);
+    /// # vk.free(buf)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: Vulkan buffers are never empty.
+    ///
+    /// ```
+    /// # use offload_core::{Backend, Config, MemKind};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// let buf = vk.alloc(&vk.devices()[0], 1, MemKind::Device)?;
+    /// assert!(!buf.is_empty());
+    /// # vk.free(buf)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The memory kind it was allocated with.
+    ///
+    /// ```
+    /// # use offload_core::{Backend, Config, MemKind};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// let buf = vk.alloc(&vk.devices()[0], 8, MemKind::Shared)?;
+    /// assert_eq!(buf.kind(), MemKind::Shared);
+    /// # vk.free(buf)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn kind(&self) -> MemKind {
+        self.kind
+    }
+
+    /// Whether the host reaches the bytes directly through a mapping (copies are `memcpy`),
+    /// rather than through the device's queue and staging memory.
+    ///
+    /// ```
+    /// # use offload_core::{Backend, Config, MemKind};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// let buf = vk.alloc(&vk.devices()[0], 8, MemKind::Host)?;
+    /// assert!(buf.is_mapped()); // host memory is always mapped
+    /// # vk.free(buf)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn is_mapped(&self) -> bool {
+        self.raw.mapped.is_some()
+    }
+
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        const CALL: &str = "Buffer::read";
+        check_range(CALL, offset, dst.len(), self.len)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        match self.raw.mapped {
+            // SAFETY: offset + len <= self.len <= the mapped size (checked), so the source
+            // lies inside the mapping, which lives as long as `self`; `dst` is a Rust slice and
+            // cannot alias device memory (we never hand out references into it); writers need
+            // `&mut self` and every transfer into this buffer finished before its call returned.
+            Some(ptr) => unsafe {
+                std::ptr::copy_nonoverlapping(ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            },
+            None => self
+                .device
+                .read_staged(self.raw.buffer, offset as u64, dst)?,
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        const CALL: &str = "Buffer::write";
+        check_range(CALL, offset, src.len(), self.len)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        match self.raw.mapped {
+            // SAFETY: the destination lies inside the mapping (checked); `src` cannot alias
+            // it; `&mut self` excludes every other access, and no GPU work on the buffer is
+            // pending (transfers complete before they return).
+            Some(ptr) => unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.as_ptr().add(offset), src.len())
+            },
+            None => self
+                .device
+                .write_staged(self.raw.buffer, offset as u64, src)?,
+        }
+        Ok(())
+    }
+
+    pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
+        check_range("Buffer::fill", offset, len, self.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.raw.mapped {
+            // SAFETY: the range lies inside the mapping (checked); `&mut self` excludes every
+            // other access.
+            Some(ptr) => unsafe { std::ptr::write_bytes(ptr.as_ptr().add(offset), value, len) },
+            None => {
+                self.device
+                    .fill_on_device(self.raw.buffer, offset as u64, len as u64, value)?
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn copy_from(
+        &mut self,
+        dst_offset: usize,
+        src: &VulkanBuffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Buffer::copy_from";
+        check_range(CALL, src_offset, len, src.len)?;
+        check_range(CALL, dst_offset, len, self.len)?;
+        if !Arc::ptr_eq(&self.device, &src.device) {
+            return Err(invalid(
+                CALL,
+                "the source and destination Vulkan buffers are on different devices",
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        match (src.raw.mapped, self.raw.mapped) {
+            // SAFETY: both ranges lie inside their mappings (checked); `self` is borrowed
+            // mutably and `src` shared, so they are different allocations that cannot overlap,
+            // and nobody else writes either.
+            (Some(s), Some(d)) => unsafe {
+                std::ptr::copy_nonoverlapping(
+                    s.as_ptr().add(src_offset),
+                    d.as_ptr().add(dst_offset),
+                    len,
+                )
+            },
+            _ => self.device.copy_on_device(
+                src.raw.buffer,
+                src_offset as u64,
+                self.raw.buffer,
+                dst_offset as u64,
+                len as u64,
+            )?,
+        }
+        Ok(())
+    }
+
+    pub(crate) fn copy_within(
+        &mut self,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Buffer::copy_from";
+        check_range(CALL, src_offset, len, self.len)?;
+        check_range(CALL, dst_offset, len, self.len)?;
+        if len == 0 || src_offset == dst_offset {
+            return Ok(());
+        }
+        match self.raw.mapped {
+            // SAFETY: both ranges lie inside the mapping (checked); `ptr::copy` allows them to
+            // overlap; `&mut self` excludes every other access.
+            Some(p) => unsafe {
+                std::ptr::copy(p.as_ptr().add(src_offset), p.as_ptr().add(dst_offset), len)
+            },
+            None => self.device.move_on_device(
+                self.raw.buffer,
+                src_offset as u64,
+                dst_offset as u64,
+                len as u64,
+            )?,
+        }
+        Ok(())
+    }
+}
+
+impl Drop for VulkanBuffer {
+    fn drop(&mut self) {
+        // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
+        // transfer that used it completed before its call returned, so no GPU work on it is
+        // pending; it is destroyed exactly once, here.
+        unsafe { self.raw.destroy(&self.device.raw) };
+        self.device.allocations.fetch_sub(1, Ordering::SeqCst);
+        self.device.platform_live.fetch_sub(1, Ordering::SeqCst);
+        crate::LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -10,10 +10,11 @@
 //! the backend unloads it. Its backend objects live in the generation, so a handle that
 //! outlives them gets a typed error, never a dangling driver object.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
 
 use crate::backend::{BackendKind, GlobalInfo, ParamKind};
 use crate::dynamic::{AnyObject, DynPlatform};
@@ -217,33 +218,111 @@ pub(crate) struct ModuleEntry {
     handles: AtomicUsize,
     /// Set by an explicit `unload()`.
     unloaded: AtomicBool,
-    /// Set when teardown callbacks have run (exactly once).
-    torn_down: AtomicBool,
+    /// Where the module is in its setup/teardown life (P3), with a condition variable for
+    /// whoever must wait for a callback another thread is running.
+    phase: Mutex<Phase>,
+    phase_changed: Condvar,
     pub(crate) state: RwLock<Option<LoadedModule>>,
 }
 
+/// The callback life of a module: teardown runs exactly once, only after setup completed,
+/// and the module is unloaded only after teardown finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Setup callbacks are running.
+    SettingUp,
+    /// Setup completed; teardown has not started.
+    Ready,
+    /// Teardown callbacks are running.
+    TearingDown,
+    /// Teardown ran, or setup failed (then there is nothing to tear down).
+    Done,
+}
+
+thread_local! {
+    /// The module whose callbacks this thread is running (its address), so a callback that
+    /// unloads or drops its own module does not wait for itself. A const-initialised `Cell`
+    /// with no destructor: it registers nothing that would pin a `dlclose`d library (L2).
+    static IN_CALLBACK: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Runs `f` marked as a callback of `entry` on this thread.
+fn as_callback_of<T>(entry: &Arc<ModuleEntry>, f: impl FnOnce() -> T) -> T {
+    let me = Arc::as_ptr(entry) as usize;
+    let outer = IN_CALLBACK.with(|c| c.replace(me));
+    let result = f();
+    IN_CALLBACK.with(|c| c.set(outer));
+    result
+}
+
+fn in_callback_of(entry: &Arc<ModuleEntry>) -> bool {
+    IN_CALLBACK.with(|c| c.get()) == Arc::as_ptr(entry) as usize
+}
+
+/// How a teardown's errors travel: back to the caller, or (from a drop) into the
+/// generation's deferred errors, recorded before the teardown is marked done so that a
+/// shutdown waiting for it returns them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Report {
+    Return,
+    Defer,
+}
+
 impl ModuleEntry {
-    /// Runs the teardown callbacks if they have not run yet.
-    pub(crate) fn run_teardown(self: &Arc<Self>, generation: &Arc<Generation>) -> Result<()> {
-        if self.torn_down.swap(true, Ordering::SeqCst) {
-            return Ok(());
+    fn set_phase(&self, phase: Phase) {
+        *lock(&self.phase) = phase;
+        self.phase_changed.notify_all();
+    }
+
+    /// Runs the teardown callbacks if setup completed and they have not run yet; waits for
+    /// setup or teardown running on another thread to finish first.
+    pub(crate) fn run_teardown(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        report: Report,
+    ) -> Result<()> {
+        if in_callback_of(self) {
+            return Ok(()); // called from this module's own callback: the outer call tears down
+        }
+        {
+            let mut phase = lock(&self.phase);
+            loop {
+                match *phase {
+                    Phase::SettingUp | Phase::TearingDown => {
+                        phase = self
+                            .phase_changed
+                            .wait(phase)
+                            .unwrap_or_else(PoisonError::into_inner)
+                    }
+                    Phase::Done => return Ok(()),
+                    Phase::Ready => break,
+                }
+            }
+            *phase = Phase::TearingDown;
         }
         let view = Module {
             generation: generation.clone(),
             entry: self.clone(),
             counted: false,
         };
-        let errors: Vec<Error> = self
-            .program
-            .teardown
-            .iter()
-            .filter_map(|cb| cb(&view).err())
-            .map(|source| Error::Callback {
-                callback: "on_teardown",
-                source,
-            })
-            .collect();
-        Error::join(errors)
+        let errors: Vec<Error> = as_callback_of(self, || {
+            self.program
+                .teardown
+                .iter()
+                .filter_map(|cb| cb(&view).err())
+                .map(|source| Error::Callback {
+                    callback: "on_teardown",
+                    source,
+                })
+                .collect()
+        });
+        let mut result = Error::join(errors);
+        if report == Report::Defer {
+            generation.defer(result);
+            result = Ok(());
+        }
+        self.set_phase(Phase::Done);
+        result
     }
 
     /// Unloads the backend module (waits for launches in flight). Idempotent.
@@ -454,14 +533,14 @@ impl Module {
     /// ```
     pub fn unload(self) -> Result<()> {
         self.entry.unloaded.store(true, Ordering::SeqCst);
-        release(&self.generation, &self.entry)
+        release(&self.generation, &self.entry, Report::Return)
     }
 }
 
 /// Teardown callbacks, then unload, then forget the module in its generation.
-fn release(generation: &Arc<Generation>, entry: &Arc<ModuleEntry>) -> Result<()> {
+fn release(generation: &Arc<Generation>, entry: &Arc<ModuleEntry>, report: Report) -> Result<()> {
     let mut errors = Vec::new();
-    if let Err(e) = entry.run_teardown(generation) {
+    if let Err(e) = entry.run_teardown(generation, report) {
         errors.push(e);
     }
     // Hold the generation so a concurrent shutdown cannot deinitialise the platform
@@ -490,12 +569,16 @@ fn release(generation: &Arc<Generation>, entry: &Arc<ModuleEntry>) -> Result<()>
 }
 
 impl Clone for Module {
+    /// Another handle to the same module. A clone of the view a teardown callback gets is
+    /// a view too: it does not keep the module alive, and dropping it unloads nothing.
     fn clone(&self) -> Self {
-        self.entry.handles.fetch_add(1, Ordering::SeqCst);
+        if self.counted {
+            self.entry.handles.fetch_add(1, Ordering::SeqCst);
+        }
         Module {
             generation: self.generation.clone(),
             entry: self.entry.clone(),
-            counted: true,
+            counted: self.counted,
         }
     }
 }
@@ -503,7 +586,7 @@ impl Clone for Module {
 impl Drop for Module {
     fn drop(&mut self) {
         if self.counted && self.entry.handles.fetch_sub(1, Ordering::SeqCst) == 1 {
-            match release(&self.generation, &self.entry) {
+            match release(&self.generation, &self.entry, Report::Defer) {
                 Ok(()) | Err(Error::ShutDown) => {}
                 Err(e) => self.generation.defer(Err(e)),
             }
@@ -609,9 +692,9 @@ pub(crate) type LoadSlots = Mutex<HashMap<(u64, DeviceKey), Arc<Mutex<Weak<Modul
 
 fn load(program: &Program, device: &Device) -> Result<Module> {
     let generation = device.generation();
-    if generation.is_closing() {
-        return Err(Error::ShutDown);
-    }
+    // Shutdown waits for loads in flight (setup included) before it tears modules down,
+    // and loads that start after it began get ShutDown.
+    let _in_flight = generation.begin_load().ok_or(Error::ShutDown)?;
     let key = (program.inner.id, device.key());
     let slot = {
         let live = read(&generation.live);
@@ -654,7 +737,8 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
                 setup_order: AtomicU64::new(0),
                 handles: AtomicUsize::new(1),
                 unloaded: AtomicBool::new(false),
-                torn_down: AtomicBool::new(false),
+                phase: Mutex::new(Phase::SettingUp),
+                phase_changed: Condvar::new(),
                 state: RwLock::new(Some(LoadedModule {
                     platform: platform.raw.clone(),
                     raw,
@@ -670,20 +754,31 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
         counted: true,
     };
     // P3: setup runs before anyone else can have the module (they wait on `slot`).
-    for setup in &program.inner.setup {
-        if let Err(source) = setup(&module) {
-            // A failed setup unloads without teardown (setup never completed).
-            module.entry.torn_down.store(true, Ordering::SeqCst);
-            module.entry.unloaded.store(true, Ordering::SeqCst);
-            let mut errors = vec![Error::Callback {
-                callback: "on_setup",
-                source,
-            }];
-            if let Err(e) = release(generation, &module.entry) {
-                errors.push(e);
-            }
-            return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
-        }
+    let failed = as_callback_of(&module.entry, || {
+        program
+            .inner
+            .setup
+            .iter()
+            .find_map(|setup| setup(&module).err())
+    });
+    if let Some(source) = failed {
+        // A failed setup unloads without teardown (setup never completed).
+        module.entry.set_phase(Phase::Done);
+        module.entry.unloaded.store(true, Ordering::SeqCst);
+        let mut errors = vec![Error::Callback {
+            callback: "on_setup",
+            source,
+        }];
+        errors.extend(release(generation, &module.entry, Report::Return).err());
+        return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
+    }
+    module.entry.set_phase(Phase::Ready);
+    if read(&module.entry.state).is_none() {
+        // A setup callback unloaded its own module.
+        return Err(Error::invalid(
+            "Program::load",
+            format!("{module} was unloaded by its own setup callback"),
+        ));
     }
     module
         .entry

@@ -14,7 +14,7 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 
 use slotmap::SlotMap;
 
@@ -23,7 +23,7 @@ use crate::config::{Config, Overrides};
 use crate::dynamic::{AnyObject, DynPlatform, NoPlatforms, PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::handles::{Buffer, BufferEntry, BufferKey, Device, DeviceKey};
-use crate::program::{LoadSlots, ModuleEntry};
+use crate::program::{LoadSlots, ModuleEntry, Report};
 use crate::queue::{Entry, EventKey, QueueKey};
 use crate::sync::{lock, read, write};
 
@@ -106,6 +106,9 @@ pub(crate) struct Generation {
     pub(crate) deferred: Mutex<Vec<Error>>,
     /// Set when shutdown begins: no new modules or queues from then on.
     closing: AtomicBool,
+    /// Loads in flight (setup included); shutdown waits for them before teardown.
+    loads: Mutex<usize>,
+    loads_done: Condvar,
     /// Counts completed module setups (teardown runs newest first).
     setup_order: AtomicU64,
 }
@@ -158,12 +161,24 @@ impl Generation {
             })),
             deferred: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
+            loads: Mutex::new(0),
+            loads_done: Condvar::new(),
             setup_order: AtomicU64::new(0),
         })
     }
 
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Registers a load in flight; `None` once shutdown has begun.
+    pub(crate) fn begin_load(&self) -> Option<LoadGuard<'_>> {
+        let mut loads = lock(&self.loads);
+        if self.is_closing() {
+            return None;
+        }
+        *loads += 1;
+        Some(LoadGuard(self))
     }
 
     pub(crate) fn next_setup_order(&self) -> u64 {
@@ -174,7 +189,18 @@ impl Generation {
     /// free buffers → deinitialise platforms. Every step runs whatever failed before; all
     /// errors come back together. Idempotent: a second call finds nothing to do.
     fn teardown(self: &Arc<Self>) -> Result<()> {
-        self.closing.store(true, Ordering::SeqCst);
+        {
+            // Set under the loads lock, so every load either saw it or is counted; then
+            // wait for the counted ones (their setups) to finish.
+            let mut loads = lock(&self.loads);
+            self.closing.store(true, Ordering::SeqCst);
+            while *loads > 0 {
+                loads = self
+                    .loads_done
+                    .wait(loads)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        }
         let mut errors = Vec::new();
         // The first two steps run user code and may call into the runtime, so they run
         // before the generation is locked, on a snapshot of its queues and modules.
@@ -193,7 +219,7 @@ impl Generation {
         }
         modules.sort_by_key(|m| std::cmp::Reverse(m.setup_order.load(Ordering::SeqCst)));
         for module in &modules {
-            errors.extend(module.run_teardown(self).err());
+            errors.extend(module.run_teardown(self, Report::Return).err());
         }
         drop((queues, modules));
 
@@ -755,4 +781,14 @@ pub(crate) fn forget_event(generation: &Generation, key: EventKey, entry: &Entry
     };
     lock(&live.events).remove(key);
     entry.destroy_event()
+}
+
+/// A load in flight; dropping it lets a waiting shutdown go on.
+pub(crate) struct LoadGuard<'a>(&'a Generation);
+
+impl Drop for LoadGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.loads) -= 1;
+        self.0.loads_done.notify_all();
+    }
 }

@@ -553,11 +553,11 @@ fn release(generation: &Arc<Generation>, entry: &Arc<ModuleEntry>, report: Repor
         lock(&live.modules).remove(entry.key);
         // Forget this key's load lock unless a loader holds it or it names a newer module,
         // so a long-running process that loads many programs keeps no slot per program.
-        let mut slots = lock(&live.load_slots);
+        let mut slots = write(&live.load_slots);
         let key = (entry.program.id, entry.device);
         let stale = slots.get(&key).is_some_and(|slot| {
             Arc::strong_count(slot) == 1
-                && lock(slot)
+                && read(slot)
                     .upgrade()
                     .is_none_or(|current| Arc::ptr_eq(&current, entry))
         });
@@ -688,7 +688,26 @@ impl fmt::Debug for Kernel {
 }
 
 /// The per-(program, device) load locks of a generation (P2).
-pub(crate) type LoadSlots = Mutex<HashMap<(u64, DeviceKey), Arc<Mutex<Weak<ModuleEntry>>>>>;
+pub(crate) type LoadSlots = RwLock<HashMap<(u64, DeviceKey), Arc<RwLock<Weak<ModuleEntry>>>>>;
+
+/// Another handle to the slot's module, if it is loaded and not on its way out.
+fn revive(generation: &Arc<Generation>, slot: &Weak<ModuleEntry>) -> Option<Module> {
+    let entry = slot.upgrade()?;
+    entry
+        .handles
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+            (h > 0).then_some(h + 1)
+        })
+        .ok()?;
+    let module = Module {
+        generation: generation.clone(),
+        entry,
+        counted: true,
+    };
+    // Unloaded explicitly: dropping `module` gives the handle back.
+    let loaded = read(&module.entry.state).is_some();
+    loaded.then_some(module)
+}
 
 fn load(program: &Program, device: &Device) -> Result<Module> {
     let generation = device.generation();
@@ -699,26 +718,21 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
     let slot = {
         let live = read(&generation.live);
         let live = live.as_ref().ok_or(Error::ShutDown)?;
-        lock(&live.load_slots).entry(key).or_default().clone()
-    };
-    // The lock of this (program, device): other keys load in parallel.
-    let mut current = lock(&slot);
-    if let Some(entry) = current.upgrade() {
-        let revived = entry
-            .handles
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
-                (h > 0).then_some(h + 1)
-            });
-        if revived.is_ok() {
-            if read(&entry.state).is_some() {
-                return Ok(Module {
-                    generation: generation.clone(),
-                    entry,
-                    counted: true,
-                });
-            }
-            entry.handles.fetch_sub(1, Ordering::SeqCst);
+        let existing = read(&live.load_slots).get(&key).cloned();
+        match existing {
+            Some(slot) => slot,
+            None => write(&live.load_slots).entry(key).or_default().clone(),
         }
+    };
+    // Once the module is loaded, callers only read the slot, all at once.
+    if let Some(module) = revive(generation, &read(&slot)) {
+        return Ok(module);
+    }
+    // The lock of this (program, device): the first caller loads and runs setup while the
+    // others wait here (other keys load in parallel); they then find the module.
+    let mut current = write(&slot);
+    if let Some(module) = revive(generation, &current) {
+        return Ok(module);
     }
     let entry = {
         let live = read(&generation.live);

@@ -14,7 +14,7 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use slotmap::SlotMap;
 
@@ -107,8 +107,7 @@ pub(crate) struct Generation {
     /// Set when shutdown begins: no new modules or queues from then on.
     closing: AtomicBool,
     /// Loads in flight (setup included); shutdown waits for them before teardown.
-    loads: Mutex<usize>,
-    loads_done: Condvar,
+    loads: AtomicUsize,
     /// Counts completed module setups (teardown runs newest first).
     setup_order: AtomicU64,
 }
@@ -155,14 +154,13 @@ impl Generation {
                 devices,
                 buffers: Mutex::new(SlotMap::with_key()),
                 modules: Mutex::new(SlotMap::with_key()),
-                load_slots: Mutex::new(Default::default()),
+                load_slots: RwLock::new(Default::default()),
                 queues: Mutex::new(SlotMap::with_key()),
                 events: Mutex::new(SlotMap::with_key()),
             })),
             deferred: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
-            loads: Mutex::new(0),
-            loads_done: Condvar::new(),
+            loads: AtomicUsize::new(0),
             setup_order: AtomicU64::new(0),
         })
     }
@@ -171,14 +169,14 @@ impl Generation {
         self.closing.load(Ordering::SeqCst)
     }
 
-    /// Registers a load in flight; `None` once shutdown has begun.
+    /// Registers a load in flight; `None` once shutdown has begun. Lock-free, so 64
+    /// threads loading at once do not queue on it: the count goes up before `closing` is
+    /// read, and teardown sets `closing` before it reads the count (both sequentially
+    /// consistent), so either the load sees `closing` or teardown sees the load.
     pub(crate) fn begin_load(&self) -> Option<LoadGuard<'_>> {
-        let mut loads = lock(&self.loads);
-        if self.is_closing() {
-            return None;
-        }
-        *loads += 1;
-        Some(LoadGuard(self))
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        let guard = LoadGuard(self);
+        (!self.is_closing()).then_some(guard)
     }
 
     pub(crate) fn next_setup_order(&self) -> u64 {
@@ -189,17 +187,11 @@ impl Generation {
     /// free buffers → deinitialise platforms. Every step runs whatever failed before; all
     /// errors come back together. Idempotent: a second call finds nothing to do.
     fn teardown(self: &Arc<Self>) -> Result<()> {
-        {
-            // Set under the loads lock, so every load either saw it or is counted; then
-            // wait for the counted ones (their setups) to finish.
-            let mut loads = lock(&self.loads);
-            self.closing.store(true, Ordering::SeqCst);
-            while *loads > 0 {
-                loads = self
-                    .loads_done
-                    .wait(loads)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
+        // Every load either saw `closing` or is counted (see `begin_load`); wait for the
+        // counted ones, setups included. Rare and short, so a sleep loop will do.
+        self.closing.store(true, Ordering::SeqCst);
+        while self.loads.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
         let mut errors = Vec::new();
         // The first two steps run user code and may call into the runtime, so they run
@@ -788,7 +780,6 @@ pub(crate) struct LoadGuard<'a>(&'a Generation);
 
 impl Drop for LoadGuard<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.loads) -= 1;
-        self.0.loads_done.notify_all();
+        self.0.loads.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -22,7 +22,22 @@ use std::time::{Duration, Instant};
 
 use crate::program::{KernelFn, Launch};
 
+/// A contiguous run of block indices, on a cache line of its own so participants taking
+/// blocks from different ranges do not contend.
+#[repr(align(64))]
+struct Range {
+    next: AtomicU64,
+    end: u64,
+}
+
 /// One launch, shared by the caller and the workers.
+///
+/// The grid is split into one contiguous range per participant (the caller is 0, worker
+/// `i` is `i + 1`), so each thread works on the same part of the buffers launch after
+/// launch and keeps it in its cache; a participant that finishes its own range takes
+/// blocks from the others' (so a worker that wakes late costs nothing but its share).
+/// Handing out single blocks from one shared counter instead measured 0.96x on two cores
+/// for 1,024 blocks: the blocks, and the cache lines under them, changed cores each launch.
 struct Job {
     function: KernelFn,
     /// `args[i]` of the kernel ABI: addresses into `values`.
@@ -32,37 +47,81 @@ struct Job {
     grid: [u32; 3],
     block: [u32; 3],
     total: u64,
-    next: AtomicU64,
-    finished: AtomicU64,
+    ranges: Vec<Range>,
+    finished: Finished,
 }
 
+#[repr(align(64))]
+struct Finished(AtomicU64);
+
 impl Job {
-    /// Runs blocks until none is left.
-    fn run_blocks(&self) {
-        loop {
-            let index = self.next.fetch_add(1, Ordering::Relaxed);
-            if index >= self.total {
-                return;
-            }
-            let (gx, gy) = (u64::from(self.grid[0]), u64::from(self.grid[1]));
-            let launch = Launch {
-                grid: self.grid,
-                block: self.block,
-                // The quotients fit: each is below its u32 grid dimension.
-                block_id: [
-                    (index % gx) as u32,
-                    ((index / gx) % gy) as u32,
-                    (index / (gx * gy)) as u32,
-                ],
-            };
-            // SAFETY: the kernel ABI (include/offload_host.h): `pointers` holds one valid
-            // pointer per declared parameter (the count and kinds were checked against the
-            // kernel's `offload_params_` string), each to 8 bytes owned by this job, which
-            // outlives the call; `launch` is a valid `offload_launch`. The kernel's code
-            // stays mapped: the caller holds the kernel, which holds its library.
-            unsafe { (self.function)(self.pointers.as_ptr() as *const *mut c_void, &launch) };
-            self.finished.fetch_add(1, Ordering::Release);
+    fn new(
+        function: KernelFn,
+        values: Vec<[u8; 8]>,
+        grid: [u32; 3],
+        block: [u32; 3],
+        participants: usize,
+    ) -> Job {
+        let total = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+        let parts = participants.max(1) as u64;
+        let ranges = (0..parts)
+            .map(|k| Range {
+                next: AtomicU64::new(total * k / parts),
+                end: total * (k + 1) / parts,
+            })
+            .collect();
+        Job {
+            function,
+            pointers: values.iter().map(|v| v.as_ptr() as usize).collect(),
+            _values: values,
+            grid,
+            block,
+            total,
+            ranges,
+            finished: Finished(AtomicU64::new(0)),
         }
+    }
+
+    fn run_block(&self, index: u64) {
+        let (gx, gy) = (u64::from(self.grid[0]), u64::from(self.grid[1]));
+        let launch = Launch {
+            grid: self.grid,
+            block: self.block,
+            // The quotients fit: each is below its u32 grid dimension.
+            block_id: [
+                (index % gx) as u32,
+                ((index / gx) % gy) as u32,
+                (index / (gx * gy)) as u32,
+            ],
+        };
+        // SAFETY: the kernel ABI (include/offload_host.h): `pointers` holds one valid
+        // pointer per declared parameter (the count and kinds were checked against the
+        // kernel's `offload_params_` string), each to 8 bytes owned by this job, which
+        // outlives the call; `launch` is a valid `offload_launch`. The kernel's code
+        // stays mapped: the caller holds the kernel, which holds its library.
+        unsafe { (self.function)(self.pointers.as_ptr() as *const *mut c_void, &launch) };
+    }
+
+    /// Runs participant `me`'s range, then whatever is left of the others'.
+    fn run_blocks(&self, me: usize) {
+        let parts = self.ranges.len();
+        let mut ran = 0;
+        for k in 0..parts {
+            let range = &self.ranges[(me + k) % parts];
+            loop {
+                let index = range.next.fetch_add(1, Ordering::Relaxed);
+                if index >= range.end {
+                    break;
+                }
+                self.run_block(index);
+                ran += 1;
+            }
+        }
+        self.finished.0.fetch_add(ran, Ordering::Release);
+    }
+
+    fn done(&self) -> bool {
+        self.finished.0.load(Ordering::Acquire) >= self.total
     }
 }
 
@@ -89,7 +148,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// How long an idle worker spins before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
-fn worker(shared: Arc<Shared>) {
+fn worker(shared: Arc<Shared>, me: usize) {
     let mut seen = 0u64;
     loop {
         let spin_until = Instant::now() + SPIN;
@@ -111,30 +170,36 @@ fn worker(shared: Arc<Shared>) {
             state.job.clone()
         };
         if let Some(job) = job {
-            job.run_blocks();
+            job.run_blocks(me);
         }
     }
 }
 
 extern "C" fn worker_main(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: `arg` is the `Box<Arc<Shared>>` leaked by `spawn_worker` for this thread
+    // SAFETY: `arg` is the `Box<WorkerArg>` leaked by `spawn_worker` for this thread
     // alone; it is taken back exactly once, here.
-    let shared = unsafe { Box::from_raw(arg.cast::<Arc<Shared>>()) };
+    let arg = unsafe { Box::from_raw(arg.cast::<WorkerArg>()) };
+    let WorkerArg(shared, me) = *arg;
     // Nothing in `worker` panics, but a panic must never unwind into C.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || worker(*shared)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || worker(shared, me)));
     std::ptr::null_mut()
 }
 
-/// Starts one worker pthread named `name`; `None` if the system refuses.
-fn spawn_worker(shared: &Arc<Shared>, name: &str) -> Option<libc::pthread_t> {
-    let arg = Box::into_raw(Box::new(shared.clone())).cast::<c_void>();
+/// What a worker thread starts with: the pool's shared state and its participant index.
+struct WorkerArg(Arc<Shared>, usize);
+
+/// Starts worker pthread number `me` (participant `me`; the caller is 0); `None` if the
+/// system refuses.
+fn spawn_worker(shared: &Arc<Shared>, me: usize) -> Option<libc::pthread_t> {
+    let name = format!("offload-host-{}", me - 1);
+    let arg = Box::into_raw(Box::new(WorkerArg(shared.clone(), me))).cast::<c_void>();
     let mut thread: libc::pthread_t = 0;
     // SAFETY: `thread` is a valid out-pointer; default attributes (null); `worker_main`
     // has the signature pthread expects and takes ownership of `arg`.
     let rc = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), worker_main, arg) };
     if rc != 0 {
         // SAFETY: the thread was not created, so `arg` is still ours to free.
-        drop(unsafe { Box::from_raw(arg.cast::<Arc<Shared>>()) });
+        drop(unsafe { Box::from_raw(arg.cast::<WorkerArg>()) });
         return None;
     }
     if let Ok(name) = CString::new(name) {
@@ -157,7 +222,7 @@ impl Pool {
     fn start(count: usize) -> Pool {
         let shared = Arc::new(Shared::default());
         let workers = (0..count)
-            .filter_map(|i| spawn_worker(&shared, &format!("offload-host-{i}")))
+            .filter_map(|i| spawn_worker(&shared, i + 1))
             .collect();
         Pool {
             shared,
@@ -213,27 +278,23 @@ impl LazyPool {
         if total == 0 {
             return;
         }
-        let pointers = values.iter().map(|v| v.as_ptr() as usize).collect();
-        let job = Arc::new(Job {
-            function,
-            pointers,
-            _values: values,
-            grid,
-            block,
-            total,
-            next: AtomicU64::new(0),
-            finished: AtomicU64::new(0),
-        });
         let pool = if total > 1 { self.get() } else { None };
         let Some(pool) = pool else {
-            job.run_blocks();
+            Job::new(function, values, grid, block, 1).run_blocks(0);
             return;
         };
         // Another queue's launch has the workers: run this one here rather than wait.
         let Ok(_busy) = pool.busy.try_lock() else {
-            job.run_blocks();
+            Job::new(function, values, grid, block, 1).run_blocks(0);
             return;
         };
+        let job = Arc::new(Job::new(
+            function,
+            values,
+            grid,
+            block,
+            pool.workers.len() + 1,
+        ));
         {
             let mut state = lock(&pool.shared.state);
             state.job = Some(job.clone());
@@ -241,9 +302,9 @@ impl LazyPool {
             pool.shared.epoch.store(state.epoch, Ordering::Release);
         }
         pool.shared.wake.notify_all();
-        job.run_blocks();
+        job.run_blocks(0);
         // Workers may still be running their last blocks.
-        while job.finished.load(Ordering::Acquire) < total {
+        while !job.done() {
             std::hint::spin_loop();
             std::thread::yield_now();
         }

@@ -37,12 +37,12 @@ mod sync;
 pub use backend::{
     Backend, BackendKind, Compute, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind,
 };
-pub use program::{CallbackError, Kernel, Module, Program};
-pub use queue::{Arg, Event, Queue, Scalar};
 pub use config::{Config, DEFAULT_IPC_CACHE_SIZE};
 pub use dynamic::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};
 pub use handles::{Buffer, Device};
+pub use program::{CallbackError, Kernel, Module, Program};
+pub use queue::{Arg, Event, Queue, Scalar};
 pub use runtime::{
     Offload, PlatformInfo, Ready, Shutdown, Unavailable, Uninit, take_unreported_errors,
 };

@@ -74,12 +74,15 @@ pub extern "C" fn offload_embed_init_traced() -> i32 {
     })
 }
 
-fn work(rt: &Offload) -> offload::Result<i32> {
-    let Some(dev) = rt
+fn host_device(rt: &Offload) -> offload::Result<Option<offload::Device>> {
+    Ok(rt
         .devices()?
         .into_iter()
-        .find(|d| d.backend() == BackendKind::Host)
-    else {
+        .find(|d| d.backend() == BackendKind::Host))
+}
+
+fn work(rt: &Offload) -> offload::Result<i32> {
+    let Some(dev) = host_device(rt)? else {
         return Ok(ERR_NO_HOST_DEVICE);
     };
     let buf = dev.alloc(4096, MemKind::Device)?;
@@ -102,11 +105,7 @@ pub extern "C" fn offload_embed_work() -> i32 {
 }
 
 fn launch(rt: &Offload, image: &[u8]) -> offload::Result<i32> {
-    let Some(dev) = rt
-        .devices()?
-        .into_iter()
-        .find(|d| d.backend() == BackendKind::Host)
-    else {
+    let Some(dev) = host_device(rt)? else {
         return Ok(ERR_NO_HOST_DEVICE);
     };
     let add_one = offload::Program::new(image).load(&dev)?.kernel("add_one")?;

@@ -205,7 +205,7 @@ fn teardown_runs_once_whichever_way_the_module_goes() {
 }
 
 #[test]
-fn teardown_order_is_lifo_and_a_failing_teardown_is_reported() {
+fn teardown_order_is_lifo_and_failing_teardowns_are_reported() {
     let _serial = common::serial();
     let (rt, dev) = host();
     let before = offload::host::stats();
@@ -215,8 +215,8 @@ fn teardown_order_is_lifo_and_a_failing_teardown_is_reported() {
         let order = order.clone();
         let p = Program::new(KERNELS).on_teardown(move |_| {
             order.lock().unwrap().push(i);
-            if i == 1 {
-                Err("teardown 1 failed".into())
+            if i == 1 || i == 2 {
+                Err(format!("teardown {i} failed").into())
             } else {
                 Ok(())
             }
@@ -231,9 +231,23 @@ fn teardown_order_is_lifo_and_a_failing_teardown_is_reported() {
         "newest setup tears down first"
     );
     match result {
-        Err(e @ Error::Callback { .. }) => assert!(e.to_string().contains("teardown 1 failed")),
-        Err(Error::Multiple(v)) => panic!("only one error expected: {v:?}"),
-        other => panic!("expected the teardown error, got {other:?}"),
+        Err(Error::Multiple(v)) => {
+            let text: Vec<String> = v.iter().map(|e| e.to_string()).collect();
+            assert_eq!(v.len(), 2, "{text:?}");
+            assert!(v.iter().all(|e| matches!(
+                e,
+                Error::Callback {
+                    callback: "on_teardown",
+                    ..
+                }
+            )));
+            assert!(
+                text[0].contains("teardown 2 failed"),
+                "newest first: {text:?}"
+            );
+            assert!(text[1].contains("teardown 1 failed"), "{text:?}");
+        }
+        other => panic!("expected both teardown errors in Error::Multiple, got {other:?}"),
     }
     // The rest of shutdown still ran: modules unloaded, buffer freed, platform deinitialised.
     let after = offload::host::stats();

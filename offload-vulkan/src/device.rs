@@ -6,11 +6,20 @@
 //! sit behind one mutex: Vulkan requires queues and command pools to be externally
 //! synchronised, while `&self` methods of the backend run on many threads at once.
 //!
+//! Every submission of launches and events signals the device's one timeline semaphore
+//! with the next value of a per-device counter, taken under the queue mutex. All of them go
+//! to the same `VkQueue`, and a semaphore signal covers every command submitted before it,
+//! so "the timeline has reached `v`" means "everything submitted up to `v` has finished":
+//! one number says how far a buffer, a module or a queue's work has got ([`DeviceContext::
+//! wait_for`]).
+//!
 //! Destruction order, enforced by ownership: wait idle → command pool, fence and staging
-//! memory → `VkDevice` → (last device) `VkInstance` → loader library.
+//! memory, timeline semaphore, pipeline cache → `VkDevice` → (last device) `VkInstance` →
+//! loader library. Queues, modules, events and buffers each hold the device (`Arc`), so it
+//! outlives them all.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use ash::vk;
 use offload_core::Result;
@@ -24,6 +33,8 @@ use crate::transfer::Transfer;
 pub(crate) struct QueueState {
     pub(crate) queue: vk::Queue,
     pub(crate) transfer: Transfer,
+    /// The last timeline value given to a submission.
+    submitted: u64,
 }
 
 /// A live `VkDevice` and what the backend needs to use it.
@@ -43,6 +54,15 @@ pub(crate) struct DeviceContext {
     pub(crate) allocations: AtomicU32,
     /// The owning platform's count of live buffers.
     pub(crate) platform_live: Arc<AtomicUsize>,
+    /// Whether the device has timeline semaphores (enabled at creation).
+    pub(crate) timeline_semaphores: bool,
+    /// The timeline semaphore and the pipeline cache, made at first use (so a platform that
+    /// only moves memory never makes them); `init` serialises their creation.
+    timeline: OnceLock<vk::Semaphore>,
+    pipeline_cache: OnceLock<vk::PipelineCache>,
+    init: Mutex<()>,
+    /// The highest timeline value known to be reached (a cache of the semaphore's counter).
+    completed: AtomicU64,
     /// Declared last: dropped after `Drop::drop` destroyed the device.
     _instance: Arc<Instance>,
 }
@@ -69,12 +89,16 @@ impl DeviceContext {
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(info.compute_queue_family)
             .queue_priorities(&priorities)];
-        // Features and extensions are added here as the backend grows (timeline semaphores,
-        // external memory for IPC); none is needed for memory.
-        let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        // Timeline semaphores (core in 1.2) for queues and events; memory needs nothing.
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        if info.timeline_semaphores {
+            create = create.push_next(&mut v12);
+        }
         // SAFETY: `physical` belongs to `instance` (it was enumerated from it); `create` and
-        // the arrays it points to live across the call; the family index comes from this
-        // device's own queue family list and we ask for one queue of it.
+        // the arrays and structures it points to live across the call; the family index comes
+        // from this device's own queue family list and we ask for one queue of it; the
+        // timeline feature is chained only where the device is 1.2+ and reports it.
         let raw = unsafe { instance.raw.create_device(physical, &create, None) }
             .map_err(|e| map_vk_err(At::new("Offload::init", "vkCreateDevice"), e))?;
         crate::LIVE_DEVICES.fetch_add(1, Ordering::SeqCst);
@@ -98,9 +122,15 @@ impl DeviceContext {
             queue: Mutex::new(QueueState {
                 queue,
                 transfer: Transfer::default(),
+                submitted: 0,
             }),
             allocations: AtomicU32::new(0),
             platform_live,
+            timeline_semaphores: info.timeline_semaphores,
+            timeline: OnceLock::new(),
+            pipeline_cache: OnceLock::new(),
+            init: Mutex::new(()),
+            completed: AtomicU64::new(0),
             _instance: instance,
         })
     }
@@ -121,6 +151,148 @@ impl DeviceContext {
     }
 }
 
+impl DeviceContext {
+    fn lock_init(&self) -> MutexGuard<'_, ()> {
+        self.init.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The device's timeline semaphore, made at first use. A device without timeline
+    /// semaphores is `Error::Unsupported` (its memory still works).
+    pub(crate) fn timeline(&self, call: &'static str) -> Result<vk::Semaphore> {
+        if let Some(s) = self.timeline.get() {
+            return Ok(*s);
+        }
+        if !self.timeline_semaphores {
+            return Err(offload_core::Error::Unsupported {
+                backend: offload_core::BackendKind::Vulkan,
+                call,
+                reason: "the device has no timeline semaphores (Vulkan 1.2), which offload's \
+                         Vulkan queues, events and programs need"
+                    .into(),
+            });
+        }
+        let _init = self.lock_init();
+        if let Some(s) = self.timeline.get() {
+            return Ok(*s);
+        }
+        let mut kind = vk::SemaphoreTypeCreateInfo::default()
+            .semaphore_type(vk::SemaphoreType::TIMELINE)
+            .initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        // SAFETY: the device is live and has the timeline feature enabled; `info` lives across
+        // the call; the semaphore is destroyed once, in `Drop`.
+        let made = unsafe { self.raw.create_semaphore(&info, None) }
+            .map_err(|e| map_vk_err(At::new(call, "vkCreateSemaphore"), e))?;
+        Ok(*self.timeline.get_or_init(|| made))
+    }
+
+    /// The device's pipeline cache, made at first use.
+    pub(crate) fn pipeline_cache(&self, call: &'static str) -> Result<vk::PipelineCache> {
+        if let Some(c) = self.pipeline_cache.get() {
+            return Ok(*c);
+        }
+        let _init = self.lock_init();
+        if let Some(c) = self.pipeline_cache.get() {
+            return Ok(*c);
+        }
+        // SAFETY: the device is live; the empty create info asks for an empty cache; it is
+        // destroyed once, in `Drop`. Pipeline caches are internally synchronised.
+        let made = unsafe {
+            self.raw
+                .create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
+        }
+        .map_err(|e| map_vk_err(At::new(call, "vkCreatePipelineCache"), e))?;
+        Ok(*self.pipeline_cache.get_or_init(|| made))
+    }
+
+    /// Submits `submit` (one batch, without its timeline signal) to the queue, signalling
+    /// the timeline with the next value, after waiting on the timeline for `wait` (0: no
+    /// wait). Returns the value.
+    ///
+    /// # Safety
+    /// The command buffers of `submit` must be executable, not pending, of this device, and
+    /// every object they use must stay alive until the returned value is reached.
+    pub(crate) unsafe fn submit_timeline(
+        &self,
+        commands: &[vk::CommandBuffer],
+        wait: u64,
+        call: &'static str,
+    ) -> Result<u64> {
+        let timeline = self.timeline(call)?;
+        let mut state = self.lock_queue();
+        let value = state.submitted + 1;
+        let signal = [value];
+        let waits = [wait];
+        let semaphores = [timeline];
+        let stages = [vk::PipelineStageFlags::ALL_COMMANDS];
+        let mut values =
+            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&signal);
+        let mut batch = vk::SubmitInfo::default()
+            .command_buffers(commands)
+            .signal_semaphores(&semaphores);
+        if wait > 0 {
+            values = values.wait_semaphore_values(&waits);
+            batch = batch
+                .wait_semaphores(&semaphores)
+                .wait_dst_stage_mask(&stages);
+        }
+        let batch = [batch.push_next(&mut values)];
+        // SAFETY: the queue is ours (we hold its mutex); the command buffers are valid per the
+        // caller; the signal value is greater than every value signalled or pending before
+        // (values are handed out in order under this mutex); a wait value was signalled by an
+        // earlier submission, so the wait cannot deadlock.
+        unsafe {
+            self.raw
+                .queue_submit(state.queue, &batch, vk::Fence::null())
+        }
+        .map_err(|e| map_vk_err(At::new(call, "vkQueueSubmit"), e))?;
+        state.submitted = value;
+        Ok(value)
+    }
+
+    /// Whether everything submitted up to timeline value `value` has finished.
+    pub(crate) fn is_complete(&self, value: u64, call: &'static str) -> Result<bool> {
+        if value <= self.completed.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let timeline = self.timeline(call)?;
+        // SAFETY: the semaphore is a live timeline semaphore of this device.
+        let now = unsafe { self.raw.get_semaphore_counter_value(timeline) }
+            .map_err(|e| map_vk_err(At::new(call, "vkGetSemaphoreCounterValue"), e))?;
+        self.completed.fetch_max(now, Ordering::AcqRel);
+        Ok(value <= now)
+    }
+
+    /// Waits until everything submitted up to timeline value `value` has finished (0 and
+    /// values already reached return at once, without a driver call).
+    pub(crate) fn wait_for(&self, value: u64, call: &'static str) -> Result<()> {
+        if value <= self.completed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let timeline = self.timeline(call)?;
+        let semaphores = [timeline];
+        let values = [value];
+        let info = vk::SemaphoreWaitInfo::default()
+            .semaphores(&semaphores)
+            .values(&values);
+        // SAFETY: the semaphore is a live timeline semaphore of this device and `value` was
+        // handed to a submission (callers only wait for values they were given), so the wait
+        // ends; `info` lives across the call. Kernels may run for any time: no timeout.
+        unsafe { self.raw.wait_semaphores(&info, u64::MAX) }
+            .map_err(|e| map_vk_err(At::new(call, "vkWaitSemaphores"), e))?;
+        self.completed.fetch_max(value, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// `wait_for`, and if that fails (device lost), the whole device idle: for `Drop`s, which
+    /// must not destroy objects the device may still use.
+    pub(crate) fn wait_for_or_idle(&self, value: u64, call: &'static str) -> Result<()> {
+        self.wait_for(value, call).inspect_err(|_| {
+            let _ = self.wait_idle(call);
+        })
+    }
+}
+
 impl Drop for DeviceContext {
     fn drop(&mut self) {
         let state = self.queue.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -131,6 +303,12 @@ impl Drop for DeviceContext {
         unsafe {
             let _ = self.raw.device_wait_idle();
             state.transfer.destroy(&self.raw, &self.allocations);
+            if let Some(s) = self.timeline.take() {
+                self.raw.destroy_semaphore(s, None);
+            }
+            if let Some(c) = self.pipeline_cache.take() {
+                self.raw.destroy_pipeline_cache(c, None);
+            }
             self.raw.destroy_device(None);
         }
         crate::LIVE_DEVICES.fetch_sub(1, Ordering::SeqCst);

@@ -128,7 +128,7 @@ pub struct MemoryHeap {
 /// # vk.deinit()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct VulkanDeviceInfo {
     /// `deviceName`, e.g. `llvmpipe (LLVM 15.0.6, 256 bits)`.
@@ -176,6 +176,14 @@ pub struct VulkanDeviceInfo {
     pub max_storage_buffer_range: u32,
     /// The queue family offload submits to (the first one with `VK_QUEUE_COMPUTE_BIT`).
     pub compute_queue_family: u32,
+    /// Significant bits of the compute queue's timestamps (`timestampValidBits`); 0 when
+    /// the queue cannot write timestamps (events then time with the host clock).
+    pub timestamp_valid_bits: u32,
+    /// Nanoseconds per timestamp tick (`timestampPeriod`).
+    pub timestamp_period_ns: f32,
+    /// Whether the device has timeline semaphores (core in Vulkan 1.2), which offload's
+    /// queues and events need: without them programs and queues are `Error::Unsupported`.
+    pub timeline_semaphores: bool,
     /// Parallel compute units, as honest as the driver lets us be: SMs
     /// (`VK_NV_shader_sm_builtins`), compute units (`VK_AMD_shader_core_properties`), the
     /// host's available parallelism for a CPU device (lavapipe runs compute on a thread per
@@ -189,6 +197,13 @@ pub(crate) struct Limits {
     pub max_allocation_size: u64,
     pub max_buffer_size: u64,
     pub max_allocation_count: u32,
+    pub max_workgroup_size: [u32; 3],
+    pub max_workgroup_invocations: u32,
+    pub max_workgroup_count: [u32; 3],
+    pub max_push_constants_size: u32,
+    pub max_storage_buffer_range: u32,
+    pub timestamp_valid_bits: u32,
+    pub timestamp_period_ns: f32,
 }
 
 impl VulkanDeviceInfo {
@@ -197,6 +212,13 @@ impl VulkanDeviceInfo {
             max_allocation_size: self.max_allocation_size,
             max_buffer_size: self.max_buffer_size,
             max_allocation_count: self.max_allocation_count,
+            max_workgroup_size: self.max_workgroup_size,
+            max_workgroup_invocations: self.max_workgroup_invocations,
+            max_workgroup_count: self.max_workgroup_count,
+            max_push_constants_size: self.max_push_constants_size,
+            max_storage_buffer_range: self.max_storage_buffer_range,
+            timestamp_valid_bits: self.timestamp_valid_bits,
+            timestamp_period_ns: self.timestamp_period_ns,
         }
     }
 }
@@ -268,10 +290,11 @@ pub(crate) unsafe fn query(
     // is core in the version (or part of the extension) we checked before chaining it.
     unsafe {
         let families = instance.get_physical_device_queue_family_properties(physical);
-        let compute_queue_family = families
+        let family_index = families
             .iter()
-            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && f.queue_count > 0)
-            .and_then(|i| u32::try_from(i).ok())?;
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && f.queue_count > 0)?;
+        let compute_queue_family = u32::try_from(family_index).ok()?;
+        let timestamp_valid_bits = families[family_index].timestamp_valid_bits;
 
         let props = instance.get_physical_device_properties(physical);
         let used_api = props.api_version.min(instance_api);
@@ -352,6 +375,13 @@ pub(crate) unsafe fn query(
                 compute_units = (cus > 0).then_some(cus);
             }
         }
+        let mut timeline_semaphores = false;
+        if used_api >= vk::API_VERSION_1_2 {
+            let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
+            let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut v12);
+            instance.get_physical_device_features2(physical, &mut features);
+            timeline_semaphores = v12.timeline_semaphore == vk::TRUE;
+        }
         let device_type = VulkanDeviceType::from_vk(props.device_type);
         let compute_units = compute_units.unwrap_or_else(|| {
             if device_type == VulkanDeviceType::Cpu {
@@ -385,6 +415,9 @@ pub(crate) unsafe fn query(
             max_push_constants_size: limits.max_push_constants_size,
             max_storage_buffer_range: limits.max_storage_buffer_range,
             compute_queue_family,
+            timestamp_valid_bits,
+            timestamp_period_ns: limits.timestamp_period,
+            timeline_semaphores,
             compute_units,
         })
     }

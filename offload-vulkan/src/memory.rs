@@ -9,7 +9,7 @@
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ash::vk;
 use offload_core::{MemKind, Result};
@@ -275,14 +275,20 @@ pub struct VulkanBuffer {
     len: usize,
     kind: MemKind,
     device: Arc<DeviceContext>,
+    /// The timeline value of the last launch that used it (0: none). Every host access,
+    /// and freeing it, waits for that value first: GPU work never sees memory change or
+    /// disappear under it, and the host never reads what a kernel has not finished writing.
+    last_use: AtomicU64,
 }
 
 // SAFETY: the buffer owns its Vulkan objects exclusively (like a `Box<[u8]>` owns its bytes);
 // the mapped pointer points into memory that lives as long as the buffer. Vulkan objects
 // may be used from any thread; the queue they are recorded on is behind the device's mutex.
 unsafe impl Send for VulkanBuffer {}
-// SAFETY: through `&VulkanBuffer` the bytes are only read (memcpy out of the mapping, or a
-// GPU copy out of the buffer under the queue mutex); every write needs `&mut`.
+// SAFETY: through `&VulkanBuffer` the host only reads the bytes (memcpy out of the mapping,
+// or a GPU copy out of the buffer under the queue mutex); every host write needs `&mut`.
+// Kernels launched with `&VulkanBuffer` write it on the device, not through Rust references,
+// and every host access first waits for the launches submitted before it (`last_use`).
 unsafe impl Sync for VulkanBuffer {}
 
 impl VulkanBuffer {
@@ -299,7 +305,27 @@ impl VulkanBuffer {
             len: size,
             kind,
             device,
+            last_use: AtomicU64::new(0),
         })
+    }
+
+    pub(crate) fn device(&self) -> &Arc<DeviceContext> {
+        &self.device
+    }
+
+    pub(crate) fn vk_buffer(&self) -> vk::Buffer {
+        self.raw.buffer
+    }
+
+    /// Notes that the submission with timeline value `value` uses this buffer.
+    pub(crate) fn used_by(&self, value: u64) {
+        self.last_use.fetch_max(value, Ordering::AcqRel);
+    }
+
+    /// Waits until no submitted GPU work uses this buffer any more.
+    pub(crate) fn wait_unused(&self, call: &'static str) -> Result<()> {
+        self.device
+            .wait_for(self.last_use.load(Ordering::Acquire), call)
     }
 
     /// Size in bytes.
@@ -365,11 +391,13 @@ impl VulkanBuffer {
         if dst.is_empty() {
             return Ok(());
         }
+        self.wait_unused(CALL)?;
         match self.raw.mapped {
             // SAFETY: offset + len <= self.len <= the mapped size (checked), so the source
             // lies inside the mapping, which lives as long as `self`; `dst` is a Rust slice and
-            // cannot alias device memory (we never hand out references into it); writers need
-            // `&mut self` and every transfer into this buffer finished before its call returned.
+            // cannot alias device memory (we never hand out references into it); host writers
+            // need `&mut self`, every transfer into this buffer finished before its call
+            // returned, and every launch submitted before this call has finished (waited).
             Some(ptr) => unsafe {
                 std::ptr::copy_nonoverlapping(ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
             },
@@ -386,10 +414,11 @@ impl VulkanBuffer {
         if src.is_empty() {
             return Ok(());
         }
+        self.wait_unused(CALL)?;
         match self.raw.mapped {
             // SAFETY: the destination lies inside the mapping (checked); `src` cannot alias
             // it; `&mut self` excludes every other access, and no GPU work on the buffer is
-            // pending (transfers complete before they return).
+            // pending (transfers complete before they return, launches were waited for).
             Some(ptr) => unsafe {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.as_ptr().add(offset), src.len())
             },
@@ -405,6 +434,7 @@ impl VulkanBuffer {
         if len == 0 {
             return Ok(());
         }
+        self.wait_unused("Buffer::fill")?;
         match self.raw.mapped {
             // SAFETY: the range lies inside the mapping (checked); `&mut self` excludes every
             // other access.
@@ -436,6 +466,8 @@ impl VulkanBuffer {
         if len == 0 {
             return Ok(());
         }
+        src.wait_unused(CALL)?;
+        self.wait_unused(CALL)?;
         match (src.raw.mapped, self.raw.mapped) {
             // SAFETY: both ranges lie inside their mappings (checked); `self` is borrowed
             // mutably and `src` shared, so they are different allocations that cannot overlap,
@@ -470,6 +502,7 @@ impl VulkanBuffer {
         if len == 0 || src_offset == dst_offset {
             return Ok(());
         }
+        self.wait_unused(CALL)?;
         match self.raw.mapped {
             // SAFETY: both ranges lie inside the mapping (checked); `ptr::copy` allows them to
             // overlap; `&mut self` excludes every other access.
@@ -489,9 +522,15 @@ impl VulkanBuffer {
 
 impl Drop for VulkanBuffer {
     fn drop(&mut self) {
+        // Launches that use it may still run: wait for them (`Backend::free` waited already
+        // and reported an error; here one can only be ignored, after waiting idle).
+        let _ = self
+            .device
+            .wait_for_or_idle(*self.last_use.get_mut(), "Buffer::free");
         // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
-        // transfer that used it completed before its call returned, so no GPU work on it is
-        // pending; it is destroyed exactly once, here.
+        // transfer that used it completed before its call returned, and every launch that
+        // used it has finished (waited above), so no GPU work on it is pending; it is
+        // destroyed exactly once, here.
         unsafe { self.raw.destroy(&self.device.raw) };
         self.device.allocations.fetch_sub(1, Ordering::SeqCst);
         self.device.platform_live.fetch_sub(1, Ordering::SeqCst);

@@ -1,0 +1,450 @@
+//! The Vulkan backend against raw `ash`, in one run, on whatever Vulkan driver the machine
+//! has (lavapipe here):
+//!
+//! * `vulkan_add_one_1Mi/{offload,raw_ash}`: `add_one` (the WGSL test kernel, compiled by
+//!   naga) over 1 Mi `u32`s in 16,384 workgroups of 64, launched and waited for, in a loop.
+//!   `offload` goes through the runtime (`Queue::launch` + `Queue::sync`); `raw_ash` has the
+//!   identical setup made by hand — one pipeline, one descriptor set written once, the count
+//!   as a push constant, the same buffer memory — and records, submits and waits for one
+//!   command buffer with a fence per iteration. **Goal: offload / raw_ash ≤ 1.05.**
+//! * `vulkan_init_shutdown/{offload,raw_ash}`: `Offload::init` → `shutdown` of a runtime
+//!   with only the Vulkan platform, against loading the Vulkan loader, creating the instance,
+//!   finding the compute queue family and creating and destroying the device (and instance,
+//!   and closing the loader). **Goal: offload / raw_ash ≤ 1.05.**
+//!
+//! The medians and their ratios are printed at the end. Run with
+//! `cargo bench -p offload-vulkan --bench vulkan`. Without a Vulkan driver it says so and
+//! measures nothing.
+
+use std::ffi::CStr;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ash::vk;
+use criterion::Criterion;
+use offload_core::{Arg, Dims, MemKind, NoPlatforms, Offload, Program, Uninit};
+
+const WORDS: u32 = 1 << 20;
+const BLOCK: u32 = 64;
+
+fn spirv_words() -> Vec<u32> {
+    let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
+    let module = naga::front::wgsl::parse_str(wgsl).expect("WGSL");
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .expect("naga validation");
+    let options = naga::back::spv::Options {
+        lang_version: (1, 3),
+        ..Default::default()
+    };
+    naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V")
+}
+
+fn start() -> Option<Offload<offload_core::Ready, NoPlatforms>> {
+    Offload::<Uninit, NoPlatforms>::builder()
+        .platform(offload_vulkan::platform())
+        .start()
+        .ok()
+}
+
+/// The raw-ash counterpart of a runtime with one device and one queue.
+struct RawDevice {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    device: ash::Device,
+    physical: vk::PhysicalDevice,
+    family: u32,
+    queue: vk::Queue,
+}
+
+impl RawDevice {
+    /// Loader, instance (Vulkan 1.3 or what the loader has), first physical device with a
+    /// compute family, one queue of it.
+    fn new() -> RawDevice {
+        // SAFETY: the system loader; kept open in `_entry` while its objects live.
+        let entry = unsafe { ash::Entry::load() }.expect("libvulkan");
+        // SAFETY: plain instance-level calls on a loaded loader with valid create infos.
+        unsafe {
+            let api = entry
+                .try_enumerate_instance_version()
+                .ok()
+                .flatten()
+                .unwrap_or(vk::API_VERSION_1_0)
+                .min(vk::API_VERSION_1_3);
+            let app = vk::ApplicationInfo::default()
+                .application_name(c"raw")
+                .api_version(api);
+            let instance = entry
+                .create_instance(
+                    &vk::InstanceCreateInfo::default().application_info(&app),
+                    None,
+                )
+                .expect("instance");
+            let physical = instance.enumerate_physical_devices().expect("devices")[0];
+            let family = instance
+                .get_physical_device_queue_family_properties(physical)
+                .iter()
+                .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+                .expect("a compute family") as u32;
+            let priorities = [1.0];
+            let queues = [vk::DeviceQueueCreateInfo::default()
+                .queue_family_index(family)
+                .queue_priorities(&priorities)];
+            let device = instance
+                .create_device(
+                    physical,
+                    &vk::DeviceCreateInfo::default().queue_create_infos(&queues),
+                    None,
+                )
+                .expect("device");
+            let queue = device.get_device_queue(family, 0);
+            RawDevice {
+                _entry: entry,
+                instance,
+                device,
+                physical,
+                family,
+                queue,
+            }
+        }
+    }
+}
+
+impl Drop for RawDevice {
+    fn drop(&mut self) {
+        // SAFETY: the device is idle (callers waited) and every child object is gone.
+        unsafe {
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+/// `add_one` set up by hand: the pipeline, its layouts, one descriptor set, the buffer.
+struct RawAddOne {
+    dev: RawDevice,
+    shader: vk::ShaderModule,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+    descriptors: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    pool: vk::CommandPool,
+    commands: vk::CommandBuffer,
+    fence: vk::Fence,
+}
+
+impl RawAddOne {
+    fn new(words: &[u32]) -> RawAddOne {
+        let dev = RawDevice::new();
+        let d = &dev.device;
+        // SAFETY: straightforward object creation with valid create infos on a live device;
+        // everything is destroyed in `Drop`.
+        unsafe {
+            let shader = d
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
+                .unwrap();
+            let bindings = [vk::DescriptorSetLayoutBinding::default()
+                .binding(0)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)];
+            let set_layout = d
+                .create_descriptor_set_layout(
+                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                    None,
+                )
+                .unwrap();
+            let ranges = [vk::PushConstantRange::default()
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+                .size(4)];
+            let sets = [set_layout];
+            let layout = d
+                .create_pipeline_layout(
+                    &vk::PipelineLayoutCreateInfo::default()
+                        .set_layouts(&sets)
+                        .push_constant_ranges(&ranges),
+                    None,
+                )
+                .unwrap();
+            let name: &CStr = c"add_one";
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(shader)
+                .name(name);
+            let pipeline = d
+                .create_compute_pipelines(
+                    vk::PipelineCache::null(),
+                    &[vk::ComputePipelineCreateInfo::default()
+                        .stage(stage)
+                        .layout(layout)],
+                    None,
+                )
+                .unwrap()[0];
+            let sizes = [vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(1)];
+            let descriptors = d
+                .create_descriptor_pool(
+                    &vk::DescriptorPoolCreateInfo::default()
+                        .max_sets(1)
+                        .pool_sizes(&sizes),
+                    None,
+                )
+                .unwrap();
+            let set = d
+                .allocate_descriptor_sets(
+                    &vk::DescriptorSetAllocateInfo::default()
+                        .descriptor_pool(descriptors)
+                        .set_layouts(&sets),
+                )
+                .unwrap()[0];
+            let size = u64::from(WORDS) * 4;
+            let buffer = d
+                .create_buffer(
+                    &vk::BufferCreateInfo::default().size(size).usage(
+                        vk::BufferUsageFlags::STORAGE_BUFFER
+                            | vk::BufferUsageFlags::TRANSFER_SRC
+                            | vk::BufferUsageFlags::TRANSFER_DST,
+                    ),
+                    None,
+                )
+                .unwrap();
+            let needs = d.get_buffer_memory_requirements(buffer);
+            let props = dev
+                .instance
+                .get_physical_device_memory_properties(dev.physical);
+            let types = props.memory_types_as_slice();
+            let pick = |want: vk::MemoryPropertyFlags| {
+                (0..types.len()).find(|&i| {
+                    needs.memory_type_bits & (1 << i) != 0 && types[i].property_flags.contains(want)
+                })
+            };
+            let index = pick(vk::MemoryPropertyFlags::DEVICE_LOCAL)
+                .or(pick(vk::MemoryPropertyFlags::empty()))
+                .unwrap() as u32;
+            let memory = d
+                .allocate_memory(
+                    &vk::MemoryAllocateInfo::default()
+                        .allocation_size(needs.size)
+                        .memory_type_index(index),
+                    None,
+                )
+                .unwrap();
+            d.bind_buffer_memory(buffer, memory, 0).unwrap();
+            let info = [vk::DescriptorBufferInfo::default()
+                .buffer(buffer)
+                .range(vk::WHOLE_SIZE)];
+            d.update_descriptor_sets(
+                &[vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(0)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(&info)],
+                &[],
+            );
+            let pool = d
+                .create_command_pool(
+                    &vk::CommandPoolCreateInfo::default()
+                        .queue_family_index(dev.family)
+                        .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
+                    None,
+                )
+                .unwrap();
+            let commands = d
+                .allocate_command_buffers(
+                    &vk::CommandBufferAllocateInfo::default()
+                        .command_pool(pool)
+                        .command_buffer_count(1),
+                )
+                .unwrap()[0];
+            let fence = d
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .unwrap();
+            let raw = RawAddOne {
+                dev,
+                shader,
+                set_layout,
+                layout,
+                pipeline,
+                descriptors,
+                set,
+                buffer,
+                memory,
+                pool,
+                commands,
+                fence,
+            };
+            raw.launch_sync(); // the first dispatch compiles on lavapipe
+            raw
+        }
+    }
+
+    fn launch_sync(&self) {
+        let d = &self.dev.device;
+        let cb = self.commands;
+        // SAFETY: the command buffer is not pending (every submission is waited for); all
+        // objects are live; the fence is unsignalled (reset after each wait).
+        unsafe {
+            d.begin_command_buffer(
+                cb,
+                &vk::CommandBufferBeginInfo::default()
+                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            )
+            .unwrap();
+            d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, self.pipeline);
+            d.cmd_bind_descriptor_sets(
+                cb,
+                vk::PipelineBindPoint::COMPUTE,
+                self.layout,
+                0,
+                &[self.set],
+                &[],
+            );
+            d.cmd_push_constants(
+                cb,
+                self.layout,
+                vk::ShaderStageFlags::COMPUTE,
+                0,
+                &WORDS.to_ne_bytes(),
+            );
+            d.cmd_dispatch(cb, WORDS / BLOCK, 1, 1);
+            d.end_command_buffer(cb).unwrap();
+            let buffers = [cb];
+            d.queue_submit(
+                self.dev.queue,
+                &[vk::SubmitInfo::default().command_buffers(&buffers)],
+                self.fence,
+            )
+            .unwrap();
+            d.wait_for_fences(&[self.fence], true, u64::MAX).unwrap();
+            d.reset_fences(&[self.fence]).unwrap();
+        }
+    }
+}
+
+impl Drop for RawAddOne {
+    fn drop(&mut self) {
+        let d = &self.dev.device;
+        // SAFETY: every submission was waited for; each object is destroyed once, children
+        // before what they were made from.
+        unsafe {
+            d.destroy_fence(self.fence, None);
+            d.destroy_command_pool(self.pool, None);
+            d.destroy_descriptor_pool(self.descriptors, None);
+            d.destroy_pipeline(self.pipeline, None);
+            d.destroy_pipeline_layout(self.layout, None);
+            d.destroy_descriptor_set_layout(self.set_layout, None);
+            d.destroy_shader_module(self.shader, None);
+            d.destroy_buffer(self.buffer, None);
+            d.free_memory(self.memory, None);
+        }
+    }
+}
+
+fn add_one(c: &mut Criterion, words: &[u32]) {
+    let mut group = c.benchmark_group("vulkan_add_one_1Mi");
+    group.sample_size(40);
+    group.measurement_time(Duration::from_secs(8));
+
+    let rt = start().expect("Vulkan");
+    let dev = rt.devices().unwrap().remove(0);
+    let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let module = Program::new(image).load(&dev).unwrap();
+    let kernel = module.kernel("add_one").unwrap();
+    let queue = dev.queue().unwrap();
+    let buf = dev.alloc(WORDS as usize * 4, MemKind::Device).unwrap();
+    let dims = Dims::grid([WORDS / BLOCK, 1, 1]).block([BLOCK, 1, 1]);
+    let launch = || {
+        queue
+            .launch(&kernel, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
+            .unwrap();
+        queue.sync().unwrap();
+    };
+    launch(); // the first dispatch compiles on lavapipe
+    group.bench_function("offload", |b| b.iter(launch));
+
+    let raw = RawAddOne::new(words);
+    group.bench_function("raw_ash", |b| b.iter(|| raw.launch_sync()));
+    group.finish();
+    drop(raw);
+    drop((kernel, module, queue, buf));
+    rt.shutdown().unwrap();
+}
+
+fn init_shutdown(c: &mut Criterion) {
+    let mut group = c.benchmark_group("vulkan_init_shutdown");
+    group.sample_size(30);
+    group.measurement_time(Duration::from_secs(10));
+    group.bench_function("offload", |b| {
+        b.iter(|| {
+            let rt = start().unwrap();
+            black_box(rt.generation());
+            rt.shutdown().unwrap();
+        })
+    });
+    group.bench_function("raw_ash", |b| {
+        b.iter(|| {
+            let raw = RawDevice::new();
+            black_box(raw.queue);
+            drop(raw);
+        })
+    });
+    group.finish();
+}
+
+fn criterion_dir() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return PathBuf::from(home);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")));
+    target.join("criterion")
+}
+
+/// The median point estimate (ns) of one benchmark, from criterion's estimates.json.
+fn median(dir: &std::path::Path, group: &str, id: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(dir.join(group).join(id).join("new/estimates.json")).ok()?;
+    let at = text.find("\"median\"")?;
+    let rest = &text[at..];
+    let p = rest.find("\"point_estimate\":")? + "\"point_estimate\":".len();
+    let end = rest[p..].find([',', '}'])?;
+    rest[p..p + end].trim().parse().ok()
+}
+
+fn main() {
+    if start().map(|rt| rt.shutdown()).is_none() {
+        println!("no Vulkan driver: nothing to measure");
+        return;
+    }
+    let words = spirv_words();
+    let dir = criterion_dir();
+    let mut c = Criterion::default()
+        .output_directory(&dir)
+        .configure_from_args();
+    add_one(&mut c, &words);
+    init_shutdown(&mut c);
+    c.final_summary();
+    println!("\nmedians (goal: offload / raw_ash <= 1.05):");
+    for group in ["vulkan_add_one_1Mi", "vulkan_init_shutdown"] {
+        match (
+            median(&dir, group, "offload"),
+            median(&dir, group, "raw_ash"),
+        ) {
+            (Some(o), Some(r)) => println!(
+                "  {group}: offload {:.1} us, raw_ash {:.1} us, ratio {:.3}",
+                o / 1e3,
+                r / 1e3,
+                o / r
+            ),
+            _ => println!("  {group}: not measured in this run"),
+        }
+    }
+}

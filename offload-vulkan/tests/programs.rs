@@ -1,0 +1,719 @@
+//! Programs, kernels, queues and events through the `Compute` trait, on whatever Vulkan
+//! driver the machine has (lavapipe in CI), with the validation layer on: WGSL kernels
+//! compiled by naga, launched over a mebiword and over every block size the CUDA model
+//! allows, invalid SPIR-V that never reaches the driver, typed errors for everything the
+//! argument convention refuses, and events that time and order work.
+
+mod common;
+
+use common::{
+    assert_no_validation_errors, both_paths_validated, bytes_of, close, kernels, open_validated,
+    serial, spirv_of, words,
+};
+use offload_core::{Backend, Compute, Dims, Error, KernelArg, MemKind, ParamKind};
+use offload_vulkan::{VulkanBuffer, VulkanKernel, VulkanPlatform, VulkanQueue, stats};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+
+const MI: u32 = 1 << 20;
+
+/// A scalar argument of the bytes of a `u32` (kept alive by the caller).
+fn u32s(bytes: &[u8; 4]) -> KernelArg<'_, VulkanBuffer> {
+    KernelArg::Scalar(bytes)
+}
+
+fn fill(
+    vk: &VulkanPlatform,
+    q: &VulkanQueue,
+    k: &VulkanKernel,
+    buf: &VulkanBuffer,
+    value: u32,
+    n: u32,
+    dims: Dims,
+) {
+    let (value, n) = (value.to_ne_bytes(), n.to_ne_bytes());
+    vk.launch(
+        q,
+        k,
+        &dims,
+        &[KernelArg::Buffer(buf), u32s(&value), u32s(&n)],
+    )
+    .unwrap_or_else(|e| panic!("fill {dims:?}: {e}"));
+}
+
+fn add_one(
+    vk: &VulkanPlatform,
+    q: &VulkanQueue,
+    k: &VulkanKernel,
+    buf: &VulkanBuffer,
+    n: u32,
+    dims: Dims,
+) {
+    let n = n.to_ne_bytes();
+    vk.launch(q, k, &dims, &[KernelArg::Buffer(buf), u32s(&n)])
+        .unwrap_or_else(|e| panic!("add_one {dims:?}: {e}"));
+}
+
+fn read_words(vk: &VulkanPlatform, buf: &VulkanBuffer) -> Vec<u32> {
+    let mut out = vec![0u8; buf.len()];
+    vk.read(buf, 0, &mut out).unwrap();
+    words(&out)
+}
+
+#[test]
+fn add_one_and_fill_over_a_mebiword() {
+    let Some(platforms) = both_paths_validated("add_one_and_fill_over_a_mebiword") else {
+        return;
+    };
+    for (path, vk) in platforms {
+        let dev = vk.devices().remove(0);
+        let module = vk.load(&dev, &kernels()).unwrap();
+        let k_fill = vk.kernel(&module, "fill").unwrap();
+        let k_add = vk.kernel(&module, "add_one").unwrap();
+        assert_eq!(k_add.workgroup_size(), [64, 1, 1]);
+        let q = vk.queue(&dev).unwrap();
+        for kind in [MemKind::Device, MemKind::Host] {
+            let mut buf = vk.alloc(&dev, MI as usize * 4, kind).unwrap();
+            let start: Vec<u32> = (0..MI).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+            vk.write(&mut buf, 0, &bytes_of(&start)).unwrap();
+            let grid = Dims::grid([MI / 64, 1, 1]).block([64, 1, 1]);
+            add_one(&vk, &q, &k_add, &buf, MI, grid);
+            vk.sync(&q).unwrap();
+            let got = read_words(&vk, &buf);
+            let want: Vec<u32> = start.iter().map(|w| w.wrapping_add(1)).collect();
+            assert!(got == want, "{path} {kind:?}: add_one over 1 Mi words");
+
+            // fill part, then add_one over all, without syncing in between: in order.
+            fill(&vk, &q, &k_fill, &buf, 41, MI / 2, grid);
+            add_one(&vk, &q, &k_add, &buf, MI, grid);
+            // A host read waits for the launches that use the buffer (no sync here).
+            let got = read_words(&vk, &buf);
+            for (i, (&g, &s)) in got.iter().zip(&start).enumerate() {
+                let want = if i < (MI / 2) as usize {
+                    42
+                } else {
+                    s.wrapping_add(2)
+                };
+                assert_eq!(g, want, "{path} {kind:?}: word {i}");
+            }
+            // Freeing waits for the work that uses the buffer, too.
+            add_one(&vk, &q, &k_add, &buf, MI, grid);
+            vk.free(buf).unwrap();
+        }
+        vk.destroy_queue(q).unwrap();
+        drop((k_fill, k_add));
+        vk.unload(module).unwrap();
+        close(vk);
+    }
+    assert_no_validation_errors("add_one_and_fill_over_a_mebiword");
+}
+
+/// Every block size runs exactly `grid × block` threads, thread i being
+/// `block_id * block + thread`, whatever the shader declares (64).
+#[test]
+fn any_block_size_runs_grid_times_block_threads() {
+    let Some(vk) = open_validated("any_block_size_runs_grid_times_block_threads") else {
+        return;
+    };
+    let dev = vk.devices().remove(0);
+    let max = vk.vulkan_info(&dev).unwrap().max_workgroup_size[0].min(1024);
+    let module = vk.load(&dev, &kernels()).unwrap();
+    let k_add = vk.kernel(&module, "add_one").unwrap();
+    let q = vk.queue(&dev).unwrap();
+    const WORDS: usize = 4096;
+    let mut buf = vk.alloc(&dev, WORDS * 4, MemKind::Device).unwrap();
+    vk.fill(&mut buf, 0, WORDS * 4, 0).unwrap();
+    let mut model = vec![0u32; WORDS];
+    let cases = [
+        (1, 1, 1000),
+        (3, 1, 2),
+        (2, 5, 1000),
+        (4, 16, 50),
+        (1, 63, 63),
+        (1, 64, 10),
+        (2, 65, 1000),
+        (3, 128, 300),
+        (1, max, WORDS as u32),
+        (1, 17, 17),
+        (2, 17, 1000),
+    ];
+    for (grid, block, n) in cases {
+        add_one(
+            &vk,
+            &q,
+            &k_add,
+            &buf,
+            n,
+            Dims::grid([grid, 1, 1]).block([block, 1, 1]),
+        );
+        let threads = (grid * block).min(n) as usize;
+        for w in &mut model[..threads] {
+            *w += 1;
+        }
+    }
+    // A grid with a zero runs nothing.
+    add_one(
+        &vk,
+        &q,
+        &k_add,
+        &buf,
+        100,
+        Dims::grid([0, 1, 1]).block([64, 1, 1]),
+    );
+    vk.sync(&q).unwrap();
+    assert_eq!(read_words(&vk, &buf), model);
+    vk.free(buf).unwrap();
+    vk.destroy_queue(q).unwrap();
+    drop(k_add);
+    vk.unload(module).unwrap();
+    close(vk);
+    assert_no_validation_errors("any_block_size_runs_grid_times_block_threads");
+}
+
+/// naga writes SPIR-V 1.0 (BufferBlock, no interface globals) to 1.6 (StorageBuffer,
+/// globals in the interface): reflection gives the same parameters, and they all run.
+#[test]
+fn every_spirv_version_reflects_the_same_parameters() {
+    let Some(vk) = open_validated("every_spirv_version_reflects_the_same_parameters") else {
+        return;
+    };
+    let dev = vk.devices().remove(0);
+    let q = vk.queue(&dev).unwrap();
+    let mut buf = vk.alloc(&dev, 256, MemKind::Device).unwrap();
+    for minor in 0..=6u8 {
+        let image = spirv_of(common::KERNELS_WGSL, (1, minor));
+        let module = vk.load(&dev, &image).unwrap();
+        assert_eq!(module.spirv_version(), (1, minor));
+        let names: Vec<&str> = module.entry_points().collect();
+        assert_eq!(names, ["add_one", "fill", "noop"]);
+        let k_add = vk.kernel(&module, "add_one").unwrap();
+        let k_fill = vk.kernel(&module, "fill").unwrap();
+        let k_noop = vk.kernel(&module, "noop").unwrap();
+        assert_eq!(vk.params(&k_add), [ParamKind::Buffer, ParamKind::Scalar(4)]);
+        assert_eq!(
+            vk.params(&k_fill),
+            [
+                ParamKind::Buffer,
+                ParamKind::Scalar(4),
+                ParamKind::Scalar(4)
+            ]
+        );
+        assert_eq!(vk.params(&k_noop), []);
+        vk.fill(&mut buf, 0, 256, 0).unwrap();
+        let dims = Dims::grid([1, 1, 1]).block([64, 1, 1]);
+        fill(&vk, &q, &k_fill, &buf, u32::from(minor) + 10, 60, dims);
+        add_one(&vk, &q, &k_add, &buf, 30, dims);
+        vk.launch(&q, &k_noop, &dims, &[]).unwrap();
+        vk.sync(&q).unwrap();
+        let got = read_words(&vk, &buf);
+        let v = u32::from(minor) + 10;
+        assert!(got[..30].iter().all(|&w| w == v + 1), "1.{minor}: {got:?}");
+        assert!(got[30..60].iter().all(|&w| w == v), "1.{minor}");
+        assert!(got[60..].iter().all(|&w| w == 0), "1.{minor}");
+        drop((k_add, k_fill, k_noop));
+        vk.unload(module).unwrap();
+    }
+    vk.free(buf).unwrap();
+    vk.destroy_queue(q).unwrap();
+    close(vk);
+    assert_no_validation_errors("every_spirv_version_reflects_the_same_parameters");
+}
+
+/// (opcode, index of its first word) of every instruction of a module.
+fn instructions(w: &[u32]) -> impl Iterator<Item = (u32, usize)> + '_ {
+    let mut at = 5;
+    std::iter::from_fn(move || {
+        let first = *w.get(at)?;
+        let here = at;
+        at += (first >> 16).max(1) as usize;
+        Some((first & 0xFFFF, here))
+    })
+}
+
+fn invalid_binary(vk: &VulkanPlatform, image: &[u8], what: &str) -> String {
+    let dev = &vk.devices()[0];
+    match vk.load(dev, image) {
+        Err(Error::InvalidBinary {
+            backend, reason, ..
+        }) => {
+            assert_eq!(backend, offload_core::BackendKind::Vulkan);
+            reason
+        }
+        Err(other) => panic!("{what}: expected InvalidBinary, got {other}"),
+        Ok(_) => panic!("{what}: loaded"),
+    }
+}
+
+/// Bad images are `InvalidBinary` with the reason, and the driver never sees one: no
+/// `VkShaderModule` is created for any of them.
+#[test]
+fn invalid_spirv_never_reaches_the_driver() {
+    let _serial = serial();
+    let Some(vk) = open_validated("invalid_spirv_never_reaches_the_driver") else {
+        return;
+    };
+    let good = kernels();
+    let created = stats().shader_modules_created;
+
+    let mut cases: Vec<(String, Vec<u8>, &str)> = vec![
+        ("empty".into(), vec![], "empty"),
+        ("3 bytes".into(), vec![3, 2, 35], "whole number"),
+        (
+            "odd size".into(),
+            good[..good.len() - 2].to_vec(),
+            "whole number",
+        ),
+        (
+            "an ELF file".into(),
+            b"\x7fELF\x02\x01\x01\0\0\0\0\0".to_vec(),
+            "magic",
+        ),
+    ];
+    let mut swapped = good.clone();
+    for w in swapped.chunks_exact_mut(4) {
+        w.reverse();
+    }
+    cases.push(("byte-swapped".into(), swapped, "byte-swapped"));
+    let mut flipped = good.clone();
+    flipped[..4].iter_mut().for_each(|b| *b ^= 0xFF);
+    cases.push(("first word flipped".into(), flipped, "magic"));
+    let mut future = good.clone();
+    future[4..8].copy_from_slice(&0x0001_0700u32.to_ne_bytes());
+    cases.push(("SPIR-V 1.7".into(), future, "version"));
+    let mut unbound = good.clone();
+    unbound[12..16].copy_from_slice(&3u32.to_ne_bytes());
+    cases.push(("bound too small".into(), unbound, "bound"));
+    let mut zero = good.clone();
+    zero[20..24].copy_from_slice(&(17u32).to_ne_bytes()); // OpCapability, word count 0
+    cases.push(("a zero word count".into(), zero, "word count of 0"));
+    let mut long = good.clone();
+    long[20..24].copy_from_slice(&((0xFFFFu32 << 16) | 17).to_ne_bytes());
+    cases.push(("a word count past the end".into(), long, "truncated"));
+    // An id operand past the bound (a corrupted OpName target crashes lavapipe 22.3).
+    let mut w = words(&good);
+    let name = instructions(&w).find(|&(op, _)| op == 5).unwrap().1;
+    w[name + 1] = u32::MAX;
+    cases.push((
+        "an OpName target past the bound".into(),
+        bytes_of(&w),
+        "outside the bound",
+    ));
+    // Every truncation at a word boundary inside the instruction stream.
+    for cut in (20..good.len()).step_by(4) {
+        cases.push((
+            format!("truncated to {cut} bytes"),
+            good[..cut].to_vec(),
+            "",
+        ));
+    }
+    for (what, image, expect) in &cases {
+        let reason = invalid_binary(&vk, image, what);
+        assert!(reason.contains(expect), "{what}: {reason}");
+    }
+
+    // Random bytes, and random bytes behind a valid header.
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let strategy = (
+        proptest::collection::vec(any::<u32>(), 0..64),
+        any::<bool>(),
+    );
+    runner
+        .run(&strategy, |(mut w, header)| {
+            if header {
+                let mut h = vec![0x0723_0203, 0x0001_0300, 0, 1000, 0];
+                h.append(&mut w);
+                w = h;
+            }
+            let dev = &vk.devices()[0];
+            let result = vk.load(dev, &bytes_of(&w));
+            prop_assert!(
+                matches!(result, Err(Error::InvalidBinary { .. })),
+                "{:?}",
+                result.map(|_| ())
+            );
+            Ok(())
+        })
+        .unwrap();
+
+    assert_eq!(
+        stats().shader_modules_created,
+        created,
+        "an invalid image reached vkCreateShaderModule"
+    );
+    // The platform is unharmed.
+    let module = vk.load(&vk.devices()[0], &good).unwrap();
+    assert!(vk.kernel(&module, "noop").is_ok());
+    vk.unload(module).unwrap();
+    close(vk);
+    assert_no_validation_errors("invalid_spirv_never_reaches_the_driver");
+}
+
+#[test]
+fn missing_entry_points_and_globals_are_symbol_not_found() {
+    let Some(vk) = open_validated("missing_entry_points_and_globals_are_symbol_not_found") else {
+        return;
+    };
+    let dev = vk.devices().remove(0);
+    let module = vk.load(&dev, &kernels()).unwrap();
+    for name in ["missing", "add_on", "add_one_", "ADD_ONE", "", "main"] {
+        match vk.kernel(&module, name) {
+            Err(Error::SymbolNotFound { symbol, call, .. }) => {
+                assert_eq!(symbol, name);
+                assert_eq!(call, "Module::kernel");
+            }
+            other => panic!("{name:?}: {:?}", other.map(|_| ())),
+        }
+    }
+    // SPIR-V for Vulkan has no host-reachable globals.
+    for name in ["buf", "add_one_args", "g"] {
+        assert!(matches!(
+            vk.global(&module, name),
+            Err(Error::SymbolNotFound { .. })
+        ));
+        assert!(matches!(
+            vk.read_global(&module, name, 0, &mut [0; 4]),
+            Err(Error::SymbolNotFound { .. })
+        ));
+        assert!(matches!(
+            vk.write_global(&module, name, 0, &[0; 4]),
+            Err(Error::SymbolNotFound { .. })
+        ));
+    }
+    vk.unload(module).unwrap();
+    close(vk);
+    assert_no_validation_errors("missing_entry_points_and_globals_are_symbol_not_found");
+}
+
+fn invalid_argument(result: offload_core::Result<()>, what: &str) -> String {
+    match result {
+        Err(Error::InvalidArgument { reason, .. }) => reason,
+        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// Arguments that do not match the shader's bindings and push constants, and geometry the
+/// device or the shader cannot run, are `InvalidArgument` and run nothing.
+#[test]
+fn mismatched_launches_are_invalid_argument() {
+    let Some(vk) = open_validated("mismatched_launches_are_invalid_argument") else {
+        return;
+    };
+    let Some(other) = open_validated("mismatched_launches_are_invalid_argument") else {
+        return;
+    };
+    let dev = vk.devices().remove(0);
+    let module = vk.load(&dev, &kernels()).unwrap();
+    let k_add = vk.kernel(&module, "add_one").unwrap();
+    let k_fill = vk.kernel(&module, "fill").unwrap();
+    let q = vk.queue(&dev).unwrap();
+    let mut buf = vk.alloc(&dev, 256, MemKind::Device).unwrap();
+    vk.fill(&mut buf, 0, 256, 0x5A).unwrap();
+    let foreign = other
+        .alloc(&other.devices()[0], 256, MemKind::Device)
+        .unwrap();
+    let b = KernelArg::Buffer(&buf);
+    let n = 64u32.to_ne_bytes();
+    let n64 = 64u64.to_ne_bytes();
+    let ok = Dims::grid([1, 1, 1]).block([64, 1, 1]);
+    let cases: Vec<(&str, &VulkanKernel, Vec<KernelArg<'_, VulkanBuffer>>, Dims)> = vec![
+        ("no arguments", &k_add, vec![], ok),
+        (
+            "one argument too many",
+            &k_add,
+            vec![b, u32s(&n), u32s(&n)],
+            ok,
+        ),
+        ("a u64 count", &k_add, vec![b, KernelArg::Scalar(&n64)], ok),
+        ("swapped", &k_add, vec![u32s(&n), b], ok),
+        ("a buffer for a scalar", &k_add, vec![b, b], ok),
+        ("fill without its count", &k_fill, vec![b, u32s(&n)], ok),
+        (
+            "a buffer of another platform",
+            &k_add,
+            vec![KernelArg::Buffer(&foreign), u32s(&n)],
+            ok,
+        ),
+        (
+            "a zero block",
+            &k_add,
+            vec![b, u32s(&n)],
+            Dims::grid([1, 1, 1]).block([0, 1, 1]),
+        ),
+        (
+            "a block past the device's limit",
+            &k_add,
+            vec![b, u32s(&n)],
+            Dims::grid([1, 1, 1]).block([1 << 20, 1, 1]),
+        ),
+        (
+            "too many threads per block",
+            &k_add,
+            vec![b, u32s(&n)],
+            Dims::grid([1, 1, 1]).block([64, 64, 64]),
+        ),
+        (
+            "a grid past the device's limit",
+            &k_add,
+            vec![b, u32s(&n)],
+            Dims::grid([u32::MAX, 1, 1]).block([64, 1, 1]),
+        ),
+    ];
+    let launches = stats().launches;
+    for (what, k, args, dims) in &cases {
+        let reason = invalid_argument(vk.launch(&q, k, dims, args), what);
+        println!("{what}: {reason}");
+    }
+    vk.sync(&q).unwrap();
+    assert!(read_words(&vk, &buf).iter().all(|&w| w == 0x5A5A_5A5A));
+    assert!(stats().launches >= launches);
+
+    // A queue of another platform.
+    let other_q = other.queue(&other.devices()[0]).unwrap();
+    invalid_argument(
+        vk.launch(&other_q, &k_add, &ok, &[b, u32s(&n)]),
+        "foreign queue",
+    );
+
+    // The queue still works.
+    add_one(&vk, &q, &k_add, &buf, 16, ok);
+    vk.sync(&q).unwrap();
+    let got = read_words(&vk, &buf);
+    assert!(got[..16].iter().all(|&w| w == 0x5A5A_5A5B));
+    assert!(got[16..].iter().all(|&w| w == 0x5A5A_5A5A));
+
+    other.destroy_queue(other_q).unwrap();
+    other.free(foreign).unwrap();
+    close(other);
+    vk.free(buf).unwrap();
+    vk.destroy_queue(q).unwrap();
+    drop((k_add, k_fill));
+    vk.unload(module).unwrap();
+    close(vk);
+    assert_no_validation_errors("mismatched_launches_are_invalid_argument");
+}
+
+/// Valid shaders that use what the convention has no place for say so when asked for the
+/// kernel; a shader with workgroup memory refuses blocks larger than it declares.
+#[test]
+fn unsupported_shapes_are_typed_errors() {
+    let Some(vk) = open_validated("unsupported_shapes_are_typed_errors") else {
+        return;
+    };
+    let dev = vk.devices().remove(0);
+    let uniform = r#"
+        struct U { x: u32 }
+        @group(0) @binding(0) var<uniform> u: U;
+        @group(0) @binding(1) var<storage, read_write> out: array<u32>;
+        @compute @workgroup_size(1) fn uses_uniform() { out[0] = u.x; }
+        @group(1) @binding(0) var<storage, read_write> other: array<u32>;
+        @compute @workgroup_size(1) fn uses_set_one() { other[0] = 1u; }
+        @compute @workgroup_size(1) fn plain() { out[0] = 2u; }
+    "#;
+    let module = vk.load(&dev, &spirv_of(uniform, (1, 3))).unwrap();
+    for (name, expect) in [
+        ("uses_uniform", "uniform buffer"),
+        ("uses_set_one", "set 1"),
+    ] {
+        match vk.kernel(&module, name) {
+            Err(Error::Unsupported { reason, .. }) => {
+                assert!(reason.contains(expect), "{name}: {reason}")
+            }
+            other => panic!("{name}: {:?}", other.map(|_| ())),
+        }
+    }
+    let plain = vk.kernel(&module, "plain").unwrap();
+    assert_eq!(vk.params(&plain), [ParamKind::Buffer]);
+    drop(plain);
+    vk.unload(module).unwrap();
+
+    // A binding number near u32::MAX (lavapipe crashes on such a set layout).
+    let mut w = words(&kernels());
+    let binding = instructions(&w)
+        .find(|&(op, at)| op == 71 && w[at + 2] == 33)
+        .unwrap()
+        .1;
+    w[binding + 3] = u32::MAX;
+    let module = vk.load(&dev, &bytes_of(&w)).unwrap();
+    match vk.kernel(&module, "add_one") {
+        Err(Error::Unsupported { reason, .. }) => assert!(reason.contains("binding"), "{reason}"),
+        other => panic!("binding u32::MAX: {:?}", other.map(|_| ())),
+    }
+    vk.unload(module).unwrap();
+
+    let shared = r#"
+        @group(0) @binding(0) var<storage, read_write> out: array<u32>;
+        var<workgroup> tile: array<u32, 64>;
+        @compute @workgroup_size(64)
+        fn reverse(@builtin(local_invocation_index) i: u32, @builtin(workgroup_id) g: vec3<u32>) {
+            tile[i] = out[g.x * 64u + i];
+            workgroupBarrier();
+            out[g.x * 64u + i] = tile[63u - i];
+        }
+    "#;
+    let module = vk.load(&dev, &spirv_of(shared, (1, 3))).unwrap();
+    let k = vk.kernel(&module, "reverse").unwrap();
+    let q = vk.queue(&dev).unwrap();
+    let mut buf = vk.alloc(&dev, 128 * 4, MemKind::Device).unwrap();
+    let data: Vec<u32> = (0..128).collect();
+    vk.write(&mut buf, 0, &bytes_of(&data)).unwrap();
+    let reason = invalid_argument(
+        vk.launch(
+            &q,
+            &k,
+            &Dims::grid([1, 1, 1]).block([128, 1, 1]),
+            &[KernelArg::Buffer(&buf)],
+        ),
+        "a larger block with workgroup memory",
+    );
+    assert!(reason.contains("workgroup memory"), "{reason}");
+    vk.launch(
+        &q,
+        &k,
+        &Dims::grid([2, 1, 1]).block([64, 1, 1]),
+        &[KernelArg::Buffer(&buf)],
+    )
+    .unwrap();
+    vk.sync(&q).unwrap();
+    let got = read_words(&vk, &buf);
+    let want: Vec<u32> = (0..128).map(|i| (i / 64) * 64 + 63 - i % 64).collect();
+    assert_eq!(got, want);
+    vk.free(buf).unwrap();
+    vk.destroy_queue(q).unwrap();
+    drop(k);
+    vk.unload(module).unwrap();
+    close(vk);
+    assert_no_validation_errors("unsupported_shapes_are_typed_errors");
+}
+
+/// Events time the work between them with device timestamps, and a queue that waits for
+/// another queue's event runs after that queue's work.
+#[test]
+fn events_time_work_and_order_queues() {
+    let Some(vk) = open_validated("events_time_work_and_order_queues") else {
+        return;
+    };
+    let dev = vk.devices().remove(0);
+    let timestamps = vk.vulkan_info(&dev).unwrap().timestamp_valid_bits > 0;
+    let module = vk.load(&dev, &kernels()).unwrap();
+    let k_add = vk.kernel(&module, "add_one").unwrap();
+    let k_fill = vk.kernel(&module, "fill").unwrap();
+    let (a, b) = (vk.queue(&dev).unwrap(), vk.queue(&dev).unwrap());
+    let buf = vk.alloc(&dev, MI as usize * 4, MemKind::Device).unwrap();
+    let grid = Dims::grid([MI / 64, 1, 1]).block([64, 1, 1]);
+    // Warm up the pipelines (lavapipe compiles at the first dispatch).
+    fill(&vk, &a, &k_fill, &buf, 0, MI, grid);
+    add_one(&vk, &a, &k_add, &buf, MI, grid);
+    vk.sync(&a).unwrap();
+
+    let start = vk.record(&a).unwrap();
+    assert_eq!(start.has_device_timestamp(), timestamps);
+    fill(&vk, &a, &k_fill, &buf, 7, MI, grid);
+    let filled = vk.record(&a).unwrap();
+    vk.wait_event(&b, &filled).unwrap();
+    add_one(&vk, &b, &k_add, &buf, MI, grid);
+    let end = vk.record(&b).unwrap();
+    vk.sync_event(&end).unwrap();
+    let fill_time = vk.elapsed(&start, &filled).unwrap();
+    let total = vk.elapsed(&start, &end).unwrap();
+    println!("fill {fill_time:?}, fill + add_one {total:?} (device timestamps: {timestamps})");
+    assert!(fill_time > std::time::Duration::ZERO);
+    assert!(total >= fill_time);
+    assert!(read_words(&vk, &buf).iter().all(|&w| w == 8));
+    for e in [start, filled, end] {
+        vk.destroy_event(e).unwrap();
+    }
+    // Events recorded with nothing before them complete at once.
+    let idle = vk.queue(&dev).unwrap();
+    let e = vk.record(&idle).unwrap();
+    vk.sync_event(&e).unwrap();
+    vk.destroy_event(e).unwrap();
+    for q in [a, b, idle] {
+        vk.destroy_queue(q).unwrap();
+    }
+    vk.free(buf).unwrap();
+    drop((k_add, k_fill));
+    vk.unload(module).unwrap();
+    close(vk);
+    assert_no_validation_errors("events_time_work_and_order_queues");
+}
+
+/// Unloading, destroying queues and events, freeing and deinit with work still running all
+/// wait for it, and leave nothing behind.
+#[test]
+fn teardown_with_work_in_flight_is_clean() {
+    let _serial = serial();
+    let Some(vk) = open_validated("teardown_with_work_in_flight_is_clean") else {
+        return;
+    };
+    let before = stats();
+    let dev = vk.devices().remove(0);
+    let module = vk.load(&dev, &kernels()).unwrap();
+    let k_add = vk.kernel(&module, "add_one").unwrap();
+    let q = vk.queue(&dev).unwrap();
+    let bufs: Vec<VulkanBuffer> = (0..4)
+        .map(|_| {
+            let mut b = vk.alloc(&dev, MI as usize * 4, MemKind::Device).unwrap();
+            vk.fill(&mut b, 0, MI as usize * 4, 0).unwrap();
+            b
+        })
+        .collect();
+    for round in 0..8 {
+        for buf in &bufs {
+            // Odd block sizes too: their pipelines are destroyed with the module.
+            let block = if round % 2 == 0 { 64 } else { 32 };
+            add_one(
+                &vk,
+                &q,
+                &k_add,
+                buf,
+                MI,
+                Dims::grid([MI / block, 1, 1]).block([block, 1, 1]),
+            );
+        }
+    }
+    let event = vk.record(&q).unwrap();
+    drop(k_add);
+    vk.unload(module).unwrap(); // waits for the launches
+    for buf in bufs {
+        assert!(read_words(&vk, &buf).iter().all(|&w| w == 8));
+        vk.free(buf).unwrap();
+    }
+    vk.destroy_event(event).unwrap();
+    vk.destroy_queue(q).unwrap();
+    let after = stats();
+    assert_eq!(after.live_modules, before.live_modules);
+    assert_eq!(after.live_pipelines, before.live_pipelines);
+    assert_eq!(after.live_shader_modules, before.live_shader_modules);
+    assert_eq!(after.live_queues, before.live_queues);
+    assert_eq!(after.live_events, before.live_events);
+
+    // Work in flight at deinit: everything is dropped first, then deinit waits idle.
+    let module = vk.load(&dev, &kernels()).unwrap();
+    let k_add = vk.kernel(&module, "add_one").unwrap();
+    let q = vk.queue(&dev).unwrap();
+    let buf = vk.alloc(&dev, MI as usize * 4, MemKind::Device).unwrap();
+    for _ in 0..8 {
+        add_one(
+            &vk,
+            &q,
+            &k_add,
+            &buf,
+            MI,
+            Dims::grid([MI / 64, 1, 1]).block([64, 1, 1]),
+        );
+    }
+    drop(k_add);
+    drop(module);
+    drop(q);
+    drop(buf);
+    close(vk);
+    let after = stats();
+    assert_eq!(after.live_modules, before.live_modules);
+    assert_eq!(after.live_pipelines, before.live_pipelines);
+    assert_eq!(after.live_queues, before.live_queues);
+    assert_no_validation_errors("teardown_with_work_in_flight_is_clean");
+}

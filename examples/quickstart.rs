@@ -9,10 +9,13 @@
 use offload::{Arg, BackendKind, Dims, Error, MemKind, Offload, Program};
 
 /// A program for `backend`, with kernels `add_one(buf: u32[], n: u32)` and friends.
-/// The host one is a shared object built from offload-host/fixtures/kernels.c.
+/// The host one is a shared object built from offload-host/fixtures/kernels.c; the Vulkan
+/// one is SPIR-V compiled from offload-vulkan/tests/fixtures/kernels.wgsl.
 fn program_for(backend: BackendKind) -> Option<Program> {
     match backend {
         BackendKind::Host => Some(Program::new(offload::host::fixtures::KERNELS)),
+        #[cfg(feature = "vulkan")]
+        BackendKind::Vulkan => Some(Program::new(offload::vulkan::fixtures::KERNELS)),
         _ => None,
     }
 }

@@ -191,6 +191,18 @@ pub use program::{VulkanKernel, VulkanModule};
 pub use queue::{VulkanEvent, VulkanQueue};
 pub use validation::{ValidationReport, validation_report};
 
+/// Example kernels as SPIR-V 1.3, compiled by naga from `tests/fixtures/kernels.wgsl` (a
+/// test checks they match): `add_one(buf: u32[], n: u32)`, `fill(buf: u32[], value: u32,
+/// n: u32)` and `noop()`, workgroup size 64. Used by offload's quickstart and tests.
+pub mod fixtures {
+    /// The SPIR-V module (little-endian words).
+    ///
+    /// ```
+    /// assert_eq!(&offload_vulkan::fixtures::KERNELS[..4], &0x0723_0203u32.to_le_bytes());
+    /// ```
+    pub const KERNELS: &[u8] = include_bytes!("../tests/fixtures/kernels.spv");
+}
+
 /// The backend family this crate implements.
 ///
 /// ```

@@ -65,6 +65,18 @@ pub use offload_host as host;
 #[cfg(feature = "vulkan")]
 pub use offload_vulkan as vulkan;
 
+/// The CUDA backend crate, for its counters and raw platform type.
+#[cfg(feature = "cuda")]
+pub use offload_cuda as cuda;
+
+/// The HIP backend crate, for its counters and raw platform type.
+#[cfg(feature = "hip")]
+pub use offload_hip as hip;
+
+/// The Level Zero backend crate, for its counters and raw platform type.
+#[cfg(feature = "ze")]
+pub use offload_ze as ze;
+
 /// The platforms compiled into this build, in discovery order.
 ///
 /// ```
@@ -77,7 +89,7 @@ pub struct Builtin;
 
 impl Platforms for Builtin {
     fn platforms() -> Vec<PlatformEntry> {
-        let entries: [Option<PlatformEntry>; 2] = [
+        let entries: [Option<PlatformEntry>; 5] = [
             #[cfg(feature = "host")]
             Some(offload_host::platform()),
             #[cfg(not(feature = "host"))]
@@ -85,6 +97,18 @@ impl Platforms for Builtin {
             #[cfg(feature = "vulkan")]
             Some(offload_vulkan::platform()),
             #[cfg(not(feature = "vulkan"))]
+            None,
+            #[cfg(feature = "cuda")]
+            Some(offload_cuda::platform()),
+            #[cfg(not(feature = "cuda"))]
+            None,
+            #[cfg(feature = "hip")]
+            Some(offload_hip::platform()),
+            #[cfg(not(feature = "hip"))]
+            None,
+            #[cfg(feature = "ze")]
+            Some(offload_ze::platform()),
+            #[cfg(not(feature = "ze"))]
             None,
         ];
         entries.into_iter().flatten().collect()

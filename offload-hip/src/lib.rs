@@ -1,13 +1,345 @@
 //! # offload-hip
 //!
-//! The HIP backend of offload. Not implemented yet: this crate compiles so the facade's
-//! `hip` feature builds everywhere, and it registers no platform. Asking for it with
-//! `OFFLOAD_BACKENDS=hip` fails `init` with `Error::Unsupported` naming the backend.
+//! The HIP backend of offload, for AMD GPUs through ROCm's HIP runtime. The runtime
+//! (`libamdhip64.so`, else the ROCm 7, 6 or 5 soname `libamdhip64.so.7`/`.6`/`.5`) is opened
+//! at run time with libloading, never linked: this crate builds and starts on any Linux
+//! machine, and a machine without HIP simply has no HIP platform.
+//!
+//! For now the platform discovers devices and describes them; memory and programs come
+//! later, so it registers as a memory-less platform ([`platform`]).
+//!
+//! - **Platform** ([`HipPlatform`]): opening it loads the runtime, reads its entry points,
+//!   calls `hipInit(0)` and counts the devices. A runtime that no name loads, or that lacks
+//!   a required symbol, is `Error::DriverNotFound` with the dynamic loader's messages (or
+//!   `missing symbol X`); so is a runtime that fails `hipInit` or has no device, with a
+//!   reason naming the calls and their codes. ROCm 5 on a machine without an AMD GPU
+//!   answers `hipInit: hipErrorInvalidDevice (101); hipGetDeviceCount: hipErrorNoDevice
+//!   (100)` (when `hipInit` fails, `hipGetDeviceCount` is asked too, for the reason). The
+//!   runtime then lists the platform as unavailable with that reason: a missing driver is an
+//!   absent platform, never a panic. Other HIP failures are `Error::Driver` with the
+//!   `hipError_t` as `code`.
+//! - **Devices** ([`HipDevice`]): every device HIP counts, in its order. `device_info`
+//!   gives `hipDeviceGetName`, `AMD`, `hipDeviceTotalMem` and the multiprocessor (compute
+//!   unit) count. Each is read by its own call: `hipDeviceProp_t` changed its layout in
+//!   ROCm 6, so offload does not pass one.
+//! - **Memory** ([`HipBuffer`]): not implemented yet. `alloc` answers `Error::Unsupported`,
+//!   and a [`HipBuffer`] cannot exist, so no other memory call can be reached. Programs,
+//!   kernels and queues answer `Error::Unsupported` too (from the core).
+//! - **Shutdown**: HIP has no global deinitialisation, so `deinit` only counts ([`stats`]).
+//!   The platform and its devices share the library guard; it is released when the runtime
+//!   drops them, right after `deinit`. The runtime itself stays mapped (it is opened with
+//!   `RTLD_NODELETE`): once initialised its threads run its code, and a later open finds it
+//!   again.
 //!
 //! ```
-//! assert_eq!(offload_hip::BACKEND, offload_core::BackendKind::Hip);
+//! use offload_core::{Backend, Config, Error};
+//! use offload_hip::HipPlatform;
+//! match HipPlatform::open(&Config::default()) {
+//!     Ok(hip) => {
+//!         for dev in hip.devices() {
+//!             let info = hip.device_info(&dev)?;
+//!             println!("{}: {} bytes, {} CUs", info.name, info.memory, info.compute_units);
+//!         }
+//!         hip.deinit()?;
+//!     }
+//!     // With ROCm 5 installed but no AMD GPU: "hip: driver not found: libamdhip64.so.5:
+//!     // hipInit: hipErrorInvalidDevice (101); hipGetDeviceCount: hipErrorNoDevice (100)".
+//!     Err(e @ Error::DriverNotFound { .. }) => println!("{e}"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok::<(), Error>(())
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
-/// The backend family this crate will implement.
-pub const BACKEND: offload_core::BackendKind = offload_core::BackendKind::Hip;
+mod error;
+// The crate's only unsafe code: HIP's C API, behind `Result`-returning calls.
+#[allow(unsafe_code)]
+mod ffi;
+
+use std::ffi::c_int;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use offload_core::{Backend, BackendKind, Config, DeviceInfo, MemKind, PlatformEntry, Result};
+
+use crate::error::{driver_not_found, map_hip_err, memory_unsupported};
+use crate::ffi::{Driver, HIP_ERROR_NO_DEVICE, HipDevice as RawDevice};
+
+/// The backend family this crate implements.
+///
+/// ```
+/// assert_eq!(offload_hip::BACKEND, offload_core::BackendKind::Hip);
+/// ```
+pub const BACKEND: BackendKind = BackendKind::Hip;
+
+/// The names the HIP runtime is looked for under, in order.
+///
+/// ```
+/// assert_eq!(offload_hip::LIBRARIES[0], "libamdhip64.so");
+/// assert!(offload_hip::LIBRARIES.contains(&"libamdhip64.so.5"));
+/// ```
+pub const LIBRARIES: [&str; 4] = ffi::LIBRARIES;
+
+static OPENED: AtomicUsize = AtomicUsize::new(0);
+static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
+
+/// Process-wide counts of what the HIP backend did.
+///
+/// ```
+/// let s = offload_hip::stats();
+/// assert!(s.opened >= s.deinitialised);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HipStats {
+    /// Platforms opened (runtimes found with at least one device).
+    pub opened: usize,
+    /// Platforms deinitialised.
+    pub deinitialised: usize,
+}
+
+/// Reads the process-wide counters.
+///
+/// ```
+/// use offload_core::{Backend, Config};
+/// let before = offload_hip::stats();
+/// if offload_hip::HipPlatform::open(&Config::default()).is_err() {
+///     // A probe that finds no HIP opens nothing.
+///     assert!(offload_hip::stats().opened >= before.opened);
+/// }
+/// ```
+pub fn stats() -> HipStats {
+    HipStats {
+        opened: OPENED.load(Ordering::SeqCst),
+        deinitialised: DEINITIALISED.load(Ordering::SeqCst),
+    }
+}
+
+/// The entry the facade registers for the `hip` feature: a memory-less platform (devices
+/// only; memory, programs and queues answer `Error::Unsupported`).
+///
+/// ```
+/// assert_eq!(offload_hip::platform().kind(), offload_core::BackendKind::Hip);
+/// ```
+pub fn platform() -> PlatformEntry {
+    PlatformEntry::memory_only::<HipPlatform>()
+}
+
+/// The HIP platform: the runtime, initialised, with at least one device.
+///
+/// ```
+/// use offload_core::{Backend, Config, Error};
+/// match offload_hip::HipPlatform::open(&Config::default()) {
+///     Ok(hip) => {
+///         println!("{}: {} device(s)", hip.name(), hip.devices().len());
+///         hip.deinit()?;
+///     }
+///     Err(Error::DriverNotFound { library, reason, .. }) => {
+///         println!("no HIP ({library}): {reason}")
+///     }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), Error>(())
+/// ```
+pub struct HipPlatform {
+    driver: Arc<Driver>,
+    /// (ordinal, handle) of every device, as `open` found them.
+    devices: Vec<(c_int, RawDevice)>,
+    name: String,
+}
+
+impl std::fmt::Debug for HipPlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HipPlatform")
+            .field("name", &self.name)
+            .field("library", &self.driver.library())
+            .field("devices", &self.devices.len())
+            .finish()
+    }
+}
+
+/// A HIP device. It holds the runtime library open for as long as it lives.
+///
+/// ```
+/// use offload_core::{Backend, Config};
+/// let Ok(hip) = offload_hip::HipPlatform::open(&Config::default()) else {
+///     return; // no HIP device on this machine
+/// };
+/// for dev in hip.devices() {
+///     println!("device {}", dev.ordinal());
+/// }
+/// ```
+pub struct HipDevice {
+    ordinal: c_int,
+    handle: RawDevice,
+    driver: Arc<Driver>,
+}
+
+impl HipDevice {
+    /// The device's ordinal in HIP's order (`hipDeviceGet`'s argument).
+    ///
+    /// ```
+    /// use offload_core::{Backend, Config};
+    /// if let Ok(hip) = offload_hip::HipPlatform::open(&Config::default()) {
+    ///     assert_eq!(hip.devices()[0].ordinal(), 0);
+    /// }
+    /// ```
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal.unsigned_abs()
+    }
+}
+
+impl std::fmt::Debug for HipDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HipDevice")
+            .field("ordinal", &self.ordinal)
+            .finish()
+    }
+}
+
+/// HIP memory: none yet. The type has no values, so no buffer can be handed out, and every
+/// memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
+///
+/// ```
+/// use offload_core::{Backend, Config, Error, MemKind};
+/// if let Ok(hip) = offload_hip::HipPlatform::open(&Config::default()) {
+///     let dev = hip.devices().remove(0);
+///     let e = hip.alloc(&dev, 64, MemKind::Device).unwrap_err();
+///     assert!(matches!(e, Error::Unsupported { .. }));
+/// }
+/// ```
+#[derive(Debug)]
+pub enum HipBuffer {}
+
+impl Backend for HipPlatform {
+    type Device = HipDevice;
+    type Buffer = HipBuffer;
+    const KIND: BackendKind = BackendKind::Hip;
+
+    /// Loads the runtime, `hipInit(0)`, counts and gets the devices.
+    fn open(_config: &Config) -> Result<Self> {
+        let driver = Driver::open().map_err(|e| driver_not_found(e.library, e.reason))?;
+        if let Err(init) = driver.init() {
+            // ROCm 5 fails hipInit with hipErrorInvalidDevice when there is no GPU;
+            // hipGetDeviceCount then says hipErrorNoDevice. Report both.
+            let reason = match driver.device_count() {
+                Err(count) => format!("{init}; {count}"),
+                Ok(_) => init.to_string(),
+            };
+            return Err(driver_not_found(driver.library(), reason));
+        }
+        let count = match driver.device_count() {
+            Ok(count) => count,
+            Err(failure) if failure.code == HIP_ERROR_NO_DEVICE => {
+                return Err(driver_not_found(driver.library(), failure.to_string()));
+            }
+            Err(failure) => return Err(map_hip_err("Offload::init", failure)),
+        };
+        if count <= 0 {
+            return Err(driver_not_found(
+                driver.library(),
+                format!("hipGetDeviceCount: {count} devices"),
+            ));
+        }
+        let mut devices = Vec::new();
+        for ordinal in 0..count {
+            let handle = driver
+                .device(ordinal)
+                .map_err(|failure| map_hip_err("Offload::init", failure))?;
+            devices.push((ordinal, handle));
+        }
+        let name = match driver.runtime_version() {
+            Some(v) => format!(
+                "HIP {}.{}.{}",
+                v / 10_000_000,
+                v / 100_000 % 100,
+                v % 100_000
+            ),
+            None => "HIP".into(),
+        };
+        OPENED.fetch_add(1, Ordering::SeqCst);
+        Ok(HipPlatform {
+            driver: Arc::new(driver),
+            devices,
+            name,
+        })
+    }
+
+    /// `HIP <runtime version>`, e.g. `HIP 6.2.41133`.
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn devices(&self) -> Vec<HipDevice> {
+        self.devices
+            .iter()
+            .map(|&(ordinal, handle)| HipDevice {
+                ordinal,
+                handle,
+                driver: self.driver.clone(),
+            })
+            .collect()
+    }
+
+    fn device_info(&self, device: &HipDevice) -> Result<DeviceInfo> {
+        let driver = &device.driver;
+        let info = |failure| map_hip_err("Device::info", failure);
+        let multiprocessors = driver.multiprocessor_count(device.ordinal).map_err(info)?;
+        Ok(DeviceInfo {
+            name: driver.device_name(device.handle).map_err(info)?,
+            vendor: "AMD".into(),
+            backend: BackendKind::Hip,
+            memory: driver.total_memory(device.handle).map_err(info)?,
+            compute_units: u32::try_from(multiprocessors).unwrap_or(0),
+        })
+    }
+
+    fn alloc(&self, _device: &HipDevice, _size: usize, _kind: MemKind) -> Result<HipBuffer> {
+        Err(memory_unsupported("Device::alloc"))
+    }
+
+    fn free(&self, buffer: HipBuffer) -> Result<()> {
+        match buffer {}
+    }
+
+    fn read(&self, buffer: &HipBuffer, _offset: usize, _dst: &mut [u8]) -> Result<()> {
+        match *buffer {}
+    }
+
+    fn write(&self, buffer: &mut HipBuffer, _offset: usize, _src: &[u8]) -> Result<()> {
+        match *buffer {}
+    }
+
+    fn fill(&self, buffer: &mut HipBuffer, _offset: usize, _len: usize, _value: u8) -> Result<()> {
+        match *buffer {}
+    }
+
+    fn copy(
+        &self,
+        src: &HipBuffer,
+        _src_offset: usize,
+        _dst: &mut HipBuffer,
+        _dst_offset: usize,
+        _len: usize,
+    ) -> Result<()> {
+        match *src {}
+    }
+
+    fn copy_within(
+        &self,
+        buffer: &mut HipBuffer,
+        _src_offset: usize,
+        _dst_offset: usize,
+        _len: usize,
+    ) -> Result<()> {
+        match *buffer {}
+    }
+
+    /// Counts the deinitialisation; HIP has no global deinit. The library guard goes with
+    /// the platform and its devices.
+    fn deinit(&self) -> Result<()> {
+        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}

@@ -1,13 +1,342 @@
 //! # offload-ze
 //!
-//! The Level Zero backend of offload. Not implemented yet: this crate compiles so the facade's
-//! `ze` feature builds everywhere, and it registers no platform. Asking for it with
-//! `OFFLOAD_BACKENDS=ze` fails `init` with `Error::Unsupported` naming the backend.
+//! The Level Zero backend of offload, for Intel GPUs (and other oneAPI devices). The Level
+//! Zero loader (`libze_loader.so.1`), which finds and loads the drivers, is opened at run
+//! time with libloading, never linked: this crate builds and starts on any Linux machine, and
+//! a machine without Level Zero simply has no Level Zero platform.
+//!
+//! For now the platform discovers devices and describes them; memory and programs come
+//! later, so it registers as a memory-less platform ([`platform`]).
+//!
+//! - **Platform** ([`ZePlatform`]): opening it loads the loader, reads its entry points,
+//!   calls `zeInit(0)` and lists the drivers (`zeDriverGet`) and their devices
+//!   (`zeDeviceGet`). A missing loader or a missing required symbol is
+//!   `Error::DriverNotFound` with the dynamic loader's message (or `missing symbol X`); so
+//!   is a loader that initialises no driver or finds no device, with a reason naming the
+//!   call and its code. The loader without any driver installed answers `zeInit:
+//!   ZE_RESULT_ERROR_UNINITIALIZED (0x78000001): no Level Zero driver could be
+//!   initialised`. The runtime then lists the platform as unavailable with that reason: a
+//!   missing driver is an absent platform, never a panic. Other failures are
+//!   `Error::Driver` with the `ze_result_t` as `code`.
+//! - **Devices** ([`ZeDevice`]): every root device of every driver, drivers in the loader's
+//!   order. `device_info` gives the device's name, its vendor (`Intel` for PCI vendor
+//!   0x8086), the sum of its memories' sizes and its execution units (slices × sub-slices
+//!   per slice × EUs per sub-slice).
+//! - **Memory** ([`ZeBuffer`]): not implemented yet. `alloc` answers `Error::Unsupported`,
+//!   and a [`ZeBuffer`] cannot exist, so no other memory call can be reached. Programs,
+//!   kernels and queues answer `Error::Unsupported` too (from the core).
+//! - **Shutdown**: Level Zero has no deinitialisation (nothing undoes `zeInit`), so
+//!   `deinit` only counts ([`stats`]). The platform and its devices share the library guard;
+//!   it is released when the runtime drops them, right after `deinit`. The loader itself
+//!   stays mapped (it is opened with `RTLD_NODELETE`): its drivers' threads may run their
+//!   code, and a later open finds it again.
 //!
 //! ```
-//! assert_eq!(offload_ze::BACKEND, offload_core::BackendKind::Ze);
+//! use offload_core::{Backend, Config, Error};
+//! use offload_ze::ZePlatform;
+//! match ZePlatform::open(&Config::default()) {
+//!     Ok(ze) => {
+//!         for dev in ze.devices() {
+//!             let info = ze.device_info(&dev)?;
+//!             println!("{}: {} bytes, {} EUs", info.name, info.memory, info.compute_units);
+//!         }
+//!         ze.deinit()?;
+//!     }
+//!     // With the loader but no driver: "ze: driver not found: libze_loader.so.1: zeInit:
+//!     // ZE_RESULT_ERROR_UNINITIALIZED (0x78000001): no Level Zero driver could be
+//!     // initialised".
+//!     Err(e @ Error::DriverNotFound { .. }) => println!("{e}"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok::<(), Error>(())
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
-/// The backend family this crate will implement.
-pub const BACKEND: offload_core::BackendKind = offload_core::BackendKind::Ze;
+mod error;
+// The crate's only unsafe code: Level Zero's C API, behind `Result`-returning calls.
+#[allow(unsafe_code)]
+mod ffi;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use offload_core::{Backend, BackendKind, Config, DeviceInfo, MemKind, PlatformEntry, Result};
+
+use crate::error::{driver_not_found, map_ze_err, memory_unsupported};
+use crate::ffi::{DeviceHandle, Driver, ZE_RESULT_ERROR_UNINITIALIZED};
+
+/// The backend family this crate implements.
+///
+/// ```
+/// assert_eq!(offload_ze::BACKEND, offload_core::BackendKind::Ze);
+/// ```
+pub const BACKEND: BackendKind = BackendKind::Ze;
+
+/// The library the platform opens at run time: the Level Zero loader.
+///
+/// ```
+/// assert_eq!(offload_ze::LIBRARY, "libze_loader.so.1");
+/// ```
+pub const LIBRARY: &str = ffi::LIBRARY;
+
+/// PCI vendor id of Intel.
+const INTEL: u32 = 0x8086;
+static OPENED: AtomicUsize = AtomicUsize::new(0);
+static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
+
+/// Process-wide counts of what the Level Zero backend did.
+///
+/// ```
+/// let s = offload_ze::stats();
+/// assert!(s.opened >= s.deinitialised);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ZeStats {
+    /// Platforms opened (loaders found with at least one device).
+    pub opened: usize,
+    /// Platforms deinitialised.
+    pub deinitialised: usize,
+}
+
+/// Reads the process-wide counters.
+///
+/// ```
+/// use offload_core::{Backend, Config};
+/// let before = offload_ze::stats();
+/// if offload_ze::ZePlatform::open(&Config::default()).is_err() {
+///     // A probe that finds no Level Zero device opens nothing.
+///     assert!(offload_ze::stats().opened >= before.opened);
+/// }
+/// ```
+pub fn stats() -> ZeStats {
+    ZeStats {
+        opened: OPENED.load(Ordering::SeqCst),
+        deinitialised: DEINITIALISED.load(Ordering::SeqCst),
+    }
+}
+
+/// The entry the facade registers for the `ze` feature: a memory-less platform (devices
+/// only; memory, programs and queues answer `Error::Unsupported`).
+///
+/// ```
+/// assert_eq!(offload_ze::platform().kind(), offload_core::BackendKind::Ze);
+/// ```
+pub fn platform() -> PlatformEntry {
+    PlatformEntry::memory_only::<ZePlatform>()
+}
+
+/// The Level Zero platform: the loader, initialised, with its drivers' devices (at least
+/// one).
+///
+/// ```
+/// use offload_core::{Backend, Config, Error};
+/// match offload_ze::ZePlatform::open(&Config::default()) {
+///     Ok(ze) => {
+///         println!("{}: {} device(s)", ze.name(), ze.devices().len());
+///         ze.deinit()?;
+///     }
+///     Err(Error::DriverNotFound { library, reason, .. }) => {
+///         println!("no Level Zero ({library}): {reason}")
+///     }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), Error>(())
+/// ```
+pub struct ZePlatform {
+    driver: Arc<Driver>,
+    /// Every root device of every driver, as `open` found them.
+    devices: Vec<DeviceHandle>,
+    name: String,
+}
+
+impl std::fmt::Debug for ZePlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZePlatform")
+            .field("name", &self.name)
+            .field("devices", &self.devices.len())
+            .finish()
+    }
+}
+
+/// A Level Zero device. It holds the loader open for as long as it lives.
+///
+/// ```
+/// use offload_core::{Backend, Config};
+/// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else {
+///     return; // no Level Zero device on this machine
+/// };
+/// for dev in ze.devices() {
+///     println!("device {}", dev.ordinal());
+/// }
+/// ```
+pub struct ZeDevice {
+    ordinal: u32,
+    handle: DeviceHandle,
+    driver: Arc<Driver>,
+}
+
+impl ZeDevice {
+    /// The device's position among the platform's devices: the drivers in the loader's
+    /// order, each driver's devices in its order.
+    ///
+    /// ```
+    /// use offload_core::{Backend, Config};
+    /// if let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) {
+    ///     assert_eq!(ze.devices()[0].ordinal(), 0);
+    /// }
+    /// ```
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+}
+
+impl std::fmt::Debug for ZeDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZeDevice")
+            .field("ordinal", &self.ordinal)
+            .finish()
+    }
+}
+
+/// Level Zero memory: none yet. The type has no values, so no buffer can be handed out, and
+/// every memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
+///
+/// ```
+/// use offload_core::{Backend, Config, Error, MemKind};
+/// if let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) {
+///     let dev = ze.devices().remove(0);
+///     let e = ze.alloc(&dev, 64, MemKind::Device).unwrap_err();
+///     assert!(matches!(e, Error::Unsupported { .. }));
+/// }
+/// ```
+#[derive(Debug)]
+pub enum ZeBuffer {}
+
+impl Backend for ZePlatform {
+    type Device = ZeDevice;
+    type Buffer = ZeBuffer;
+    const KIND: BackendKind = BackendKind::Ze;
+
+    /// Loads the loader, `zeInit(0)`, lists the drivers and their devices.
+    fn open(_config: &Config) -> Result<Self> {
+        let driver = Driver::open().map_err(|e| driver_not_found(e.library, e.reason))?;
+        if let Err(init) = driver.init() {
+            // The loader answers this when it could initialise no driver (none installed,
+            // or none that found its hardware).
+            let reason = if init.code == ZE_RESULT_ERROR_UNINITIALIZED {
+                format!("{init}: no Level Zero driver could be initialised")
+            } else {
+                init.to_string()
+            };
+            return Err(driver_not_found(LIBRARY, reason));
+        }
+        let on_init = |failure| map_ze_err("Offload::init", failure);
+        let drivers = driver.drivers().map_err(on_init)?;
+        let Some(&first) = drivers.first() else {
+            return Err(driver_not_found(LIBRARY, "zeDriverGet: 0 drivers"));
+        };
+        let mut devices = Vec::new();
+        for &each in &drivers {
+            devices.extend(driver.devices(each).map_err(on_init)?);
+        }
+        if devices.is_empty() {
+            return Err(driver_not_found(
+                LIBRARY,
+                format!("zeDeviceGet: 0 devices on {} driver(s)", drivers.len()),
+            ));
+        }
+        let name = match driver.api_version(first) {
+            Some((major, minor)) => format!("Level Zero {major}.{minor}"),
+            None => "Level Zero".into(),
+        };
+        OPENED.fetch_add(1, Ordering::SeqCst);
+        Ok(ZePlatform {
+            driver: Arc::new(driver),
+            devices,
+            name,
+        })
+    }
+
+    /// `Level Zero <API version of the first driver>`, e.g. `Level Zero 1.3`.
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn devices(&self) -> Vec<ZeDevice> {
+        self.devices
+            .iter()
+            .zip(0..)
+            .map(|(&handle, ordinal)| ZeDevice {
+                ordinal,
+                handle,
+                driver: self.driver.clone(),
+            })
+            .collect()
+    }
+
+    fn device_info(&self, device: &ZeDevice) -> Result<DeviceInfo> {
+        let driver = &device.driver;
+        let info = |failure| map_ze_err("Device::info", failure);
+        let description = driver.describe(device.handle).map_err(info)?;
+        Ok(DeviceInfo {
+            name: description.name,
+            vendor: match description.vendor_id {
+                INTEL => "Intel".into(),
+                other => format!("PCI vendor {other:#06x}"),
+            },
+            backend: BackendKind::Ze,
+            memory: driver.total_memory(device.handle).map_err(info)?,
+            compute_units: u32::try_from(description.execution_units).unwrap_or(u32::MAX),
+        })
+    }
+
+    fn alloc(&self, _device: &ZeDevice, _size: usize, _kind: MemKind) -> Result<ZeBuffer> {
+        Err(memory_unsupported("Device::alloc"))
+    }
+
+    fn free(&self, buffer: ZeBuffer) -> Result<()> {
+        match buffer {}
+    }
+
+    fn read(&self, buffer: &ZeBuffer, _offset: usize, _dst: &mut [u8]) -> Result<()> {
+        match *buffer {}
+    }
+
+    fn write(&self, buffer: &mut ZeBuffer, _offset: usize, _src: &[u8]) -> Result<()> {
+        match *buffer {}
+    }
+
+    fn fill(&self, buffer: &mut ZeBuffer, _offset: usize, _len: usize, _value: u8) -> Result<()> {
+        match *buffer {}
+    }
+
+    fn copy(
+        &self,
+        src: &ZeBuffer,
+        _src_offset: usize,
+        _dst: &mut ZeBuffer,
+        _dst_offset: usize,
+        _len: usize,
+    ) -> Result<()> {
+        match *src {}
+    }
+
+    fn copy_within(
+        &self,
+        buffer: &mut ZeBuffer,
+        _src_offset: usize,
+        _dst_offset: usize,
+        _len: usize,
+    ) -> Result<()> {
+        match *buffer {}
+    }
+
+    /// Counts the deinitialisation; Level Zero has no deinit. The library guard goes with
+    /// the platform and its devices.
+    fn deinit(&self) -> Result<()> {
+        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}

@@ -1,0 +1,333 @@
+//! Raw Level Zero API: the types, structures, constants and entry points offload uses,
+//! exactly as `level_zero/ze_api.h` (1.x) declares them, gathered in one table of function
+//! pointers.
+//!
+//! The table is filled through a lookup closure (`dlsym` on the loader, or a test's own), in
+//! the style of ash's loaders. A required symbol that is missing is an error naming it; an
+//! optional one is `None`. Nothing here calls the loader. The two property structures are
+//! the specification's own (extended only through `pNext`, which offload leaves null), and
+//! their layout is checked against the header's at compile time.
+
+use std::ffi::{c_char, c_void};
+
+/// `ze_result_t`: a C enum of 32-bit values.
+pub(crate) type ZeResult = u32;
+/// `ze_driver_handle_t`: an opaque handle.
+pub(crate) type ZeDriverHandle = *mut c_void;
+/// `ze_device_handle_t`: an opaque handle.
+pub(crate) type ZeDeviceHandle = *mut c_void;
+/// `ze_api_version_t`: `major << 16 | minor`.
+pub(crate) type ZeApiVersion = u32;
+
+/// `ZE_RESULT_SUCCESS`.
+pub(crate) const ZE_RESULT_SUCCESS: ZeResult = 0;
+/// `ZE_RESULT_ERROR_UNINITIALIZED`: what the loader's `zeInit` answers when no driver
+/// could be initialised.
+pub(crate) const ZE_RESULT_ERROR_UNINITIALIZED: ZeResult = 0x7800_0001;
+/// `ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES`.
+pub(crate) const ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES: u32 = 0x3;
+/// `ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES`.
+pub(crate) const ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES: u32 = 0x7;
+/// `ZE_MAX_DEVICE_NAME`.
+pub(crate) const ZE_MAX_DEVICE_NAME: usize = 256;
+
+/// The names of every `ze_result_t` of the 1.x specification (Level Zero has no call that
+/// names a code without a driver).
+pub(crate) const RESULTS: &[(ZeResult, &str)] = &[
+    (0, "ZE_RESULT_SUCCESS"),
+    (1, "ZE_RESULT_NOT_READY"),
+    (0x7000_0001, "ZE_RESULT_ERROR_DEVICE_LOST"),
+    (0x7000_0002, "ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY"),
+    (0x7000_0003, "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"),
+    (0x7000_0004, "ZE_RESULT_ERROR_MODULE_BUILD_FAILURE"),
+    (0x7000_0005, "ZE_RESULT_ERROR_MODULE_LINK_FAILURE"),
+    (0x7000_0006, "ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET"),
+    (0x7000_0007, "ZE_RESULT_ERROR_DEVICE_IN_LOW_POWER_STATE"),
+    (0x7001_0000, "ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS"),
+    (0x7001_0001, "ZE_RESULT_ERROR_NOT_AVAILABLE"),
+    (0x7002_0000, "ZE_RESULT_ERROR_DEPENDENCY_UNAVAILABLE"),
+    (0x7002_0001, "ZE_RESULT_WARNING_DROPPED_DATA"),
+    (0x7800_0001, "ZE_RESULT_ERROR_UNINITIALIZED"),
+    (0x7800_0002, "ZE_RESULT_ERROR_UNSUPPORTED_VERSION"),
+    (0x7800_0003, "ZE_RESULT_ERROR_UNSUPPORTED_FEATURE"),
+    (0x7800_0004, "ZE_RESULT_ERROR_INVALID_ARGUMENT"),
+    (0x7800_0005, "ZE_RESULT_ERROR_INVALID_NULL_HANDLE"),
+    (0x7800_0006, "ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE"),
+    (0x7800_0007, "ZE_RESULT_ERROR_INVALID_NULL_POINTER"),
+    (0x7800_0008, "ZE_RESULT_ERROR_INVALID_SIZE"),
+    (0x7800_0009, "ZE_RESULT_ERROR_UNSUPPORTED_SIZE"),
+    (0x7800_000a, "ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT"),
+    (
+        0x7800_000b,
+        "ZE_RESULT_ERROR_INVALID_SYNCHRONIZATION_OBJECT",
+    ),
+    (0x7800_000c, "ZE_RESULT_ERROR_INVALID_ENUMERATION"),
+    (0x7800_000d, "ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION"),
+    (0x7800_000e, "ZE_RESULT_ERROR_UNSUPPORTED_IMAGE_FORMAT"),
+    (0x7800_000f, "ZE_RESULT_ERROR_INVALID_NATIVE_BINARY"),
+    (0x7800_0010, "ZE_RESULT_ERROR_INVALID_GLOBAL_NAME"),
+    (0x7800_0011, "ZE_RESULT_ERROR_INVALID_KERNEL_NAME"),
+    (0x7800_0012, "ZE_RESULT_ERROR_INVALID_FUNCTION_NAME"),
+    (0x7800_0013, "ZE_RESULT_ERROR_INVALID_GROUP_SIZE_DIMENSION"),
+    (
+        0x7800_0014,
+        "ZE_RESULT_ERROR_INVALID_GLOBAL_WIDTH_DIMENSION",
+    ),
+    (0x7800_0015, "ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX"),
+    (0x7800_0016, "ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE"),
+    (
+        0x7800_0017,
+        "ZE_RESULT_ERROR_INVALID_KERNEL_ATTRIBUTE_VALUE",
+    ),
+    (0x7800_0018, "ZE_RESULT_ERROR_INVALID_MODULE_UNLINKED"),
+    (0x7800_0019, "ZE_RESULT_ERROR_INVALID_COMMAND_LIST_TYPE"),
+    (0x7800_001a, "ZE_RESULT_ERROR_OVERLAPPING_REGIONS"),
+    (0x7800_001b, "ZE_RESULT_WARNING_ACTION_REQUIRED"),
+    (0x7fff_fffe, "ZE_RESULT_ERROR_UNKNOWN"),
+];
+
+/// `ze_device_properties_t` (stype `ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES`). Every field of
+/// the specification's structure is here, read or not: the driver writes them all.
+#[repr(C)]
+#[allow(dead_code)]
+#[derive(Clone, Copy)]
+pub(crate) struct DeviceProperties {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *mut c_void,
+    pub(crate) device_type: u32,
+    pub(crate) vendor_id: u32,
+    pub(crate) device_id: u32,
+    pub(crate) flags: u32,
+    pub(crate) subdevice_id: u32,
+    pub(crate) core_clock_rate: u32,
+    pub(crate) max_mem_alloc_size: u64,
+    pub(crate) max_hardware_contexts: u32,
+    pub(crate) max_command_queue_priority: u32,
+    pub(crate) num_threads_per_eu: u32,
+    pub(crate) physical_eu_simd_width: u32,
+    pub(crate) num_eus_per_subslice: u32,
+    pub(crate) num_subslices_per_slice: u32,
+    pub(crate) num_slices: u32,
+    pub(crate) timer_resolution: u64,
+    pub(crate) timestamp_valid_bits: u32,
+    pub(crate) kernel_timestamp_valid_bits: u32,
+    pub(crate) uuid: [u8; 16],
+    pub(crate) name: [c_char; ZE_MAX_DEVICE_NAME],
+}
+
+impl DeviceProperties {
+    /// An empty structure, ready for `zeDeviceGetProperties`.
+    pub(crate) fn new() -> Self {
+        DeviceProperties {
+            stype: ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES,
+            p_next: std::ptr::null_mut(),
+            device_type: 0,
+            vendor_id: 0,
+            device_id: 0,
+            flags: 0,
+            subdevice_id: 0,
+            core_clock_rate: 0,
+            max_mem_alloc_size: 0,
+            max_hardware_contexts: 0,
+            max_command_queue_priority: 0,
+            num_threads_per_eu: 0,
+            physical_eu_simd_width: 0,
+            num_eus_per_subslice: 0,
+            num_subslices_per_slice: 0,
+            num_slices: 0,
+            timer_resolution: 0,
+            timestamp_valid_bits: 0,
+            kernel_timestamp_valid_bits: 0,
+            uuid: [0; 16],
+            name: [0; ZE_MAX_DEVICE_NAME],
+        }
+    }
+}
+
+/// `ze_device_memory_properties_t` (stype `ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES`).
+/// Every field of the specification's structure is here, read or not.
+#[repr(C)]
+#[allow(dead_code)]
+#[derive(Clone, Copy)]
+pub(crate) struct DeviceMemoryProperties {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *mut c_void,
+    pub(crate) flags: u32,
+    pub(crate) max_clock_rate: u32,
+    pub(crate) max_bus_width: u32,
+    pub(crate) total_size: u64,
+    pub(crate) name: [c_char; ZE_MAX_DEVICE_NAME],
+}
+
+impl DeviceMemoryProperties {
+    /// An empty structure, ready for `zeDeviceGetMemoryProperties`.
+    pub(crate) fn new() -> Self {
+        DeviceMemoryProperties {
+            stype: ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES,
+            p_next: std::ptr::null_mut(),
+            flags: 0,
+            max_clock_rate: 0,
+            max_bus_width: 0,
+            total_size: 0,
+            name: [0; ZE_MAX_DEVICE_NAME],
+        }
+    }
+}
+
+// The layout `ze_api.h` 1.8 gives on 64-bit Linux (measured with offsetof): the driver
+// writes these structures, so a mismatch would be memory corruption, not a wrong value.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<DeviceProperties>() == 368);
+    assert!(offset_of!(DeviceProperties, device_type) == 16);
+    assert!(offset_of!(DeviceProperties, max_mem_alloc_size) == 40);
+    assert!(offset_of!(DeviceProperties, num_slices) == 72);
+    assert!(offset_of!(DeviceProperties, timer_resolution) == 80);
+    assert!(offset_of!(DeviceProperties, uuid) == 96);
+    assert!(offset_of!(DeviceProperties, name) == 112);
+    assert!(size_of::<DeviceMemoryProperties>() == 296);
+    assert!(offset_of!(DeviceMemoryProperties, total_size) == 32);
+    assert!(offset_of!(DeviceMemoryProperties, name) == 40);
+};
+
+/// Declares [`Functions`]: one field per entry point, `unsafe extern "C" fn` for required
+/// ones and `Option<..>` for optional ones, and `Functions::load` that fills them.
+macro_rules! functions {
+    (
+        required { $($req:ident = $req_sym:literal: fn($($req_arg:ty),*) -> $req_ret:ty;)* }
+        optional { $($opt:ident = $opt_sym:literal: fn($($opt_arg:ty),*) -> $opt_ret:ty;)* }
+    ) => {
+        /// The driver entry points offload calls.
+        pub(crate) struct Functions {
+            $(
+                #[doc = concat!("`", $req_sym, "`")]
+                pub(crate) $req: unsafe extern "C" fn($($req_arg),*) -> $req_ret,
+            )*
+            $(
+                #[doc = concat!("`", $opt_sym, "`, where the driver has it")]
+                pub(crate) $opt: Option<unsafe extern "C" fn($($opt_arg),*) -> $opt_ret>,
+            )*
+        }
+
+        impl Functions {
+            /// Fills the table through `lookup`, which gives the address of a symbol or null.
+            /// A missing required symbol is `Err(its name)`.
+            ///
+            /// # Safety
+            ///
+            /// Every non-null address `lookup` returns for a name must be that function of the
+            /// Level Zero API, with the signature declared here, and must stay valid for as
+            /// long as the table is used.
+            pub(crate) unsafe fn load(
+                mut lookup: impl FnMut(&'static str) -> *const c_void,
+            ) -> Result<Functions, &'static str> {
+                Ok(Functions {
+                    $($req: {
+                        let address = lookup($req_sym);
+                        if address.is_null() {
+                            return Err($req_sym);
+                        }
+                        // SAFETY: the address is non-null and, by this function's contract,
+                        // is this entry point with this signature; function and data
+                        // pointers have the same size on every target dlsym exists on.
+                        unsafe {
+                            std::mem::transmute::<
+                                *const c_void,
+                                unsafe extern "C" fn($($req_arg),*) -> $req_ret,
+                            >(address)
+                        }
+                    },)*
+                    $($opt: {
+                        let address = lookup($opt_sym);
+                        if address.is_null() {
+                            None
+                        } else {
+                            // SAFETY: as for the required entry points above.
+                            Some(unsafe {
+                                std::mem::transmute::<
+                                    *const c_void,
+                                    unsafe extern "C" fn($($opt_arg),*) -> $opt_ret,
+                                >(address)
+                            })
+                        }
+                    },)*
+                })
+            }
+        }
+    };
+}
+
+functions! {
+    required {
+        ze_init = "zeInit": fn(u32) -> ZeResult;
+        ze_driver_get = "zeDriverGet": fn(*mut u32, *mut ZeDriverHandle) -> ZeResult;
+        ze_device_get =
+            "zeDeviceGet": fn(ZeDriverHandle, *mut u32, *mut ZeDeviceHandle) -> ZeResult;
+        ze_device_get_properties =
+            "zeDeviceGetProperties": fn(ZeDeviceHandle, *mut DeviceProperties) -> ZeResult;
+        ze_device_get_memory_properties = "zeDeviceGetMemoryProperties":
+            fn(ZeDeviceHandle, *mut u32, *mut DeviceMemoryProperties) -> ZeResult;
+    }
+    optional {
+        ze_driver_get_api_version =
+            "zeDriverGetApiVersion": fn(ZeDriverHandle, *mut ZeApiVersion) -> ZeResult;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stands in for every entry point in the tests below; never called.
+    extern "C" fn stub() {}
+
+    #[test]
+    fn a_missing_required_symbol_is_named() {
+        let stub = stub as *const c_void;
+        // SAFETY: the table is only inspected for which symbol failed, never called.
+        let missing = unsafe {
+            Functions::load(|name| {
+                if name == "zeDeviceGetMemoryProperties" {
+                    std::ptr::null()
+                } else {
+                    stub
+                }
+            })
+        };
+        assert_eq!(missing.err(), Some("zeDeviceGetMemoryProperties"));
+        // SAFETY: nothing is found, so nothing is converted.
+        let nothing = unsafe { Functions::load(|_| std::ptr::null()) };
+        assert_eq!(nothing.err(), Some("zeInit"));
+    }
+
+    #[test]
+    fn missing_optional_symbols_are_none() {
+        let stub = stub as *const c_void;
+        // SAFETY: the table is only inspected for which entries are present, never called.
+        let table = unsafe {
+            Functions::load(|name| {
+                if name == "zeDriverGetApiVersion" {
+                    std::ptr::null()
+                } else {
+                    stub
+                }
+            })
+        };
+        let Ok(table) = table else {
+            panic!("every required symbol was given");
+        };
+        assert!(table.ze_driver_get_api_version.is_none());
+    }
+
+    #[test]
+    fn every_result_has_one_name() {
+        for (i, (code, name)) in RESULTS.iter().enumerate() {
+            assert!(name.starts_with("ZE_RESULT_"));
+            assert!(
+                RESULTS[i + 1..].iter().all(|(other, _)| other != code),
+                "{name}"
+            );
+        }
+    }
+}

@@ -28,6 +28,7 @@ use crate::backend::{
 use crate::config::Config;
 use crate::dynamic::{PlatformEntry, Platforms};
 use crate::error::{Error, Result};
+use crate::sync::{lock, read, write};
 
 /// Memory each reference device claims to have: 1 GiB.
 pub const DEVICE_MEMORY: u64 = 1 << 30;
@@ -154,7 +155,7 @@ impl Backend for Reference {
     }
 
     fn read(&self, buffer: &RefBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let bytes = buffer.bytes.read().unwrap_or_else(PoisonError::into_inner);
+        let bytes = read(&buffer.bytes);
         let r = range("Buffer::read", &bytes, offset, dst.len())?;
         dst.copy_from_slice(&bytes[r]);
         Ok(())
@@ -182,7 +183,7 @@ impl Backend for Reference {
         d: usize,
         len: usize,
     ) -> Result<()> {
-        let src = src.bytes.read().unwrap_or_else(PoisonError::into_inner);
+        let src = read(&src.bytes);
         let dst = bytes_mut(dst);
         let s = range("Buffer::copy_from", &src, so, len)?;
         let t = range("Buffer::copy_from", dst, d, len)?;
@@ -318,10 +319,6 @@ fn parse(image: &[u8]) -> Result<RefModule> {
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn symbol(call: &'static str, name: &str) -> Error {
     Error::SymbolNotFound {
         backend: BackendKind::Reference,
@@ -451,7 +448,7 @@ impl Compute for Reference {
                 } else {
                     (None, scalar(1)?)
                 };
-                let mut bytes = buf.bytes.write().unwrap_or_else(PoisonError::into_inner);
+                let mut bytes = write(&buf.bytes);
                 let count = u64::from(n).min(threads).min((bytes.len() / 4) as u64) as usize;
                 for word in bytes.chunks_exact_mut(4).take(count) {
                     let v = value.unwrap_or_else(|| u32_at(word).wrapping_add(1));
@@ -462,7 +459,7 @@ impl Compute for Reference {
             "read_global" => {
                 let buf = buffer(0)?;
                 let g = lock(&kernel.globals).get("g").cloned().unwrap_or_default();
-                let mut bytes = buf.bytes.write().unwrap_or_else(PoisonError::into_inner);
+                let mut bytes = write(&buf.bytes);
                 let n = g.len().min(bytes.len());
                 bytes[..n].copy_from_slice(&g[..n]);
                 Ok(())

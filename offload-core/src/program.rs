@@ -195,6 +195,7 @@ impl fmt::Debug for Program {
 /// One kernel the backend resolved in a module.
 pub(crate) struct KernelSlot {
     name: String,
+    params: Arc<[ParamKind]>,
     pub(crate) raw: AnyObject,
 }
 
@@ -421,16 +422,24 @@ impl Module {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let find = |kernels: &[KernelSlot]| {
+            let index = kernels.iter().position(|k| k.name == name)?;
+            Some((index, kernels[index].params.clone()))
+        };
         self.with_loaded("Module::kernel", |loaded| {
-            if let Some(index) = read(&loaded.kernels).iter().position(|k| k.name == name) {
-                let params = loaded.platform.params(&*read(&loaded.kernels)[index].raw)?;
-                return Ok((index, params));
+            if let Some(found) = find(&read(&loaded.kernels)) {
+                return Ok(found);
             }
             let raw = loaded.platform.kernel(&*loaded.raw, name)?;
-            let params = loaded.platform.params(&*raw)?;
+            let params: Arc<[ParamKind]> = Arc::from(loaded.platform.params(&*raw)?);
             let mut kernels = write(&loaded.kernels);
+            // Another thread may have resolved it meanwhile: keep one slot per name.
+            if let Some(found) = find(&kernels) {
+                return Ok(found);
+            }
             kernels.push(KernelSlot {
                 name: name.to_string(),
+                params: params.clone(),
                 raw,
             });
             Ok((kernels.len() - 1, params))
@@ -439,7 +448,7 @@ impl Module {
             module: self.clone(),
             index,
             name: Arc::from(name),
-            params: Arc::from(params),
+            params,
         })
     }
 

@@ -48,18 +48,14 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod error;
 // The crate's only unsafe code: the driver's C API, behind `Result`-returning calls.
 #[allow(unsafe_code)]
 mod ffi;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use offload_core::{BackendKind, DeviceInfo, PlatformEntry, Result};
+use offload_driver::{Counters, Opened, driver_not_found};
 
-use offload_core::{Backend, BackendKind, Config, DeviceInfo, MemKind, PlatformEntry, Result};
-
-use crate::error::{driver_not_found, map_cuda_err, memory_unsupported};
-use crate::ffi::{CUDA_ERROR_NO_DEVICE, CuDevice, Driver};
+use crate::ffi::{CUDA_ERROR_NO_DEVICE, CuDevice};
 
 /// The backend family this crate implements.
 ///
@@ -75,8 +71,7 @@ pub const BACKEND: BackendKind = BackendKind::Cuda;
 /// ```
 pub const LIBRARY: &str = ffi::LIBRARY;
 
-static OPENED: AtomicUsize = AtomicUsize::new(0);
-static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
+static COUNTERS: Counters = Counters::new();
 
 /// Process-wide counts of what the CUDA backend did.
 ///
@@ -84,14 +79,7 @@ static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
 /// let s = offload_cuda::stats();
 /// assert!(s.opened >= s.deinitialised);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CudaStats {
-    /// Platforms opened (drivers found with at least one device).
-    pub opened: usize,
-    /// Platforms deinitialised.
-    pub deinitialised: usize,
-}
+pub type CudaStats = offload_driver::Stats;
 
 /// Reads the process-wide counters.
 ///
@@ -104,10 +92,7 @@ pub struct CudaStats {
 /// }
 /// ```
 pub fn stats() -> CudaStats {
-    CudaStats {
-        opened: OPENED.load(Ordering::SeqCst),
-        deinitialised: DEINITIALISED.load(Ordering::SeqCst),
-    }
+    COUNTERS.stats()
 }
 
 /// The entry the facade registers for the `cuda` feature: a memory-less platform (devices
@@ -136,23 +121,10 @@ pub fn platform() -> PlatformEntry {
 /// }
 /// # Ok::<(), Error>(())
 /// ```
-pub struct CudaPlatform {
-    driver: Arc<Driver>,
-    /// (ordinal, handle) of every device, as `open` found them.
-    devices: Vec<(u32, CuDevice)>,
-    name: String,
-}
+pub type CudaPlatform = offload_driver::Platform<CudaDriver>;
 
-impl std::fmt::Debug for CudaPlatform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaPlatform")
-            .field("name", &self.name)
-            .field("devices", &self.devices.len())
-            .finish()
-    }
-}
-
-/// A CUDA device. It holds the driver library open for as long as it lives.
+/// A CUDA device. It holds the driver library open for as long as it lives; its
+/// `ordinal()` is `cuDeviceGet`'s argument.
 ///
 /// ```
 /// use offload_core::{Backend, Config};
@@ -163,33 +135,7 @@ impl std::fmt::Debug for CudaPlatform {
 ///     println!("device {}", dev.ordinal());
 /// }
 /// ```
-pub struct CudaDevice {
-    ordinal: u32,
-    handle: CuDevice,
-    driver: Arc<Driver>,
-}
-
-impl CudaDevice {
-    /// The device's ordinal in the driver's order (`cuDeviceGet`'s argument).
-    ///
-    /// ```
-    /// use offload_core::{Backend, Config};
-    /// if let Ok(cuda) = offload_cuda::CudaPlatform::open(&Config::default()) {
-    ///     assert_eq!(cuda.devices()[0].ordinal(), 0);
-    /// }
-    /// ```
-    pub fn ordinal(&self) -> u32 {
-        self.ordinal
-    }
-}
-
-impl std::fmt::Debug for CudaDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaDevice")
-            .field("ordinal", &self.ordinal)
-            .finish()
-    }
-}
+pub type CudaDevice = offload_driver::Device<CudaDriver>;
 
 /// CUDA memory: none yet. The type has no values, so no buffer can be handed out, and every
 /// memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
@@ -202,126 +148,78 @@ impl std::fmt::Debug for CudaDevice {
 ///     assert!(matches!(e, Error::Unsupported { .. }));
 /// }
 /// ```
-#[derive(Debug)]
-pub enum CudaBuffer {}
+pub type CudaBuffer = offload_driver::Buffer<CudaDriver>;
 
-impl Backend for CudaPlatform {
-    type Device = CudaDevice;
-    type Buffer = CudaBuffer;
+/// The CUDA driver as [`CudaPlatform`] uses it: the library and its entry points.
+///
+/// ```
+/// use offload_driver::Driver;
+/// assert_eq!(<offload_cuda::CudaDriver as Driver>::KIND, offload_core::BackendKind::Cuda);
+/// ```
+pub struct CudaDriver {
+    driver: ffi::Driver,
+}
+
+impl offload_driver::Driver for CudaDriver {
     const KIND: BackendKind = BackendKind::Cuda;
+    type Handle = CuDevice;
 
     /// Loads the driver, `cuInit(0)`, counts and gets the devices.
-    fn open(_config: &Config) -> Result<Self> {
-        let driver = Driver::open().map_err(|e| driver_not_found(e.library, e.reason))?;
+    fn open() -> Result<Opened<Self>> {
+        let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
         driver
             .init()
-            .map_err(|failure| driver_not_found(LIBRARY, failure.to_string()))?;
+            .map_err(|failure| driver_not_found(BACKEND, LIBRARY, failure.to_string()))?;
+        let on_init =
+            |failure: offload_driver::Failure| failure.into_error(BACKEND, "Offload::init");
         let count = match driver.device_count() {
             Ok(count) => count,
-            Err(failure) if failure.code == CUDA_ERROR_NO_DEVICE => {
-                return Err(driver_not_found(LIBRARY, failure.to_string()));
+            Err(failure) if failure.code == i64::from(CUDA_ERROR_NO_DEVICE) => {
+                return Err(driver_not_found(BACKEND, LIBRARY, failure.to_string()));
             }
-            Err(failure) => return Err(map_cuda_err("Offload::init", failure)),
+            Err(failure) => return Err(on_init(failure)),
         };
         if count <= 0 {
             return Err(driver_not_found(
+                BACKEND,
                 LIBRARY,
                 format!("cuDeviceGetCount: {count} devices"),
             ));
         }
         let mut devices = Vec::new();
         for ordinal in 0..count {
-            let handle = driver
-                .device(ordinal)
-                .map_err(|failure| map_cuda_err("Offload::init", failure))?;
-            devices.push((ordinal.unsigned_abs(), handle));
+            devices.push(driver.device(ordinal).map_err(on_init)?);
         }
+        // `CUDA <driver version>`, e.g. `CUDA 12.4`.
         let name = match driver.driver_version() {
             Some(v) => format!("CUDA {}.{}", v / 1000, v % 1000 / 10),
             None => "CUDA".into(),
         };
-        OPENED.fetch_add(1, Ordering::SeqCst);
-        Ok(CudaPlatform {
-            driver: Arc::new(driver),
+        Ok(Opened {
+            driver: CudaDriver { driver },
             devices,
             name,
         })
     }
 
-    /// `CUDA <driver version>`, e.g. `CUDA 12.4`.
-    fn name(&self) -> String {
-        self.name.clone()
+    fn library(&self) -> &str {
+        self.driver.library()
     }
 
-    fn devices(&self) -> Vec<CudaDevice> {
-        self.devices
-            .iter()
-            .map(|&(ordinal, handle)| CudaDevice {
-                ordinal,
-                handle,
-                driver: self.driver.clone(),
-            })
-            .collect()
-    }
-
-    fn device_info(&self, device: &CudaDevice) -> Result<DeviceInfo> {
-        let driver = &device.driver;
-        let info = |failure| map_cuda_err("Device::info", failure);
-        let multiprocessors = driver.multiprocessor_count(device.handle).map_err(info)?;
+    fn device_info(&self, device: CuDevice) -> Result<DeviceInfo> {
+        let driver = &self.driver;
+        let info = |failure: offload_driver::Failure| failure.into_error(BACKEND, "Device::info");
+        let multiprocessors = driver.multiprocessor_count(device).map_err(info)?;
         Ok(DeviceInfo {
-            name: driver.device_name(device.handle).map_err(info)?,
+            name: driver.device_name(device).map_err(info)?,
             vendor: "NVIDIA".into(),
             backend: BackendKind::Cuda,
-            memory: driver.total_memory(device.handle).map_err(info)?,
+            memory: driver.total_memory(device).map_err(info)?,
             compute_units: u32::try_from(multiprocessors).unwrap_or(0),
         })
     }
 
-    fn alloc(&self, _device: &CudaDevice, _size: usize, _kind: MemKind) -> Result<CudaBuffer> {
-        Err(memory_unsupported("Device::alloc"))
-    }
-
-    fn free(&self, buffer: CudaBuffer) -> Result<()> {
-        match buffer {}
-    }
-
-    fn read(&self, buffer: &CudaBuffer, _offset: usize, _dst: &mut [u8]) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn write(&self, buffer: &mut CudaBuffer, _offset: usize, _src: &[u8]) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn fill(&self, buffer: &mut CudaBuffer, _offset: usize, _len: usize, _value: u8) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn copy(
-        &self,
-        src: &CudaBuffer,
-        _src_offset: usize,
-        _dst: &mut CudaBuffer,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        match *src {}
-    }
-
-    fn copy_within(
-        &self,
-        buffer: &mut CudaBuffer,
-        _src_offset: usize,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        match *buffer {}
-    }
-
-    /// Counts the deinitialisation; CUDA has no global deinit. The library guard goes with
-    /// the platform and its devices.
-    fn deinit(&self) -> Result<()> {
-        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+    fn counters() -> &'static Counters {
+        &COUNTERS
     }
 }

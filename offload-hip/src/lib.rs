@@ -52,19 +52,16 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod error;
 // The crate's only unsafe code: HIP's C API, behind `Result`-returning calls.
 #[allow(unsafe_code)]
 mod ffi;
 
 use std::ffi::c_int;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use offload_core::{Backend, BackendKind, Config, DeviceInfo, MemKind, PlatformEntry, Result};
+use offload_core::{BackendKind, DeviceInfo, PlatformEntry, Result};
+use offload_driver::{Counters, Failure, Opened, driver_not_found};
 
-use crate::error::{driver_not_found, map_hip_err, memory_unsupported};
-use crate::ffi::{Driver, HIP_ERROR_NO_DEVICE, HipDevice as RawDevice};
+use crate::ffi::{HIP_ERROR_NO_DEVICE, HipDevice as RawDevice};
 
 /// The backend family this crate implements.
 ///
@@ -81,8 +78,7 @@ pub const BACKEND: BackendKind = BackendKind::Hip;
 /// ```
 pub const LIBRARIES: [&str; 4] = ffi::LIBRARIES;
 
-static OPENED: AtomicUsize = AtomicUsize::new(0);
-static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
+static COUNTERS: Counters = Counters::new();
 
 /// Process-wide counts of what the HIP backend did.
 ///
@@ -90,14 +86,7 @@ static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
 /// let s = offload_hip::stats();
 /// assert!(s.opened >= s.deinitialised);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HipStats {
-    /// Platforms opened (runtimes found with at least one device).
-    pub opened: usize,
-    /// Platforms deinitialised.
-    pub deinitialised: usize,
-}
+pub type HipStats = offload_driver::Stats;
 
 /// Reads the process-wide counters.
 ///
@@ -110,10 +99,7 @@ pub struct HipStats {
 /// }
 /// ```
 pub fn stats() -> HipStats {
-    HipStats {
-        opened: OPENED.load(Ordering::SeqCst),
-        deinitialised: DEINITIALISED.load(Ordering::SeqCst),
-    }
+    COUNTERS.stats()
 }
 
 /// The entry the facade registers for the `hip` feature: a memory-less platform (devices
@@ -142,24 +128,10 @@ pub fn platform() -> PlatformEntry {
 /// }
 /// # Ok::<(), Error>(())
 /// ```
-pub struct HipPlatform {
-    driver: Arc<Driver>,
-    /// (ordinal, handle) of every device, as `open` found them.
-    devices: Vec<(c_int, RawDevice)>,
-    name: String,
-}
+pub type HipPlatform = offload_driver::Platform<HipDriver>;
 
-impl std::fmt::Debug for HipPlatform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HipPlatform")
-            .field("name", &self.name)
-            .field("library", &self.driver.library())
-            .field("devices", &self.devices.len())
-            .finish()
-    }
-}
-
-/// A HIP device. It holds the runtime library open for as long as it lives.
+/// A HIP device. It holds the runtime library open for as long as it lives; its
+/// `ordinal()` is `hipDeviceGet`'s argument.
 ///
 /// ```
 /// use offload_core::{Backend, Config};
@@ -170,33 +142,7 @@ impl std::fmt::Debug for HipPlatform {
 ///     println!("device {}", dev.ordinal());
 /// }
 /// ```
-pub struct HipDevice {
-    ordinal: c_int,
-    handle: RawDevice,
-    driver: Arc<Driver>,
-}
-
-impl HipDevice {
-    /// The device's ordinal in HIP's order (`hipDeviceGet`'s argument).
-    ///
-    /// ```
-    /// use offload_core::{Backend, Config};
-    /// if let Ok(hip) = offload_hip::HipPlatform::open(&Config::default()) {
-    ///     assert_eq!(hip.devices()[0].ordinal(), 0);
-    /// }
-    /// ```
-    pub fn ordinal(&self) -> u32 {
-        self.ordinal.unsigned_abs()
-    }
-}
-
-impl std::fmt::Debug for HipDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HipDevice")
-            .field("ordinal", &self.ordinal)
-            .finish()
-    }
-}
+pub type HipDevice = offload_driver::Device<HipDriver>;
 
 /// HIP memory: none yet. The type has no values, so no buffer can be handed out, and every
 /// memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
@@ -209,17 +155,26 @@ impl std::fmt::Debug for HipDevice {
 ///     assert!(matches!(e, Error::Unsupported { .. }));
 /// }
 /// ```
-#[derive(Debug)]
-pub enum HipBuffer {}
+pub type HipBuffer = offload_driver::Buffer<HipDriver>;
 
-impl Backend for HipPlatform {
-    type Device = HipDevice;
-    type Buffer = HipBuffer;
+/// The HIP runtime as [`HipPlatform`] uses it: the library and its entry points.
+///
+/// ```
+/// use offload_driver::Driver;
+/// assert_eq!(<offload_hip::HipDriver as Driver>::KIND, offload_core::BackendKind::Hip);
+/// ```
+pub struct HipDriver {
+    driver: ffi::Driver,
+}
+
+impl offload_driver::Driver for HipDriver {
     const KIND: BackendKind = BackendKind::Hip;
+    /// The ordinal (some calls take it) and the `hipDevice_t`.
+    type Handle = (c_int, RawDevice);
 
     /// Loads the runtime, `hipInit(0)`, counts and gets the devices.
-    fn open(_config: &Config) -> Result<Self> {
-        let driver = Driver::open().map_err(|e| driver_not_found(e.library, e.reason))?;
+    fn open() -> Result<Opened<Self>> {
+        let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
         if let Err(init) = driver.init() {
             // ROCm 5 fails hipInit with hipErrorInvalidDevice when there is no GPU;
             // hipGetDeviceCount then says hipErrorNoDevice. Report both.
@@ -227,28 +182,32 @@ impl Backend for HipPlatform {
                 Err(count) => format!("{init}; {count}"),
                 Ok(_) => init.to_string(),
             };
-            return Err(driver_not_found(driver.library(), reason));
+            return Err(driver_not_found(BACKEND, driver.library(), reason));
         }
+        let on_init = |failure: Failure| failure.into_error(BACKEND, "Offload::init");
         let count = match driver.device_count() {
             Ok(count) => count,
-            Err(failure) if failure.code == HIP_ERROR_NO_DEVICE => {
-                return Err(driver_not_found(driver.library(), failure.to_string()));
+            Err(failure) if failure.code == i64::from(HIP_ERROR_NO_DEVICE) => {
+                return Err(driver_not_found(
+                    BACKEND,
+                    driver.library(),
+                    failure.to_string(),
+                ));
             }
-            Err(failure) => return Err(map_hip_err("Offload::init", failure)),
+            Err(failure) => return Err(on_init(failure)),
         };
         if count <= 0 {
             return Err(driver_not_found(
+                BACKEND,
                 driver.library(),
                 format!("hipGetDeviceCount: {count} devices"),
             ));
         }
         let mut devices = Vec::new();
         for ordinal in 0..count {
-            let handle = driver
-                .device(ordinal)
-                .map_err(|failure| map_hip_err("Offload::init", failure))?;
-            devices.push((ordinal, handle));
+            devices.push((ordinal, driver.device(ordinal).map_err(on_init)?));
         }
+        // `HIP <runtime version>`, e.g. `HIP 6.2.41133`.
         let name = match driver.runtime_version() {
             Some(v) => format!(
                 "HIP {}.{}.{}",
@@ -258,88 +217,31 @@ impl Backend for HipPlatform {
             ),
             None => "HIP".into(),
         };
-        OPENED.fetch_add(1, Ordering::SeqCst);
-        Ok(HipPlatform {
-            driver: Arc::new(driver),
+        Ok(Opened {
+            driver: HipDriver { driver },
             devices,
             name,
         })
     }
 
-    /// `HIP <runtime version>`, e.g. `HIP 6.2.41133`.
-    fn name(&self) -> String {
-        self.name.clone()
+    fn library(&self) -> &str {
+        self.driver.library()
     }
 
-    fn devices(&self) -> Vec<HipDevice> {
-        self.devices
-            .iter()
-            .map(|&(ordinal, handle)| HipDevice {
-                ordinal,
-                handle,
-                driver: self.driver.clone(),
-            })
-            .collect()
-    }
-
-    fn device_info(&self, device: &HipDevice) -> Result<DeviceInfo> {
-        let driver = &device.driver;
-        let info = |failure| map_hip_err("Device::info", failure);
-        let multiprocessors = driver.multiprocessor_count(device.ordinal).map_err(info)?;
+    fn device_info(&self, (ordinal, device): (c_int, RawDevice)) -> Result<DeviceInfo> {
+        let driver = &self.driver;
+        let info = |failure: Failure| failure.into_error(BACKEND, "Device::info");
+        let multiprocessors = driver.multiprocessor_count(ordinal).map_err(info)?;
         Ok(DeviceInfo {
-            name: driver.device_name(device.handle).map_err(info)?,
+            name: driver.device_name(device).map_err(info)?,
             vendor: "AMD".into(),
             backend: BackendKind::Hip,
-            memory: driver.total_memory(device.handle).map_err(info)?,
+            memory: driver.total_memory(device).map_err(info)?,
             compute_units: u32::try_from(multiprocessors).unwrap_or(0),
         })
     }
 
-    fn alloc(&self, _device: &HipDevice, _size: usize, _kind: MemKind) -> Result<HipBuffer> {
-        Err(memory_unsupported("Device::alloc"))
-    }
-
-    fn free(&self, buffer: HipBuffer) -> Result<()> {
-        match buffer {}
-    }
-
-    fn read(&self, buffer: &HipBuffer, _offset: usize, _dst: &mut [u8]) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn write(&self, buffer: &mut HipBuffer, _offset: usize, _src: &[u8]) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn fill(&self, buffer: &mut HipBuffer, _offset: usize, _len: usize, _value: u8) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn copy(
-        &self,
-        src: &HipBuffer,
-        _src_offset: usize,
-        _dst: &mut HipBuffer,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        match *src {}
-    }
-
-    fn copy_within(
-        &self,
-        buffer: &mut HipBuffer,
-        _src_offset: usize,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        match *buffer {}
-    }
-
-    /// Counts the deinitialisation; HIP has no global deinit. The library guard goes with
-    /// the platform and its devices.
-    fn deinit(&self) -> Result<()> {
-        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+    fn counters() -> &'static Counters {
+        &COUNTERS
     }
 }

@@ -53,18 +53,14 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod error;
 // The crate's only unsafe code: Level Zero's C API, behind `Result`-returning calls.
 #[allow(unsafe_code)]
 mod ffi;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use offload_core::{BackendKind, DeviceInfo, PlatformEntry, Result};
+use offload_driver::{Counters, Failure, Opened, driver_not_found};
 
-use offload_core::{Backend, BackendKind, Config, DeviceInfo, MemKind, PlatformEntry, Result};
-
-use crate::error::{driver_not_found, map_ze_err, memory_unsupported};
-use crate::ffi::{DeviceHandle, Driver, ZE_RESULT_ERROR_UNINITIALIZED};
+use crate::ffi::{DeviceHandle, ZE_RESULT_ERROR_UNINITIALIZED};
 
 /// The backend family this crate implements.
 ///
@@ -82,8 +78,8 @@ pub const LIBRARY: &str = ffi::LIBRARY;
 
 /// PCI vendor id of Intel.
 const INTEL: u32 = 0x8086;
-static OPENED: AtomicUsize = AtomicUsize::new(0);
-static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
+
+static COUNTERS: Counters = Counters::new();
 
 /// Process-wide counts of what the Level Zero backend did.
 ///
@@ -91,14 +87,7 @@ static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
 /// let s = offload_ze::stats();
 /// assert!(s.opened >= s.deinitialised);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ZeStats {
-    /// Platforms opened (loaders found with at least one device).
-    pub opened: usize,
-    /// Platforms deinitialised.
-    pub deinitialised: usize,
-}
+pub type ZeStats = offload_driver::Stats;
 
 /// Reads the process-wide counters.
 ///
@@ -111,10 +100,7 @@ pub struct ZeStats {
 /// }
 /// ```
 pub fn stats() -> ZeStats {
-    ZeStats {
-        opened: OPENED.load(Ordering::SeqCst),
-        deinitialised: DEINITIALISED.load(Ordering::SeqCst),
-    }
+    COUNTERS.stats()
 }
 
 /// The entry the facade registers for the `ze` feature: a memory-less platform (devices
@@ -144,23 +130,11 @@ pub fn platform() -> PlatformEntry {
 /// }
 /// # Ok::<(), Error>(())
 /// ```
-pub struct ZePlatform {
-    driver: Arc<Driver>,
-    /// Every root device of every driver, as `open` found them.
-    devices: Vec<DeviceHandle>,
-    name: String,
-}
+pub type ZePlatform = offload_driver::Platform<ZeDriver>;
 
-impl std::fmt::Debug for ZePlatform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZePlatform")
-            .field("name", &self.name)
-            .field("devices", &self.devices.len())
-            .finish()
-    }
-}
-
-/// A Level Zero device. It holds the loader open for as long as it lives.
+/// A Level Zero device. It holds the loader open for as long as it lives; its `ordinal()`
+/// is its position among the platform's devices: the drivers in the loader's order, each
+/// driver's devices in its order.
 ///
 /// ```
 /// use offload_core::{Backend, Config};
@@ -171,34 +145,7 @@ impl std::fmt::Debug for ZePlatform {
 ///     println!("device {}", dev.ordinal());
 /// }
 /// ```
-pub struct ZeDevice {
-    ordinal: u32,
-    handle: DeviceHandle,
-    driver: Arc<Driver>,
-}
-
-impl ZeDevice {
-    /// The device's position among the platform's devices: the drivers in the loader's
-    /// order, each driver's devices in its order.
-    ///
-    /// ```
-    /// use offload_core::{Backend, Config};
-    /// if let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) {
-    ///     assert_eq!(ze.devices()[0].ordinal(), 0);
-    /// }
-    /// ```
-    pub fn ordinal(&self) -> u32 {
-        self.ordinal
-    }
-}
-
-impl std::fmt::Debug for ZeDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZeDevice")
-            .field("ordinal", &self.ordinal)
-            .finish()
-    }
-}
+pub type ZeDevice = offload_driver::Device<ZeDriver>;
 
 /// Level Zero memory: none yet. The type has no values, so no buffer can be handed out, and
 /// every memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
@@ -211,31 +158,39 @@ impl std::fmt::Debug for ZeDevice {
 ///     assert!(matches!(e, Error::Unsupported { .. }));
 /// }
 /// ```
-#[derive(Debug)]
-pub enum ZeBuffer {}
+pub type ZeBuffer = offload_driver::Buffer<ZeDriver>;
 
-impl Backend for ZePlatform {
-    type Device = ZeDevice;
-    type Buffer = ZeBuffer;
+/// The Level Zero loader as [`ZePlatform`] uses it: the library and its entry points.
+///
+/// ```
+/// use offload_driver::Driver;
+/// assert_eq!(<offload_ze::ZeDriver as Driver>::KIND, offload_core::BackendKind::Ze);
+/// ```
+pub struct ZeDriver {
+    driver: ffi::Driver,
+}
+
+impl offload_driver::Driver for ZeDriver {
     const KIND: BackendKind = BackendKind::Ze;
+    type Handle = DeviceHandle;
 
     /// Loads the loader, `zeInit(0)`, lists the drivers and their devices.
-    fn open(_config: &Config) -> Result<Self> {
-        let driver = Driver::open().map_err(|e| driver_not_found(e.library, e.reason))?;
+    fn open() -> Result<Opened<Self>> {
+        let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
         if let Err(init) = driver.init() {
             // The loader answers this when it could initialise no driver (none installed,
             // or none that found its hardware).
-            let reason = if init.code == ZE_RESULT_ERROR_UNINITIALIZED {
+            let reason = if init.code == i64::from(ZE_RESULT_ERROR_UNINITIALIZED) {
                 format!("{init}: no Level Zero driver could be initialised")
             } else {
                 init.to_string()
             };
-            return Err(driver_not_found(LIBRARY, reason));
+            return Err(driver_not_found(BACKEND, LIBRARY, reason));
         }
-        let on_init = |failure| map_ze_err("Offload::init", failure);
+        let on_init = |failure: Failure| failure.into_error(BACKEND, "Offload::init");
         let drivers = driver.drivers().map_err(on_init)?;
         let Some(&first) = drivers.first() else {
-            return Err(driver_not_found(LIBRARY, "zeDriverGet: 0 drivers"));
+            return Err(driver_not_found(BACKEND, LIBRARY, "zeDriverGet: 0 drivers"));
         };
         let mut devices = Vec::new();
         for &each in &drivers {
@@ -243,43 +198,31 @@ impl Backend for ZePlatform {
         }
         if devices.is_empty() {
             return Err(driver_not_found(
+                BACKEND,
                 LIBRARY,
                 format!("zeDeviceGet: 0 devices on {} driver(s)", drivers.len()),
             ));
         }
+        // `Level Zero <API version of the first driver>`, e.g. `Level Zero 1.3`.
         let name = match driver.api_version(first) {
             Some((major, minor)) => format!("Level Zero {major}.{minor}"),
             None => "Level Zero".into(),
         };
-        OPENED.fetch_add(1, Ordering::SeqCst);
-        Ok(ZePlatform {
-            driver: Arc::new(driver),
+        Ok(Opened {
+            driver: ZeDriver { driver },
             devices,
             name,
         })
     }
 
-    /// `Level Zero <API version of the first driver>`, e.g. `Level Zero 1.3`.
-    fn name(&self) -> String {
-        self.name.clone()
+    fn library(&self) -> &str {
+        self.driver.library()
     }
 
-    fn devices(&self) -> Vec<ZeDevice> {
-        self.devices
-            .iter()
-            .zip(0..)
-            .map(|(&handle, ordinal)| ZeDevice {
-                ordinal,
-                handle,
-                driver: self.driver.clone(),
-            })
-            .collect()
-    }
-
-    fn device_info(&self, device: &ZeDevice) -> Result<DeviceInfo> {
-        let driver = &device.driver;
-        let info = |failure| map_ze_err("Device::info", failure);
-        let description = driver.describe(device.handle).map_err(info)?;
+    fn device_info(&self, device: DeviceHandle) -> Result<DeviceInfo> {
+        let driver = &self.driver;
+        let info = |failure: Failure| failure.into_error(BACKEND, "Device::info");
+        let description = driver.describe(device).map_err(info)?;
         Ok(DeviceInfo {
             name: description.name,
             vendor: match description.vendor_id {
@@ -287,56 +230,12 @@ impl Backend for ZePlatform {
                 other => format!("PCI vendor {other:#06x}"),
             },
             backend: BackendKind::Ze,
-            memory: driver.total_memory(device.handle).map_err(info)?,
+            memory: driver.total_memory(device).map_err(info)?,
             compute_units: u32::try_from(description.execution_units).unwrap_or(u32::MAX),
         })
     }
 
-    fn alloc(&self, _device: &ZeDevice, _size: usize, _kind: MemKind) -> Result<ZeBuffer> {
-        Err(memory_unsupported("Device::alloc"))
-    }
-
-    fn free(&self, buffer: ZeBuffer) -> Result<()> {
-        match buffer {}
-    }
-
-    fn read(&self, buffer: &ZeBuffer, _offset: usize, _dst: &mut [u8]) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn write(&self, buffer: &mut ZeBuffer, _offset: usize, _src: &[u8]) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn fill(&self, buffer: &mut ZeBuffer, _offset: usize, _len: usize, _value: u8) -> Result<()> {
-        match *buffer {}
-    }
-
-    fn copy(
-        &self,
-        src: &ZeBuffer,
-        _src_offset: usize,
-        _dst: &mut ZeBuffer,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        match *src {}
-    }
-
-    fn copy_within(
-        &self,
-        buffer: &mut ZeBuffer,
-        _src_offset: usize,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        match *buffer {}
-    }
-
-    /// Counts the deinitialisation; Level Zero has no deinit. The library guard goes with
-    /// the platform and its devices.
-    fn deinit(&self) -> Result<()> {
-        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+    fn counters() -> &'static Counters {
+        &COUNTERS
     }
 }

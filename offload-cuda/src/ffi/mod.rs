@@ -3,95 +3,39 @@
 //!
 //! This module (with [`sys`], the raw table) is the crate's only `unsafe` code. It decides
 //! nothing: which failures mean "no CUDA here" is the platform's call (`crate::open`), and
-//! how a failure reads as an offload error is `crate::error`'s.
+//! how a failure reads as an offload error is `offload_driver::Failure`'s.
 
 mod sys;
 
-use std::ffi::{CStr, c_char, c_int, c_void};
-use std::fmt;
+use std::ffi::{c_char, c_int};
 
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use offload_driver::{Failure, LoadError, Loaded, static_text, text_of};
 
 pub(crate) use sys::{CUDA_ERROR_NO_DEVICE, CuDevice, CuResult};
 
 /// The library the backend opens: the CUDA driver (never the runtime `libcudart`).
 pub(crate) const LIBRARY: &str = "libcuda.so.1";
 
-/// A driver call that failed: the entry point, its code, and the driver's words for it.
-#[derive(Clone, Debug)]
-pub(crate) struct Failure {
-    /// The entry point (`cuInit`, …).
-    pub(crate) function: &'static str,
-    /// The `CUresult` it returned.
-    pub(crate) code: CuResult,
-    /// The code's name (`CUDA_ERROR_NO_DEVICE`), or `unknown CUresult`.
-    pub(crate) name: String,
-    /// The driver's description of the code, where it gives one.
-    pub(crate) description: Option<String>,
-}
-
-impl fmt::Display for Failure {
-    /// `cuInit: CUDA_ERROR_NO_DEVICE (100)`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} ({})", self.function, self.name, self.code)
-    }
-}
-
-impl Failure {
-    /// The failure with the driver's description: `cuInit: CUDA_ERROR_NO_DEVICE (100): no
-    /// CUDA-capable device is detected`.
-    pub(crate) fn message(&self) -> String {
-        match &self.description {
-            Some(description) => format!("{self}: {description}"),
-            None => self.to_string(),
-        }
-    }
-}
-
-/// Why the driver library cannot be used: it did not load, or lacks a required symbol.
-#[derive(Debug)]
-pub(crate) struct LoadError {
-    /// The library that was looked for.
-    pub(crate) library: String,
-    /// What the dynamic loader said, or `missing symbol X`.
-    pub(crate) reason: String,
-}
-
-/// The opened driver library and its entry points. Whatever calls the driver holds this in
-/// an `Arc`, so the table never outlives the library it points into.
+/// The opened driver library and its entry points (the table kept beside the library
+/// guard, so it never outlives the library it points into).
 pub(crate) struct Driver {
-    functions: sys::Functions,
-    /// Keeps the library open (declared last: dropped after the table).
-    _library: Library,
+    functions: Loaded<sys::Functions>,
 }
 
 impl Driver {
     /// Opens [`LIBRARY`] and reads its entry points.
     pub(crate) fn open() -> Result<Driver, LoadError> {
         // SAFETY: dlopen runs the driver's initialisers, which only set up its own state and
-        // are sound to run at any time. RTLD_NODELETE keeps the driver mapped after the last
-        // dlclose: it has no deinitialisation, and after cuInit its own threads run its code,
-        // so unmapping it would pull code from under them. A later open just finds it again.
-        let library =
-            unsafe { Library::open(Some(LIBRARY), RTLD_NOW | RTLD_LOCAL | libc::RTLD_NODELETE) }
-                .map_err(|e| LoadError {
-                    library: LIBRARY.into(),
-                    reason: e.to_string(),
-                })?;
-        // SAFETY: every address comes from libcuda for a name `sys` declares with the
-        // signature `cuda.h` gives it; the table is stored beside the library guard, which
-        // keeps the addresses valid for as long as the table exists.
-        let functions =
-            unsafe { sys::Functions::load(|name| lookup(&library, name)) }.map_err(|missing| {
-                LoadError {
-                    library: LIBRARY.into(),
-                    reason: format!("missing symbol {missing}"),
-                }
-            })?;
-        Ok(Driver {
-            functions,
-            _library: library,
-        })
+        // are sound to run at any time (it stays mapped: `RTLD_NODELETE`, as after cuInit
+        // its own threads run its code). Every address comes from libcuda for a name `sys`
+        // declares with the signature `cuda.h` gives it.
+        let functions = unsafe { Loaded::open(&[LIBRARY]) }?;
+        Ok(Driver { functions })
+    }
+
+    /// The name the driver was found under.
+    pub(crate) fn library(&self) -> &'static str {
+        self.functions.library().name()
     }
 
     /// `cuInit(0)`.
@@ -172,22 +116,8 @@ impl Driver {
                     .map(|(_, name)| (*name).to_string())
             })
             .unwrap_or_else(|| "unknown CUresult".into());
-        Err(Failure {
-            function,
-            code,
-            name,
-            description: result_text(self.functions.cu_get_error_string, code),
-        })
-    }
-}
-
-/// The address of `name` in `library`, or null when it has none.
-fn lookup(library: &Library, name: &str) -> *const c_void {
-    // SAFETY: the symbol is taken as an untyped address, which is sound whatever it is;
-    // `sys::Functions::load` gives it its type.
-    match unsafe { library.get::<*const c_void>(name.as_bytes()) } {
-        Ok(symbol) => symbol.into_raw().cast_const(),
-        Err(_) => std::ptr::null(),
+        Err(Failure::new(function, code, name)
+            .with_description(result_text(self.functions.cu_get_error_string, code)))
     }
 }
 
@@ -200,25 +130,9 @@ fn result_text(
     let mut text: *const c_char = std::ptr::null();
     // SAFETY: `text` is a valid out-pointer; the call needs no cuInit.
     let status = unsafe { get(code, &mut text) };
-    if status != sys::CUDA_SUCCESS || text.is_null() {
+    if status != sys::CUDA_SUCCESS {
         return None;
     }
-    // SAFETY: on success the driver points `text` at a static NUL-terminated string; it is
-    // copied at once.
-    Some(
-        unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
-
-/// The text of a buffer the driver filled with a NUL-terminated string (all of it if the
-/// driver wrote no NUL).
-fn text_of(buffer: &[c_char]) -> String {
-    let bytes: Vec<u8> = buffer
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    // SAFETY: on success the driver points `text` at a static NUL-terminated string.
+    unsafe { static_text(text) }
 }

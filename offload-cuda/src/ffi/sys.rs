@@ -5,7 +5,9 @@
 //! own), in the style of ash's loaders. A required symbol that is missing is an error naming
 //! it; an optional one is `None`. Nothing here calls the driver.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+#[cfg(test)]
+use std::ffi::c_void;
+use std::ffi::{c_char, c_int, c_uint};
 
 /// `CUresult`: a C enum, `int`-sized.
 pub(crate) type CuResult = c_int;
@@ -43,74 +45,8 @@ pub(crate) const KNOWN_RESULTS: &[(CuResult, &str)] = &[
     (999, "CUDA_ERROR_UNKNOWN"),
 ];
 
-/// Declares [`Functions`]: one field per entry point, `unsafe extern "C" fn` for required
-/// ones and `Option<..>` for optional ones, and `Functions::load` that fills them.
-macro_rules! functions {
-    (
-        required { $($req:ident = $req_sym:literal: fn($($req_arg:ty),*) -> $req_ret:ty;)* }
-        optional { $($opt:ident = $opt_sym:literal: fn($($opt_arg:ty),*) -> $opt_ret:ty;)* }
-    ) => {
-        /// The driver entry points offload calls.
-        pub(crate) struct Functions {
-            $(
-                #[doc = concat!("`", $req_sym, "`")]
-                pub(crate) $req: unsafe extern "C" fn($($req_arg),*) -> $req_ret,
-            )*
-            $(
-                #[doc = concat!("`", $opt_sym, "`, where the driver has it")]
-                pub(crate) $opt: Option<unsafe extern "C" fn($($opt_arg),*) -> $opt_ret>,
-            )*
-        }
-
-        impl Functions {
-            /// Fills the table through `lookup`, which gives the address of a symbol or null.
-            /// A missing required symbol is `Err(its name)`.
-            ///
-            /// # Safety
-            ///
-            /// Every non-null address `lookup` returns for a name must be that function of the
-            /// CUDA driver API, with the signature declared here, and must stay valid for as
-            /// long as the table is used.
-            pub(crate) unsafe fn load(
-                mut lookup: impl FnMut(&'static str) -> *const c_void,
-            ) -> Result<Functions, &'static str> {
-                Ok(Functions {
-                    $($req: {
-                        let address = lookup($req_sym);
-                        if address.is_null() {
-                            return Err($req_sym);
-                        }
-                        // SAFETY: the address is non-null and, by this function's contract,
-                        // is this entry point with this signature; function and data
-                        // pointers have the same size on every target dlsym exists on.
-                        unsafe {
-                            std::mem::transmute::<
-                                *const c_void,
-                                unsafe extern "C" fn($($req_arg),*) -> $req_ret,
-                            >(address)
-                        }
-                    },)*
-                    $($opt: {
-                        let address = lookup($opt_sym);
-                        if address.is_null() {
-                            None
-                        } else {
-                            // SAFETY: as for the required entry points above.
-                            Some(unsafe {
-                                std::mem::transmute::<
-                                    *const c_void,
-                                    unsafe extern "C" fn($($opt_arg),*) -> $opt_ret,
-                                >(address)
-                            })
-                        }
-                    },)*
-                })
-            }
-        }
-    };
-}
-
-functions! {
+offload_driver::functions! {
+    api = "CUDA driver";
     required {
         cu_init = "cuInit": fn(c_uint) -> CuResult;
         cu_device_get_count = "cuDeviceGetCount": fn(*mut c_int) -> CuResult;

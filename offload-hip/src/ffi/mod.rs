@@ -3,14 +3,13 @@
 //!
 //! This module (with [`sys`], the raw table) is the crate's only `unsafe` code. It decides
 //! nothing: which failures mean "no HIP here" is the platform's call (`crate::open`), and
-//! how a failure reads as an offload error is `crate::error`'s.
+//! how a failure reads as an offload error is `offload_driver::Failure`'s.
 
 mod sys;
 
-use std::ffi::{CStr, c_char, c_int, c_void};
-use std::fmt;
+use std::ffi::{c_char, c_int};
 
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use offload_driver::{Failure, LoadError, Loaded, static_text, text_of};
 
 pub(crate) use sys::{HIP_ERROR_NO_DEVICE, HipDevice, HipError};
 
@@ -23,96 +22,26 @@ pub(crate) const LIBRARIES: [&str; 4] = [
     "libamdhip64.so.5",
 ];
 
-/// A HIP call that failed: the entry point, its code, and the runtime's words for it.
-#[derive(Clone, Debug)]
-pub(crate) struct Failure {
-    /// The entry point (`hipInit`, …).
-    pub(crate) function: &'static str,
-    /// The `hipError_t` it returned.
-    pub(crate) code: HipError,
-    /// The code's name (`hipErrorNoDevice`), or `unknown hipError_t`.
-    pub(crate) name: String,
-    /// The runtime's description of the code, where it gives one besides the name.
-    pub(crate) description: Option<String>,
-}
-
-impl fmt::Display for Failure {
-    /// `hipGetDeviceCount: hipErrorNoDevice (100)`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} ({})", self.function, self.name, self.code)
-    }
-}
-
-impl Failure {
-    /// The failure with the runtime's description, where it has one.
-    pub(crate) fn message(&self) -> String {
-        match &self.description {
-            Some(description) => format!("{self}: {description}"),
-            None => self.to_string(),
-        }
-    }
-}
-
-/// Why the HIP runtime cannot be used: no name loaded, or the one that did lacks a symbol.
-#[derive(Debug)]
-pub(crate) struct LoadError {
-    /// The library (or the names) that were looked for.
-    pub(crate) library: String,
-    /// What the dynamic loader said for each name, or `missing symbol X`.
-    pub(crate) reason: String,
-}
-
 /// The opened HIP runtime and its entry points. Whatever calls HIP holds this in an `Arc`,
 /// so the table never outlives the library it points into.
 pub(crate) struct Driver {
-    functions: sys::Functions,
-    /// The name the runtime was found under.
-    library: &'static str,
-    /// Keeps the library open (declared last: dropped after the table).
-    _library: Library,
+    functions: Loaded<sys::Functions>,
 }
 
 impl Driver {
     /// Opens the first of [`LIBRARIES`] that loads and reads its entry points.
     pub(crate) fn open() -> Result<Driver, LoadError> {
-        let mut errors = Vec::new();
-        for name in LIBRARIES {
-            // SAFETY: dlopen runs the runtime's initialisers, which only set up its own
-            // state and are sound to run at any time. RTLD_NODELETE keeps it mapped after
-            // the last dlclose: HIP has no deinitialisation, and after hipInit its threads
-            // (and ROCr's) run its code, so unmapping it would pull code from under them. A
-            // later open just finds it again.
-            match unsafe { Library::open(Some(name), RTLD_NOW | RTLD_LOCAL | libc::RTLD_NODELETE) }
-            {
-                Ok(library) => return Driver::with_library(name, library),
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        Err(LoadError {
-            library: LIBRARIES.join(", "),
-            reason: errors.join("; "),
-        })
-    }
-
-    fn with_library(name: &'static str, library: Library) -> Result<Driver, LoadError> {
-        // SAFETY: every address comes from the HIP runtime for a name `sys` declares with
-        // the signature `hip_runtime_api.h` gives it; the table is stored beside the library
-        // guard, which keeps the addresses valid for as long as the table exists.
-        let functions = unsafe { sys::Functions::load(|symbol| lookup(&library, symbol)) }
-            .map_err(|missing| LoadError {
-                library: name.into(),
-                reason: format!("missing symbol {missing}"),
-            })?;
-        Ok(Driver {
-            functions,
-            library: name,
-            _library: library,
-        })
+        // SAFETY: dlopen runs the runtime's initialisers, which only set up its own state
+        // and are sound to run at any time (it stays mapped: `RTLD_NODELETE`, as after
+        // hipInit its threads, and ROCr's, run its code). Every address comes from the HIP
+        // runtime for a name `sys` declares with the signature `hip_runtime_api.h` gives it.
+        let functions = unsafe { Loaded::open(&LIBRARIES) }?;
+        Ok(Driver { functions })
     }
 
     /// The name the runtime was found under (`libamdhip64.so.6`, …).
     pub(crate) fn library(&self) -> &'static str {
-        self.library
+        self.functions.library().name()
     }
 
     /// `hipInit(0)`.
@@ -198,22 +127,7 @@ impl Driver {
         // ROCm 5's hipGetErrorString gives the name again: keep only a real description.
         let description = error_text(self.functions.hip_get_error_string, code)
             .filter(|description| *description != name);
-        Err(Failure {
-            function,
-            code,
-            name,
-            description,
-        })
-    }
-}
-
-/// The address of `name` in `library`, or null when it has none.
-fn lookup(library: &Library, name: &str) -> *const c_void {
-    // SAFETY: the symbol is taken as an untyped address, which is sound whatever it is;
-    // `sys::Functions::load` gives it its type.
-    match unsafe { library.get::<*const c_void>(name.as_bytes()) } {
-        Ok(symbol) => symbol.into_raw().cast_const(),
-        Err(_) => std::ptr::null(),
+        Err(Failure::new(function, code, name).with_description(description))
     }
 }
 
@@ -225,24 +139,6 @@ fn error_text(
     let get = get?;
     // SAFETY: the call takes the code by value and needs no hipInit.
     let text = unsafe { get(code) };
-    if text.is_null() {
-        return None;
-    }
-    // SAFETY: the runtime returns a static NUL-terminated string; it is copied at once.
-    Some(
-        unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
-
-/// The text of a buffer the runtime filled with a NUL-terminated string (all of it if it
-/// wrote no NUL).
-fn text_of(buffer: &[c_char]) -> String {
-    let bytes: Vec<u8> = buffer
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    // SAFETY: the runtime returns null or a static NUL-terminated string.
+    unsafe { static_text(text) }
 }

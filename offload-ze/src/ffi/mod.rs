@@ -4,54 +4,18 @@
 //!
 //! This module (with [`sys`], the raw table) is the crate's only `unsafe` code. It decides
 //! nothing: which failures mean "no Level Zero here" is the platform's call (`crate::open`),
-//! and how a failure reads as an offload error is `crate::error`'s.
+//! and how a failure reads as an offload error is `offload_driver::Failure`'s.
 
 mod sys;
 
-use std::ffi::{c_char, c_void};
-use std::fmt;
+use std::ffi::c_void;
 
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use offload_driver::{Failure, LoadError, Loaded, text_of};
 
 pub(crate) use sys::{ZE_RESULT_ERROR_UNINITIALIZED, ZeResult};
 
 /// The library the backend opens: the Level Zero loader, which finds the drivers.
 pub(crate) const LIBRARY: &str = "libze_loader.so.1";
-
-/// A Level Zero call that failed: the entry point and its code.
-#[derive(Clone, Debug)]
-pub(crate) struct Failure {
-    /// The entry point (`zeInit`, …).
-    pub(crate) function: &'static str,
-    /// The `ze_result_t` it returned.
-    pub(crate) code: ZeResult,
-}
-
-impl Failure {
-    /// The code's name in the specification (`ZE_RESULT_ERROR_UNINITIALIZED`).
-    pub(crate) fn name(&self) -> &'static str {
-        sys::RESULTS
-            .iter()
-            .find(|(known, _)| *known == self.code)
-            .map_or("unknown ze_result_t", |(_, name)| name)
-    }
-}
-
-impl fmt::Display for Failure {
-    /// `zeInit: ZE_RESULT_ERROR_UNINITIALIZED (0x78000001)`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} ({:#x})", self.function, self.name(), self.code)
-    }
-}
-
-/// Why the loader cannot be used: it did not load, or lacks a required symbol.
-#[derive(Debug)]
-pub(crate) struct LoadError {
-    /// The library that was looked for.
-    pub(crate) library: String,
-    /// What the dynamic loader said, or `missing symbol X`.
-    pub(crate) reason: String,
-}
 
 /// A driver found by the loader. Level Zero handles are opaque pointers the driver owns
 /// for the life of the process (there is no counterpart to `zeInit`).
@@ -60,7 +24,7 @@ pub(crate) struct DriverHandle(sys::ZeDriverHandle);
 
 /// A device of a driver.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct DeviceHandle(sys::ZeDeviceHandle);
+pub struct DeviceHandle(sys::ZeDeviceHandle);
 
 // SAFETY: a handle is an opaque identifier, valid in every thread for the life of the
 // process; the calls made with it here (zeDeviceGet, zeDeviceGetProperties,
@@ -88,38 +52,24 @@ pub(crate) struct DeviceDescription {
 /// The opened loader and its entry points. Whatever calls Level Zero holds this in an
 /// `Arc`, so the table never outlives the library it points into.
 pub(crate) struct Driver {
-    functions: sys::Functions,
-    /// Keeps the library open (declared last: dropped after the table).
-    _library: Library,
+    functions: Loaded<sys::Functions>,
 }
 
 impl Driver {
     /// Opens [`LIBRARY`] and reads its entry points.
     pub(crate) fn open() -> Result<Driver, LoadError> {
         // SAFETY: dlopen runs the loader's initialisers, which only set up its own state and
-        // are sound to run at any time. RTLD_NODELETE keeps it (and so the drivers it loads)
-        // mapped after the last dlclose: Level Zero has no deinitialisation, and the drivers'
-        // threads may still run their code. A later open just finds it again.
-        let library =
-            unsafe { Library::open(Some(LIBRARY), RTLD_NOW | RTLD_LOCAL | libc::RTLD_NODELETE) }
-                .map_err(|e| LoadError {
-                    library: LIBRARY.into(),
-                    reason: e.to_string(),
-                })?;
-        // SAFETY: every address comes from the loader for a name `sys` declares with the
-        // signature `ze_api.h` gives it; the table is stored beside the library guard, which
-        // keeps the addresses valid for as long as the table exists.
-        let functions =
-            unsafe { sys::Functions::load(|name| lookup(&library, name)) }.map_err(|missing| {
-                LoadError {
-                    library: LIBRARY.into(),
-                    reason: format!("missing symbol {missing}"),
-                }
-            })?;
-        Ok(Driver {
-            functions,
-            _library: library,
-        })
+        // are sound to run at any time (it stays mapped, and so do the drivers it loads:
+        // `RTLD_NODELETE`, as the drivers' threads may still run their code). Every address
+        // comes from the loader for a name `sys` declares with the signature `ze_api.h`
+        // gives it.
+        let functions = unsafe { Loaded::open(&[LIBRARY]) }?;
+        Ok(Driver { functions })
+    }
+
+    /// The name the loader was found under.
+    pub(crate) fn library(&self) -> &'static str {
+        self.functions.library().name()
     }
 
     /// `zeInit(0)`: every driver type.
@@ -221,27 +171,10 @@ fn check(function: &'static str, code: ZeResult) -> Result<(), Failure> {
     if code == sys::ZE_RESULT_SUCCESS {
         Ok(())
     } else {
-        Err(Failure { function, code })
+        let name = sys::RESULTS
+            .iter()
+            .find(|(known, _)| *known == code)
+            .map_or("unknown ze_result_t", |(_, name)| name);
+        Err(Failure::new(function, code, name).hex())
     }
-}
-
-/// The address of `name` in `library`, or null when it has none.
-fn lookup(library: &Library, name: &str) -> *const c_void {
-    // SAFETY: the symbol is taken as an untyped address, which is sound whatever it is;
-    // `sys::Functions::load` gives it its type.
-    match unsafe { library.get::<*const c_void>(name.as_bytes()) } {
-        Ok(symbol) => symbol.into_raw().cast_const(),
-        Err(_) => std::ptr::null(),
-    }
-}
-
-/// The text of a buffer the driver filled with a NUL-terminated string (all of it if it
-/// wrote no NUL).
-fn text_of(buffer: &[c_char]) -> String {
-    let bytes: Vec<u8> = buffer
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
 }

@@ -191,74 +191,8 @@ const _: () = {
     assert!(offset_of!(DeviceMemoryProperties, name) == 40);
 };
 
-/// Declares [`Functions`]: one field per entry point, `unsafe extern "C" fn` for required
-/// ones and `Option<..>` for optional ones, and `Functions::load` that fills them.
-macro_rules! functions {
-    (
-        required { $($req:ident = $req_sym:literal: fn($($req_arg:ty),*) -> $req_ret:ty;)* }
-        optional { $($opt:ident = $opt_sym:literal: fn($($opt_arg:ty),*) -> $opt_ret:ty;)* }
-    ) => {
-        /// The driver entry points offload calls.
-        pub(crate) struct Functions {
-            $(
-                #[doc = concat!("`", $req_sym, "`")]
-                pub(crate) $req: unsafe extern "C" fn($($req_arg),*) -> $req_ret,
-            )*
-            $(
-                #[doc = concat!("`", $opt_sym, "`, where the driver has it")]
-                pub(crate) $opt: Option<unsafe extern "C" fn($($opt_arg),*) -> $opt_ret>,
-            )*
-        }
-
-        impl Functions {
-            /// Fills the table through `lookup`, which gives the address of a symbol or null.
-            /// A missing required symbol is `Err(its name)`.
-            ///
-            /// # Safety
-            ///
-            /// Every non-null address `lookup` returns for a name must be that function of the
-            /// Level Zero API, with the signature declared here, and must stay valid for as
-            /// long as the table is used.
-            pub(crate) unsafe fn load(
-                mut lookup: impl FnMut(&'static str) -> *const c_void,
-            ) -> Result<Functions, &'static str> {
-                Ok(Functions {
-                    $($req: {
-                        let address = lookup($req_sym);
-                        if address.is_null() {
-                            return Err($req_sym);
-                        }
-                        // SAFETY: the address is non-null and, by this function's contract,
-                        // is this entry point with this signature; function and data
-                        // pointers have the same size on every target dlsym exists on.
-                        unsafe {
-                            std::mem::transmute::<
-                                *const c_void,
-                                unsafe extern "C" fn($($req_arg),*) -> $req_ret,
-                            >(address)
-                        }
-                    },)*
-                    $($opt: {
-                        let address = lookup($opt_sym);
-                        if address.is_null() {
-                            None
-                        } else {
-                            // SAFETY: as for the required entry points above.
-                            Some(unsafe {
-                                std::mem::transmute::<
-                                    *const c_void,
-                                    unsafe extern "C" fn($($opt_arg),*) -> $opt_ret,
-                                >(address)
-                            })
-                        }
-                    },)*
-                })
-            }
-        }
-    };
-}
-
-functions! {
+offload_driver::functions! {
+    api = "Level Zero";
     required {
         ze_init = "zeInit": fn(u32) -> ZeResult;
         ze_driver_get = "zeDriverGet": fn(*mut u32, *mut ZeDriverHandle) -> ZeResult;

@@ -1,0 +1,45 @@
+//! # offload-driver
+//!
+//! What the backends over a vendor's C driver (offload-cuda, offload-hip, offload-ze) share,
+//! so that each of them writes only its driver-specific part:
+//!
+//! - [`functions!`]: a symbol table of required `unsafe extern "C" fn`s and optional
+//!   `Option<fn>`s, filled through a lookup closure (ash's loaders).
+//! - [`Library`] and [`Loaded`]: the driver opened at run time under the first of several
+//!   candidate names, the guard shared in an `Arc` by everything that calls into it
+//!   (cudarc's children keep their parents alive); [`text_of`] and [`static_text`] read the
+//!   C strings drivers hand back.
+//! - [`Failure`] and [`LoadError`]: a failed driver call, or a driver that cannot be used,
+//!   and their one mapping each to an offload error.
+//! - [`Driver`] and [`Platform`]: a device-only platform. A backend implements [`Driver`]
+//!   (open, describe a device); [`Platform`] is the `offload_core::Backend` over it, whose
+//!   memory answers `Error::Unsupported` and whose [`Buffer`] cannot exist.
+//! - `testing` (cargo feature `testing`): the harness that builds a fake driver with the C
+//!   compiler and runs test cases against it in child processes.
+//!
+//! This crate's only `unsafe` code is in its ffi helpers (`ffi.rs`) and the table that
+//! [`functions!`] expands to; it owns no process-wide state.
+//!
+//! ```
+//! use offload_driver::{Library, LoadError};
+//! // SAFETY: no library of that name exists, so no initialiser runs.
+//! let missing = unsafe { Library::open(&["liboffload-absent.so.1"]) };
+//! let Err(LoadError { library, reason }) = missing else { unreachable!() };
+//! assert_eq!(library, "liboffload-absent.so.1");
+//! assert!(reason.starts_with("liboffload-absent.so.1"), "{reason}");
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod failure;
+// The crate's only unsafe code: opening libraries and reading their C strings.
+#[allow(unsafe_code)]
+mod ffi;
+mod functions;
+mod platform;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported};
+pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
+pub use platform::{Buffer, Counters, Device, Driver, Opened, Platform, Stats};

@@ -3,11 +3,13 @@
 //!
 //! Two wrappers implement the object-safe [`DynPlatform`]: `Full<B>` for a backend with
 //! compute, `MemoryOnly<B>` for one without (its compute calls answer
-//! `Error::Unsupported`). Objects cross the erasure as `dyn Any` and come back with a
+//! `Error::Unsupported`). Buffers are erased together with their platform (`Typed<B>`), so
+//! the copy calls on the hot path need no downcast. Objects cross the erasure as `dyn Any` and come back with a
 //! `downcast_ref`, one type-id comparison; a failed downcast means two platforms' objects
 //! were mixed up and is reported as `Error::InvalidArgument`, never a panic.
 
 use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{
@@ -25,14 +27,7 @@ pub(crate) trait DynPlatform: Send + Sync {
     fn name(&self) -> String;
     fn devices(&self) -> Vec<AnyObject>;
     fn device_info(&self, device: &dyn Any) -> Result<DeviceInfo>;
-    fn alloc(&self, device: &dyn Any, size: usize, kind: MemKind) -> Result<AnyObject>;
-    fn free(&self, buffer: AnyObject) -> Result<()>;
-    fn read(&self, buffer: &dyn Any, offset: usize, dst: &mut [u8]) -> Result<()>;
-    fn write(&self, buffer: &mut dyn Any, offset: usize, src: &[u8]) -> Result<()>;
-    fn fill(&self, buffer: &mut dyn Any, offset: usize, len: usize, value: u8) -> Result<()>;
-    fn copy(&self, src: &dyn Any, so: usize, dst: &mut dyn Any, d: usize, len: usize)
-    -> Result<()>;
-    fn copy_within(&self, buffer: &mut dyn Any, so: usize, d: usize, len: usize) -> Result<()>;
+    fn alloc(&self, device: &dyn Any, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>>;
     fn deinit(&self) -> Result<()>;
 
     fn load(&self, device: &dyn Any, image: &[u8]) -> Result<AnyObject>;
@@ -78,12 +73,6 @@ fn downcast<'a, T: 'static>(object: &'a dyn Any, kind: BackendKind, what: &str) 
         .ok_or_else(|| foreign(kind, what))
 }
 
-fn downcast_mut<T: 'static>(object: &mut dyn Any, kind: BackendKind) -> Result<&mut T> {
-    object
-        .downcast_mut::<T>()
-        .ok_or_else(|| foreign(kind, "buffer"))
-}
-
 fn unbox<T: 'static>(object: AnyObject, kind: BackendKind, what: &str) -> Result<T> {
     object
         .downcast::<T>()
@@ -91,11 +80,63 @@ fn unbox<T: 'static>(object: AnyObject, kind: BackendKind, what: &str) -> Result
         .map_err(|_| foreign(kind, what))
 }
 
+/// A buffer with its type erased, together with its platform: the memory calls go straight
+/// to the backend's code with no downcast (only a copy's source and a launch's buffer
+/// arguments are downcast, once each).
+pub(crate) trait DynBuffer: Send + Sync {
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
+    fn write(&mut self, offset: usize, src: &[u8]) -> Result<()>;
+    fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
+    fn copy_within(&mut self, so: usize, d: usize, len: usize) -> Result<()>;
+    fn copy_from(&mut self, d: usize, src: &dyn DynBuffer, so: usize, len: usize) -> Result<()>;
+    /// The buffer as `dyn Any` (a `Typed<B>`), for downcasts.
+    fn as_any(&self) -> &(dyn Any + Send + Sync);
+    fn free(self: Box<Self>) -> Result<()>;
+}
+
+/// A backend's buffer and the platform that made it.
+pub(crate) struct Typed<B: Backend> {
+    platform: Arc<B>,
+    raw: B::Buffer,
+}
+
+impl<B: Backend> DynBuffer for Typed<B> {
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.platform.read(&self.raw, offset, dst)
+    }
+
+    fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.platform.write(&mut self.raw, offset, src)
+    }
+
+    fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.platform.fill(&mut self.raw, offset, len, value)
+    }
+
+    fn copy_within(&mut self, so: usize, d: usize, len: usize) -> Result<()> {
+        self.platform.copy_within(&mut self.raw, so, d, len)
+    }
+
+    fn copy_from(&mut self, d: usize, src: &dyn DynBuffer, so: usize, len: usize) -> Result<()> {
+        let src = downcast::<Typed<B>>(src.as_any(), B::KIND, "buffer")?;
+        self.platform.copy(&src.raw, so, &mut self.raw, d, len)
+    }
+
+    fn as_any(&self) -> &(dyn Any + Send + Sync) {
+        self
+    }
+
+    fn free(self: Box<Self>) -> Result<()> {
+        let Typed { platform, raw } = *self;
+        platform.free(raw)
+    }
+}
+
 /// A backend with compute.
-pub(crate) struct Full<B>(pub(crate) B);
+pub(crate) struct Full<B>(pub(crate) Arc<B>);
 
 /// A backend without compute (still under construction).
-pub(crate) struct MemoryOnly<B>(pub(crate) B);
+pub(crate) struct MemoryOnly<B>(pub(crate) Arc<B>);
 
 /// The memory half of `DynPlatform`, the same for both wrappers.
 macro_rules! memory_methods {
@@ -105,59 +146,35 @@ macro_rules! memory_methods {
         }
 
         fn name(&self) -> String {
-            Backend::name(&self.0)
+            Backend::name(&*self.0)
         }
 
         fn devices(&self) -> Vec<AnyObject> {
-            Backend::devices(&self.0)
+            Backend::devices(&*self.0)
                 .into_iter()
                 .map(|d| Box::new(d) as AnyObject)
                 .collect()
         }
 
         fn device_info(&self, device: &dyn Any) -> Result<DeviceInfo> {
-            Backend::device_info(&self.0, downcast(device, B::KIND, "device")?)
+            Backend::device_info(&*self.0, downcast(device, B::KIND, "device")?)
         }
 
-        fn alloc(&self, device: &dyn Any, size: usize, kind: MemKind) -> Result<AnyObject> {
-            let device = downcast::<B::Device>(device, B::KIND, "device")?;
-            Ok(Box::new(Backend::alloc(&self.0, device, size, kind)?))
-        }
-
-        fn free(&self, buffer: AnyObject) -> Result<()> {
-            Backend::free(&self.0, unbox(buffer, B::KIND, "buffer")?)
-        }
-
-        fn read(&self, buffer: &dyn Any, offset: usize, dst: &mut [u8]) -> Result<()> {
-            Backend::read(&self.0, downcast(buffer, B::KIND, "buffer")?, offset, dst)
-        }
-
-        fn write(&self, buffer: &mut dyn Any, offset: usize, src: &[u8]) -> Result<()> {
-            Backend::write(&self.0, downcast_mut(buffer, B::KIND)?, offset, src)
-        }
-
-        fn fill(&self, buffer: &mut dyn Any, offset: usize, len: usize, value: u8) -> Result<()> {
-            Backend::fill(&self.0, downcast_mut(buffer, B::KIND)?, offset, len, value)
-        }
-
-        fn copy(
+        fn alloc(
             &self,
-            src: &dyn Any,
-            so: usize,
-            dst: &mut dyn Any,
-            d: usize,
-            len: usize,
-        ) -> Result<()> {
-            let src = downcast(src, B::KIND, "buffer")?;
-            Backend::copy(&self.0, src, so, downcast_mut(dst, B::KIND)?, d, len)
-        }
-
-        fn copy_within(&self, buffer: &mut dyn Any, so: usize, d: usize, len: usize) -> Result<()> {
-            Backend::copy_within(&self.0, downcast_mut(buffer, B::KIND)?, so, d, len)
+            device: &dyn Any,
+            size: usize,
+            kind: MemKind,
+        ) -> Result<Box<dyn DynBuffer>> {
+            let device = downcast::<B::Device>(device, B::KIND, "device")?;
+            Ok(Box::new(Typed::<B> {
+                raw: Backend::alloc(&*self.0, device, size, kind)?,
+                platform: self.0.clone(),
+            }))
         }
 
         fn deinit(&self) -> Result<()> {
-            Backend::deinit(&self.0)
+            Backend::deinit(&*self.0)
         }
     };
 }
@@ -167,24 +184,24 @@ impl<B: Compute> DynPlatform for Full<B> {
 
     fn load(&self, device: &dyn Any, image: &[u8]) -> Result<AnyObject> {
         let device = downcast::<B::Device>(device, B::KIND, "device")?;
-        Ok(Box::new(Compute::load(&self.0, device, image)?))
+        Ok(Box::new(Compute::load(&*self.0, device, image)?))
     }
 
     fn unload(&self, module: AnyObject) -> Result<()> {
-        Compute::unload(&self.0, unbox(module, B::KIND, "module")?)
+        Compute::unload(&*self.0, unbox(module, B::KIND, "module")?)
     }
 
     fn kernel(&self, module: &dyn Any, name: &str) -> Result<AnyObject> {
         let module = downcast::<B::Module>(module, B::KIND, "module")?;
-        Ok(Box::new(Compute::kernel(&self.0, module, name)?))
+        Ok(Box::new(Compute::kernel(&*self.0, module, name)?))
     }
 
     fn params(&self, kernel: &dyn Any) -> Result<Vec<ParamKind>> {
-        Ok(Compute::params(&self.0, downcast(kernel, B::KIND, "kernel")?).to_vec())
+        Ok(Compute::params(&*self.0, downcast(kernel, B::KIND, "kernel")?).to_vec())
     }
 
     fn global(&self, module: &dyn Any, name: &str) -> Result<GlobalInfo> {
-        Compute::global(&self.0, downcast(module, B::KIND, "module")?, name)
+        Compute::global(&*self.0, downcast(module, B::KIND, "module")?, name)
     }
 
     fn read_global(
@@ -195,7 +212,7 @@ impl<B: Compute> DynPlatform for Full<B> {
         dst: &mut [u8],
     ) -> Result<()> {
         Compute::read_global(
-            &self.0,
+            &*self.0,
             downcast(module, B::KIND, "module")?,
             name,
             offset,
@@ -205,7 +222,7 @@ impl<B: Compute> DynPlatform for Full<B> {
 
     fn write_global(&self, module: &dyn Any, name: &str, offset: usize, src: &[u8]) -> Result<()> {
         Compute::write_global(
-            &self.0,
+            &*self.0,
             downcast(module, B::KIND, "module")?,
             name,
             offset,
@@ -215,11 +232,11 @@ impl<B: Compute> DynPlatform for Full<B> {
 
     fn queue(&self, device: &dyn Any) -> Result<AnyObject> {
         let device = downcast::<B::Device>(device, B::KIND, "device")?;
-        Ok(Box::new(Compute::queue(&self.0, device)?))
+        Ok(Box::new(Compute::queue(&*self.0, device)?))
     }
 
     fn destroy_queue(&self, queue: AnyObject) -> Result<()> {
-        Compute::destroy_queue(&self.0, unbox(queue, B::KIND, "queue")?)
+        Compute::destroy_queue(&*self.0, unbox(queue, B::KIND, "queue")?)
     }
 
     fn launch(
@@ -234,40 +251,42 @@ impl<B: Compute> DynPlatform for Full<B> {
         let mut typed: Vec<KernelArg<'_, B::Buffer>> = Vec::with_capacity(args.len());
         for arg in args {
             typed.push(match *arg {
-                KernelArg::Buffer(b) => KernelArg::Buffer(downcast(b, B::KIND, "buffer")?),
+                KernelArg::Buffer(b) => {
+                    KernelArg::Buffer(&downcast::<Typed<B>>(b, B::KIND, "buffer")?.raw)
+                }
                 KernelArg::Scalar(bytes) => KernelArg::Scalar(bytes),
             });
         }
-        Compute::launch(&self.0, queue, kernel, dims, &typed)
+        Compute::launch(&*self.0, queue, kernel, dims, &typed)
     }
 
     fn sync(&self, queue: &dyn Any) -> Result<()> {
-        Compute::sync(&self.0, downcast(queue, B::KIND, "queue")?)
+        Compute::sync(&*self.0, downcast(queue, B::KIND, "queue")?)
     }
 
     fn record(&self, queue: &dyn Any) -> Result<AnyObject> {
         Ok(Box::new(Compute::record(
-            &self.0,
+            &*self.0,
             downcast(queue, B::KIND, "queue")?,
         )?))
     }
 
     fn wait_event(&self, queue: &dyn Any, event: &dyn Any) -> Result<()> {
         let queue = downcast(queue, B::KIND, "queue")?;
-        Compute::wait_event(&self.0, queue, downcast(event, B::KIND, "event")?)
+        Compute::wait_event(&*self.0, queue, downcast(event, B::KIND, "event")?)
     }
 
     fn sync_event(&self, event: &dyn Any) -> Result<()> {
-        Compute::sync_event(&self.0, downcast(event, B::KIND, "event")?)
+        Compute::sync_event(&*self.0, downcast(event, B::KIND, "event")?)
     }
 
     fn elapsed(&self, start: &dyn Any, end: &dyn Any) -> Result<Duration> {
         let start = downcast(start, B::KIND, "event")?;
-        Compute::elapsed(&self.0, start, downcast(end, B::KIND, "event")?)
+        Compute::elapsed(&*self.0, start, downcast(end, B::KIND, "event")?)
     }
 
     fn destroy_event(&self, event: AnyObject) -> Result<()> {
-        Compute::destroy_event(&self.0, unbox(event, B::KIND, "event")?)
+        Compute::destroy_event(&*self.0, unbox(event, B::KIND, "event")?)
     }
 }
 
@@ -357,11 +376,11 @@ pub struct PlatformEntry {
 }
 
 fn open_full<B: Compute>(config: &Config) -> Result<Box<dyn DynPlatform>> {
-    Ok(Box::new(Full(B::open(config)?)))
+    Ok(Box::new(Full(Arc::new(B::open(config)?))))
 }
 
 fn open_memory_only<B: Backend>(config: &Config) -> Result<Box<dyn DynPlatform>> {
-    Ok(Box::new(MemoryOnly(B::open(config)?)))
+    Ok(Box::new(MemoryOnly(Arc::new(B::open(config)?))))
 }
 
 impl PlatformEntry {

@@ -16,7 +16,7 @@ use std::fmt;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use crate::backend::{BackendKind, DeviceInfo, MemKind};
-use crate::dynamic::{AnyObject, DynPlatform};
+use crate::dynamic::DynBuffer;
 use crate::error::{Error, Result};
 use crate::runtime::{self, Generation};
 use crate::sync::{read, write};
@@ -128,15 +128,15 @@ impl fmt::Debug for Device {
     }
 }
 
-/// The live part of a buffer: its platform and its backend allocation.
+/// The live part of a buffer: its backend allocation, with its platform.
 pub(crate) struct Allocation {
-    platform: Arc<dyn DynPlatform>,
-    raw: AnyObject,
+    raw: Box<dyn DynBuffer>,
 }
 
 impl Allocation {
+    /// The backend buffer, for a launch's arguments.
     pub(crate) fn raw(&self) -> &(dyn Any + Send + Sync) {
-        &*self.raw
+        self.raw.as_any()
     }
 }
 
@@ -155,22 +155,21 @@ impl BufferEntry {
         backend: BackendKind,
         size: usize,
         kind: MemKind,
-        platform: Arc<dyn DynPlatform>,
-        raw: AnyObject,
+        raw: Box<dyn DynBuffer>,
     ) -> Self {
         BufferEntry {
             device,
             backend,
             size,
             kind,
-            allocation: RwLock::new(Some(Allocation { platform, raw })),
+            allocation: RwLock::new(Some(Allocation { raw })),
         }
     }
 
     /// Frees the allocation if it is still there (waits for copies in flight).
     pub(crate) fn release(&self) -> Result<()> {
         match write(&self.allocation).take() {
-            Some(a) => a.platform.free(a.raw),
+            Some(a) => a.raw.free(),
             None => Ok(()),
         }
     }
@@ -299,20 +298,17 @@ impl Buffer {
 
     /// Runs `f` on the live allocation, shared with other readers; teardown cannot free it
     /// under the call.
-    fn with_raw<T>(&self, f: impl FnOnce(&dyn DynPlatform, &dyn Any) -> Result<T>) -> Result<T> {
+    fn with_raw<T>(&self, f: impl FnOnce(&dyn DynBuffer) -> Result<T>) -> Result<T> {
         let guard = read(&self.entry.allocation);
         let a = guard.as_ref().ok_or(Error::ShutDown)?;
-        f(&*a.platform, &*a.raw)
+        f(&*a.raw)
     }
 
     /// Runs `f` on the live allocation with exclusive access (the backend gets `&mut`).
-    fn with_raw_mut<T>(
-        &self,
-        f: impl FnOnce(&dyn DynPlatform, &mut dyn Any) -> Result<T>,
-    ) -> Result<T> {
+    fn with_raw_mut<T>(&self, f: impl FnOnce(&mut dyn DynBuffer) -> Result<T>) -> Result<T> {
         let mut guard = write(&self.entry.allocation);
         let a = guard.as_mut().ok_or(Error::ShutDown)?;
-        f(&*a.platform, &mut *a.raw)
+        f(&mut *a.raw)
     }
 
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
@@ -328,9 +324,9 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.with_raw(|platform, raw| {
+        self.with_raw(|raw| {
             self.check_range("Buffer::read", offset, dst.len())?;
-            platform.read(raw, offset, dst)
+            raw.read(offset, dst)
         })
     }
 
@@ -345,9 +341,9 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.with_raw_mut(|platform, raw| {
+        self.with_raw_mut(|raw| {
             self.check_range("Buffer::write", offset, src.len())?;
-            platform.write(raw, offset, src)
+            raw.write(offset, src)
         })
     }
 
@@ -364,9 +360,9 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        self.with_raw_mut(|platform, raw| {
+        self.with_raw_mut(|raw| {
             self.check_range("Buffer::fill", offset, len)?;
-            platform.fill(raw, offset, len, value)
+            raw.fill(offset, len, value)
         })
     }
 
@@ -396,17 +392,17 @@ impl Buffer {
     ) -> Result<()> {
         const CALL: &str = "Buffer::copy_from";
         if Arc::ptr_eq(&self.entry, &src.entry) {
-            return self.with_raw_mut(|platform, raw| {
+            return self.with_raw_mut(|raw| {
                 self.check_range(CALL, dst_offset, len)?;
                 self.check_range(CALL, src_offset, len)?;
-                platform.copy_within(raw, src_offset, dst_offset, len)
+                raw.copy_within(src_offset, dst_offset, len)
             });
         }
         if !Arc::ptr_eq(&self.generation, &src.generation) || self.entry.device != src.entry.device
         {
             // A buffer of a finished generation is shut down whatever else is wrong.
-            src.with_raw(|_, _| Ok(()))?;
-            self.with_raw(|_, _| Ok(()))?;
+            src.with_raw(|_| Ok(()))?;
+            self.with_raw(|_| Ok(()))?;
             return Err(Error::invalid(
                 CALL,
                 format!("source {src} and destination {self} are on different devices"),
@@ -426,8 +422,7 @@ impl Buffer {
         let (Some(s), Some(d)) = (src_guard.as_ref(), dst_guard.as_mut()) else {
             return Err(Error::ShutDown);
         };
-        d.platform
-            .copy(&*s.raw, src_offset, &mut *d.raw, dst_offset, len)
+        d.raw.copy_from(dst_offset, &*s.raw, src_offset, len)
     }
 
     /// Frees the memory now and returns any error. After shutdown it returns

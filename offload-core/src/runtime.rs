@@ -729,7 +729,6 @@ pub(crate) fn alloc(device: &Device, size: usize, kind: MemKind) -> Result<Buffe
         platform.kind,
         size,
         kind,
-        platform.raw.clone(),
         raw,
     ));
     let key = lock(&live.buffers).insert(entry.clone());

@@ -1,14 +1,14 @@
-//! Lifecycle and handle-validation costs of offload on the host backend.
+//! Lifecycle and handle-validation costs of offload on the host backend, each paired with
+//! the raw backend it wraps (`offload_bench::paired`: the two sides alternate sample by
+//! sample in one run).
 //!
-//! Measures, in one run:
-//!
-//! * `cycle/offload`: `Offload::init()` followed by `shutdown()`, where nothing else holds
-//!   a runtime, so every iteration is a full 0→1→0 transition (opening and deinitialising
-//!   the host platform). **Goal: ≤ 5 µs median.** `cycle/raw_host` is the host backend's
-//!   own cost of the same (`HostPlatform::open` + `devices` + `deinit`), for comparison.
-//! * `handle/*`: the cost of offload's safe handles (generation check, per-buffer lock,
-//!   range validation, type-erased dispatch) over calling the backend directly, for 64-byte
-//!   `write`/`read` on a 4096-byte buffer, `len`, and `device_info`. **Goal: offload − raw
+//! * `cycle`: `Offload::init()` followed by `shutdown()`, where nothing else holds a
+//!   runtime, so every iteration is a full 0→1→0 transition (opening and deinitialising
+//!   the host platform). **Goal: ≤ 5 µs median.** Paired with the host backend's own cost
+//!   of the same (`HostPlatform::open` + `devices` + `deinit`).
+//! * `write64`, `read64`, `len`, `device_info`: offload's safe handles (generation check,
+//!   per-buffer lock, range validation, erased dispatch) against calling the host device
+//!   directly, for 64-byte `write`/`read` on a 4096-byte buffer. **Goal: offload − raw
 //!   ≤ 20 ns for `write64` and `read64`.**
 //!
 //! Run with `cargo bench --bench lifecycle`.
@@ -17,10 +17,13 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use offload::{Backend, BackendKind, Config, MemKind, Offload};
+use offload::hal::{Device as _, Platform as _};
+use offload::{BackendKind, Config, MemKind, Offload};
+use offload_bench::paired;
 use offload_host::HostPlatform;
 
 const BUFFER_SIZE: usize = 4096;
+const SAMPLES: usize = 50;
 
 fn cycle(c: &mut Criterion) {
     // Nothing else may hold a runtime here: each iteration must be a real 0→1→0.
@@ -29,24 +32,23 @@ fn cycle(c: &mut Criterion) {
         down.was_last(),
         "another runtime is alive: the cycle would not be a 0→1→0 transition"
     );
-
-    let mut group = c.benchmark_group("cycle");
-    group.bench_function("offload", |b| {
-        b.iter(|| {
-            let rt = Offload::init().expect("init");
-            black_box(rt.shutdown().expect("shutdown"))
-        })
-    });
     let config = Config::default();
-    group.bench_function("raw_host", |b| {
-        b.iter(|| {
+    paired(
+        c,
+        "cycle",
+        ("offload", "raw_host"),
+        SAMPLES,
+        || {
+            let rt = Offload::init().expect("init");
+            black_box(rt.shutdown().expect("shutdown"));
+        },
+        || {
             let platform = HostPlatform::open(black_box(&config)).expect("open");
-            black_box(Backend::devices(&platform));
-            Backend::deinit(&platform).expect("deinit");
-            black_box(platform)
-        })
-    });
-    group.finish();
+            drop(black_box(platform.devices()));
+            platform.deinit().expect("deinit");
+            black_box(platform);
+        },
+    );
 }
 
 fn handle(c: &mut Criterion) {
@@ -60,60 +62,78 @@ fn handle(c: &mut Criterion) {
         .expect("a host device");
     let buf = dev.alloc(BUFFER_SIZE, MemKind::Device).expect("alloc");
 
-    // Raw: the host backend called directly.
+    // Raw: the host device called directly.
     let platform = HostPlatform::open(&Config::default()).expect("open");
-    let raw_dev = Backend::devices(&platform).remove(0);
-    let mut raw_buf =
-        Backend::alloc(&platform, &raw_dev, BUFFER_SIZE, MemKind::Device).expect("alloc");
+    let raw_dev = platform.devices().remove(0);
+    let mut raw_buf = raw_dev.alloc(BUFFER_SIZE, MemKind::Device).expect("alloc");
 
     let data = [0xA5u8; 64];
     let mut out = [0u8; 64];
-    // The measured calls return `Result`s that criterion discards: check once they succeed.
+    let mut raw_out = [0u8; 64];
+    // The measured calls' `Result`s are discarded: check once that they succeed.
     buf.write(0, &data).expect("write");
     buf.read(0, &mut out).expect("read");
-    Backend::write(&platform, &mut raw_buf, 0, &data).expect("raw write");
-    Backend::read(&platform, &raw_buf, 0, &mut out).expect("raw read");
+    raw_dev.write(&mut raw_buf, 0, &data).expect("raw write");
+    raw_dev.read(&raw_buf, 0, &mut raw_out).expect("raw read");
     dev.info().expect("info");
-    Backend::device_info(&platform, &raw_dev).expect("raw info");
+    raw_dev.info().expect("raw info");
 
-    let mut group = c.benchmark_group("handle");
-    group.bench_function("write64/offload", |b| {
-        b.iter(|| buf.write(black_box(0), black_box(&data)))
-    });
-    group.bench_function("write64/raw", |b| {
-        b.iter(|| {
-            Backend::write(
-                &platform,
-                black_box(&mut raw_buf),
-                black_box(0),
-                black_box(&data),
-            )
-        })
-    });
-    group.bench_function("read64/offload", |b| {
-        b.iter(|| buf.read(black_box(0), black_box(&mut out)))
-    });
-    group.bench_function("read64/raw", |b| {
-        b.iter(|| {
-            Backend::read(
-                &platform,
-                black_box(&raw_buf),
-                black_box(0),
-                black_box(&mut out),
-            )
-        })
-    });
-    group.bench_function("len/offload", |b| b.iter(|| black_box(&buf).len()));
-    group.bench_function("len/raw", |b| b.iter(|| black_box(&raw_buf).len()));
-    group.bench_function("device_info/offload", |b| b.iter(|| black_box(&dev).info()));
-    group.bench_function("device_info/raw", |b| {
-        b.iter(|| Backend::device_info(&platform, black_box(&raw_dev)))
-    });
-    group.finish();
+    paired(
+        c,
+        "write64",
+        ("offload", "raw"),
+        SAMPLES,
+        || {
+            let _ = black_box(buf.write(black_box(0), black_box(&data)));
+        },
+        || {
+            let _ =
+                black_box(raw_dev.write(black_box(&mut raw_buf), black_box(0), black_box(&data)));
+        },
+    );
+    paired(
+        c,
+        "read64",
+        ("offload", "raw"),
+        SAMPLES,
+        || {
+            let _ = black_box(buf.read(black_box(0), black_box(&mut out)));
+        },
+        || {
+            let _ =
+                black_box(raw_dev.read(black_box(&raw_buf), black_box(0), black_box(&mut raw_out)));
+        },
+    );
+    paired(
+        c,
+        "len",
+        ("offload", "raw"),
+        SAMPLES,
+        || {
+            black_box(black_box(&buf).len());
+        },
+        || {
+            black_box(black_box(&raw_buf).len());
+        },
+    );
+    paired(
+        c,
+        "device_info",
+        ("offload", "raw"),
+        SAMPLES,
+        || {
+            let _ = black_box(black_box(&dev).info());
+        },
+        || {
+            let _ = black_box(black_box(&raw_dev).info());
+        },
+    );
 
     assert_eq!(out, data, "read back what was written");
-    Backend::free(&platform, raw_buf).expect("free raw buffer");
-    Backend::deinit(&platform).expect("deinit raw platform");
+    assert_eq!(raw_out, data, "read back what was written (raw)");
+    raw_dev.free(raw_buf).expect("free raw buffer");
+    drop(raw_dev);
+    platform.deinit().expect("deinit raw platform");
     buf.free().expect("free");
     assert!(rt.shutdown().expect("shutdown").was_last());
 }

@@ -1,17 +1,17 @@
 //! Launch and program-load costs of offload on the host backend.
 //!
-//! Measures, in one run, each against the raw thing it wraps:
+//! Measures, in one run, each launch paired with the raw thing it wraps
+//! (`offload_bench::paired`: the two sides alternate sample by sample):
 //!
-//! * `launch/noop/*`: a one-block launch of the fixture kernel `noop` followed by `sync`.
-//!   `offload` goes through a `Queue`; `raw_backend` calls `Compute::launch`/`sync` of
-//!   `HostPlatform` directly; `direct` calls the kernel's function pointer, taken with
-//!   `dlsym` from the same image opened by the dynamic loader. **Goal: offload − direct
+//! * `noop_vs_backend`, `noop_vs_direct`: a one-block launch of the fixture kernel `noop`
+//!   followed by `sync`. `offload` goes through a `Queue`; `raw_backend` calls the host
+//!   device's `launch`/`sync` directly; `direct` calls the kernel's function pointer, taken
+//!   with `dlsym` from the same image opened by the dynamic loader. **Goal: offload − direct
 //!   ≤ 2 µs.**
-//! * `launch/add_one_1024_blocks/*`: `add_one` over 1,024 blocks of 256 threads
-//!   (n = 262,144 `u32`s). `offload` runs the blocks on the device's worker threads plus the
-//!   caller (one device, the `OFFLOAD_HOST_DEVICES` default); `direct_1_thread` calls the
-//!   kernel 1,024 times on the calling thread. Their ratio is the scaling on this machine's
-//!   cores.
+//! * `add_one_1024_blocks`: `add_one` over 1,024 blocks of 256 threads (n = 262,144
+//!   `u32`s). `offload` runs the blocks on the device's worker threads plus the caller (one
+//!   device, the `OFFLOAD_HOST_DEVICES` default); `direct_1_thread` calls the kernel 1,024
+//!   times on the calling thread. direct / offload is the scaling on this machine's cores.
 //! * `load/*`: `one` is `Program::new(KERNELS).load(&dev)` and the drop that unloads it.
 //!   `64_threads` is the same for one fresh program loaded by 64 threads at once, all of
 //!   which must get the same module (and the backend must load it once): per iteration,
@@ -32,9 +32,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use offload::{
-    Arg, Backend, BackendKind, Compute, Device, Dims, KernelArg, MemKind, Offload, Program,
-};
+use offload::hal::{Device as _, Platform as _, Program as _};
+use offload::{Arg, BackendKind, Device, Dims, KernelArg, MemKind, Offload, Program};
+use offload_bench::paired;
 use offload_host::HostPlatform;
 use offload_host::fixtures::KERNELS;
 
@@ -53,6 +53,7 @@ const BLOCKS: u32 = 1024;
 const THREADS: u32 = 256;
 const N: u32 = BLOCKS * THREADS;
 const LOADERS: usize = 64;
+const SAMPLES: usize = 30;
 
 /// The fixture image opened by the dynamic loader directly, from a file in the temporary
 /// directory that is deleted as soon as it is mapped.
@@ -92,10 +93,10 @@ fn launch(c: &mut Criterion) {
     let queue = dev.queue().expect("queue");
 
     let platform = HostPlatform::open(&offload::Config::default()).expect("open");
-    let raw_dev = Backend::devices(&platform).remove(0);
-    let raw_module = Compute::load(&platform, &raw_dev, KERNELS).expect("raw load");
-    let raw_noop = Compute::kernel(&platform, &raw_module, "noop").expect("raw noop");
-    let raw_queue = Compute::queue(&platform, &raw_dev).expect("raw queue");
+    let raw_dev = platform.devices().remove(0);
+    let raw_module = raw_dev.load(KERNELS).expect("raw load");
+    let raw_noop = raw_module.kernel("noop").expect("raw noop");
+    let raw_queue = raw_dev.queue().expect("raw queue");
     let no_args: [KernelArg<'_, offload_host::HostBuffer>; 0] = [];
 
     let library = open_direct();
@@ -103,41 +104,43 @@ fn launch(c: &mut Criterion) {
     let direct_add_one = direct_kernel(&library, b"add_one\0");
 
     let one_block = Dims::grid([1, 1, 1]);
-    let mut group = c.benchmark_group("launch");
-    group.bench_function("noop/offload", |b| {
-        b.iter(|| {
-            queue
-                .launch(&noop, black_box(one_block), &[])
-                .expect("launch");
-            queue.sync().expect("sync")
-        })
-    });
-    group.bench_function("noop/raw_backend", |b| {
-        b.iter(|| {
-            Compute::launch(
-                &platform,
-                &raw_queue,
-                &raw_noop,
-                black_box(&one_block),
-                &no_args,
-            )
-            .expect("raw launch");
-            Compute::sync(&platform, &raw_queue).expect("raw sync")
-        })
-    });
-    group.bench_function("noop/direct", |b| {
-        let args: [*mut c_void; 0] = [];
-        let launch = Launch {
-            grid: [1, 1, 1],
-            block: [1, 1, 1],
-            block_id: [0, 0, 0],
-        };
-        b.iter(|| {
-            // SAFETY: `noop` takes no arguments and reads nothing; `launch` is a valid
-            // `offload_launch`; `library` outlives the call.
-            unsafe { direct_noop(black_box(args.as_ptr()), black_box(&launch)) }
-        })
-    });
+    let offload_noop = || {
+        queue
+            .launch(&noop, black_box(one_block), &[])
+            .expect("launch");
+        queue.sync().expect("sync")
+    };
+    paired(
+        c,
+        "noop_vs_backend",
+        ("offload", "raw_backend"),
+        SAMPLES,
+        offload_noop,
+        || {
+            raw_dev
+                .launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args)
+                .expect("raw launch");
+            raw_dev.sync(&raw_queue).expect("raw sync")
+        },
+    );
+    let args: [*mut c_void; 0] = [];
+    let direct_launch = Launch {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        block_id: [0, 0, 0],
+    };
+    paired(
+        c,
+        "noop_vs_direct",
+        ("offload", "direct"),
+        SAMPLES,
+        offload_noop,
+        || {
+            // SAFETY: `noop` takes no arguments and reads nothing; `direct_launch` is a
+            // valid `offload_launch`; `library` outlives the call.
+            unsafe { direct_noop(black_box(args.as_ptr()), black_box(&direct_launch)) }
+        },
+    );
 
     // add_one over 1,024 blocks: through offload (workers + caller), and on one thread.
     let buf = dev.alloc(4 * N as usize, MemKind::Device).expect("alloc");
@@ -176,23 +179,26 @@ fn launch(c: &mut Criterion) {
     run_direct(&mut host);
     assert!(host.iter().all(|&x| x == 1), "direct add_one added 1");
 
-    group.bench_function("add_one_1024_blocks/offload", |b| {
-        b.iter(|| {
+    paired(
+        c,
+        "add_one_1024_blocks",
+        ("offload", "direct_1_thread"),
+        SAMPLES,
+        || {
             queue
                 .launch(&add_one, black_box(dims), &args)
                 .expect("launch");
             queue.sync().expect("sync")
-        })
-    });
-    group.bench_function("add_one_1024_blocks/direct_1_thread", |b| {
-        b.iter(|| run_direct(black_box(&mut host)))
-    });
-    group.finish();
+        },
+        || run_direct(black_box(&mut host)),
+    );
 
     drop(library);
-    drop((raw_noop, raw_module));
-    Compute::destroy_queue(&platform, raw_queue).expect("destroy raw queue");
-    Backend::deinit(&platform).expect("deinit raw platform");
+    drop(raw_noop);
+    raw_module.unload().expect("unload raw module");
+    raw_dev.destroy_queue(raw_queue).expect("destroy raw queue");
+    drop(raw_dev);
+    platform.deinit().expect("deinit raw platform");
     drop((noop, add_one, module, queue));
     buf.free().expect("free");
     assert!(rt.shutdown().expect("shutdown").was_last());

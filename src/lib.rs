@@ -51,10 +51,10 @@
 #![warn(missing_docs)]
 
 pub use offload_core::{
-    Arg, Backend, BackendKind, Buffer, CallbackError, Compute, Config, DEFAULT_IPC_CACHE_SIZE,
-    Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, KernelArg, MemKind, Module,
-    ParamKind, PlatformEntry, PlatformInfo, Platforms, Program, Queue, Ready, Result, Scalar,
-    Shutdown, Unavailable, Uninit, take_unreported_errors,
+    Arg, BackendKind, Buffer, CallbackError, Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo,
+    Dims, Error, Event, GlobalInfo, Kernel, KernelArg, MemKind, Module, ParamKind, PlatformEntry,
+    PlatformInfo, Platforms, Program, Queue, Ready, Result, Scalar, Shutdown, Unavailable, Uninit,
+    hal, no_compute, take_unreported_errors,
 };
 
 /// The host backend crate, for its counters and raw platform type.

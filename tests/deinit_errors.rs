@@ -6,8 +6,9 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use offload::hal::{self, Never};
 use offload::{
-    Backend, BackendKind, Config, DeviceInfo, Error, MemKind, Offload, PlatformEntry, Result,
+    BackendKind, Config, DeviceInfo, Error, MemKind, Offload, PlatformEntry, Result, no_compute,
 };
 
 /// Per-backend counters, indexed by the backend's `ID`.
@@ -18,6 +19,9 @@ static FREES: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 /// A test backend: one device; `FAIL_*` make that step fail with a driver error.
 struct Test<const ID: usize, const FAIL_OPEN: bool, const FAIL_FREE: bool, const FAIL_DEINIT: bool>;
 
+/// Its device: memory only, whose `free` fails if `FAIL_FREE`.
+struct TestDevice<const ID: usize, const FAIL_FREE: bool>;
+
 fn driver_error(call: &'static str, id: usize) -> Error {
     Error::Driver {
         backend: BackendKind::Reference,
@@ -27,11 +31,10 @@ fn driver_error(call: &'static str, id: usize) -> Error {
     }
 }
 
-impl<const ID: usize, const FO: bool, const FF: bool, const FD: bool> Backend
+impl<const ID: usize, const FO: bool, const FF: bool, const FD: bool> hal::Platform
     for Test<ID, FO, FF, FD>
 {
-    type Device = ();
-    type Buffer = Vec<u8>;
+    type Device = TestDevice<ID, FF>;
     const KIND: BackendKind = BackendKind::Reference;
 
     fn open(_: &Config) -> Result<Self> {
@@ -44,19 +47,35 @@ impl<const ID: usize, const FO: bool, const FF: bool, const FD: bool> Backend
     fn name(&self) -> String {
         format!("test{ID}")
     }
-    fn devices(&self) -> Vec<()> {
-        vec![()]
+    fn devices(&self) -> Vec<TestDevice<ID, FF>> {
+        vec![TestDevice]
     }
-    fn device_info(&self, _: &()) -> Result<DeviceInfo> {
+    fn deinit(&self) -> Result<()> {
+        DEINITS[ID].fetch_add(1, Ordering::SeqCst);
+        if FD {
+            Err(driver_error("deinit", ID))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl<const ID: usize, const FF: bool> hal::Device for TestDevice<ID, FF> {
+    type Buffer = Vec<u8>;
+    type Program = Never;
+    type Queue = Never;
+    type Event = Never;
+
+    fn info(&self) -> Result<DeviceInfo> {
         Ok(DeviceInfo {
-            name: self.name(),
+            name: format!("test{ID}"),
             vendor: "test".into(),
             backend: BackendKind::Reference,
             memory: 1 << 20,
             compute_units: 1,
         })
     }
-    fn alloc(&self, _: &(), size: usize, _: MemKind) -> Result<Self::Buffer> {
+    fn alloc(&self, size: usize, _: MemKind) -> Result<Self::Buffer> {
         Ok(vec![0; size])
     }
     fn free(&self, _: Self::Buffer) -> Result<()> {
@@ -92,14 +111,7 @@ impl<const ID: usize, const FO: bool, const FF: bool, const FD: bool> Backend
     fn copy_within(&self, _: &mut Self::Buffer, _: usize, _: usize, _: usize) -> Result<()> {
         Err(driver_error("copy_within", ID))
     }
-    fn deinit(&self) -> Result<()> {
-        DEINITS[ID].fetch_add(1, Ordering::SeqCst);
-        if FD {
-            Err(driver_error("deinit", ID))
-        } else {
-            Ok(())
-        }
-    }
+    no_compute!(BackendKind::Reference, load);
 }
 
 fn count(counter: &[AtomicUsize; 4], id: usize) -> usize {
@@ -117,9 +129,9 @@ fn shutdown_runs_every_step_and_returns_every_error() {
     );
     let rt = Offload::builder()
         .backends([]) // no built-in platform: only the three below
-        .platform(PlatformEntry::memory_only::<Test<0, false, true, true>>()) // free and deinit fail
-        .platform(PlatformEntry::memory_only::<Test<1, false, false, false>>()) // healthy
-        .platform(PlatformEntry::memory_only::<Test<2, false, false, true>>()) // deinit fails
+        .platform(PlatformEntry::of::<Test<0, false, true, true>>()) // free and deinit fail
+        .platform(PlatformEntry::of::<Test<1, false, false, false>>()) // healthy
+        .platform(PlatformEntry::of::<Test<2, false, false, true>>()) // deinit fails
         .start()
         .unwrap();
     let devices = rt.devices().unwrap();
@@ -166,7 +178,7 @@ fn drop_errors_are_returned_by_the_next_shutdown() {
     let _serial = common::serial();
     let rt = Offload::builder()
         .backends([])
-        .platform(PlatformEntry::memory_only::<Test<3, false, true, false>>())
+        .platform(PlatformEntry::of::<Test<3, false, true, false>>())
         .start()
         .unwrap();
     let buf = rt.devices().unwrap()[0].alloc(4, MemKind::Device).unwrap();
@@ -184,8 +196,8 @@ fn a_platform_that_fails_to_open_fails_init_and_leaks_nothing() {
     let deinits = count(&DEINITS, 1);
     let result = Offload::builder()
         .backends([])
-        .platform(PlatformEntry::memory_only::<Test<1, false, false, false>>())
-        .platform(PlatformEntry::memory_only::<Test<2, true, false, false>>())
+        .platform(PlatformEntry::of::<Test<1, false, false, false>>())
+        .platform(PlatformEntry::of::<Test<2, true, false, false>>())
         .start();
     match result {
         Err(e @ Error::Driver { .. }) => assert!(e.to_string().contains("open"), "{e}"),

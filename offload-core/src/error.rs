@@ -4,7 +4,7 @@
 //! which object. A driver's own status code is kept as data (`Error::Driver::code`), never
 //! only in a message. This module owns no state and must not grow backend-specific types.
 
-use crate::backend::BackendKind;
+use crate::hal::BackendKind;
 
 /// Result alias used throughout offload.
 ///

@@ -1,12 +1,22 @@
 //! # offload-core
 //!
-//! The backend-neutral core of offload: the [`Backend`] family trait and its erasure, the
-//! reference-counted runtime lifecycle ([`Offload`], contract clauses L1–L5 of DESIGN.md),
-//! the handles users hold ([`Device`], [`Buffer`]) and the one [`Error`] type.
+//! The backend-neutral core of offload, in four rooms, each above the one before:
+//!
+//! - [`hal`]: the trait family a backend implements — [`hal::Platform`] (one driver
+//!   instance), [`hal::Device`] (memory, queues, events, loading), [`hal::Program`] (an
+//!   image on one device: kernels, globals). liboffload calls these platform, device and
+//!   program; CUDA calls them the driver, a device with its primary context, and a module.
+//! - `erased`: the `dyn` mirror of the family (`DynPlatform`, `DynDevice`, `DynProgram`,
+//!   `DynBuffer`, …), so one runtime holds platforms of different backends.
+//! - `runtime`: one generation's state and its ordered shutdown (L4), and the
+//!   reference-counted lifecycle ([`Offload`], L1–L3, L5).
+//! - `handles`: what users hold ([`Device`], [`Buffer`], [`Program`], [`Module`],
+//!   [`Kernel`], [`Queue`], [`Event`]), checking every call before a backend sees it.
 //!
 //! Users depend on the facade crate `offload`, which picks the backends by cargo feature.
 //! The core is safe code; drivers and FFI live in the backend crates. The only `unsafe` here
-//! is the registration of the exit hook with the C library.
+//! is the registration of the exit hook with the C library. [`reference`] is a complete
+//! in-memory backend (the test oracle and the documentation's backend).
 //!
 //! ```
 //! use offload_core::{MemKind, reference::Offload};
@@ -20,29 +30,24 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod backend;
-mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-mod dynamic;
+mod erased;
 mod error;
-mod exit_hook;
+pub mod hal;
 mod handles;
-mod program;
-mod queue;
 pub mod reference;
 mod runtime;
 mod sync;
 
-pub use backend::{
-    Backend, BackendKind, Compute, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind,
-};
-pub use config::{Config, DEFAULT_IPC_CACHE_SIZE};
-pub use dynamic::{NoPlatforms, PlatformEntry, Platforms};
+pub use erased::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};
-pub use handles::{Buffer, Device};
-pub use program::{CallbackError, Kernel, Module, Program};
-pub use queue::{Arg, Event, Queue, Scalar};
-pub use runtime::{
-    Offload, PlatformInfo, Ready, Shutdown, Unavailable, Uninit, take_unreported_errors,
+pub use hal::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind};
+pub use handles::{
+    Arg, Buffer, CallbackError, Device, Event, Kernel, Module, Program, Queue, Scalar,
+};
+pub use runtime::config::{Config, DEFAULT_IPC_CACHE_SIZE};
+pub use runtime::generation::Unavailable;
+pub use runtime::lifecycle::{
+    Offload, PlatformInfo, Ready, Shutdown, Uninit, take_unreported_errors,
 };

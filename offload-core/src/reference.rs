@@ -22,12 +22,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::{
-    Backend, BackendKind, Compute, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind,
-};
-use crate::config::Config;
-use crate::dynamic::{PlatformEntry, Platforms};
+use crate::erased::{PlatformEntry, Platforms};
 use crate::error::{Error, Result};
+use crate::hal::{
+    self, BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, KernelOf, MemKind, ParamKind,
+};
+use crate::runtime::config::Config;
 use crate::sync::{lock, read, write};
 
 /// Memory each reference device claims to have: 1 GiB.
@@ -36,12 +36,13 @@ pub const DEVICE_MEMORY: u64 = 1 << 30;
 /// The reference platform: `config.host_devices` devices of [`DEVICE_MEMORY`] bytes.
 ///
 /// ```
-/// use offload_core::{Backend, Config, MemKind, reference::Reference};
+/// use offload_core::hal::{Device, Platform};
+/// use offload_core::{Config, MemKind, reference::Reference};
 /// let platform = Reference::open(&Config::default())?;
 /// let dev = platform.devices().remove(0);
-/// let mut buf = platform.alloc(&dev, 4, MemKind::Device)?;
-/// platform.write(&mut buf, 0, &[1, 2, 3, 4])?;
-/// platform.free(buf)?;
+/// let mut buf = dev.alloc(4, MemKind::Device)?;
+/// dev.write(&mut buf, 0, &[1, 2, 3, 4])?;
+/// dev.free(buf)?;
 /// assert_eq!(platform.live_allocations(), 0);
 /// platform.deinit()?;
 /// # Ok::<(), offload_core::Error>(())
@@ -49,6 +50,7 @@ pub const DEVICE_MEMORY: u64 = 1 << 30;
 #[derive(Debug)]
 pub struct Reference {
     devices: usize,
+    /// Allocations not yet freed, shared with the devices.
     live: Arc<AtomicUsize>,
 }
 
@@ -56,6 +58,7 @@ pub struct Reference {
 #[derive(Debug)]
 pub struct RefDevice {
     ordinal: usize,
+    live: Arc<AtomicUsize>,
 }
 
 /// A reference allocation.
@@ -68,7 +71,7 @@ impl Reference {
     /// Allocations not yet freed.
     ///
     /// ```
-    /// use offload_core::{Backend, Config, reference::Reference};
+    /// use offload_core::{Config, hal::Platform, reference::Reference};
     /// assert_eq!(Reference::open(&Config::default())?.live_allocations(), 0);
     /// # Ok::<(), offload_core::Error>(())
     /// ```
@@ -92,9 +95,8 @@ fn range(
     }
 }
 
-impl Backend for Reference {
+impl hal::Platform for Reference {
     type Device = RefDevice;
-    type Buffer = RefBuffer;
     const KIND: BackendKind = BackendKind::Reference;
 
     fn open(config: &Config) -> Result<Self> {
@@ -110,13 +112,35 @@ impl Backend for Reference {
 
     fn devices(&self) -> Vec<RefDevice> {
         (0..self.devices)
-            .map(|ordinal| RefDevice { ordinal })
+            .map(|ordinal| RefDevice {
+                ordinal,
+                live: self.live.clone(),
+            })
             .collect()
     }
 
-    fn device_info(&self, device: &RefDevice) -> Result<DeviceInfo> {
+    fn deinit(&self) -> Result<()> {
+        match self.live_allocations() {
+            0 => Ok(()),
+            n => Err(Error::Driver {
+                backend: BackendKind::Reference,
+                call: "Offload::shutdown",
+                code: n as i64,
+                message: format!("{n} allocations were never freed"),
+            }),
+        }
+    }
+}
+
+impl hal::Device for RefDevice {
+    type Buffer = RefBuffer;
+    type Program = RefModule;
+    type Queue = RefQueue;
+    type Event = RefEvent;
+
+    fn info(&self) -> Result<DeviceInfo> {
         Ok(DeviceInfo {
-            name: format!("reference device {}", device.ordinal),
+            name: format!("reference device {}", self.ordinal),
             vendor: "offload".into(),
             backend: BackendKind::Reference,
             memory: DEVICE_MEMORY,
@@ -124,7 +148,7 @@ impl Backend for Reference {
         })
     }
 
-    fn alloc(&self, _device: &RefDevice, size: usize, _kind: MemKind) -> Result<RefBuffer> {
+    fn alloc(&self, size: usize, _kind: MemKind) -> Result<RefBuffer> {
         if size as u64 > DEVICE_MEMORY {
             return Err(Error::OutOfMemory {
                 backend: BackendKind::Reference,
@@ -199,16 +223,50 @@ impl Backend for Reference {
         Ok(())
     }
 
-    fn deinit(&self) -> Result<()> {
-        match self.live_allocations() {
-            0 => Ok(()),
-            n => Err(Error::Driver {
-                backend: BackendKind::Reference,
-                call: "Offload::shutdown",
-                code: n as i64,
-                message: format!("{n} allocations were never freed"),
-            }),
-        }
+    fn load(&self, image: &[u8]) -> Result<RefModule> {
+        parse(image)
+    }
+
+    fn queue(&self) -> Result<RefQueue> {
+        Ok(RefQueue)
+    }
+
+    fn destroy_queue(&self, _queue: RefQueue) -> Result<()> {
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        _queue: &RefQueue,
+        kernel: &KernelOf<Self>,
+        dims: &Dims,
+        args: &[KernelArg<'_, RefBuffer>],
+    ) -> Result<()> {
+        run(kernel, dims, args)
+    }
+
+    fn sync(&self, _queue: &RefQueue) -> Result<()> {
+        Ok(())
+    }
+
+    fn record(&self, _queue: &RefQueue) -> Result<RefEvent> {
+        Ok(RefEvent(Instant::now()))
+    }
+
+    fn wait_event(&self, _queue: &RefQueue, _event: &RefEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync_event(&self, _event: &RefEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn elapsed(&self, start: &RefEvent, end: &RefEvent) -> Result<Duration> {
+        Ok(end.0.saturating_duration_since(start.0))
+    }
+
+    fn destroy_event(&self, _event: RefEvent) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -333,22 +391,11 @@ fn u32_at(bytes: &[u8]) -> u32 {
     u32::from_ne_bytes(b)
 }
 
-impl Compute for Reference {
-    type Module = RefModule;
+impl hal::Program for RefModule {
     type Kernel = RefKernel;
-    type Queue = RefQueue;
-    type Event = RefEvent;
 
-    fn load(&self, _device: &RefDevice, image: &[u8]) -> Result<RefModule> {
-        parse(image)
-    }
-
-    fn unload(&self, _module: RefModule) -> Result<()> {
-        Ok(())
-    }
-
-    fn kernel(&self, module: &RefModule, name: &str) -> Result<RefKernel> {
-        if !module.kernels.iter().any(|k| k == name) {
+    fn kernel(&self, name: &str) -> Result<RefKernel> {
+        if !self.kernels.iter().any(|k| k == name) {
             return Err(symbol("Module::kernel", name));
         }
         let params = KERNELS
@@ -358,16 +405,16 @@ impl Compute for Reference {
         Ok(RefKernel {
             name: name.to_string(),
             params,
-            globals: module.globals.clone(),
+            globals: self.globals.clone(),
         })
     }
 
-    fn params<'k>(&self, kernel: &'k RefKernel) -> &'k [ParamKind] {
+    fn params(kernel: &RefKernel) -> &[ParamKind] {
         kernel.params
     }
 
-    fn global(&self, module: &RefModule, name: &str) -> Result<GlobalInfo> {
-        let globals = lock(&module.globals);
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        let globals = lock(&self.globals);
         let g = globals
             .get(name)
             .ok_or_else(|| symbol("Module::global", name))?;
@@ -377,14 +424,8 @@ impl Compute for Reference {
         })
     }
 
-    fn read_global(
-        &self,
-        module: &RefModule,
-        name: &str,
-        offset: usize,
-        dst: &mut [u8],
-    ) -> Result<()> {
-        let globals = lock(&module.globals);
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let globals = lock(&self.globals);
         let g = globals
             .get(name)
             .ok_or_else(|| symbol("Module::read_global", name))?;
@@ -393,14 +434,8 @@ impl Compute for Reference {
         Ok(())
     }
 
-    fn write_global(
-        &self,
-        module: &RefModule,
-        name: &str,
-        offset: usize,
-        src: &[u8],
-    ) -> Result<()> {
-        let mut globals = lock(&module.globals);
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        let mut globals = lock(&self.globals);
         let g = globals
             .get_mut(name)
             .ok_or_else(|| symbol("Module::write_global", name))?;
@@ -409,87 +444,54 @@ impl Compute for Reference {
         Ok(())
     }
 
-    fn queue(&self, _device: &RefDevice) -> Result<RefQueue> {
-        Ok(RefQueue)
-    }
-
-    fn destroy_queue(&self, _queue: RefQueue) -> Result<()> {
+    fn unload(self) -> Result<()> {
         Ok(())
     }
+}
 
-    fn launch(
-        &self,
-        _queue: &RefQueue,
-        kernel: &RefKernel,
-        dims: &Dims,
-        args: &[KernelArg<'_, RefBuffer>],
-    ) -> Result<()> {
-        let threads = u64::from(dims.grid[0]) * u64::from(dims.block[0]);
-        let scalar = |i: usize| match args.get(i) {
-            Some(KernelArg::Scalar(b)) if b.len() == 4 => Ok(u32_at(b)),
-            _ => Err(Error::invalid(
-                "Queue::launch",
-                format!("argument {i} is not a u32"),
-            )),
-        };
-        let buffer = |i: usize| match args.get(i) {
-            Some(KernelArg::Buffer(b)) => Ok(*b),
-            _ => Err(Error::invalid(
-                "Queue::launch",
-                format!("argument {i} is not a buffer"),
-            )),
-        };
-        match kernel.name.as_str() {
-            "noop" => Ok(()),
-            "add_one" | "fill" => {
-                let buf = buffer(0)?;
-                let (value, n) = if kernel.name == "fill" {
-                    (Some(scalar(1)?), scalar(2)?)
-                } else {
-                    (None, scalar(1)?)
-                };
-                let mut bytes = write(&buf.bytes);
-                let count = u64::from(n).min(threads).min((bytes.len() / 4) as u64) as usize;
-                for word in bytes.chunks_exact_mut(4).take(count) {
-                    let v = value.unwrap_or_else(|| u32_at(word).wrapping_add(1));
-                    word.copy_from_slice(&v.to_ne_bytes());
-                }
-                Ok(())
+/// Runs a launch of a built-in kernel, there and then.
+fn run(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -> Result<()> {
+    let threads = u64::from(dims.grid[0]) * u64::from(dims.block[0]);
+    let scalar = |i: usize| match args.get(i) {
+        Some(KernelArg::Scalar(b)) if b.len() == 4 => Ok(u32_at(b)),
+        _ => Err(Error::invalid(
+            "Queue::launch",
+            format!("argument {i} is not a u32"),
+        )),
+    };
+    let buffer = |i: usize| match args.get(i) {
+        Some(KernelArg::Buffer(b)) => Ok(*b),
+        _ => Err(Error::invalid(
+            "Queue::launch",
+            format!("argument {i} is not a buffer"),
+        )),
+    };
+    match kernel.name.as_str() {
+        "noop" => Ok(()),
+        "add_one" | "fill" => {
+            let buf = buffer(0)?;
+            let (value, n) = if kernel.name == "fill" {
+                (Some(scalar(1)?), scalar(2)?)
+            } else {
+                (None, scalar(1)?)
+            };
+            let mut bytes = write(&buf.bytes);
+            let count = u64::from(n).min(threads).min((bytes.len() / 4) as u64) as usize;
+            for word in bytes.chunks_exact_mut(4).take(count) {
+                let v = value.unwrap_or_else(|| u32_at(word).wrapping_add(1));
+                word.copy_from_slice(&v.to_ne_bytes());
             }
-            "read_global" => {
-                let buf = buffer(0)?;
-                let g = lock(&kernel.globals).get("g").cloned().unwrap_or_default();
-                let mut bytes = write(&buf.bytes);
-                let n = g.len().min(bytes.len());
-                bytes[..n].copy_from_slice(&g[..n]);
-                Ok(())
-            }
-            other => Err(symbol("Queue::launch", other)),
+            Ok(())
         }
-    }
-
-    fn sync(&self, _queue: &RefQueue) -> Result<()> {
-        Ok(())
-    }
-
-    fn record(&self, _queue: &RefQueue) -> Result<RefEvent> {
-        Ok(RefEvent(Instant::now()))
-    }
-
-    fn wait_event(&self, _queue: &RefQueue, _event: &RefEvent) -> Result<()> {
-        Ok(())
-    }
-
-    fn sync_event(&self, _event: &RefEvent) -> Result<()> {
-        Ok(())
-    }
-
-    fn elapsed(&self, start: &RefEvent, end: &RefEvent) -> Result<Duration> {
-        Ok(end.0.saturating_duration_since(start.0))
-    }
-
-    fn destroy_event(&self, _event: RefEvent) -> Result<()> {
-        Ok(())
+        "read_global" => {
+            let buf = buffer(0)?;
+            let g = lock(&kernel.globals).get("g").cloned().unwrap_or_default();
+            let mut bytes = write(&buf.bytes);
+            let n = g.len().min(bytes.len());
+            bytes[..n].copy_from_slice(&g[..n]);
+            Ok(())
+        }
+        other => Err(symbol("Queue::launch", other)),
     }
 }
 

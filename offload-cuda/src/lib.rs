@@ -18,9 +18,9 @@
 //! - **Devices** ([`CudaDevice`]): every device the driver counts, in its order.
 //!   `device_info` gives the driver's name, `NVIDIA`, `cuDeviceTotalMem` and the
 //!   multiprocessor count.
-//! - **Memory** ([`CudaBuffer`]): not implemented yet. `alloc` answers
-//!   `Error::Unsupported`, and a [`CudaBuffer`] cannot exist, so no other memory call can be
-//!   reached. Programs, kernels and queues answer `Error::Unsupported` too (from the core).
+//! - **Memory, programs, queues**: not implemented yet. `alloc`, `Program::load` and
+//!   `Device::queue` answer `Error::Unsupported`; their objects are `offload_core::hal::Never`,
+//!   so no other call on them can be reached.
 //! - **Shutdown**: the CUDA driver has no global deinitialisation, so `deinit` only counts
 //!   ([`stats`]). The platform and its devices share the library guard; it is released
 //!   when the runtime drops them, right after `deinit`. The driver itself stays mapped (it
@@ -28,12 +28,13 @@
 //!   open finds it again.
 //!
 //! ```
-//! use offload_core::{Backend, Config, Error};
+//! use offload_core::hal::{Device as _, Platform as _};
+//! use offload_core::{Config, Error};
 //! use offload_cuda::CudaPlatform;
 //! match CudaPlatform::open(&Config::default()) {
 //!     Ok(cuda) => {
 //!         for dev in cuda.devices() {
-//!             let info = cuda.device_info(&dev)?;
+//!             let info = dev.info()?;
 //!             println!("{}: {} bytes, {} SMs", info.name, info.memory, info.compute_units);
 //!         }
 //!         cuda.deinit()?;
@@ -84,7 +85,8 @@ pub type CudaStats = offload_driver::Stats;
 /// Reads the process-wide counters.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config};
 /// let before = offload_cuda::stats();
 /// if offload_cuda::CudaPlatform::open(&Config::default()).is_err() {
 ///     // A probe that finds no CUDA opens nothing.
@@ -102,13 +104,14 @@ pub fn stats() -> CudaStats {
 /// assert_eq!(offload_cuda::platform().kind(), offload_core::BackendKind::Cuda);
 /// ```
 pub fn platform() -> PlatformEntry {
-    PlatformEntry::memory_only::<CudaPlatform>()
+    PlatformEntry::of::<CudaPlatform>()
 }
 
 /// The CUDA platform: the driver, initialised, with at least one device.
 ///
 /// ```
-/// use offload_core::{Backend, Config, Error};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config, Error};
 /// match offload_cuda::CudaPlatform::open(&Config::default()) {
 ///     Ok(cuda) => {
 ///         println!("{}: {} device(s)", cuda.name(), cuda.devices().len());
@@ -127,7 +130,8 @@ pub type CudaPlatform = offload_driver::Platform<CudaDriver>;
 /// `ordinal()` is `cuDeviceGet`'s argument.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config};
 /// let Ok(cuda) = offload_cuda::CudaPlatform::open(&Config::default()) else {
 ///     return; // no CUDA on this machine
 /// };
@@ -136,19 +140,6 @@ pub type CudaPlatform = offload_driver::Platform<CudaDriver>;
 /// }
 /// ```
 pub type CudaDevice = offload_driver::Device<CudaDriver>;
-
-/// CUDA memory: none yet. The type has no values, so no buffer can be handed out, and every
-/// memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
-///
-/// ```
-/// use offload_core::{Backend, Config, Error, MemKind};
-/// if let Ok(cuda) = offload_cuda::CudaPlatform::open(&Config::default()) {
-///     let dev = cuda.devices().remove(0);
-///     let e = cuda.alloc(&dev, 64, MemKind::Device).unwrap_err();
-///     assert!(matches!(e, Error::Unsupported { .. }));
-/// }
-/// ```
-pub type CudaBuffer = offload_driver::Buffer<CudaDriver>;
 
 /// The CUDA driver as [`CudaPlatform`] uses it: the library and its entry points.
 ///

@@ -3,7 +3,8 @@
 //! loader's message: an absent platform, never a panic, directly and through the runtime.
 //! On a machine with CUDA the same tests check the devices instead.
 
-use offload_core::{Backend, BackendKind, Config, Error, MemKind, NoPlatforms, Offload, Uninit};
+use offload_core::hal::{Device as _, Platform as _};
+use offload_core::{BackendKind, Config, Error, MemKind, NoPlatforms, Offload, Uninit};
 use offload_cuda::CudaPlatform;
 
 /// Checks a `DriverNotFound` from probing this machine, and says which case it was.
@@ -47,12 +48,13 @@ fn opening_without_a_driver_is_driver_not_found() {
             let devices = cuda.devices();
             assert!(!devices.is_empty());
             for dev in &devices {
-                let info = cuda.device_info(dev).unwrap();
+                let info = dev.info().unwrap();
                 assert_eq!(info.backend, BackendKind::Cuda);
                 assert!(!info.name.is_empty() && info.memory > 0 && info.compute_units > 0);
-                let e = cuda.alloc(dev, 64, MemKind::Device).unwrap_err();
+                let e = dev.alloc(64, MemKind::Device).unwrap_err();
                 assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
             }
+            drop(devices);
             cuda.deinit().unwrap();
         }
     }

@@ -12,8 +12,8 @@
 //! - [`Failure`] and [`LoadError`]: a failed driver call, or a driver that cannot be used,
 //!   and their one mapping each to an offload error.
 //! - [`Driver`] and [`Platform`]: a device-only platform. A backend implements [`Driver`]
-//!   (open, describe a device); [`Platform`] is the `offload_core::Backend` over it, whose
-//!   memory answers `Error::Unsupported` and whose [`Buffer`] cannot exist.
+//!   (open, describe a device); [`Platform`] is the `offload_core::hal::Platform` over it,
+//!   whose memory, programs and queues answer `Error::Unsupported`.
 //! - `testing` (cargo feature `testing`): the harness that builds a fake driver with the C
 //!   compiler and runs test cases against it in child processes.
 //!
@@ -42,4 +42,4 @@ pub mod testing;
 
 pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
-pub use platform::{Buffer, Counters, Device, Driver, Opened, Platform, Stats};
+pub use platform::{Counters, Device, Driver, Opened, Platform, Stats};

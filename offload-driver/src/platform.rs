@@ -1,15 +1,15 @@
 //! A device-only platform over any [`Driver`]: [`Platform`] implements
-//! `offload_core::Backend`, finding and describing devices through the driver, counting
-//! opens and deinitialisations ([`Counters`]), and answering every memory call
-//! `Error::Unsupported` (its [`Buffer`] has no values). It never calls a driver itself.
+//! `offload_core::hal::Platform` and its [`Device`] `hal::Device`, finding and describing
+//! devices through the driver and counting opens and deinitialisations ([`Counters`]).
+//! Memory, programs and queues answer `Error::Unsupported`: their types are
+//! `offload_core::hal::Never`. It never calls a driver itself.
 
-use std::convert::Infallible;
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use offload_core::{Backend, BackendKind, Config, DeviceInfo, MemKind, Result};
+use offload_core::hal::{self, Never};
+use offload_core::{BackendKind, Config, DeviceInfo, MemKind, Result, no_compute};
 
 use crate::failure::memory_unsupported;
 
@@ -17,7 +17,8 @@ use crate::failure::memory_unsupported;
 /// devices), and describe a device. [`Platform<D>`] does the rest.
 ///
 /// ```
-/// use offload_core::{Backend, BackendKind, Config, DeviceInfo, Result};
+/// use offload_core::hal::{Device, Platform as _};
+/// use offload_core::{BackendKind, Config, DeviceInfo, Result};
 /// use offload_driver::{Counters, Driver, Opened, Platform};
 ///
 /// /// A driver with one device and no library.
@@ -48,7 +49,7 @@ use crate::failure::memory_unsupported;
 ///
 /// let fake = Platform::<Fake>::open(&Config::default())?;
 /// assert_eq!(fake.name(), "Fake 1.0");
-/// assert_eq!(fake.device_info(&fake.devices()[0])?.name, "Fake 7");
+/// assert_eq!(fake.devices()[0].info()?.name, "Fake 7");
 /// fake.deinit()?;
 /// assert_eq!((COUNTERS.stats().opened, COUNTERS.stats().deinitialised), (1, 1));
 /// # Ok::<(), offload_core::Error>(())
@@ -155,18 +156,20 @@ pub struct Stats {
     pub deinitialised: usize,
 }
 
-/// The platform over driver `D`: the driver, initialised, with at least one device. Memory
-/// is not implemented: `alloc` answers `Error::Unsupported`, and its [`Buffer`] cannot
-/// exist. `deinit` only counts (these drivers have no global deinitialisation); the library
-/// guard goes with the platform and its devices.
+/// The platform over driver `D`: the driver, initialised, with at least one device. Memory,
+/// programs and queues are not implemented: `alloc`, `load` and `queue` answer
+/// `Error::Unsupported`, and their objects cannot exist. `deinit` only counts (these
+/// drivers have no global deinitialisation); the library guard goes with the platform and
+/// its devices.
 ///
 /// ```
-/// use offload_core::{Backend, Config, Error, MemKind};
+/// use offload_core::hal::{Device, Platform};
+/// use offload_core::{Config, Error, MemKind};
 /// // Any backend's platform, e.g. `offload_cuda::CudaPlatform`, is a `Platform`.
 /// fn first_alloc<D: offload_driver::Driver>() -> Option<Error> {
 ///     let platform = offload_driver::Platform::<D>::open(&Config::default()).ok()?;
 ///     let dev = platform.devices().remove(0);
-///     platform.alloc(&dev, 64, MemKind::Device).err()
+///     dev.alloc(64, MemKind::Device).err()
 /// }
 /// # struct Absent;
 /// # static C: offload_driver::Counters = offload_driver::Counters::new();
@@ -202,7 +205,7 @@ impl<D: Driver> fmt::Debug for Platform<D> {
 /// A device of a [`Platform`]. It holds the driver library open for as long as it lives.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::{Config, hal::Platform as _};
 /// // The first device of any such platform is ordinal 0.
 /// fn first<D: offload_driver::Driver>(p: &offload_driver::Platform<D>) -> u32 {
 ///     p.devices()[0].ordinal()
@@ -264,55 +267,8 @@ impl<D: Driver> fmt::Debug for Device<D> {
     }
 }
 
-/// Memory of a [`Platform`]: none yet. The type has no values, so no buffer can be handed
-/// out, and every memory call but `alloc` (which answers `Error::Unsupported`) is
-/// unreachable.
-///
-/// ```
-/// fn never<D: offload_driver::Driver>(buffer: offload_driver::Buffer<D>) -> ! {
-///     buffer.absurd()
-/// }
-/// # let _ = never::<offload_driver_doc::Never>;
-/// # mod offload_driver_doc {
-/// #     pub struct Never;
-/// #     static C: offload_driver::Counters = offload_driver::Counters::new();
-/// #     impl offload_driver::Driver for Never {
-/// #         const KIND: offload_core::BackendKind = offload_core::BackendKind::Ze;
-/// #         type Handle = u8;
-/// #         fn open() -> offload_core::Result<offload_driver::Opened<Never>> { unimplemented!() }
-/// #         fn library(&self) -> &str { "" }
-/// #         fn device_info(&self, _: u8) -> offload_core::Result<offload_core::DeviceInfo> { unimplemented!() }
-/// #         fn counters() -> &'static offload_driver::Counters { &C }
-/// #     }
-/// # }
-/// ```
-pub struct Buffer<D> {
-    never: Infallible,
-    _driver: PhantomData<fn() -> D>,
-}
-
-impl<D> Buffer<D> {
-    /// A buffer cannot exist: whatever holds one is unreachable code.
-    ///
-    /// ```
-    /// fn never(buffer: &offload_driver::Buffer<()>) -> ! {
-    ///     buffer.absurd()
-    /// }
-    /// ```
-    pub fn absurd(&self) -> ! {
-        match self.never {}
-    }
-}
-
-impl<D> fmt::Debug for Buffer<D> {
-    fn fmt(&self, _f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.absurd()
-    }
-}
-
-impl<D: Driver> Backend for Platform<D> {
+impl<D: Driver> hal::Platform for Platform<D> {
     type Device = Device<D>;
-    type Buffer = Buffer<D>;
     const KIND: BackendKind = D::KIND;
 
     /// Opens the driver ([`Driver::open`]) and counts the open.
@@ -347,55 +303,52 @@ impl<D: Driver> Backend for Platform<D> {
             .collect()
     }
 
-    fn device_info(&self, device: &Device<D>) -> Result<DeviceInfo> {
-        device.driver.device_info(device.handle)
-    }
-
-    fn alloc(&self, _device: &Device<D>, _size: usize, _kind: MemKind) -> Result<Buffer<D>> {
-        Err(memory_unsupported(D::KIND, "Device::alloc"))
-    }
-
-    fn free(&self, buffer: Buffer<D>) -> Result<()> {
-        buffer.absurd()
-    }
-
-    fn read(&self, buffer: &Buffer<D>, _offset: usize, _dst: &mut [u8]) -> Result<()> {
-        buffer.absurd()
-    }
-
-    fn write(&self, buffer: &mut Buffer<D>, _offset: usize, _src: &[u8]) -> Result<()> {
-        buffer.absurd()
-    }
-
-    fn fill(&self, buffer: &mut Buffer<D>, _offset: usize, _len: usize, _value: u8) -> Result<()> {
-        buffer.absurd()
-    }
-
-    fn copy(
-        &self,
-        src: &Buffer<D>,
-        _src_offset: usize,
-        _dst: &mut Buffer<D>,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        src.absurd()
-    }
-
-    fn copy_within(
-        &self,
-        buffer: &mut Buffer<D>,
-        _src_offset: usize,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> Result<()> {
-        buffer.absurd()
-    }
-
     /// Counts the deinitialisation; these drivers have no global deinit. The library guard
     /// goes with the platform and its devices.
     fn deinit(&self) -> Result<()> {
         D::counters().deinitialised.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// Describes itself; memory answers `Error::Unsupported`, and so do programs and queues.
+impl<D: Driver> hal::Device for Device<D> {
+    type Buffer = Never;
+    type Program = Never;
+    type Queue = Never;
+    type Event = Never;
+
+    fn info(&self) -> Result<DeviceInfo> {
+        self.driver.device_info(self.handle)
+    }
+
+    fn alloc(&self, _size: usize, _kind: MemKind) -> Result<Never> {
+        Err(memory_unsupported(D::KIND, "Device::alloc"))
+    }
+
+    fn free(&self, buffer: Never) -> Result<()> {
+        buffer.absurd()
+    }
+
+    fn read(&self, buffer: &Never, _offset: usize, _dst: &mut [u8]) -> Result<()> {
+        buffer.absurd()
+    }
+
+    fn write(&self, buffer: &mut Never, _offset: usize, _src: &[u8]) -> Result<()> {
+        buffer.absurd()
+    }
+
+    fn fill(&self, buffer: &mut Never, _offset: usize, _len: usize, _value: u8) -> Result<()> {
+        buffer.absurd()
+    }
+
+    fn copy(&self, src: &Never, _: usize, _: &mut Never, _: usize, _: usize) -> Result<()> {
+        src.absurd()
+    }
+
+    fn copy_within(&self, buffer: &mut Never, _: usize, _: usize, _: usize) -> Result<()> {
+        buffer.absurd()
+    }
+
+    no_compute!(D::KIND, load);
 }

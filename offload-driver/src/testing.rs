@@ -10,9 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use offload_core::{
-    Backend, Config, MemKind, NoPlatforms, Offload, PlatformEntry, Program, Uninit,
-};
+use offload_core::{Config, MemKind, NoPlatforms, Offload, PlatformEntry, Program, Uninit};
+
+use offload_core::hal::{Device, Platform};
 
 use crate::Stats;
 
@@ -117,7 +117,7 @@ impl FakeDriver {
     ///     fake.child::<CudaPlatform>(platform, stats);
     /// }
     /// ```
-    pub fn child<B: Backend>(&self, entry: fn() -> PlatformEntry, stats: fn() -> Stats) {
+    pub fn child<B: Platform>(&self, entry: fn() -> PlatformEntry, stats: fn() -> Stats) {
         let Ok(case) = std::env::var(self.case_var) else {
             return; // not a child
         };
@@ -139,23 +139,24 @@ impl FakeDriver {
 /// # fn stats() -> offload_driver::Stats { unimplemented!() }
 /// println!("{}", offload_driver::testing::open_platform::<CudaPlatform>(stats));
 /// ```
-pub fn open_platform<B: Backend>(stats: fn() -> Stats) -> String {
+pub fn open_platform<B: Platform>(stats: fn() -> Stats) -> String {
     let platform = match B::open(&Config::default()) {
         Ok(platform) => platform,
         Err(e) => return format!("error {e:?}"),
     };
     let mut devices = Vec::new();
     for dev in platform.devices() {
-        devices.push(match platform.device_info(&dev) {
+        devices.push(match dev.info() {
             Ok(i) => format!("{}|{}|{}|{}", i.name, i.vendor, i.memory, i.compute_units),
             Err(e) => format!("error {e:?}"),
         });
     }
     let first = platform.devices().remove(0);
-    let alloc = match platform.alloc(&first, 64, MemKind::Device) {
+    let alloc = match first.alloc(64, MemKind::Device) {
         Ok(_) => panic!("alloc succeeded on a memory-less platform"),
         Err(e) => e,
     };
+    drop(first);
     platform.deinit().unwrap();
     let stats = stats();
     format!(
@@ -177,7 +178,7 @@ pub fn open_platform<B: Backend>(stats: fn() -> Stats) -> String {
 /// # fn stats() -> offload_driver::Stats { unimplemented!() }
 /// println!("{}", offload_driver::testing::through_runtime::<CudaPlatform>(platform(), stats));
 /// ```
-pub fn through_runtime<B: Backend>(entry: PlatformEntry, stats: fn() -> Stats) -> String {
+pub fn through_runtime<B: Platform>(entry: PlatformEntry, stats: fn() -> Stats) -> String {
     let rt = match Offload::<Uninit, NoPlatforms>::builder()
         .backends([])
         .platform(entry)

@@ -22,9 +22,9 @@
 //!   gives `hipDeviceGetName`, `AMD`, `hipDeviceTotalMem` and the multiprocessor (compute
 //!   unit) count. Each is read by its own call: `hipDeviceProp_t` changed its layout in
 //!   ROCm 6, so offload does not pass one.
-//! - **Memory** ([`HipBuffer`]): not implemented yet. `alloc` answers `Error::Unsupported`,
-//!   and a [`HipBuffer`] cannot exist, so no other memory call can be reached. Programs,
-//!   kernels and queues answer `Error::Unsupported` too (from the core).
+//! - **Memory, programs, queues**: not implemented yet. `alloc`, `Program::load` and
+//!   `Device::queue` answer `Error::Unsupported`; their objects are `offload_core::hal::Never`,
+//!   so no other call on them can be reached.
 //! - **Shutdown**: HIP has no global deinitialisation, so `deinit` only counts ([`stats`]).
 //!   The platform and its devices share the library guard; it is released when the runtime
 //!   drops them, right after `deinit`. The runtime itself stays mapped (it is opened with
@@ -32,12 +32,13 @@
 //!   again.
 //!
 //! ```
-//! use offload_core::{Backend, Config, Error};
+//! use offload_core::hal::{Device as _, Platform as _};
+//! use offload_core::{Config, Error};
 //! use offload_hip::HipPlatform;
 //! match HipPlatform::open(&Config::default()) {
 //!     Ok(hip) => {
 //!         for dev in hip.devices() {
-//!             let info = hip.device_info(&dev)?;
+//!             let info = dev.info()?;
 //!             println!("{}: {} bytes, {} CUs", info.name, info.memory, info.compute_units);
 //!         }
 //!         hip.deinit()?;
@@ -91,7 +92,8 @@ pub type HipStats = offload_driver::Stats;
 /// Reads the process-wide counters.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config};
 /// let before = offload_hip::stats();
 /// if offload_hip::HipPlatform::open(&Config::default()).is_err() {
 ///     // A probe that finds no HIP opens nothing.
@@ -109,13 +111,14 @@ pub fn stats() -> HipStats {
 /// assert_eq!(offload_hip::platform().kind(), offload_core::BackendKind::Hip);
 /// ```
 pub fn platform() -> PlatformEntry {
-    PlatformEntry::memory_only::<HipPlatform>()
+    PlatformEntry::of::<HipPlatform>()
 }
 
 /// The HIP platform: the runtime, initialised, with at least one device.
 ///
 /// ```
-/// use offload_core::{Backend, Config, Error};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config, Error};
 /// match offload_hip::HipPlatform::open(&Config::default()) {
 ///     Ok(hip) => {
 ///         println!("{}: {} device(s)", hip.name(), hip.devices().len());
@@ -134,7 +137,8 @@ pub type HipPlatform = offload_driver::Platform<HipDriver>;
 /// `ordinal()` is `hipDeviceGet`'s argument.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config};
 /// let Ok(hip) = offload_hip::HipPlatform::open(&Config::default()) else {
 ///     return; // no HIP device on this machine
 /// };
@@ -143,19 +147,6 @@ pub type HipPlatform = offload_driver::Platform<HipDriver>;
 /// }
 /// ```
 pub type HipDevice = offload_driver::Device<HipDriver>;
-
-/// HIP memory: none yet. The type has no values, so no buffer can be handed out, and every
-/// memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
-///
-/// ```
-/// use offload_core::{Backend, Config, Error, MemKind};
-/// if let Ok(hip) = offload_hip::HipPlatform::open(&Config::default()) {
-///     let dev = hip.devices().remove(0);
-///     let e = hip.alloc(&dev, 64, MemKind::Device).unwrap_err();
-///     assert!(matches!(e, Error::Unsupported { .. }));
-/// }
-/// ```
-pub type HipBuffer = offload_driver::Buffer<HipDriver>;
 
 /// The HIP runtime as [`HipPlatform`] uses it: the library and its entry points.
 ///

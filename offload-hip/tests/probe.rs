@@ -8,7 +8,8 @@
 //! where they fail: a green CI means the real runtime ran. On a machine with an AMD GPU the
 //! same tests check the devices instead.
 
-use offload_core::{Backend, BackendKind, Config, Error, MemKind, NoPlatforms, Offload, Uninit};
+use offload_core::hal::{Device as _, Platform as _};
+use offload_core::{BackendKind, Config, Error, MemKind, NoPlatforms, Offload, Uninit};
 use offload_hip::HipPlatform;
 
 /// What probing this machine found.
@@ -71,12 +72,13 @@ fn opening_without_a_device_is_driver_not_found() {
             let devices = hip.devices();
             assert!(!devices.is_empty());
             for dev in &devices {
-                let info = hip.device_info(dev).unwrap();
+                let info = dev.info().unwrap();
                 assert_eq!(info.backend, BackendKind::Hip);
                 assert!(!info.name.is_empty() && info.memory > 0 && info.compute_units > 0);
-                let e = hip.alloc(dev, 64, MemKind::Device).unwrap_err();
+                let e = dev.alloc(64, MemKind::Device).unwrap_err();
                 assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
             }
+            drop(devices);
             hip.deinit().unwrap();
         }
     }

@@ -10,16 +10,18 @@
 //! allocation outlives its runtime.
 //!
 //! ```
-//! use offload_core::{Backend, Config, MemKind};
+//! use offload_core::hal::{Device, Platform};
+//! use offload_core::{Config, MemKind};
 //! use offload_host::HostPlatform;
 //! let host = HostPlatform::open(&Config::default())?;
 //! let dev = host.devices().remove(0);
-//! let mut buf = host.alloc(&dev, 64, MemKind::Device)?;
-//! host.write(&mut buf, 0, &[42; 64])?;
+//! let mut buf = dev.alloc(64, MemKind::Device)?;
+//! dev.write(&mut buf, 0, &[42; 64])?;
 //! let mut out = [0u8; 64];
-//! host.read(&buf, 0, &mut out)?;
+//! dev.read(&buf, 0, &mut out)?;
 //! assert_eq!(out, [42; 64]);
-//! host.free(buf)?;
+//! dev.free(buf)?;
+//! drop(dev);
 //! host.deinit()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```
@@ -34,9 +36,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use offload_core::hal::{self, KernelOf};
 use offload_core::{
-    Backend, BackendKind, Compute, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind,
-    ParamKind, PlatformEntry, Result,
+    BackendKind, Config, DeviceInfo, Dims, Error, KernelArg, MemKind, ParamKind, PlatformEntry,
+    Result,
 };
 
 pub use memory::{ALIGNMENT, HostBuffer};
@@ -106,6 +109,12 @@ pub fn platform() -> PlatformEntry {
 #[derive(Debug)]
 pub struct HostPlatform {
     devices: usize,
+    shared: Arc<Shared>,
+}
+
+/// What a platform's devices share with it.
+#[derive(Debug, Default)]
+struct Shared {
     /// Allocations of this platform not yet freed; deinit reports any as leaked.
     live: AtomicUsize,
     /// Machine memory, read at the first allocation or `info` (not at open: open is on the
@@ -113,17 +122,28 @@ pub struct HostPlatform {
     memory: OnceLock<u64>,
 }
 
-/// A CPU device of the host platform. Dropping it joins its worker threads.
+impl Shared {
+    fn memory(&self) -> u64 {
+        *self.memory.get_or_init(|| {
+            let info = rustix::system::sysinfo();
+            (info.totalram as u64).saturating_mul(u64::from(info.mem_unit.max(1)))
+        })
+    }
+}
+
+/// A CPU device of the host platform. Dropping it (after the queues that share its
+/// workers) joins its worker threads.
 pub struct HostDevice {
     ordinal: usize,
     pool: Arc<pool::LazyPool>,
+    shared: Arc<Shared>,
 }
 
 impl HostDevice {
     /// Whether this device has started its worker threads (at its first parallel launch).
     ///
     /// ```
-    /// use offload_core::{Backend, Config};
+    /// use offload_core::{Config, hal::Platform};
     /// let host = offload_host::HostPlatform::open(&Config::default())?;
     /// assert!(!host.devices()[0].workers_started());
     /// # Ok::<(), offload_core::Error>(())
@@ -157,23 +177,16 @@ impl std::fmt::Debug for HostQueue {
 pub struct HostEvent(Instant);
 
 impl HostPlatform {
-    fn memory(&self) -> u64 {
-        *self.memory.get_or_init(|| {
-            let info = rustix::system::sysinfo();
-            (info.totalram as u64).saturating_mul(u64::from(info.mem_unit.max(1)))
-        })
-    }
-
     /// Allocations of this platform not yet freed.
     ///
     /// ```
-    /// use offload_core::Backend;
+    /// use offload_core::hal::Platform;
     /// let host = offload_host::HostPlatform::open(&offload_core::Config::default())?;
     /// assert_eq!(host.live_allocations(), 0);
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn live_allocations(&self) -> usize {
-        self.live.load(Ordering::SeqCst)
+        self.shared.live.load(Ordering::SeqCst)
     }
 }
 
@@ -186,17 +199,15 @@ fn oom(requested: usize, reason: String) -> Error {
     }
 }
 
-impl Backend for HostPlatform {
+impl hal::Platform for HostPlatform {
     type Device = HostDevice;
-    type Buffer = HostBuffer;
     const KIND: BackendKind = BackendKind::Host;
 
     fn open(config: &Config) -> Result<Self> {
         OPENED.fetch_add(1, Ordering::SeqCst);
         Ok(HostPlatform {
             devices: config.host_devices,
-            live: AtomicUsize::new(0),
-            memory: OnceLock::new(),
+            shared: Arc::default(),
         })
     }
 
@@ -209,36 +220,57 @@ impl Backend for HostPlatform {
             .map(|ordinal| HostDevice {
                 ordinal,
                 pool: Arc::default(),
+                shared: self.shared.clone(),
             })
             .collect()
     }
 
-    fn device_info(&self, device: &HostDevice) -> Result<DeviceInfo> {
+    fn deinit(&self) -> Result<()> {
+        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
+        match self.live_allocations() {
+            0 => Ok(()),
+            n => Err(Error::Driver {
+                backend: BackendKind::Host,
+                call: "Offload::shutdown",
+                code: n as i64,
+                message: format!("{n} host allocations were still live at deinit"),
+            }),
+        }
+    }
+}
+
+impl hal::Device for HostDevice {
+    type Buffer = HostBuffer;
+    type Program = HostModule;
+    type Queue = HostQueue;
+    type Event = HostEvent;
+
+    fn info(&self) -> Result<DeviceInfo> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(DeviceInfo {
-            name: format!("host cpu {}", device.ordinal),
+            name: format!("host cpu {}", self.ordinal),
             vendor: cpu_vendor().unwrap_or_else(|| std::env::consts::ARCH.to_string()),
             backend: BackendKind::Host,
-            memory: self.memory(),
+            memory: self.shared.memory(),
             compute_units: u32::try_from(cores).unwrap_or(u32::MAX),
         })
     }
 
-    fn alloc(&self, _device: &HostDevice, size: usize, _kind: MemKind) -> Result<HostBuffer> {
-        let memory = self.memory();
+    fn alloc(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
+        let memory = self.shared.memory();
         if size as u64 > memory {
             return Err(oom(size, format!("the host has {memory} bytes of memory")));
         }
         let buffer =
             HostBuffer::new(size).ok_or_else(|| oom(size, "the allocator refused".into()))?;
-        self.live.fetch_add(1, Ordering::SeqCst);
+        self.shared.live.fetch_add(1, Ordering::SeqCst);
         LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
         Ok(buffer)
     }
 
     fn free(&self, buffer: HostBuffer) -> Result<()> {
         drop(buffer);
-        self.live.fetch_sub(1, Ordering::SeqCst);
+        self.shared.live.fetch_sub(1, Ordering::SeqCst);
         LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
@@ -270,70 +302,13 @@ impl Backend for HostPlatform {
         buffer.copy_within(so, d, len)
     }
 
-    fn deinit(&self) -> Result<()> {
-        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
-        match self.live_allocations() {
-            0 => Ok(()),
-            n => Err(Error::Driver {
-                backend: BackendKind::Host,
-                call: "Offload::shutdown",
-                code: n as i64,
-                message: format!("{n} host allocations were still live at deinit"),
-            }),
-        }
-    }
-}
-
-impl Compute for HostPlatform {
-    type Module = HostModule;
-    type Kernel = HostKernel;
-    type Queue = HostQueue;
-    type Event = HostEvent;
-
-    fn load(&self, _device: &HostDevice, image: &[u8]) -> Result<HostModule> {
+    fn load(&self, image: &[u8]) -> Result<HostModule> {
         program::load(image)
     }
 
-    fn unload(&self, module: HostModule) -> Result<()> {
-        drop(module);
-        Ok(())
-    }
-
-    fn kernel(&self, module: &HostModule, name: &str) -> Result<HostKernel> {
-        module.kernel(name)
-    }
-
-    fn params<'k>(&self, kernel: &'k HostKernel) -> &'k [ParamKind] {
-        &kernel.params
-    }
-
-    fn global(&self, module: &HostModule, name: &str) -> Result<GlobalInfo> {
-        module.global(name)
-    }
-
-    fn read_global(
-        &self,
-        module: &HostModule,
-        name: &str,
-        offset: usize,
-        dst: &mut [u8],
-    ) -> Result<()> {
-        module.read_global(name, offset, dst)
-    }
-
-    fn write_global(
-        &self,
-        module: &HostModule,
-        name: &str,
-        offset: usize,
-        src: &[u8],
-    ) -> Result<()> {
-        module.write_global(name, offset, src)
-    }
-
-    fn queue(&self, device: &HostDevice) -> Result<HostQueue> {
+    fn queue(&self) -> Result<HostQueue> {
         Ok(HostQueue {
-            pool: device.pool.clone(),
+            pool: self.pool.clone(),
         })
     }
 
@@ -344,7 +319,7 @@ impl Compute for HostPlatform {
     fn launch(
         &self,
         queue: &HostQueue,
-        kernel: &HostKernel,
+        kernel: &KernelOf<Self>,
         dims: &Dims,
         args: &[KernelArg<'_, HostBuffer>],
     ) -> Result<()> {

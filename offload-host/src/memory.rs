@@ -56,11 +56,13 @@ impl HostBuffer {
     /// Size in bytes.
     ///
     /// ```
-    /// use offload_core::{Backend, Config, MemKind};
+    /// use offload_core::hal::{Device, Platform};
+    /// use offload_core::{Config, MemKind};
     /// let host = offload_host::HostPlatform::open(&Config::default())?;
-    /// let buf = host.alloc(&host.devices()[0], 10, MemKind::Device)?;
+    /// let dev = &host.devices()[0];
+    /// let buf = dev.alloc(10, MemKind::Device)?;
     /// assert_eq!(buf.len(), 10);
-    /// # host.free(buf)?;
+    /// # dev.free(buf)?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn len(&self) -> usize {
@@ -70,11 +72,13 @@ impl HostBuffer {
     /// Always false: host buffers are never empty.
     ///
     /// ```
-    /// use offload_core::{Backend, Config, MemKind};
+    /// use offload_core::hal::{Device, Platform};
+    /// use offload_core::{Config, MemKind};
     /// let host = offload_host::HostPlatform::open(&Config::default())?;
-    /// let buf = host.alloc(&host.devices()[0], 1, MemKind::Device)?;
+    /// let dev = &host.devices()[0];
+    /// let buf = dev.alloc(1, MemKind::Device)?;
     /// assert!(!buf.is_empty());
-    /// # host.free(buf)?;
+    /// # dev.free(buf)?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {

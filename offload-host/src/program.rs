@@ -15,6 +15,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use offload_core::hal;
 use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
 
 use crate::elf::{self, SymbolKind};
@@ -179,8 +180,10 @@ fn parse_params(kernel: &str, bytes: &[u8]) -> Result<Vec<ParamKind>> {
         .collect()
 }
 
-impl HostModule {
-    pub(crate) fn kernel(&self, name: &str) -> Result<HostKernel> {
+impl hal::Program for HostModule {
+    type Kernel = HostKernel;
+
+    fn kernel(&self, name: &str) -> Result<HostKernel> {
         const CALL: &str = "Module::kernel";
         let loaded = &self.loaded;
         loaded
@@ -201,22 +204,11 @@ impl HostModule {
         })
     }
 
-    fn writable_global(&self, call: &'static str, name: &str) -> Result<(*mut u8, usize, bool)> {
-        let symbol = self
-            .loaded
-            .image
-            .symbol(name)
-            .filter(|s| s.kind == SymbolKind::Object)
-            .ok_or_else(|| not_found(call, name))?;
-        let size = usize::try_from(symbol.size).map_err(|_| not_found(call, name))?;
-        Ok((
-            self.loaded.address(call, name)?.cast(),
-            size,
-            symbol.writable,
-        ))
+    fn params(kernel: &HostKernel) -> &[ParamKind] {
+        &kernel.params
     }
 
-    pub(crate) fn global(&self, name: &str) -> Result<GlobalInfo> {
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
         let (address, size, _) = self.writable_global("Module::global", name)?;
         Ok(GlobalInfo {
             address: address as u64,
@@ -224,7 +216,7 @@ impl HostModule {
         })
     }
 
-    pub(crate) fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
         const CALL: &str = "Module::read_global";
         let (address, size, _) = self.writable_global(CALL, name)?;
         check(CALL, name, size, offset, dst.len())?;
@@ -234,7 +226,7 @@ impl HostModule {
         Ok(())
     }
 
-    pub(crate) fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
         const CALL: &str = "Module::write_global";
         let (address, size, writable) = self.writable_global(CALL, name)?;
         if !writable {
@@ -248,6 +240,29 @@ impl HostModule {
         // (checked), mapped while the module is loaded.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), address.add(offset), src.len()) };
         Ok(())
+    }
+
+    /// Closes the image (`dlclose`, then its memfd) once its kernels are gone too.
+    fn unload(self) -> Result<()> {
+        drop(self);
+        Ok(())
+    }
+}
+
+impl HostModule {
+    fn writable_global(&self, call: &'static str, name: &str) -> Result<(*mut u8, usize, bool)> {
+        let symbol = self
+            .loaded
+            .image
+            .symbol(name)
+            .filter(|s| s.kind == SymbolKind::Object)
+            .ok_or_else(|| not_found(call, name))?;
+        let size = usize::try_from(symbol.size).map_err(|_| not_found(call, name))?;
+        Ok((
+            self.loaded.address(call, name)?.cast(),
+            size,
+            symbol.writable,
+        ))
     }
 }
 

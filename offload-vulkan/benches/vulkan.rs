@@ -1,28 +1,30 @@
 //! The Vulkan backend against raw `ash`, in one run, on whatever Vulkan driver the machine
-//! has (lavapipe here):
+//! has (lavapipe here), each comparison paired (`offload_bench::paired`: the two sides
+//! alternate sample by sample, and the ratio comes from paired samples):
 //!
-//! * `vulkan_add_one_1Mi/{offload,raw_ash}`: `add_one` (the WGSL test kernel, compiled by
+//! * `vulkan_add_one_1Mi`: `add_one` (the WGSL test kernel, compiled by
 //!   naga) over 1 Mi `u32`s in 16,384 workgroups of 64, launched and waited for, in a loop.
 //!   `offload` goes through the runtime (`Queue::launch` + `Queue::sync`); `raw_ash` has the
 //!   identical setup made by hand — one pipeline, one descriptor set written once, the count
 //!   as a push constant, the same buffer memory — and records, submits and waits for one
-//!   command buffer with a fence per iteration. **Goal: offload / raw_ash ≤ 1.05.**
-//! * `vulkan_init_shutdown/{offload,raw_ash}`: `Offload::init` → `shutdown` of a runtime
+//!   command buffer per iteration, waiting on a timeline semaphore as offload does (a
+//!   fence wait costs lavapipe ~0.35 ms more per dispatch, which would flatter offload).
+//!   **Goal: offload / raw_ash ≤ 1.05.**
+//! * `vulkan_init_shutdown`: `Offload::init` → `shutdown` of a runtime
 //!   with only the Vulkan platform, against loading the Vulkan loader, creating the instance,
 //!   finding the compute queue family and creating and destroying the device (and instance,
 //!   and closing the loader). **Goal: offload / raw_ash ≤ 1.05.**
 //!
-//! The medians and their ratios are printed at the end. Run with
+//! The paired medians and ratios are printed at the end. Run with
 //! `cargo bench -p offload-vulkan --bench vulkan`. Without a Vulkan driver it says so and
 //! measures nothing.
 
 use std::ffi::CStr;
 use std::hint::black_box;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use ash::vk;
 use criterion::Criterion;
+use offload_bench::{Paired, paired};
 use offload_core::{Arg, Dims, MemKind, NoPlatforms, Offload, Program, Uninit};
 
 const WORDS: u32 = 1 << 20;
@@ -94,10 +96,15 @@ impl RawDevice {
             let queues = [vk::DeviceQueueCreateInfo::default()
                 .queue_family_index(family)
                 .queue_priorities(&priorities)];
+            // Timeline semaphores, as offload enables them (Vulkan 1.2 core).
+            let mut features12 = vk::PhysicalDeviceVulkan12Features::default()
+                .timeline_semaphore(api >= vk::API_VERSION_1_2);
             let device = instance
                 .create_device(
                     physical,
-                    &vk::DeviceCreateInfo::default().queue_create_infos(&queues),
+                    &vk::DeviceCreateInfo::default()
+                        .queue_create_infos(&queues)
+                        .push_next(&mut features12),
                     None,
                 )
                 .expect("device");
@@ -137,7 +144,8 @@ struct RawAddOne {
     memory: vk::DeviceMemory,
     pool: vk::CommandPool,
     commands: vk::CommandBuffer,
-    fence: vk::Fence,
+    timeline: vk::Semaphore,
+    value: std::cell::Cell<u64>,
 }
 
 impl RawAddOne {
@@ -264,9 +272,15 @@ impl RawAddOne {
                         .command_buffer_count(1),
                 )
                 .unwrap()[0];
-            let fence = d
-                .create_fence(&vk::FenceCreateInfo::default(), None)
-                .unwrap();
+            let mut kind = vk::SemaphoreTypeCreateInfo::default()
+                .semaphore_type(vk::SemaphoreType::TIMELINE)
+                .initial_value(0);
+            let timeline = d
+                .create_semaphore(
+                    &vk::SemaphoreCreateInfo::default().push_next(&mut kind),
+                    None,
+                )
+                .expect("timeline semaphore");
             let raw = RawAddOne {
                 dev,
                 shader,
@@ -279,7 +293,8 @@ impl RawAddOne {
                 memory,
                 pool,
                 commands,
-                fence,
+                timeline,
+                value: std::cell::Cell::new(0),
             };
             raw.launch_sync(); // the first dispatch compiles on lavapipe
             raw
@@ -290,7 +305,7 @@ impl RawAddOne {
         let d = &self.dev.device;
         let cb = self.commands;
         // SAFETY: the command buffer is not pending (every submission is waited for); all
-        // objects are live; the fence is unsignalled (reset after each wait).
+        // objects are live; each submission signals a timeline value above every earlier one.
         unsafe {
             d.begin_command_buffer(
                 cb,
@@ -317,14 +332,24 @@ impl RawAddOne {
             d.cmd_dispatch(cb, WORDS / BLOCK, 1, 1);
             d.end_command_buffer(cb).unwrap();
             let buffers = [cb];
+            let value = [self.value.get() + 1];
+            let semaphores = [self.timeline];
+            let mut values =
+                vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&value);
             d.queue_submit(
                 self.dev.queue,
-                &[vk::SubmitInfo::default().command_buffers(&buffers)],
-                self.fence,
+                &[vk::SubmitInfo::default()
+                    .command_buffers(&buffers)
+                    .signal_semaphores(&semaphores)
+                    .push_next(&mut values)],
+                vk::Fence::null(),
             )
             .unwrap();
-            d.wait_for_fences(&[self.fence], true, u64::MAX).unwrap();
-            d.reset_fences(&[self.fence]).unwrap();
+            let wait = vk::SemaphoreWaitInfo::default()
+                .semaphores(&semaphores)
+                .values(&value);
+            d.wait_semaphores(&wait, u64::MAX).unwrap();
+            self.value.set(value[0]);
         }
     }
 }
@@ -335,7 +360,7 @@ impl Drop for RawAddOne {
         // SAFETY: every submission was waited for; each object is destroyed once, children
         // before what they were made from.
         unsafe {
-            d.destroy_fence(self.fence, None);
+            d.destroy_semaphore(self.timeline, None);
             d.destroy_command_pool(self.pool, None);
             d.destroy_descriptor_pool(self.descriptors, None);
             d.destroy_pipeline(self.pipeline, None);
@@ -348,11 +373,7 @@ impl Drop for RawAddOne {
     }
 }
 
-fn add_one(c: &mut Criterion, words: &[u32]) {
-    let mut group = c.benchmark_group("vulkan_add_one_1Mi");
-    group.sample_size(40);
-    group.measurement_time(Duration::from_secs(8));
-
+fn add_one(c: &mut Criterion, words: &[u32]) -> Paired {
     let rt = start().expect("Vulkan");
     let dev = rt.devices().unwrap().remove(0);
     let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
@@ -368,55 +389,39 @@ fn add_one(c: &mut Criterion, words: &[u32]) {
         queue.sync().unwrap();
     };
     launch(); // the first dispatch compiles on lavapipe
-    group.bench_function("offload", |b| b.iter(launch));
-
     let raw = RawAddOne::new(words);
-    group.bench_function("raw_ash", |b| b.iter(|| raw.launch_sync()));
-    group.finish();
+    raw.launch_sync();
+    let report = paired(
+        c,
+        "vulkan_add_one_1Mi",
+        ("offload", "raw_ash"),
+        40,
+        launch,
+        || raw.launch_sync(),
+    );
     drop(raw);
     drop((kernel, module, queue, buf));
     rt.shutdown().unwrap();
+    report
 }
 
-fn init_shutdown(c: &mut Criterion) {
-    let mut group = c.benchmark_group("vulkan_init_shutdown");
-    group.sample_size(30);
-    group.measurement_time(Duration::from_secs(10));
-    group.bench_function("offload", |b| {
-        b.iter(|| {
+fn init_shutdown(c: &mut Criterion) -> Paired {
+    paired(
+        c,
+        "vulkan_init_shutdown",
+        ("offload", "raw_ash"),
+        30,
+        || {
             let rt = start().unwrap();
             black_box(rt.generation());
             rt.shutdown().unwrap();
-        })
-    });
-    group.bench_function("raw_ash", |b| {
-        b.iter(|| {
+        },
+        || {
             let raw = RawDevice::new();
             black_box(raw.queue);
             drop(raw);
-        })
-    });
-    group.finish();
-}
-
-fn criterion_dir() -> PathBuf {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return PathBuf::from(home);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")));
-    target.join("criterion")
-}
-
-/// The median point estimate (ns) of one benchmark, from criterion's estimates.json.
-fn median(dir: &std::path::Path, group: &str, id: &str) -> Option<f64> {
-    let text = std::fs::read_to_string(dir.join(group).join(id).join("new/estimates.json")).ok()?;
-    let at = text.find("\"median\"")?;
-    let rest = &text[at..];
-    let p = rest.find("\"point_estimate\":")? + "\"point_estimate\":".len();
-    let end = rest[p..].find([',', '}'])?;
-    rest[p..p + end].trim().parse().ok()
+        },
+    )
 }
 
 fn main() {
@@ -425,26 +430,11 @@ fn main() {
         return;
     }
     let words = spirv_words();
-    let dir = criterion_dir();
-    let mut c = Criterion::default()
-        .output_directory(&dir)
-        .configure_from_args();
-    add_one(&mut c, &words);
-    init_shutdown(&mut c);
+    let mut c = Criterion::default().configure_from_args();
+    let reports = [add_one(&mut c, &words), init_shutdown(&mut c)];
     c.final_summary();
-    println!("\nmedians (goal: offload / raw_ash <= 1.05):");
-    for group in ["vulkan_add_one_1Mi", "vulkan_init_shutdown"] {
-        match (
-            median(&dir, group, "offload"),
-            median(&dir, group, "raw_ash"),
-        ) {
-            (Some(o), Some(r)) => println!(
-                "  {group}: offload {:.1} us, raw_ash {:.1} us, ratio {:.3}",
-                o / 1e3,
-                r / 1e3,
-                o / r
-            ),
-            _ => println!("  {group}: not measured in this run"),
-        }
+    println!("\npaired (goal: offload / raw_ash <= 1.05):");
+    for report in reports {
+        println!("  {report}");
     }
 }

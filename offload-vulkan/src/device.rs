@@ -18,7 +18,7 @@
 //! loader library. Queues, modules, events and buffers each hold the device (`Arc`), so it
 //! outlives them all.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use ash::vk;
@@ -54,6 +54,9 @@ pub(crate) struct DeviceContext {
     pub(crate) allocations: AtomicU32,
     /// The owning platform's count of live buffers.
     pub(crate) platform_live: Arc<AtomicUsize>,
+    /// Set when the platform is deinitialised: the device makes no new objects from then
+    /// on (those it made stay usable until dropped; they keep it alive).
+    pub(crate) deinitialised: AtomicBool,
     /// Whether the device has timeline semaphores (enabled at creation).
     pub(crate) timeline_semaphores: bool,
     /// The timeline semaphore and the pipeline cache, made at first use (so a platform that
@@ -126,6 +129,7 @@ impl DeviceContext {
             }),
             allocations: AtomicU32::new(0),
             platform_live,
+            deinitialised: AtomicBool::new(false),
             timeline_semaphores: info.timeline_semaphores,
             timeline: OnceLock::new(),
             pipeline_cache: OnceLock::new(),

@@ -108,10 +108,11 @@ pub struct MemoryHeap {
 }
 
 /// Everything the backend read about one device, for callers that need more than
-/// [`offload_core::DeviceInfo`]. See [`crate::VulkanPlatform::vulkan_info`].
+/// [`offload_core::DeviceInfo`]. See [`crate::VulkanDevice::vulkan_info`].
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::{Config};
 /// let vk = match offload_vulkan::VulkanPlatform::open(&Config::default()) {
 ///     Ok(vk) => vk,
 ///     Err(offload_core::Error::DriverNotFound { reason, .. }) => {
@@ -121,7 +122,7 @@ pub struct MemoryHeap {
 ///     Err(e) => return Err(e),
 /// };
 /// let dev = vk.devices().remove(0);
-/// let info = vk.vulkan_info(&dev)?;
+/// let info = dev.vulkan_info();
 /// println!("{} ({}, driver {} {})", info.name, info.device_type, info.driver_name,
 ///          info.driver_version_text);
 /// assert!(info.max_workgroup_invocations >= 128); // the Vulkan minimum

@@ -10,7 +10,7 @@
 //!   platform as unavailable, with that reason) — an opened platform always has devices.
 //! - **Devices** ([`VulkanDevice`]): every physical device with a compute-capable queue
 //!   family, in the driver's order, each with a `VkDevice` and one compute queue made when
-//!   the platform opens. [`VulkanPlatform::vulkan_info`] gives what Vulkan says about it
+//!   the platform opens. [`VulkanDevice::vulkan_info`] gives what Vulkan says about it
 //!   ([`VulkanDeviceInfo`]: type, driver version, heaps, workgroup limits).
 //! - **Memory** ([`VulkanBuffer`]): a `VkBuffer` (storage, transfer source and destination)
 //!   with its own dedicated memory. `MemKind::Device` prefers device-local memory;
@@ -81,7 +81,7 @@
 //!   variables live in `Private` or `Workgroup` memory, per invocation or workgroup), so
 //!   `Module::global`, `read_global` and `write_global` answer `Error::SymbolNotFound` for
 //!   every name: pass data in buffers or push constants instead.
-//! - **Shutdown**: [`Backend::deinit`] waits for each device to be idle, then destroys, in
+//! - **Shutdown**: [`Platform::deinit`](hal::Platform::deinit) waits for each device to be idle, then destroys, in
 //!   order, its command pool and staging memory, its timeline semaphore and pipeline cache,
 //!   the device, and last the instance (and closes the loader). A buffer (like a module,
 //!   queue or event) keeps its device alive, so one that is still live at `deinit` is
@@ -95,7 +95,8 @@
 //! The backend counts what it does in process-wide counters ([`stats`]).
 //!
 //! ```
-//! use offload_core::{Backend, Config, MemKind};
+//! use offload_core::hal::{Device, Platform};
+//! use offload_core::{Config, MemKind};
 //! use offload_vulkan::VulkanPlatform;
 //! let vk = match VulkanPlatform::open(&Config::default()) {
 //!     Ok(vk) => vk,
@@ -106,13 +107,14 @@
 //!     Err(e) => return Err(e),
 //! };
 //! let dev = vk.devices().remove(0);
-//! println!("{}", vk.device_info(&dev)?.name);
-//! let mut buf = vk.alloc(&dev, 4097, MemKind::Device)?;
-//! vk.write(&mut buf, 1, &[42; 4096])?;
+//! println!("{}", dev.info()?.name);
+//! let mut buf = dev.alloc(4097, MemKind::Device)?;
+//! dev.write(&mut buf, 1, &[42; 4096])?;
 //! let mut out = [0u8; 4096];
-//! vk.read(&buf, 1, &mut out)?;
+//! dev.read(&buf, 1, &mut out)?;
 //! assert_eq!(out, [42; 4096]);
-//! vk.free(buf)?;
+//! dev.free(buf)?;
+//! drop(dev);
 //! vk.deinit()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```
@@ -121,8 +123,10 @@
 //! and two push-constant scalars, so its parameters are `[Buffer, Scalar(4), Scalar(4)]`:
 //!
 //! ```
-//! use offload_core::{Backend, Compute, Config, Dims, KernelArg, MemKind, ParamKind};
-//! let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+//! use offload_core::hal::{Device, Platform, Program};
+//! use offload_core::{Config, Dims, KernelArg, MemKind, ParamKind};
+//! use offload_vulkan::{VulkanModule, VulkanPlatform};
+//! let Ok(vk) = VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 //! let dev = vk.devices().remove(0);
 //! let wgsl = "
 //!     struct Args { value: u32, n: u32 }
@@ -139,23 +143,24 @@
 //! let words = naga::back::spv::write_vec(&m, &info, &Default::default(), None).unwrap();
 //! let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
 //!
-//! let module = vk.load(&dev, &image)?;
-//! let fill = vk.kernel(&module, "fill")?;
-//! assert_eq!(vk.params(&fill), [ParamKind::Buffer, ParamKind::Scalar(4), ParamKind::Scalar(4)]);
-//! let buf = vk.alloc(&dev, 1000 * 4, MemKind::Device)?;
-//! let queue = vk.queue(&dev)?;
+//! let module = dev.load(&image)?;
+//! let fill = module.kernel("fill")?;
+//! assert_eq!(VulkanModule::params(&fill), [ParamKind::Buffer, ParamKind::Scalar(4), ParamKind::Scalar(4)]);
+//! let buf = dev.alloc(1000 * 4, MemKind::Device)?;
+//! let queue = dev.queue()?;
 //! let (value, n) = (7u32.to_ne_bytes(), 1000u32.to_ne_bytes());
 //! // 16 workgroups of 64 threads: 1024 threads, of which the first 1000 write.
 //! let dims = Dims::grid([16, 1, 1]).block([64, 1, 1]);
 //! let args = [KernelArg::Buffer(&buf), KernelArg::Scalar(&value), KernelArg::Scalar(&n)];
-//! vk.launch(&queue, &fill, &dims, &args)?;
+//! dev.launch(&queue, &fill, &dims, &args)?;
 //! let mut out = [0u8; 4];
-//! vk.read(&buf, 999 * 4, &mut out)?; // waits for the launch, which writes the buffer
+//! dev.read(&buf, 999 * 4, &mut out)?; // waits for the launch, which writes the buffer
 //! assert_eq!(u32::from_ne_bytes(out), 7);
-//! vk.destroy_queue(queue)?;
-//! vk.free(buf)?;
+//! dev.destroy_queue(queue)?;
+//! dev.free(buf)?;
 //! drop(fill);
-//! vk.unload(module)?;
+//! module.unload()?;
+//! drop(dev);
 //! vk.deinit()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```
@@ -172,13 +177,14 @@ mod spirv;
 mod transfer;
 mod validation;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use offload_core::hal::{self, KernelOf};
 use offload_core::{
-    Backend, BackendKind, Compute, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind,
-    ParamKind, PlatformEntry, Result,
+    BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind,
+    PlatformEntry, Result,
 };
 
 use crate::device::DeviceContext;
@@ -222,8 +228,6 @@ pub(crate) static LIVE_PIPELINES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LIVE_QUEUES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LIVE_EVENTS: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LAUNCHES: AtomicUsize = AtomicUsize::new(0);
-/// Identifies platforms, so a device of one is never taken for a device of another.
-static NEXT_PLATFORM_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Process-wide counts of what the Vulkan backend did.
 ///
@@ -376,27 +380,30 @@ impl VulkanOptions {
     }
 }
 
-/// A device of a Vulkan platform: which platform, and which of its devices.
+/// A device of a Vulkan platform: its `VkDevice` with its compute queue, and what Vulkan
+/// said about it. It keeps its `VkDevice` (and the instance) alive.
 ///
 /// ```
-/// # use offload_core::{Backend, Config};
+/// # use offload_core::{Config, hal::Platform};
 /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = vk.devices().remove(0);
 /// assert_eq!(dev.index(), 0);
+/// # drop(dev);
 /// # vk.deinit()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 pub struct VulkanDevice {
-    platform: u64,
     index: usize,
+    context: Arc<DeviceContext>,
+    info: Arc<VulkanDeviceInfo>,
 }
 
 impl VulkanDevice {
     /// Its position among its platform's devices.
     ///
     /// ```
-    /// # use offload_core::{Backend, Config};
+    /// # use offload_core::{Config, hal::Platform};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// for (i, dev) in vk.devices().iter().enumerate() {
     ///     assert_eq!(dev.index(), i);
@@ -405,6 +412,29 @@ impl VulkanDevice {
     /// ```
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// Everything the backend read about the device when the platform opened.
+    ///
+    /// ```
+    /// # use offload_core::{Config, hal::Platform};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// let dev = vk.devices().remove(0);
+    /// let info = dev.vulkan_info();
+    /// println!("{} {:?} max workgroup {:?}", info.name, info.device_type, info.max_workgroup_size);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn vulkan_info(&self) -> &VulkanDeviceInfo {
+        &self.info
+    }
+
+    /// The live device context, for a call that makes a new object; `Error::ShutDown` once
+    /// the platform was deinitialised.
+    fn context(&self) -> Result<&Arc<DeviceContext>> {
+        if self.context.deinitialised.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown);
+        }
+        Ok(&self.context)
     }
 }
 
@@ -417,13 +447,14 @@ struct Live {
 
 /// The Vulkan platform: one `VkInstance` and its compute-capable devices.
 ///
-/// Opened by the runtime through [`platform`], or directly through [`Backend::open`] /
+/// Opened by the runtime through [`platform`], or directly through
+/// [`Platform::open`](hal::Platform::open) /
 /// [`VulkanPlatform::open_with`]. Every method may be called from many threads at once;
-/// [`Backend::deinit`] destroys the devices and the instance (dropping an open platform
-/// does too).
+/// [`Platform::deinit`](hal::Platform::deinit) destroys the devices and the instance once
+/// the devices handed out are dropped (dropping an open platform does too).
 ///
 /// ```
-/// use offload_core::{Backend, Config, Error};
+/// use offload_core::{Config, Error, hal::Platform};
 /// use offload_vulkan::VulkanPlatform;
 /// match VulkanPlatform::open(&Config::default()) {
 ///     Ok(vk) => {
@@ -436,10 +467,9 @@ struct Live {
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 pub struct VulkanPlatform {
-    id: u64,
     name: String,
     validating: bool,
-    infos: Vec<VulkanDeviceInfo>,
+    infos: Vec<Arc<VulkanDeviceInfo>>,
     /// Buffers of this platform not yet freed (shared with the devices, which count).
     live_buffers: Arc<AtomicUsize>,
     live: RwLock<Option<Live>>,
@@ -456,17 +486,20 @@ impl std::fmt::Debug for VulkanPlatform {
 }
 
 impl VulkanPlatform {
-    /// Opens the platform with `options` (the runtime uses [`Backend::open`], which takes
-    /// the defaults).
+    /// Opens the platform with `options` (the runtime uses
+    /// [`Platform::open`](hal::Platform::open), which takes the defaults).
     ///
     /// ```
-    /// use offload_core::{Backend, Config, MemKind};
+    /// use offload_core::hal::{Device, Platform};
+    /// use offload_core::{Config, MemKind};
     /// use offload_vulkan::{VulkanOptions, VulkanPlatform};
     /// let options = VulkanOptions::default().map_device_memory(false);
     /// let Ok(vk) = VulkanPlatform::open_with(&Config::default(), options) else { return Ok(()) };
-    /// let buf = vk.alloc(&vk.devices()[0], 16, MemKind::Device)?;
+    /// let dev = vk.devices().remove(0);
+    /// let buf = dev.alloc(16, MemKind::Device)?;
     /// assert!(!buf.is_mapped());
-    /// vk.free(buf)?;
+    /// dev.free(buf)?;
+    /// drop(dev);
     /// vk.deinit()?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
@@ -495,7 +528,7 @@ impl VulkanPlatform {
                 options.map_device_memory,
             )?;
             devices.push(Arc::new(context));
-            infos.push(info);
+            infos.push(Arc::new(info));
         }
         if devices.is_empty() {
             return Err(driver_not_found(format!(
@@ -515,7 +548,6 @@ impl VulkanPlatform {
         }
         OPENED.fetch_add(1, Ordering::SeqCst);
         Ok(VulkanPlatform {
-            id: NEXT_PLATFORM_ID.fetch_add(1, Ordering::Relaxed),
             name: format!("vulkan ({})", drivers.join(", ")),
             validating,
             infos,
@@ -530,7 +562,7 @@ impl VulkanPlatform {
     /// Buffers of this platform not yet freed.
     ///
     /// ```
-    /// # use offload_core::{Backend, Config};
+    /// # use offload_core::{Config, hal::Platform};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// assert_eq!(vk.live_allocations(), 0);
     /// # Ok::<(), offload_core::Error>(())
@@ -539,29 +571,11 @@ impl VulkanPlatform {
         self.live_buffers.load(Ordering::SeqCst)
     }
 
-    /// Everything the backend read about a device when the platform opened (also available
-    /// after `deinit`).
-    ///
-    /// ```
-    /// # use offload_core::{Backend, Config};
-    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// let dev = vk.devices().remove(0);
-    /// let info = vk.vulkan_info(&dev)?;
-    /// println!("{} {:?} max workgroup {:?}", info.name, info.device_type, info.max_workgroup_size);
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn vulkan_info(&self, device: &VulkanDevice) -> Result<&VulkanDeviceInfo> {
-        self.check_device(device, "Device::info")?;
-        self.infos
-            .get(device.index)
-            .ok_or_else(|| invalid("Device::info", "no such Vulkan device"))
-    }
-
     /// Whether the Khronos validation layer runs on this platform's instance and its
     /// messages are counted ([`validation_report`]).
     ///
     /// ```
-    /// # use offload_core::{Backend, Config};
+    /// # use offload_core::{Config, hal::Platform};
     /// use offload_vulkan::{VulkanOptions, VulkanPlatform};
     /// let options = VulkanOptions::default().validation(false);
     /// # let Ok(vk) = VulkanPlatform::open_with(&Config::default(), options) else { return Ok(()) };
@@ -572,35 +586,13 @@ impl VulkanPlatform {
         self.validating
     }
 
-    /// The live device context of `device`.
-    fn context(&self, device: &VulkanDevice, call: &'static str) -> Result<Arc<DeviceContext>> {
-        self.check_device(device, call)?;
-        let live = self.read_live();
-        let live = live.as_ref().ok_or(Error::ShutDown)?;
-        live.devices
-            .get(device.index)
-            .cloned()
-            .ok_or_else(|| invalid(call, "no such Vulkan device"))
-    }
-
-    fn check_device(&self, device: &VulkanDevice, call: &'static str) -> Result<()> {
-        if device.platform != self.id {
-            return Err(invalid(
-                call,
-                "the device belongs to another Vulkan platform",
-            ));
-        }
-        Ok(())
-    }
-
     fn read_live(&self) -> std::sync::RwLockReadGuard<'_, Option<Live>> {
         self.live.read().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl Backend for VulkanPlatform {
+impl hal::Platform for VulkanPlatform {
     type Device = VulkanDevice;
-    type Buffer = VulkanBuffer;
     const KIND: BackendKind = BackendKind::Vulkan;
 
     fn open(config: &Config) -> Result<Self> {
@@ -612,42 +604,86 @@ impl Backend for VulkanPlatform {
     }
 
     fn devices(&self) -> Vec<VulkanDevice> {
-        if self.read_live().is_none() {
+        let live = self.read_live();
+        let Some(live) = live.as_ref() else {
             return Vec::new();
-        }
-        (0..self.infos.len())
-            .map(|index| VulkanDevice {
-                platform: self.id,
+        };
+        live.devices
+            .iter()
+            .zip(&self.infos)
+            .enumerate()
+            .map(|(index, (context, info))| VulkanDevice {
                 index,
+                context: context.clone(),
+                info: info.clone(),
             })
             .collect()
     }
 
-    fn device_info(&self, device: &VulkanDevice) -> Result<DeviceInfo> {
-        let info = self.vulkan_info(device)?;
+    fn deinit(&self) -> Result<()> {
+        let Some(live) = self
+            .live
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
+            return Ok(()); // already deinitialised
+        };
+        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
+        let mut errors = Vec::new();
+        for device in &live.devices {
+            device.deinitialised.store(true, Ordering::SeqCst);
+            if let Err(e) = device.wait_idle("Offload::shutdown") {
+                errors.push(e);
+            }
+        }
+        // Dropping the last reference to each device destroys its command pool, staging
+        // memory and `VkDevice`; the last device takes the instance and the loader with it.
+        // A device that a leaked buffer (or a device handle) still holds stays alive until
+        // that is dropped.
+        drop(live);
+        let leaked = self.live_allocations();
+        if leaked > 0 {
+            errors.push(Error::Driver {
+                backend: BackendKind::Vulkan,
+                call: "Offload::shutdown",
+                code: leaked as i64,
+                message: format!(
+                    "{leaked} Vulkan allocations were still live at deinit (their devices stay \
+                     alive until they are freed)"
+                ),
+            });
+        }
+        Error::join(errors)
+    }
+}
+
+/// Memory, programs, queues and events: see the crate docs for the argument convention
+/// and the launch geometry.
+impl hal::Device for VulkanDevice {
+    type Buffer = VulkanBuffer;
+    type Program = VulkanModule;
+    type Queue = VulkanQueue;
+    type Event = VulkanEvent;
+
+    fn info(&self) -> Result<DeviceInfo> {
         Ok(DeviceInfo {
-            name: info.name.clone(),
-            vendor: info.vendor.clone(),
+            name: self.info.name.clone(),
+            vendor: self.info.vendor.clone(),
             backend: BackendKind::Vulkan,
-            memory: info.device_local_memory,
-            compute_units: info.compute_units,
+            memory: self.info.device_local_memory,
+            compute_units: self.info.compute_units,
         })
     }
 
-    fn alloc(&self, device: &VulkanDevice, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
-        const CALL: &str = "Device::alloc";
-        self.check_device(device, CALL)?;
+    fn alloc(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
         if size == 0 {
-            return Err(invalid(CALL, "zero-size allocation on a Vulkan device"));
+            return Err(invalid(
+                "Device::alloc",
+                "zero-size allocation on a Vulkan device",
+            ));
         }
-        // Held for reading across the allocation: `deinit` cannot destroy the device under it.
-        let live = self.read_live();
-        let live = live.as_ref().ok_or(Error::ShutDown)?;
-        let context = live
-            .devices
-            .get(device.index)
-            .ok_or_else(|| invalid(CALL, "no such Vulkan device"))?;
-        VulkanBuffer::new(context.clone(), size, kind)
+        VulkanBuffer::new(self.context()?.clone(), size, kind)
     }
 
     fn free(&self, buffer: VulkanBuffer) -> Result<()> {
@@ -691,80 +727,12 @@ impl Backend for VulkanPlatform {
         buffer.copy_within(src_offset, dst_offset, len)
     }
 
-    fn deinit(&self) -> Result<()> {
-        let Some(live) = self
-            .live
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        else {
-            return Ok(()); // already deinitialised
-        };
-        DEINITIALISED.fetch_add(1, Ordering::SeqCst);
-        let mut errors = Vec::new();
-        for device in &live.devices {
-            if let Err(e) = device.wait_idle("Offload::shutdown") {
-                errors.push(e);
-            }
-        }
-        // Dropping the last reference to each device destroys its command pool, staging
-        // memory and `VkDevice`; the last device takes the instance and the loader with it.
-        // A device that a leaked buffer still holds stays alive until that buffer is freed.
-        drop(live);
-        let leaked = self.live_allocations();
-        if leaked > 0 {
-            errors.push(Error::Driver {
-                backend: BackendKind::Vulkan,
-                call: "Offload::shutdown",
-                code: leaked as i64,
-                message: format!(
-                    "{leaked} Vulkan allocations were still live at deinit (their devices stay \
-                     alive until they are freed)"
-                ),
-            });
-        }
-        Error::join(errors)
-    }
-}
-
-/// Modules, kernels and globals: see the crate docs for the argument convention and the
-/// launch geometry.
-impl Compute for VulkanPlatform {
-    type Module = VulkanModule;
-    type Kernel = VulkanKernel;
-    type Queue = VulkanQueue;
-    type Event = VulkanEvent;
-
-    fn load(&self, device: &VulkanDevice, image: &[u8]) -> Result<VulkanModule> {
-        program::load(self.context(device, "Program::load")?, image)
+    fn load(&self, image: &[u8]) -> Result<VulkanModule> {
+        program::load(self.context()?.clone(), image)
     }
 
-    fn unload(&self, module: VulkanModule) -> Result<()> {
-        program::unload(module)
-    }
-
-    fn kernel(&self, module: &VulkanModule, name: &str) -> Result<VulkanKernel> {
-        program::kernel(module, name)
-    }
-
-    fn params<'k>(&self, kernel: &'k VulkanKernel) -> &'k [ParamKind] {
-        &kernel.params
-    }
-
-    fn global(&self, _module: &VulkanModule, name: &str) -> Result<GlobalInfo> {
-        Err(no_global("Module::global", name))
-    }
-
-    fn read_global(&self, _: &VulkanModule, name: &str, _: usize, _: &mut [u8]) -> Result<()> {
-        Err(no_global("Module::read_global", name))
-    }
-
-    fn write_global(&self, _: &VulkanModule, name: &str, _: usize, _: &[u8]) -> Result<()> {
-        Err(no_global("Module::write_global", name))
-    }
-
-    fn queue(&self, device: &VulkanDevice) -> Result<VulkanQueue> {
-        VulkanQueue::new(self.context(device, "Device::queue")?)
+    fn queue(&self) -> Result<VulkanQueue> {
+        VulkanQueue::new(self.context()?.clone())
     }
 
     fn destroy_queue(&self, queue: VulkanQueue) -> Result<()> {
@@ -776,16 +744,15 @@ impl Compute for VulkanPlatform {
     fn launch(
         &self,
         queue: &VulkanQueue,
-        kernel: &VulkanKernel,
+        kernel: &KernelOf<Self>,
         dims: &Dims,
         args: &[KernelArg<'_, VulkanBuffer>],
     ) -> Result<()> {
-        // Devices of this platform share its buffer count: a queue of another platform's
-        // device (whose kernels and buffers are checked against it) is refused here.
-        if !Arc::ptr_eq(&queue.device().platform_live, &self.live_buffers) {
+        // The queue checks the kernel and the buffers against its own device.
+        if !Arc::ptr_eq(queue.device(), &self.context) {
             return Err(invalid(
                 "Queue::launch",
-                "the queue belongs to another Vulkan platform",
+                "the queue belongs to another Vulkan device",
             ));
         }
         queue.launch(kernel, dims, args)
@@ -816,6 +783,36 @@ impl Compute for VulkanPlatform {
     }
 }
 
+/// Kernels are the module's `GLCompute` entry points; SPIR-V for Vulkan has no globals the
+/// host can reach (every name is `SymbolNotFound`).
+impl hal::Program for VulkanModule {
+    type Kernel = VulkanKernel;
+
+    fn kernel(&self, name: &str) -> Result<VulkanKernel> {
+        program::kernel(self, name)
+    }
+
+    fn params(kernel: &VulkanKernel) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        Err(no_global("Module::global", name))
+    }
+
+    fn read_global(&self, name: &str, _: usize, _: &mut [u8]) -> Result<()> {
+        Err(no_global("Module::read_global", name))
+    }
+
+    fn write_global(&self, name: &str, _: usize, _: &[u8]) -> Result<()> {
+        Err(no_global("Module::write_global", name))
+    }
+
+    fn unload(self) -> Result<()> {
+        program::unload(self)
+    }
+}
+
 /// SPIR-V for Vulkan has no host-reachable globals: every name is missing.
 fn no_global(call: &'static str, name: &str) -> Error {
     Error::SymbolNotFound {
@@ -829,6 +826,7 @@ fn no_global(call: &'static str, name: &str) -> Error {
 mod tests {
     use super::*;
     use ash::vk;
+    use offload_core::hal::Platform;
 
     /// The messenger really counts: a deliberate invalid call is reported. (Skipped where
     /// there is no driver or no validation layer; the integration tests fail in CI then.)

@@ -256,16 +256,17 @@ impl RawAllocation {
 /// its platform's `deinit` is sound, and `deinit` reports such a buffer as leaked.
 ///
 /// ```
-/// use offload_core::{Backend, Config, MemKind};
+/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::{Config, MemKind};
 /// let vk = match offload_vulkan::VulkanPlatform::open(&Config::default()) {
 ///     Ok(vk) => vk,
 ///     Err(offload_core::Error::DriverNotFound { .. }) => return Ok(()),
 ///     Err(e) => return Err(e),
 /// };
 /// let dev = vk.devices().remove(0);
-/// let buf = vk.alloc(&dev, 3, MemKind::Device)?;
+/// let buf = dev.alloc(3, MemKind::Device)?;
 /// assert_eq!(buf.len(), 3);
-/// vk.free(buf)?;
+/// dev.free(buf)?;
 /// vk.deinit()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
@@ -331,11 +332,13 @@ impl VulkanBuffer {
     /// Size in bytes.
     ///
     /// ```
-    /// # use offload_core::{Backend, Config, MemKind};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config, MemKind};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// let buf = vk.alloc(&vk.devices()[0], 10, MemKind::Host)?;
+    /// # let dev = vk.devices().remove(0);
+    /// let buf = dev.alloc(10, MemKind::Host)?;
     /// assert_eq!(buf.len(), 10);
-    /// # vk.free(buf)?;
+    /// # dev.free(buf)?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn len(&self) -> usize {
@@ -345,11 +348,13 @@ impl VulkanBuffer {
     /// Always false: Vulkan buffers are never empty.
     ///
     /// ```
-    /// # use offload_core::{Backend, Config, MemKind};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config, MemKind};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// let buf = vk.alloc(&vk.devices()[0], 1, MemKind::Device)?;
+    /// # let dev = vk.devices().remove(0);
+    /// let buf = dev.alloc(1, MemKind::Device)?;
     /// assert!(!buf.is_empty());
-    /// # vk.free(buf)?;
+    /// # dev.free(buf)?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -359,11 +364,13 @@ impl VulkanBuffer {
     /// The memory kind it was allocated with.
     ///
     /// ```
-    /// # use offload_core::{Backend, Config, MemKind};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config, MemKind};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// let buf = vk.alloc(&vk.devices()[0], 8, MemKind::Shared)?;
+    /// # let dev = vk.devices().remove(0);
+    /// let buf = dev.alloc(8, MemKind::Shared)?;
     /// assert_eq!(buf.kind(), MemKind::Shared);
-    /// # vk.free(buf)?;
+    /// # dev.free(buf)?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn kind(&self) -> MemKind {
@@ -374,11 +381,13 @@ impl VulkanBuffer {
     /// rather than through the device's queue and staging memory.
     ///
     /// ```
-    /// # use offload_core::{Backend, Config, MemKind};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config, MemKind};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// let buf = vk.alloc(&vk.devices()[0], 8, MemKind::Host)?;
+    /// # let dev = vk.devices().remove(0);
+    /// let buf = dev.alloc(8, MemKind::Host)?;
     /// assert!(buf.is_mapped()); // host memory is always mapped
-    /// # vk.free(buf)?;
+    /// # dev.free(buf)?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn is_mapped(&self) -> bool {
@@ -522,7 +531,7 @@ impl VulkanBuffer {
 
 impl Drop for VulkanBuffer {
     fn drop(&mut self) {
-        // Launches that use it may still run: wait for them (`Backend::free` waited already
+        // Launches that use it may still run: wait for them (`Device::free` waited already
         // and reported an error; here one can only be ignored, after waiting idle).
         let _ = self
             .device

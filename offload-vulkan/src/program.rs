@@ -71,11 +71,12 @@ impl std::fmt::Debug for ModuleInner {
 
 /// A SPIR-V module loaded on one device. Its entry points are its kernels.
 ///
-/// Made by [`offload_core::Compute::load`]; see the crate docs for what a module may contain
+/// Made by [`Device::load`](offload_core::hal::Device::load); see the crate docs for what a module may contain
 /// and how its kernels take their arguments.
 ///
 /// ```
-/// use offload_core::{Backend, Compute, Config, Error};
+/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::{Config, Error};
 /// let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = vk.devices().remove(0);
 /// // WGSL compiled to SPIR-V with naga (any SPIR-V compiler will do).
@@ -87,11 +88,11 @@ impl std::fmt::Debug for ModuleInner {
 /// let info = naga::valid::Validator::new(flags, Default::default()).validate(&m).unwrap();
 /// let words = naga::back::spv::write_vec(&m, &info, &Default::default(), None).unwrap();
 /// let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-/// let module = vk.load(&dev, &image)?;
+/// let module = dev.load(&image)?;
 /// assert!(module.entry_points().eq(["twice"]));
 /// // Not SPIR-V: rejected before the driver sees it.
-/// assert!(matches!(vk.load(&dev, b"\x7fELF...."), Err(Error::InvalidBinary { .. })));
-/// vk.unload(module)?;
+/// assert!(matches!(dev.load(b"\x7fELF...."), Err(Error::InvalidBinary { .. })));
+/// module.unload()?;
 /// # vk.deinit()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
@@ -104,7 +105,8 @@ impl VulkanModule {
     /// The names of the module's `GLCompute` entry points, in declaration order.
     ///
     /// ```
-    /// # use offload_core::{Backend, Compute, Config};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// # let dev = vk.devices().remove(0);
     /// # let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
@@ -113,7 +115,7 @@ impl VulkanModule {
     /// # let i = naga::valid::Validator::new(flags, naga::valid::Capabilities::all()).validate(&m).unwrap();
     /// # let words = naga::back::spv::write_vec(&m, &i, &Default::default(), None).unwrap();
     /// # let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    /// let module = vk.load(&dev, &image)?;
+    /// let module = dev.load(&image)?;
     /// for name in module.entry_points() {
     ///     println!("kernel {name}");
     /// }
@@ -130,7 +132,8 @@ impl VulkanModule {
     /// The SPIR-V version of the module, as `(major, minor)`.
     ///
     /// ```
-    /// # use offload_core::{Backend, Compute, Config};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// # let dev = vk.devices().remove(0);
     /// # let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
@@ -139,7 +142,7 @@ impl VulkanModule {
     /// # let i = naga::valid::Validator::new(flags, naga::valid::Capabilities::all()).validate(&m).unwrap();
     /// # let words = naga::back::spv::write_vec(&m, &i, &Default::default(), None).unwrap();
     /// # let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    /// let module = vk.load(&dev, &image)?;
+    /// let module = dev.load(&image)?;
     /// assert_eq!(module.spirv_version().0, 1);
     /// # Ok::<(), offload_core::Error>(())
     /// ```
@@ -153,7 +156,8 @@ impl VulkanModule {
 /// workgroup size, and its parameters (storage buffers, then push-constant scalars).
 ///
 /// ```
-/// # use offload_core::{Backend, Compute, Config, ParamKind};
+/// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// # use offload_core::{Config, ParamKind};
 /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// # let dev = vk.devices().remove(0);
 /// # let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
@@ -162,9 +166,9 @@ impl VulkanModule {
 /// # let i = naga::valid::Validator::new(flags, naga::valid::Capabilities::all()).validate(&m).unwrap();
 /// # let words = naga::back::spv::write_vec(&m, &i, &Default::default(), None).unwrap();
 /// # let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-/// let module = vk.load(&dev, &image)?;
-/// let add_one = vk.kernel(&module, "add_one")?;
-/// assert_eq!(vk.params(&add_one), &[ParamKind::Buffer, ParamKind::Scalar(4)]);
+/// let module = dev.load(&image)?;
+/// let add_one = module.kernel("add_one")?;
+/// assert_eq!(offload_vulkan::VulkanModule::params(&add_one), &[ParamKind::Buffer, ParamKind::Scalar(4)]);
 /// println!("declared workgroup size {:?}", add_one.workgroup_size());
 /// # Ok::<(), offload_core::Error>(())
 /// ```
@@ -182,7 +186,8 @@ impl VulkanKernel {
     /// The entry point's name.
     ///
     /// ```
-    /// # use offload_core::{Backend, Compute, Config};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// # let dev = vk.devices().remove(0);
     /// # let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
@@ -191,8 +196,8 @@ impl VulkanKernel {
     /// # let i = naga::valid::Validator::new(flags, naga::valid::Capabilities::all()).validate(&m).unwrap();
     /// # let words = naga::back::spv::write_vec(&m, &i, &Default::default(), None).unwrap();
     /// # let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    /// # let module = vk.load(&dev, &image)?;
-    /// assert_eq!(vk.kernel(&module, "fill")?.name(), "fill");
+    /// # let module = dev.load(&image)?;
+    /// assert_eq!(module.kernel("fill")?.name(), "fill");
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn name(&self) -> &str {
@@ -204,7 +209,8 @@ impl VulkanKernel {
     /// pipeline.
     ///
     /// ```
-    /// # use offload_core::{Backend, Compute, Config};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// # let dev = vk.devices().remove(0);
     /// # let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
@@ -213,8 +219,8 @@ impl VulkanKernel {
     /// # let i = naga::valid::Validator::new(flags, naga::valid::Capabilities::all()).validate(&m).unwrap();
     /// # let words = naga::back::spv::write_vec(&m, &i, &Default::default(), None).unwrap();
     /// # let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    /// # let module = vk.load(&dev, &image)?;
-    /// assert_eq!(vk.kernel(&module, "noop")?.workgroup_size(), [64, 1, 1]);
+    /// # let module = dev.load(&image)?;
+    /// assert_eq!(module.kernel("noop")?.workgroup_size(), [64, 1, 1]);
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn workgroup_size(&self) -> [u32; 3] {

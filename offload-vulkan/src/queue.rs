@@ -51,21 +51,22 @@ struct QueueInner {
 
 /// An in-order stream of work on one Vulkan device.
 ///
-/// Made by [`offload_core::Compute::queue`]. Launches are recorded and submitted at once;
+/// Made by [`Device::queue`](offload_core::hal::Device::queue). Launches are recorded and submitted at once;
 /// `sync` waits for the last of them. Dropping it (or `destroy_queue`) waits for its work.
 ///
 /// ```
-/// use offload_core::{Backend, Compute, Config};
+/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::{Config};
 /// let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = vk.devices().remove(0);
-/// let queue = vk.queue(&dev)?;
-/// let start = vk.record(&queue)?;
-/// let end = vk.record(&queue)?;
-/// vk.sync(&queue)?;
-/// println!("{:?}", vk.elapsed(&start, &end)?);
-/// vk.destroy_event(start)?;
-/// vk.destroy_event(end)?;
-/// vk.destroy_queue(queue)?;
+/// let queue = dev.queue()?;
+/// let start = dev.record(&queue)?;
+/// let end = dev.record(&queue)?;
+/// dev.sync(&queue)?;
+/// println!("{:?}", dev.elapsed(&start, &end)?);
+/// dev.destroy_event(start)?;
+/// dev.destroy_event(end)?;
+/// dev.destroy_queue(queue)?;
 /// vk.deinit()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
@@ -81,14 +82,16 @@ pub struct VulkanQueue {
 /// timestamp query written when the work before it had finished.
 ///
 /// ```
-/// use offload_core::{Backend, Compute, Config};
+/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::{Config};
 /// let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-/// let queue = vk.queue(&vk.devices()[0])?;
-/// let event = vk.record(&queue)?;
-/// vk.sync_event(&event)?;
+/// # let dev = vk.devices().remove(0);
+/// let queue = dev.queue()?;
+/// let event = dev.record(&queue)?;
+/// dev.sync_event(&event)?;
 /// println!("device timestamps: {}", event.has_device_timestamp());
-/// # vk.destroy_event(event)?;
-/// # vk.destroy_queue(queue)?;
+/// # dev.destroy_event(event)?;
+/// # dev.destroy_queue(queue)?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 #[derive(Debug)]
@@ -105,11 +108,13 @@ impl VulkanEvent {
     /// time is the host's clock when offload first saw it complete.
     ///
     /// ```
-    /// # use offload_core::{Backend, Compute, Config};
+    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::{Config};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// # let queue = vk.queue(&vk.devices()[0])?;
-    /// let event = vk.record(&queue)?;
-    /// let timestamps = vk.vulkan_info(&vk.devices()[0])?.timestamp_valid_bits > 0;
+    /// # let dev = vk.devices().remove(0);
+    /// # let queue = dev.queue()?;
+    /// let event = dev.record(&queue)?;
+    /// let timestamps = dev.vulkan_info().timestamp_valid_bits > 0;
     /// assert_eq!(event.has_device_timestamp(), timestamps);
     /// # Ok::<(), offload_core::Error>(())
     /// ```

@@ -58,7 +58,8 @@ pub struct ValidationReport {
 /// platform opened while it ran.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::{Config};
 /// use offload_vulkan::{VulkanOptions, VulkanPlatform, validation_report};
 /// let before = validation_report().errors;
 /// let options = VulkanOptions::default().validation(true);

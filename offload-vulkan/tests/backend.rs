@@ -1,11 +1,12 @@
-//! The Vulkan backend through the `Backend` trait, on whatever Vulkan driver the machine has
+//! The Vulkan backend through the `hal` traits, on whatever Vulkan driver the machine has
 //! (lavapipe in CI): device info, round trips on every memory kind at awkward sizes, both
 //! the mapped and the staged path, a model-checked property test, typed errors, and leaks.
 
 mod common;
 
 use common::{both_paths, close, open, pattern};
-use offload_core::{Backend, BackendKind, Error, MemKind};
+use offload_core::hal::{Device as _, Platform as _};
+use offload_core::{BackendKind, Error, MemKind};
 use offload_vulkan::{VulkanDeviceType, VulkanPlatform};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
@@ -22,8 +23,8 @@ fn device_info_comes_from_the_driver() {
     let devices = vk.devices();
     assert!(!devices.is_empty(), "an opened platform has devices");
     for dev in &devices {
-        let info = vk.device_info(dev).unwrap();
-        let vinfo = vk.vulkan_info(dev).unwrap();
+        let info = dev.info().unwrap();
+        let vinfo = dev.vulkan_info();
         println!("{info:?}\n{vinfo:#?}");
         assert_eq!(info.backend, BackendKind::Vulkan);
         assert!(!info.name.is_empty());
@@ -38,13 +39,13 @@ fn device_info_comes_from_the_driver() {
         assert!(vinfo.used_api_version.minor >= 1 || vinfo.used_api_version.major > 1);
     }
     let lavapipe = devices.iter().find(|d| {
-        let i = vk.vulkan_info(d).unwrap();
+        let i = d.vulkan_info();
         i.device_type == VulkanDeviceType::Cpu && i.vendor_id == 0x10005
     });
     match lavapipe {
         Some(dev) => {
-            let info = vk.device_info(dev).unwrap();
-            let vinfo = vk.vulkan_info(dev).unwrap();
+            let info = dev.info().unwrap();
+            let vinfo = dev.vulkan_info();
             assert_eq!(info.vendor, "Mesa");
             assert_eq!(vinfo.driver_name, "llvmpipe");
             assert!(info.name.starts_with("llvmpipe"), "{}", info.name);
@@ -61,24 +62,24 @@ fn device_info_comes_from_the_driver() {
 fn round_trip(vk: &VulkanPlatform, path: &str, kind: MemKind, other: MemKind, size: usize) {
     let ctx = format!("{path} {kind:?}<-{other:?} size {size}");
     let dev = &vk.devices()[0];
-    let mut a = vk.alloc(dev, size, kind).unwrap();
-    let mut b = vk.alloc(dev, size, other).unwrap();
+    let mut a = dev.alloc(size, kind).unwrap();
+    let mut b = dev.alloc(size, other).unwrap();
     assert_eq!(a.len(), size);
 
     // write + read, whole buffer
     let mut model = pattern(size, size as u64);
-    vk.write(&mut a, 0, &model).unwrap();
+    dev.write(&mut a, 0, &model).unwrap();
     let mut out = vec![0u8; size];
-    vk.read(&a, 0, &mut out).unwrap();
+    dev.read(&a, 0, &mut out).unwrap();
     assert!(out == model, "{ctx}: whole write/read");
 
     // write + read at an unaligned offset
     let off = size / 3;
     let part = pattern(size - off, 7);
-    vk.write(&mut a, off, &part).unwrap();
+    dev.write(&mut a, off, &part).unwrap();
     model[off..].copy_from_slice(&part);
     let mut out = vec![0u8; size - off];
-    vk.read(&a, off, &mut out).unwrap();
+    dev.read(&a, off, &mut out).unwrap();
     assert!(out == model[off..], "{ctx}: partial write/read");
 
     // fills: whole, unaligned head and tail, and tiny ranges
@@ -91,42 +92,42 @@ fn round_trip(vk: &VulkanPlatform, path: &str, kind: MemKind, other: MemKind, si
     ];
     for (at, len, value) in fills {
         let len = len.min(size - at);
-        vk.fill(&mut a, at, len, value).unwrap();
+        dev.fill(&mut a, at, len, value).unwrap();
         model[at..at + len].fill(value);
     }
     let mut out = vec![0u8; size];
-    vk.read(&a, 0, &mut out).unwrap();
+    dev.read(&a, 0, &mut out).unwrap();
     assert!(out == model, "{ctx}: fills");
 
     // copy to another buffer (of another kind), partial and unaligned
     let mut model_b = pattern(size, 99);
-    vk.write(&mut b, 0, &model_b).unwrap();
+    dev.write(&mut b, 0, &model_b).unwrap();
     let (so, d) = (size / 7, size / 4);
     let len = (size - so).min(size - d);
-    vk.copy(&a, so, &mut b, d, len).unwrap();
+    dev.copy(&a, so, &mut b, d, len).unwrap();
     model_b[d..d + len].copy_from_slice(&model[so..so + len]);
-    vk.read(&b, 0, &mut out).unwrap();
+    dev.read(&b, 0, &mut out).unwrap();
     assert!(out == model_b, "{ctx}: copy");
 
     // copy_within: overlapping up, overlapping down, disjoint
     let shift = (size / 3).max(1);
     if size > shift {
         let len = size - shift;
-        vk.copy_within(&mut a, 0, shift, len).unwrap();
+        dev.copy_within(&mut a, 0, shift, len).unwrap();
         model.copy_within(0..len, shift);
-        vk.copy_within(&mut a, shift, 0, len).unwrap();
+        dev.copy_within(&mut a, shift, 0, len).unwrap();
         model.copy_within(shift..shift + len, 0);
     }
     if size >= 4 {
         let half = size / 2;
-        vk.copy_within(&mut a, half, 0, half).unwrap();
+        dev.copy_within(&mut a, half, 0, half).unwrap();
         model.copy_within(half..half + half, 0);
     }
-    vk.read(&a, 0, &mut out).unwrap();
+    dev.read(&a, 0, &mut out).unwrap();
     assert!(out == model, "{ctx}: copy_within");
 
-    vk.free(a).unwrap();
-    vk.free(b).unwrap();
+    dev.free(a).unwrap();
+    dev.free(b).unwrap();
 }
 
 #[test]
@@ -152,14 +153,14 @@ fn device_memory_is_staged_only_when_asked() {
     };
     for (path, vk) in platforms {
         let dev = &vk.devices()[0];
-        let device = vk.alloc(dev, 8, MemKind::Device).unwrap();
-        let host = vk.alloc(dev, 8, MemKind::Host).unwrap();
+        let device = dev.alloc(8, MemKind::Device).unwrap();
+        let host = dev.alloc(8, MemKind::Host).unwrap();
         assert!(host.is_mapped(), "host memory is always mapped");
         if path == "staged" {
             assert!(!device.is_mapped());
         }
-        vk.free(device).unwrap();
-        vk.free(host).unwrap();
+        dev.free(device).unwrap();
+        dev.free(host).unwrap();
         close(vk);
     }
 }
@@ -239,24 +240,21 @@ fn operations_match_a_vec_model() {
             MemKind::Device,
             MemKind::Shared,
         ];
-        let mut bufs: Vec<_> = kinds
-            .iter()
-            .map(|&k| vk.alloc(dev, SIZE, k).unwrap())
-            .collect();
+        let mut bufs: Vec<_> = kinds.iter().map(|&k| dev.alloc(SIZE, k).unwrap()).collect();
         let mut models = vec![vec![0u8; SIZE]; 4];
         for (i, b) in bufs.iter_mut().enumerate() {
             models[i] = pattern(SIZE, i as u64);
-            vk.write(b, 0, &models[i]).unwrap();
+            dev.write(b, 0, &models[i]).unwrap();
         }
         for op in &ops {
             match op {
                 Op::Write { buf, at, data } => {
-                    vk.write(&mut bufs[*buf], *at, data).unwrap();
+                    dev.write(&mut bufs[*buf], *at, data).unwrap();
                     models[*buf][*at..*at + data.len()].copy_from_slice(data);
                 }
                 Op::Read { buf, at, len } => {
                     let mut out = vec![0u8; *len];
-                    vk.read(&bufs[*buf], *at, &mut out).unwrap();
+                    dev.read(&bufs[*buf], *at, &mut out).unwrap();
                     prop_assert_eq!(&out[..], &models[*buf][*at..*at + len], "{} {:?}", path, op);
                 }
                 Op::Fill {
@@ -265,7 +263,7 @@ fn operations_match_a_vec_model() {
                     len,
                     value,
                 } => {
-                    vk.fill(&mut bufs[*buf], *at, *len, *value).unwrap();
+                    dev.fill(&mut bufs[*buf], *at, *len, *value).unwrap();
                     models[*buf][*at..*at + len].fill(*value);
                 }
                 Op::Copy {
@@ -276,11 +274,11 @@ fn operations_match_a_vec_model() {
                     len,
                 } => {
                     if src == dst {
-                        vk.copy_within(&mut bufs[*src], *so, *d, *len).unwrap();
+                        dev.copy_within(&mut bufs[*src], *so, *d, *len).unwrap();
                         models[*src].copy_within(*so..*so + len, *d);
                     } else {
                         let (s, t) = two(&mut bufs, *src, *dst);
-                        vk.copy(s, *so, t, *d, *len).unwrap();
+                        dev.copy(s, *so, t, *d, *len).unwrap();
                         let bytes = models[*src][*so..*so + len].to_vec();
                         models[*dst][*d..*d + len].copy_from_slice(&bytes);
                     }
@@ -289,8 +287,8 @@ fn operations_match_a_vec_model() {
         }
         for (i, b) in bufs.into_iter().enumerate() {
             let mut out = vec![0u8; SIZE];
-            vk.read(&b, 0, &mut out).unwrap();
-            vk.free(b).unwrap();
+            dev.read(&b, 0, &mut out).unwrap();
+            dev.free(b).unwrap();
             if out != models[i] {
                 return Err(TestCaseError::fail(format!("{path}: buffer {i} differs")));
             }
@@ -323,10 +321,10 @@ fn impossible_requests_are_typed_errors() {
         return;
     };
     let dev = &vk.devices()[0];
-    let info = vk.vulkan_info(dev).unwrap().clone();
+    let info = dev.vulkan_info().clone();
     for kind in KINDS {
         assert!(matches!(
-            vk.alloc(dev, 0, kind),
+            dev.alloc(0, kind),
             Err(Error::InvalidArgument { .. })
         ));
         for size in [
@@ -335,7 +333,7 @@ fn impossible_requests_are_typed_errors() {
             info.max_allocation_size as usize + 1,
             info.memory_heaps.iter().map(|h| h.size).max().unwrap() as usize + 1,
         ] {
-            match vk.alloc(dev, size, kind) {
+            match dev.alloc(size, kind) {
                 Err(Error::OutOfMemory {
                     backend, requested, ..
                 }) => {
@@ -348,33 +346,29 @@ fn impossible_requests_are_typed_errors() {
     }
     assert_eq!(vk.live_allocations(), 0, "failed allocations leave nothing");
 
-    let mut buf = vk.alloc(dev, 16, MemKind::Device).unwrap();
+    let mut buf = dev.alloc(16, MemKind::Device).unwrap();
     let mut out = [0u8; 4];
     let bad = |r: offload_core::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
-    assert!(bad(vk.read(&buf, 13, &mut out)));
-    assert!(bad(vk.read(&buf, usize::MAX, &mut out)));
-    assert!(bad(vk.write(&mut buf, 16, &[1])));
-    assert!(bad(vk.fill(&mut buf, 8, 9, 0)));
-    assert!(bad(vk.fill(&mut buf, usize::MAX, 2, 0)));
-    assert!(bad(vk.copy_within(&mut buf, 0, 9, 8)));
+    assert!(bad(dev.read(&buf, 13, &mut out)));
+    assert!(bad(dev.read(&buf, usize::MAX, &mut out)));
+    assert!(bad(dev.write(&mut buf, 16, &[1])));
+    assert!(bad(dev.fill(&mut buf, 8, 9, 0)));
+    assert!(bad(dev.fill(&mut buf, usize::MAX, 2, 0)));
+    assert!(bad(dev.copy_within(&mut buf, 0, 9, 8)));
     // Empty ranges at the end are fine.
-    vk.read(&buf, 16, &mut []).unwrap();
-    vk.fill(&mut buf, 16, 0, 1).unwrap();
+    dev.read(&buf, 16, &mut []).unwrap();
+    dev.fill(&mut buf, 16, 0, 1).unwrap();
 
-    // Objects of another platform (another VkInstance) are refused, not confused.
+    // A buffer of another platform's device (another VkInstance) is refused, not confused.
     let other = open("impossible_requests_are_typed_errors").unwrap();
-    let other_dev = &other.devices()[0];
-    assert!(matches!(
-        vk.alloc(other_dev, 4, MemKind::Device),
-        Err(Error::InvalidArgument { .. })
-    ));
-    assert!(vk.device_info(other_dev).is_err());
-    let foreign = other.alloc(other_dev, 16, MemKind::Device).unwrap();
-    assert!(bad(vk.copy(&foreign, 0, &mut buf, 0, 4)));
-    other.free(foreign).unwrap();
+    let other_dev = other.devices().remove(0);
+    let foreign = other_dev.alloc(16, MemKind::Device).unwrap();
+    assert!(bad(dev.copy(&foreign, 0, &mut buf, 0, 4)));
+    other_dev.free(foreign).unwrap();
+    drop(other_dev);
     close(other);
 
-    vk.free(buf).unwrap();
+    dev.free(buf).unwrap();
     close(vk);
 }
 
@@ -384,8 +378,8 @@ fn deinit_reports_leaks_and_late_frees_stay_sound() {
         return;
     };
     let dev = vk.devices().remove(0);
-    let mut leaked = vk.alloc(&dev, 4097, MemKind::Device).unwrap();
-    vk.write(&mut leaked, 0, &[7; 4097]).unwrap();
+    let mut leaked = dev.alloc(4097, MemKind::Device).unwrap();
+    dev.write(&mut leaked, 0, &[7; 4097]).unwrap();
     match vk.deinit() {
         Err(Error::Driver { code, message, .. }) => {
             assert_eq!(code, 1);
@@ -396,15 +390,15 @@ fn deinit_reports_leaks_and_late_frees_stay_sound() {
     // After deinit: no devices, no allocations, a second deinit is harmless.
     assert!(vk.devices().is_empty());
     assert!(matches!(
-        vk.alloc(&dev, 4, MemKind::Device),
+        dev.alloc(4, MemKind::Device),
         Err(Error::ShutDown)
     ));
     vk.deinit().unwrap();
     // The leaked buffer kept its device alive: it still works and frees cleanly.
     let mut out = [0u8; 4097];
-    vk.read(&leaked, 0, &mut out).unwrap();
+    dev.read(&leaked, 0, &mut out).unwrap();
     assert_eq!(out, [7; 4097]);
-    vk.free(leaked).unwrap();
+    dev.free(leaked).unwrap();
     assert_eq!(vk.live_allocations(), 0);
 }
 
@@ -422,13 +416,13 @@ fn many_threads_share_one_platform() {
                     for round in 0..20u64 {
                         let size = 1 + ((t * 131 + round * 977) % 70_000) as usize;
                         let kind = KINDS[(t + round) as usize % 3];
-                        let mut buf = vk.alloc(dev, size, kind).unwrap();
+                        let mut buf = dev.alloc(size, kind).unwrap();
                         let data = pattern(size, t * 1000 + round);
-                        vk.write(&mut buf, 0, &data).unwrap();
+                        dev.write(&mut buf, 0, &data).unwrap();
                         let mut out = vec![0u8; size];
-                        vk.read(&buf, 0, &mut out).unwrap();
+                        dev.read(&buf, 0, &mut out).unwrap();
                         assert!(out == data, "{path} thread {t} round {round}");
-                        vk.free(buf).unwrap();
+                        dev.free(buf).unwrap();
                     }
                 });
             }

@@ -6,7 +6,8 @@
 
 use std::process::Command;
 
-use offload_core::{Backend, BackendKind, Config, Error, NoPlatforms, Offload, Uninit};
+use offload_core::hal::Platform as _;
+use offload_core::{BackendKind, Config, Error, NoPlatforms, Offload, Uninit};
 use offload_vulkan::VulkanPlatform;
 
 const CHILD: &str = "OFFLOAD_VULKAN_NO_DRIVER_CHILD";

@@ -1,4 +1,4 @@
-//! Programs, kernels, queues and events through the `Compute` trait, on whatever Vulkan
+//! Programs, kernels, queues and events through the `hal` traits, on whatever Vulkan
 //! driver the machine has (lavapipe in CI), with the validation layer on: WGSL kernels
 //! compiled by naga, launched over a mebiword and over every block size the CUDA model
 //! allows, invalid SPIR-V that never reaches the driver, typed errors for everything the
@@ -10,8 +10,11 @@ use common::{
     assert_no_validation_errors, both_paths_validated, bytes_of, close, kernels, open_validated,
     serial, spirv_of, words,
 };
-use offload_core::{Backend, Compute, Dims, Error, KernelArg, MemKind, ParamKind};
-use offload_vulkan::{VulkanBuffer, VulkanKernel, VulkanPlatform, VulkanQueue, stats};
+use offload_core::hal::{Device as _, Platform as _, Program as _};
+use offload_core::{Dims, Error, KernelArg, MemKind, ParamKind};
+use offload_vulkan::{
+    VulkanBuffer, VulkanDevice, VulkanKernel, VulkanModule, VulkanPlatform, VulkanQueue, stats,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
@@ -23,7 +26,7 @@ fn u32s(bytes: &[u8; 4]) -> KernelArg<'_, VulkanBuffer> {
 }
 
 fn fill(
-    vk: &VulkanPlatform,
+    dev: &VulkanDevice,
     q: &VulkanQueue,
     k: &VulkanKernel,
     buf: &VulkanBuffer,
@@ -32,7 +35,7 @@ fn fill(
     dims: Dims,
 ) {
     let (value, n) = (value.to_ne_bytes(), n.to_ne_bytes());
-    vk.launch(
+    dev.launch(
         q,
         k,
         &dims,
@@ -42,7 +45,7 @@ fn fill(
 }
 
 fn add_one(
-    vk: &VulkanPlatform,
+    dev: &VulkanDevice,
     q: &VulkanQueue,
     k: &VulkanKernel,
     buf: &VulkanBuffer,
@@ -50,13 +53,13 @@ fn add_one(
     dims: Dims,
 ) {
     let n = n.to_ne_bytes();
-    vk.launch(q, k, &dims, &[KernelArg::Buffer(buf), u32s(&n)])
+    dev.launch(q, k, &dims, &[KernelArg::Buffer(buf), u32s(&n)])
         .unwrap_or_else(|e| panic!("add_one {dims:?}: {e}"));
 }
 
-fn read_words(vk: &VulkanPlatform, buf: &VulkanBuffer) -> Vec<u32> {
+fn read_words(dev: &VulkanDevice, buf: &VulkanBuffer) -> Vec<u32> {
     let mut out = vec![0u8; buf.len()];
-    vk.read(buf, 0, &mut out).unwrap();
+    dev.read(buf, 0, &mut out).unwrap();
     words(&out)
 }
 
@@ -67,27 +70,27 @@ fn add_one_and_fill_over_a_mebiword() {
     };
     for (path, vk) in platforms {
         let dev = vk.devices().remove(0);
-        let module = vk.load(&dev, &kernels()).unwrap();
-        let k_fill = vk.kernel(&module, "fill").unwrap();
-        let k_add = vk.kernel(&module, "add_one").unwrap();
+        let module = dev.load(&kernels()).unwrap();
+        let k_fill = module.kernel("fill").unwrap();
+        let k_add = module.kernel("add_one").unwrap();
         assert_eq!(k_add.workgroup_size(), [64, 1, 1]);
-        let q = vk.queue(&dev).unwrap();
+        let q = dev.queue().unwrap();
         for kind in [MemKind::Device, MemKind::Host] {
-            let mut buf = vk.alloc(&dev, MI as usize * 4, kind).unwrap();
+            let mut buf = dev.alloc(MI as usize * 4, kind).unwrap();
             let start: Vec<u32> = (0..MI).map(|i| i.wrapping_mul(2_654_435_761)).collect();
-            vk.write(&mut buf, 0, &bytes_of(&start)).unwrap();
+            dev.write(&mut buf, 0, &bytes_of(&start)).unwrap();
             let grid = Dims::grid([MI / 64, 1, 1]).block([64, 1, 1]);
-            add_one(&vk, &q, &k_add, &buf, MI, grid);
-            vk.sync(&q).unwrap();
-            let got = read_words(&vk, &buf);
+            add_one(&dev, &q, &k_add, &buf, MI, grid);
+            dev.sync(&q).unwrap();
+            let got = read_words(&dev, &buf);
             let want: Vec<u32> = start.iter().map(|w| w.wrapping_add(1)).collect();
             assert!(got == want, "{path} {kind:?}: add_one over 1 Mi words");
 
             // fill part, then add_one over all, without syncing in between: in order.
-            fill(&vk, &q, &k_fill, &buf, 41, MI / 2, grid);
-            add_one(&vk, &q, &k_add, &buf, MI, grid);
+            fill(&dev, &q, &k_fill, &buf, 41, MI / 2, grid);
+            add_one(&dev, &q, &k_add, &buf, MI, grid);
             // A host read waits for the launches that use the buffer (no sync here).
-            let got = read_words(&vk, &buf);
+            let got = read_words(&dev, &buf);
             for (i, (&g, &s)) in got.iter().zip(&start).enumerate() {
                 let want = if i < (MI / 2) as usize {
                     42
@@ -97,12 +100,12 @@ fn add_one_and_fill_over_a_mebiword() {
                 assert_eq!(g, want, "{path} {kind:?}: word {i}");
             }
             // Freeing waits for the work that uses the buffer, too.
-            add_one(&vk, &q, &k_add, &buf, MI, grid);
-            vk.free(buf).unwrap();
+            add_one(&dev, &q, &k_add, &buf, MI, grid);
+            dev.free(buf).unwrap();
         }
-        vk.destroy_queue(q).unwrap();
+        dev.destroy_queue(q).unwrap();
         drop((k_fill, k_add));
-        vk.unload(module).unwrap();
+        module.unload().unwrap();
         close(vk);
     }
     assert_no_validation_errors("add_one_and_fill_over_a_mebiword");
@@ -116,13 +119,13 @@ fn any_block_size_runs_grid_times_block_threads() {
         return;
     };
     let dev = vk.devices().remove(0);
-    let max = vk.vulkan_info(&dev).unwrap().max_workgroup_size[0].min(1024);
-    let module = vk.load(&dev, &kernels()).unwrap();
-    let k_add = vk.kernel(&module, "add_one").unwrap();
-    let q = vk.queue(&dev).unwrap();
+    let max = dev.vulkan_info().max_workgroup_size[0].min(1024);
+    let module = dev.load(&kernels()).unwrap();
+    let k_add = module.kernel("add_one").unwrap();
+    let q = dev.queue().unwrap();
     const WORDS: usize = 4096;
-    let mut buf = vk.alloc(&dev, WORDS * 4, MemKind::Device).unwrap();
-    vk.fill(&mut buf, 0, WORDS * 4, 0).unwrap();
+    let mut buf = dev.alloc(WORDS * 4, MemKind::Device).unwrap();
+    dev.fill(&mut buf, 0, WORDS * 4, 0).unwrap();
     let mut model = vec![0u32; WORDS];
     let cases = [
         (1, 1, 1000),
@@ -139,7 +142,7 @@ fn any_block_size_runs_grid_times_block_threads() {
     ];
     for (grid, block, n) in cases {
         add_one(
-            &vk,
+            &dev,
             &q,
             &k_add,
             &buf,
@@ -153,19 +156,19 @@ fn any_block_size_runs_grid_times_block_threads() {
     }
     // A grid with a zero runs nothing.
     add_one(
-        &vk,
+        &dev,
         &q,
         &k_add,
         &buf,
         100,
         Dims::grid([0, 1, 1]).block([64, 1, 1]),
     );
-    vk.sync(&q).unwrap();
-    assert_eq!(read_words(&vk, &buf), model);
-    vk.free(buf).unwrap();
-    vk.destroy_queue(q).unwrap();
+    dev.sync(&q).unwrap();
+    assert_eq!(read_words(&dev, &buf), model);
+    dev.free(buf).unwrap();
+    dev.destroy_queue(q).unwrap();
     drop(k_add);
-    vk.unload(module).unwrap();
+    module.unload().unwrap();
     close(vk);
     assert_no_validation_errors("any_block_size_runs_grid_times_block_threads");
 }
@@ -178,43 +181,46 @@ fn every_spirv_version_reflects_the_same_parameters() {
         return;
     };
     let dev = vk.devices().remove(0);
-    let q = vk.queue(&dev).unwrap();
-    let mut buf = vk.alloc(&dev, 256, MemKind::Device).unwrap();
+    let q = dev.queue().unwrap();
+    let mut buf = dev.alloc(256, MemKind::Device).unwrap();
     for minor in 0..=6u8 {
         let image = spirv_of(common::KERNELS_WGSL, (1, minor));
-        let module = vk.load(&dev, &image).unwrap();
+        let module = dev.load(&image).unwrap();
         assert_eq!(module.spirv_version(), (1, minor));
         let names: Vec<&str> = module.entry_points().collect();
         assert_eq!(names, ["add_one", "fill", "noop"]);
-        let k_add = vk.kernel(&module, "add_one").unwrap();
-        let k_fill = vk.kernel(&module, "fill").unwrap();
-        let k_noop = vk.kernel(&module, "noop").unwrap();
-        assert_eq!(vk.params(&k_add), [ParamKind::Buffer, ParamKind::Scalar(4)]);
+        let k_add = module.kernel("add_one").unwrap();
+        let k_fill = module.kernel("fill").unwrap();
+        let k_noop = module.kernel("noop").unwrap();
         assert_eq!(
-            vk.params(&k_fill),
+            VulkanModule::params(&k_add),
+            [ParamKind::Buffer, ParamKind::Scalar(4)]
+        );
+        assert_eq!(
+            VulkanModule::params(&k_fill),
             [
                 ParamKind::Buffer,
                 ParamKind::Scalar(4),
                 ParamKind::Scalar(4)
             ]
         );
-        assert_eq!(vk.params(&k_noop), []);
-        vk.fill(&mut buf, 0, 256, 0).unwrap();
+        assert_eq!(VulkanModule::params(&k_noop), []);
+        dev.fill(&mut buf, 0, 256, 0).unwrap();
         let dims = Dims::grid([1, 1, 1]).block([64, 1, 1]);
-        fill(&vk, &q, &k_fill, &buf, u32::from(minor) + 10, 60, dims);
-        add_one(&vk, &q, &k_add, &buf, 30, dims);
-        vk.launch(&q, &k_noop, &dims, &[]).unwrap();
-        vk.sync(&q).unwrap();
-        let got = read_words(&vk, &buf);
+        fill(&dev, &q, &k_fill, &buf, u32::from(minor) + 10, 60, dims);
+        add_one(&dev, &q, &k_add, &buf, 30, dims);
+        dev.launch(&q, &k_noop, &dims, &[]).unwrap();
+        dev.sync(&q).unwrap();
+        let got = read_words(&dev, &buf);
         let v = u32::from(minor) + 10;
         assert!(got[..30].iter().all(|&w| w == v + 1), "1.{minor}: {got:?}");
         assert!(got[30..60].iter().all(|&w| w == v), "1.{minor}");
         assert!(got[60..].iter().all(|&w| w == 0), "1.{minor}");
         drop((k_add, k_fill, k_noop));
-        vk.unload(module).unwrap();
+        module.unload().unwrap();
     }
-    vk.free(buf).unwrap();
-    vk.destroy_queue(q).unwrap();
+    dev.free(buf).unwrap();
+    dev.destroy_queue(q).unwrap();
     close(vk);
     assert_no_validation_errors("every_spirv_version_reflects_the_same_parameters");
 }
@@ -232,7 +238,7 @@ fn instructions(w: &[u32]) -> impl Iterator<Item = (u32, usize)> + '_ {
 
 fn invalid_binary(vk: &VulkanPlatform, image: &[u8], what: &str) -> String {
     let dev = &vk.devices()[0];
-    match vk.load(dev, image) {
+    match dev.load(image) {
         Err(Error::InvalidBinary {
             backend, reason, ..
         }) => {
@@ -329,7 +335,7 @@ fn invalid_spirv_never_reaches_the_driver() {
                 w = h;
             }
             let dev = &vk.devices()[0];
-            let result = vk.load(dev, &bytes_of(&w));
+            let result = dev.load(&bytes_of(&w));
             prop_assert!(
                 matches!(result, Err(Error::InvalidBinary { .. })),
                 "{:?}",
@@ -345,9 +351,9 @@ fn invalid_spirv_never_reaches_the_driver() {
         "an invalid image reached vkCreateShaderModule"
     );
     // The platform is unharmed.
-    let module = vk.load(&vk.devices()[0], &good).unwrap();
-    assert!(vk.kernel(&module, "noop").is_ok());
-    vk.unload(module).unwrap();
+    let module = vk.devices()[0].load(&good).unwrap();
+    assert!(module.kernel("noop").is_ok());
+    module.unload().unwrap();
     close(vk);
     assert_no_validation_errors("invalid_spirv_never_reaches_the_driver");
 }
@@ -358,9 +364,9 @@ fn missing_entry_points_and_globals_are_symbol_not_found() {
         return;
     };
     let dev = vk.devices().remove(0);
-    let module = vk.load(&dev, &kernels()).unwrap();
+    let module = dev.load(&kernels()).unwrap();
     for name in ["missing", "add_on", "add_one_", "ADD_ONE", "", "main"] {
-        match vk.kernel(&module, name) {
+        match module.kernel(name) {
             Err(Error::SymbolNotFound { symbol, call, .. }) => {
                 assert_eq!(symbol, name);
                 assert_eq!(call, "Module::kernel");
@@ -371,19 +377,19 @@ fn missing_entry_points_and_globals_are_symbol_not_found() {
     // SPIR-V for Vulkan has no host-reachable globals.
     for name in ["buf", "add_one_args", "g"] {
         assert!(matches!(
-            vk.global(&module, name),
+            module.global(name),
             Err(Error::SymbolNotFound { .. })
         ));
         assert!(matches!(
-            vk.read_global(&module, name, 0, &mut [0; 4]),
+            module.read_global(name, 0, &mut [0; 4]),
             Err(Error::SymbolNotFound { .. })
         ));
         assert!(matches!(
-            vk.write_global(&module, name, 0, &[0; 4]),
+            module.write_global(name, 0, &[0; 4]),
             Err(Error::SymbolNotFound { .. })
         ));
     }
-    vk.unload(module).unwrap();
+    module.unload().unwrap();
     close(vk);
     assert_no_validation_errors("missing_entry_points_and_globals_are_symbol_not_found");
 }
@@ -406,15 +412,14 @@ fn mismatched_launches_are_invalid_argument() {
         return;
     };
     let dev = vk.devices().remove(0);
-    let module = vk.load(&dev, &kernels()).unwrap();
-    let k_add = vk.kernel(&module, "add_one").unwrap();
-    let k_fill = vk.kernel(&module, "fill").unwrap();
-    let q = vk.queue(&dev).unwrap();
-    let mut buf = vk.alloc(&dev, 256, MemKind::Device).unwrap();
-    vk.fill(&mut buf, 0, 256, 0x5A).unwrap();
-    let foreign = other
-        .alloc(&other.devices()[0], 256, MemKind::Device)
-        .unwrap();
+    let module = dev.load(&kernels()).unwrap();
+    let k_add = module.kernel("add_one").unwrap();
+    let k_fill = module.kernel("fill").unwrap();
+    let q = dev.queue().unwrap();
+    let mut buf = dev.alloc(256, MemKind::Device).unwrap();
+    dev.fill(&mut buf, 0, 256, 0x5A).unwrap();
+    let other_dev = other.devices().remove(0);
+    let foreign = other_dev.alloc(256, MemKind::Device).unwrap();
     let b = KernelArg::Buffer(&buf);
     let n = 64u32.to_ne_bytes();
     let n64 = 64u64.to_ne_bytes();
@@ -464,34 +469,35 @@ fn mismatched_launches_are_invalid_argument() {
     ];
     let launches = stats().launches;
     for (what, k, args, dims) in &cases {
-        let reason = invalid_argument(vk.launch(&q, k, dims, args), what);
+        let reason = invalid_argument(dev.launch(&q, k, dims, args), what);
         println!("{what}: {reason}");
     }
-    vk.sync(&q).unwrap();
-    assert!(read_words(&vk, &buf).iter().all(|&w| w == 0x5A5A_5A5A));
+    dev.sync(&q).unwrap();
+    assert!(read_words(&dev, &buf).iter().all(|&w| w == 0x5A5A_5A5A));
     assert!(stats().launches >= launches);
 
     // A queue of another platform.
-    let other_q = other.queue(&other.devices()[0]).unwrap();
+    let other_q = other_dev.queue().unwrap();
     invalid_argument(
-        vk.launch(&other_q, &k_add, &ok, &[b, u32s(&n)]),
+        dev.launch(&other_q, &k_add, &ok, &[b, u32s(&n)]),
         "foreign queue",
     );
 
     // The queue still works.
-    add_one(&vk, &q, &k_add, &buf, 16, ok);
-    vk.sync(&q).unwrap();
-    let got = read_words(&vk, &buf);
+    add_one(&dev, &q, &k_add, &buf, 16, ok);
+    dev.sync(&q).unwrap();
+    let got = read_words(&dev, &buf);
     assert!(got[..16].iter().all(|&w| w == 0x5A5A_5A5B));
     assert!(got[16..].iter().all(|&w| w == 0x5A5A_5A5A));
 
-    other.destroy_queue(other_q).unwrap();
-    other.free(foreign).unwrap();
+    other_dev.destroy_queue(other_q).unwrap();
+    other_dev.free(foreign).unwrap();
+    drop(other_dev);
     close(other);
-    vk.free(buf).unwrap();
-    vk.destroy_queue(q).unwrap();
+    dev.free(buf).unwrap();
+    dev.destroy_queue(q).unwrap();
     drop((k_add, k_fill));
-    vk.unload(module).unwrap();
+    module.unload().unwrap();
     close(vk);
     assert_no_validation_errors("mismatched_launches_are_invalid_argument");
 }
@@ -513,22 +519,22 @@ fn unsupported_shapes_are_typed_errors() {
         @compute @workgroup_size(1) fn uses_set_one() { other[0] = 1u; }
         @compute @workgroup_size(1) fn plain() { out[0] = 2u; }
     "#;
-    let module = vk.load(&dev, &spirv_of(uniform, (1, 3))).unwrap();
+    let module = dev.load(&spirv_of(uniform, (1, 3))).unwrap();
     for (name, expect) in [
         ("uses_uniform", "uniform buffer"),
         ("uses_set_one", "set 1"),
     ] {
-        match vk.kernel(&module, name) {
+        match module.kernel(name) {
             Err(Error::Unsupported { reason, .. }) => {
                 assert!(reason.contains(expect), "{name}: {reason}")
             }
             other => panic!("{name}: {:?}", other.map(|_| ())),
         }
     }
-    let plain = vk.kernel(&module, "plain").unwrap();
-    assert_eq!(vk.params(&plain), [ParamKind::Buffer]);
+    let plain = module.kernel("plain").unwrap();
+    assert_eq!(VulkanModule::params(&plain), [ParamKind::Buffer]);
     drop(plain);
-    vk.unload(module).unwrap();
+    module.unload().unwrap();
 
     // A binding number near u32::MAX (lavapipe crashes on such a set layout).
     let mut w = words(&kernels());
@@ -537,12 +543,12 @@ fn unsupported_shapes_are_typed_errors() {
         .unwrap()
         .1;
     w[binding + 3] = u32::MAX;
-    let module = vk.load(&dev, &bytes_of(&w)).unwrap();
-    match vk.kernel(&module, "add_one") {
+    let module = dev.load(&bytes_of(&w)).unwrap();
+    match module.kernel("add_one") {
         Err(Error::Unsupported { reason, .. }) => assert!(reason.contains("binding"), "{reason}"),
         other => panic!("binding u32::MAX: {:?}", other.map(|_| ())),
     }
-    vk.unload(module).unwrap();
+    module.unload().unwrap();
 
     let shared = r#"
         @group(0) @binding(0) var<storage, read_write> out: array<u32>;
@@ -554,14 +560,14 @@ fn unsupported_shapes_are_typed_errors() {
             out[g.x * 64u + i] = tile[63u - i];
         }
     "#;
-    let module = vk.load(&dev, &spirv_of(shared, (1, 3))).unwrap();
-    let k = vk.kernel(&module, "reverse").unwrap();
-    let q = vk.queue(&dev).unwrap();
-    let mut buf = vk.alloc(&dev, 128 * 4, MemKind::Device).unwrap();
+    let module = dev.load(&spirv_of(shared, (1, 3))).unwrap();
+    let k = module.kernel("reverse").unwrap();
+    let q = dev.queue().unwrap();
+    let mut buf = dev.alloc(128 * 4, MemKind::Device).unwrap();
     let data: Vec<u32> = (0..128).collect();
-    vk.write(&mut buf, 0, &bytes_of(&data)).unwrap();
+    dev.write(&mut buf, 0, &bytes_of(&data)).unwrap();
     let reason = invalid_argument(
-        vk.launch(
+        dev.launch(
             &q,
             &k,
             &Dims::grid([1, 1, 1]).block([128, 1, 1]),
@@ -570,21 +576,21 @@ fn unsupported_shapes_are_typed_errors() {
         "a larger block with workgroup memory",
     );
     assert!(reason.contains("workgroup memory"), "{reason}");
-    vk.launch(
+    dev.launch(
         &q,
         &k,
         &Dims::grid([2, 1, 1]).block([64, 1, 1]),
         &[KernelArg::Buffer(&buf)],
     )
     .unwrap();
-    vk.sync(&q).unwrap();
-    let got = read_words(&vk, &buf);
+    dev.sync(&q).unwrap();
+    let got = read_words(&dev, &buf);
     let want: Vec<u32> = (0..128).map(|i| (i / 64) * 64 + 63 - i % 64).collect();
     assert_eq!(got, want);
-    vk.free(buf).unwrap();
-    vk.destroy_queue(q).unwrap();
+    dev.free(buf).unwrap();
+    dev.destroy_queue(q).unwrap();
     drop(k);
-    vk.unload(module).unwrap();
+    module.unload().unwrap();
     close(vk);
     assert_no_validation_errors("unsupported_shapes_are_typed_errors");
 }
@@ -597,46 +603,46 @@ fn events_time_work_and_order_queues() {
         return;
     };
     let dev = vk.devices().remove(0);
-    let timestamps = vk.vulkan_info(&dev).unwrap().timestamp_valid_bits > 0;
-    let module = vk.load(&dev, &kernels()).unwrap();
-    let k_add = vk.kernel(&module, "add_one").unwrap();
-    let k_fill = vk.kernel(&module, "fill").unwrap();
-    let (a, b) = (vk.queue(&dev).unwrap(), vk.queue(&dev).unwrap());
-    let buf = vk.alloc(&dev, MI as usize * 4, MemKind::Device).unwrap();
+    let timestamps = dev.vulkan_info().timestamp_valid_bits > 0;
+    let module = dev.load(&kernels()).unwrap();
+    let k_add = module.kernel("add_one").unwrap();
+    let k_fill = module.kernel("fill").unwrap();
+    let (a, b) = (dev.queue().unwrap(), dev.queue().unwrap());
+    let buf = dev.alloc(MI as usize * 4, MemKind::Device).unwrap();
     let grid = Dims::grid([MI / 64, 1, 1]).block([64, 1, 1]);
     // Warm up the pipelines (lavapipe compiles at the first dispatch).
-    fill(&vk, &a, &k_fill, &buf, 0, MI, grid);
-    add_one(&vk, &a, &k_add, &buf, MI, grid);
-    vk.sync(&a).unwrap();
+    fill(&dev, &a, &k_fill, &buf, 0, MI, grid);
+    add_one(&dev, &a, &k_add, &buf, MI, grid);
+    dev.sync(&a).unwrap();
 
-    let start = vk.record(&a).unwrap();
+    let start = dev.record(&a).unwrap();
     assert_eq!(start.has_device_timestamp(), timestamps);
-    fill(&vk, &a, &k_fill, &buf, 7, MI, grid);
-    let filled = vk.record(&a).unwrap();
-    vk.wait_event(&b, &filled).unwrap();
-    add_one(&vk, &b, &k_add, &buf, MI, grid);
-    let end = vk.record(&b).unwrap();
-    vk.sync_event(&end).unwrap();
-    let fill_time = vk.elapsed(&start, &filled).unwrap();
-    let total = vk.elapsed(&start, &end).unwrap();
+    fill(&dev, &a, &k_fill, &buf, 7, MI, grid);
+    let filled = dev.record(&a).unwrap();
+    dev.wait_event(&b, &filled).unwrap();
+    add_one(&dev, &b, &k_add, &buf, MI, grid);
+    let end = dev.record(&b).unwrap();
+    dev.sync_event(&end).unwrap();
+    let fill_time = dev.elapsed(&start, &filled).unwrap();
+    let total = dev.elapsed(&start, &end).unwrap();
     println!("fill {fill_time:?}, fill + add_one {total:?} (device timestamps: {timestamps})");
     assert!(fill_time > std::time::Duration::ZERO);
     assert!(total >= fill_time);
-    assert!(read_words(&vk, &buf).iter().all(|&w| w == 8));
+    assert!(read_words(&dev, &buf).iter().all(|&w| w == 8));
     for e in [start, filled, end] {
-        vk.destroy_event(e).unwrap();
+        dev.destroy_event(e).unwrap();
     }
     // Events recorded with nothing before them complete at once.
-    let idle = vk.queue(&dev).unwrap();
-    let e = vk.record(&idle).unwrap();
-    vk.sync_event(&e).unwrap();
-    vk.destroy_event(e).unwrap();
+    let idle = dev.queue().unwrap();
+    let e = dev.record(&idle).unwrap();
+    dev.sync_event(&e).unwrap();
+    dev.destroy_event(e).unwrap();
     for q in [a, b, idle] {
-        vk.destroy_queue(q).unwrap();
+        dev.destroy_queue(q).unwrap();
     }
-    vk.free(buf).unwrap();
+    dev.free(buf).unwrap();
     drop((k_add, k_fill));
-    vk.unload(module).unwrap();
+    module.unload().unwrap();
     close(vk);
     assert_no_validation_errors("events_time_work_and_order_queues");
 }
@@ -651,13 +657,13 @@ fn teardown_with_work_in_flight_is_clean() {
     };
     let before = stats();
     let dev = vk.devices().remove(0);
-    let module = vk.load(&dev, &kernels()).unwrap();
-    let k_add = vk.kernel(&module, "add_one").unwrap();
-    let q = vk.queue(&dev).unwrap();
+    let module = dev.load(&kernels()).unwrap();
+    let k_add = module.kernel("add_one").unwrap();
+    let q = dev.queue().unwrap();
     let bufs: Vec<VulkanBuffer> = (0..4)
         .map(|_| {
-            let mut b = vk.alloc(&dev, MI as usize * 4, MemKind::Device).unwrap();
-            vk.fill(&mut b, 0, MI as usize * 4, 0).unwrap();
+            let mut b = dev.alloc(MI as usize * 4, MemKind::Device).unwrap();
+            dev.fill(&mut b, 0, MI as usize * 4, 0).unwrap();
             b
         })
         .collect();
@@ -666,7 +672,7 @@ fn teardown_with_work_in_flight_is_clean() {
             // Odd block sizes too: their pipelines are destroyed with the module.
             let block = if round % 2 == 0 { 64 } else { 32 };
             add_one(
-                &vk,
+                &dev,
                 &q,
                 &k_add,
                 buf,
@@ -675,15 +681,15 @@ fn teardown_with_work_in_flight_is_clean() {
             );
         }
     }
-    let event = vk.record(&q).unwrap();
+    let event = dev.record(&q).unwrap();
     drop(k_add);
-    vk.unload(module).unwrap(); // waits for the launches
+    module.unload().unwrap(); // waits for the launches
     for buf in bufs {
-        assert!(read_words(&vk, &buf).iter().all(|&w| w == 8));
-        vk.free(buf).unwrap();
+        assert!(read_words(&dev, &buf).iter().all(|&w| w == 8));
+        dev.free(buf).unwrap();
     }
-    vk.destroy_event(event).unwrap();
-    vk.destroy_queue(q).unwrap();
+    dev.destroy_event(event).unwrap();
+    dev.destroy_queue(q).unwrap();
     let after = stats();
     assert_eq!(after.live_modules, before.live_modules);
     assert_eq!(after.live_pipelines, before.live_pipelines);
@@ -692,13 +698,13 @@ fn teardown_with_work_in_flight_is_clean() {
     assert_eq!(after.live_events, before.live_events);
 
     // Work in flight at deinit: everything is dropped first, then deinit waits idle.
-    let module = vk.load(&dev, &kernels()).unwrap();
-    let k_add = vk.kernel(&module, "add_one").unwrap();
-    let q = vk.queue(&dev).unwrap();
-    let buf = vk.alloc(&dev, MI as usize * 4, MemKind::Device).unwrap();
+    let module = dev.load(&kernels()).unwrap();
+    let k_add = module.kernel("add_one").unwrap();
+    let q = dev.queue().unwrap();
+    let buf = dev.alloc(MI as usize * 4, MemKind::Device).unwrap();
     for _ in 0..8 {
         add_one(
-            &vk,
+            &dev,
             &q,
             &k_add,
             &buf,

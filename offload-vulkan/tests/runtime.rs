@@ -5,7 +5,8 @@
 mod common;
 
 use common::{pattern, serial, skip_or_fail};
-use offload_core::{Backend, BackendKind, Config, MemKind, NoPlatforms, Offload, Ready, Uninit};
+use offload_core::hal::{Device as _, Platform as _};
+use offload_core::{BackendKind, Config, MemKind, NoPlatforms, Offload, Ready, Uninit};
 use offload_vulkan::{VulkanPlatform, stats};
 
 type Runtime = Offload<Ready, NoPlatforms>;
@@ -151,12 +152,13 @@ fn hundred_backend_cycles_release_everything() {
         let vk = VulkanPlatform::open(&config).unwrap();
         let dev = vk.devices().remove(0);
         assert_eq!(vk.live_allocations(), 0);
-        let mut buf = vk.alloc(&dev, 3, MemKind::Host).unwrap();
-        vk.write(&mut buf, 0, &[1, 2, 3]).unwrap();
+        let mut buf = dev.alloc(3, MemKind::Host).unwrap();
+        dev.write(&mut buf, 0, &[1, 2, 3]).unwrap();
         let mut out = [0u8; 3];
-        vk.read(&buf, 0, &mut out).unwrap();
+        dev.read(&buf, 0, &mut out).unwrap();
         assert_eq!(out, [1, 2, 3], "cycle {cycle}");
-        vk.free(buf).unwrap();
+        dev.free(buf).unwrap();
+        drop(dev);
         vk.deinit().unwrap();
         // deinit destroyed the device and the instance, before the platform is dropped.
         assert_all_released("after deinit");
@@ -181,8 +183,9 @@ fn dropping_an_open_platform_releases_everything() {
         }
     };
     let dev = vk.devices().remove(0);
-    let buf = vk.alloc(&dev, 10, MemKind::Device).unwrap();
-    vk.free(buf).unwrap();
+    let buf = dev.alloc(10, MemKind::Device).unwrap();
+    dev.free(buf).unwrap();
+    drop(dev);
     assert!(stats().live_instances >= 1);
     drop(vk); // no deinit: Drop still destroys the device and the instance
     assert_all_released("after drop without deinit");

@@ -22,9 +22,9 @@
 //!   order. `device_info` gives the device's name, its vendor (`Intel` for PCI vendor
 //!   0x8086), the sum of its memories' sizes and its execution units (slices × sub-slices
 //!   per slice × EUs per sub-slice).
-//! - **Memory** ([`ZeBuffer`]): not implemented yet. `alloc` answers `Error::Unsupported`,
-//!   and a [`ZeBuffer`] cannot exist, so no other memory call can be reached. Programs,
-//!   kernels and queues answer `Error::Unsupported` too (from the core).
+//! - **Memory, programs, queues**: not implemented yet. `alloc`, `Program::load` and
+//!   `Device::queue` answer `Error::Unsupported`; their objects are `offload_core::hal::Never`,
+//!   so no other call on them can be reached.
 //! - **Shutdown**: Level Zero has no deinitialisation (nothing undoes `zeInit`), so
 //!   `deinit` only counts ([`stats`]). The platform and its devices share the library guard;
 //!   it is released when the runtime drops them, right after `deinit`. The loader itself
@@ -32,12 +32,13 @@
 //!   code, and a later open finds it again.
 //!
 //! ```
-//! use offload_core::{Backend, Config, Error};
+//! use offload_core::hal::{Device as _, Platform as _};
+//! use offload_core::{Config, Error};
 //! use offload_ze::ZePlatform;
 //! match ZePlatform::open(&Config::default()) {
 //!     Ok(ze) => {
 //!         for dev in ze.devices() {
-//!             let info = ze.device_info(&dev)?;
+//!             let info = dev.info()?;
 //!             println!("{}: {} bytes, {} EUs", info.name, info.memory, info.compute_units);
 //!         }
 //!         ze.deinit()?;
@@ -92,7 +93,8 @@ pub type ZeStats = offload_driver::Stats;
 /// Reads the process-wide counters.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config};
 /// let before = offload_ze::stats();
 /// if offload_ze::ZePlatform::open(&Config::default()).is_err() {
 ///     // A probe that finds no Level Zero device opens nothing.
@@ -110,14 +112,15 @@ pub fn stats() -> ZeStats {
 /// assert_eq!(offload_ze::platform().kind(), offload_core::BackendKind::Ze);
 /// ```
 pub fn platform() -> PlatformEntry {
-    PlatformEntry::memory_only::<ZePlatform>()
+    PlatformEntry::of::<ZePlatform>()
 }
 
 /// The Level Zero platform: the loader, initialised, with its drivers' devices (at least
 /// one).
 ///
 /// ```
-/// use offload_core::{Backend, Config, Error};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config, Error};
 /// match offload_ze::ZePlatform::open(&Config::default()) {
 ///     Ok(ze) => {
 ///         println!("{}: {} device(s)", ze.name(), ze.devices().len());
@@ -137,7 +140,8 @@ pub type ZePlatform = offload_driver::Platform<ZeDriver>;
 /// driver's devices in its order.
 ///
 /// ```
-/// use offload_core::{Backend, Config};
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config};
 /// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else {
 ///     return; // no Level Zero device on this machine
 /// };
@@ -146,19 +150,6 @@ pub type ZePlatform = offload_driver::Platform<ZeDriver>;
 /// }
 /// ```
 pub type ZeDevice = offload_driver::Device<ZeDriver>;
-
-/// Level Zero memory: none yet. The type has no values, so no buffer can be handed out, and
-/// every memory call but `alloc` (which answers `Error::Unsupported`) is unreachable.
-///
-/// ```
-/// use offload_core::{Backend, Config, Error, MemKind};
-/// if let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) {
-///     let dev = ze.devices().remove(0);
-///     let e = ze.alloc(&dev, 64, MemKind::Device).unwrap_err();
-///     assert!(matches!(e, Error::Unsupported { .. }));
-/// }
-/// ```
-pub type ZeBuffer = offload_driver::Buffer<ZeDriver>;
 
 /// The Level Zero loader as [`ZePlatform`] uses it: the library and its entry points.
 ///

@@ -8,7 +8,8 @@
 //! where they fail: a green CI means the real loader ran. On a machine with a Level Zero
 //! device the same tests check the devices instead.
 
-use offload_core::{Backend, BackendKind, Config, Error, MemKind, NoPlatforms, Offload, Uninit};
+use offload_core::hal::{Device as _, Platform as _};
+use offload_core::{BackendKind, Config, Error, MemKind, NoPlatforms, Offload, Uninit};
 use offload_ze::ZePlatform;
 
 /// What probing this machine found.
@@ -76,12 +77,13 @@ fn opening_without_a_driver_is_driver_not_found() {
             let devices = ze.devices();
             assert!(!devices.is_empty());
             for dev in &devices {
-                let info = ze.device_info(dev).unwrap();
+                let info = dev.info().unwrap();
                 assert_eq!(info.backend, BackendKind::Ze);
                 assert!(!info.name.is_empty() && info.memory > 0);
-                let e = ze.alloc(dev, 64, MemKind::Device).unwrap_err();
+                let e = dev.alloc(64, MemKind::Device).unwrap_err();
                 assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
             }
+            drop(devices);
             ze.deinit().unwrap();
         }
     }

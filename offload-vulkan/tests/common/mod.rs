@@ -5,7 +5,8 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use offload_core::{Backend, Config, Error};
+use offload_core::hal::Platform as _;
+use offload_core::{Config, Error};
 use offload_vulkan::{VulkanOptions, VulkanPlatform};
 
 /// Whether this run is CI (`CI=true`): there a missing driver fails instead of skipping,
@@ -176,19 +177,13 @@ pub struct Validated(pub VulkanPlatform);
 
 mod validated {
     use super::Validated;
-    use offload_core::{
-        Backend, BackendKind, Compute, Config, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind,
-        ParamKind, Result,
-    };
-    use offload_vulkan::{
-        VulkanBuffer, VulkanDevice, VulkanEvent, VulkanKernel, VulkanModule, VulkanOptions,
-        VulkanPlatform, VulkanQueue,
-    };
-    use std::time::Duration;
+    use offload_core::hal::Platform;
+    use offload_core::{BackendKind, Config, Result};
+    use offload_vulkan::{VulkanDevice, VulkanOptions, VulkanPlatform};
 
-    impl Backend for Validated {
+    /// Only the platform differs: its devices are the Vulkan backend's own.
+    impl Platform for Validated {
         type Device = VulkanDevice;
-        type Buffer = VulkanBuffer;
         const KIND: BackendKind = BackendKind::Vulkan;
 
         fn open(config: &Config) -> Result<Self> {
@@ -201,101 +196,8 @@ mod validated {
         fn devices(&self) -> Vec<VulkanDevice> {
             self.0.devices()
         }
-        fn device_info(&self, d: &VulkanDevice) -> Result<DeviceInfo> {
-            self.0.device_info(d)
-        }
-        fn alloc(&self, d: &VulkanDevice, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
-            self.0.alloc(d, size, kind)
-        }
-        fn free(&self, b: VulkanBuffer) -> Result<()> {
-            self.0.free(b)
-        }
-        fn read(&self, b: &VulkanBuffer, at: usize, dst: &mut [u8]) -> Result<()> {
-            self.0.read(b, at, dst)
-        }
-        fn write(&self, b: &mut VulkanBuffer, at: usize, src: &[u8]) -> Result<()> {
-            self.0.write(b, at, src)
-        }
-        fn fill(&self, b: &mut VulkanBuffer, at: usize, len: usize, value: u8) -> Result<()> {
-            self.0.fill(b, at, len, value)
-        }
-        fn copy(
-            &self,
-            s: &VulkanBuffer,
-            so: usize,
-            d: &mut VulkanBuffer,
-            dof: usize,
-            len: usize,
-        ) -> Result<()> {
-            self.0.copy(s, so, d, dof, len)
-        }
-        fn copy_within(&self, b: &mut VulkanBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-            self.0.copy_within(b, so, d, len)
-        }
         fn deinit(&self) -> Result<()> {
             self.0.deinit()
-        }
-    }
-
-    impl Compute for Validated {
-        type Module = VulkanModule;
-        type Kernel = VulkanKernel;
-        type Queue = VulkanQueue;
-        type Event = VulkanEvent;
-
-        fn load(&self, d: &VulkanDevice, image: &[u8]) -> Result<VulkanModule> {
-            self.0.load(d, image)
-        }
-        fn unload(&self, m: VulkanModule) -> Result<()> {
-            self.0.unload(m)
-        }
-        fn kernel(&self, m: &VulkanModule, name: &str) -> Result<VulkanKernel> {
-            self.0.kernel(m, name)
-        }
-        fn params<'k>(&self, k: &'k VulkanKernel) -> &'k [ParamKind] {
-            self.0.params(k)
-        }
-        fn global(&self, m: &VulkanModule, name: &str) -> Result<GlobalInfo> {
-            self.0.global(m, name)
-        }
-        fn read_global(&self, m: &VulkanModule, n: &str, at: usize, d: &mut [u8]) -> Result<()> {
-            self.0.read_global(m, n, at, d)
-        }
-        fn write_global(&self, m: &VulkanModule, n: &str, at: usize, s: &[u8]) -> Result<()> {
-            self.0.write_global(m, n, at, s)
-        }
-        fn queue(&self, d: &VulkanDevice) -> Result<VulkanQueue> {
-            self.0.queue(d)
-        }
-        fn destroy_queue(&self, q: VulkanQueue) -> Result<()> {
-            self.0.destroy_queue(q)
-        }
-        fn launch(
-            &self,
-            q: &VulkanQueue,
-            k: &VulkanKernel,
-            dims: &Dims,
-            args: &[KernelArg<'_, VulkanBuffer>],
-        ) -> Result<()> {
-            self.0.launch(q, k, dims, args)
-        }
-        fn sync(&self, q: &VulkanQueue) -> Result<()> {
-            self.0.sync(q)
-        }
-        fn record(&self, q: &VulkanQueue) -> Result<VulkanEvent> {
-            self.0.record(q)
-        }
-        fn wait_event(&self, q: &VulkanQueue, e: &VulkanEvent) -> Result<()> {
-            self.0.wait_event(q, e)
-        }
-        fn sync_event(&self, e: &VulkanEvent) -> Result<()> {
-            self.0.sync_event(e)
-        }
-        fn elapsed(&self, a: &VulkanEvent, b: &VulkanEvent) -> Result<Duration> {
-            self.0.elapsed(a, b)
-        }
-        fn destroy_event(&self, e: VulkanEvent) -> Result<()> {
-            self.0.destroy_event(e)
         }
     }
 }

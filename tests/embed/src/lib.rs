@@ -11,7 +11,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use offload::{Backend, BackendKind, Config, DeviceInfo, MemKind, Offload, PlatformEntry};
+use offload::{BackendKind, Config, MemKind, Offload, PlatformEntry, hal};
 
 /// Status: success.
 pub const OK: i32 = 0;
@@ -69,7 +69,7 @@ pub extern "C" fn offload_embed_init() -> i32 {
 pub extern "C" fn offload_embed_init_traced() -> i32 {
     install(|| {
         Offload::builder()
-            .platform(PlatformEntry::memory_only::<Traced>())
+            .platform(PlatformEntry::of::<Traced>())
             .start()
     })
 }
@@ -172,17 +172,8 @@ pub extern "C" fn offload_embed_counter() -> u64 {
 #[derive(Debug)]
 pub struct Traced;
 
-/// A device of [`Traced`] (it has none).
-#[derive(Debug)]
-pub enum NoDevice {}
-
-/// A buffer of [`Traced`] (there can be none).
-#[derive(Debug)]
-pub enum NoBuffer {}
-
-impl Backend for Traced {
-    type Device = NoDevice;
-    type Buffer = NoBuffer;
+impl hal::Platform for Traced {
+    type Device = hal::Never;
     const KIND: BackendKind = BackendKind::Reference;
 
     fn open(_config: &Config) -> offload::Result<Self> {
@@ -193,59 +184,8 @@ impl Backend for Traced {
         "offload-embed traced".into()
     }
 
-    fn devices(&self) -> Vec<NoDevice> {
+    fn devices(&self) -> Vec<hal::Never> {
         Vec::new()
-    }
-
-    fn device_info(&self, device: &NoDevice) -> offload::Result<DeviceInfo> {
-        match *device {}
-    }
-
-    fn alloc(&self, device: &NoDevice, _size: usize, _kind: MemKind) -> offload::Result<NoBuffer> {
-        match *device {}
-    }
-
-    fn free(&self, buffer: NoBuffer) -> offload::Result<()> {
-        match buffer {}
-    }
-
-    fn read(&self, buffer: &NoBuffer, _offset: usize, _dst: &mut [u8]) -> offload::Result<()> {
-        match *buffer {}
-    }
-
-    fn write(&self, buffer: &mut NoBuffer, _offset: usize, _src: &[u8]) -> offload::Result<()> {
-        match *buffer {}
-    }
-
-    fn fill(
-        &self,
-        buffer: &mut NoBuffer,
-        _offset: usize,
-        _len: usize,
-        _value: u8,
-    ) -> offload::Result<()> {
-        match *buffer {}
-    }
-
-    fn copy(
-        &self,
-        src: &NoBuffer,
-        _src_offset: usize,
-        _dst: &mut NoBuffer,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> offload::Result<()> {
-        match *src {}
-    }
-
-    fn copy_within(
-        &self,
-        buffer: &mut NoBuffer,
-        _src_offset: usize,
-        _dst_offset: usize,
-        _len: usize,
-    ) -> offload::Result<()> {
-        match *buffer {}
     }
 
     fn deinit(&self) -> offload::Result<()> {

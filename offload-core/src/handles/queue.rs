@@ -11,76 +11,73 @@ use std::fmt;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
-use crate::backend::{BackendKind, Dims, KernelArg, ParamKind};
-use crate::dynamic::{AnyObject, DynPlatform};
+use crate::erased::{DynBuffer, DynEvent, DynQueue};
 use crate::error::{Error, Result};
-use crate::handles::{Allocation, Buffer, Device, DeviceKey};
-use crate::program::Kernel;
-use crate::runtime::{self, Generation};
-use crate::sync::{lock, read, write};
+use crate::hal::{BackendKind, Dims, KernelArg, ParamKind};
+use crate::handles::buffer::Allocation;
+use crate::handles::{Buffer, Device, Kernel};
+use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
+use crate::sync::read;
 
-slotmap::new_key_type! {
-    /// Key of a queue in its generation.
-    pub(crate) struct QueueKey;
-    /// Key of an event in its generation.
-    pub(crate) struct EventKey;
+/// A queue or event as its generation lists it: the backend object, until released.
+pub(crate) struct Entry<T: ?Sized> {
+    device: DeviceKey,
+    backend: BackendKind,
+    state: RwLock<Option<Box<T>>>,
 }
 
-/// A backend object of a queue or event, with its platform.
-pub(crate) struct Held {
-    pub(crate) platform: Arc<dyn DynPlatform>,
-    pub(crate) raw: AnyObject,
-}
-
-/// A queue or event as its generation lists it.
-pub(crate) struct Entry {
-    pub(crate) device: DeviceKey,
-    pub(crate) backend: BackendKind,
-    pub(crate) state: RwLock<Option<Held>>,
-}
-
-impl Entry {
-    pub(crate) fn new(
-        device: DeviceKey,
-        backend: BackendKind,
-        platform: Arc<dyn DynPlatform>,
-        raw: AnyObject,
-    ) -> Arc<Entry> {
+impl<T: ?Sized> Entry<T> {
+    fn new(device: DeviceKey, backend: BackendKind, raw: Box<T>) -> Arc<Self> {
         Arc::new(Entry {
             device,
             backend,
-            state: RwLock::new(Some(Held { platform, raw })),
+            state: RwLock::new(Some(raw)),
         })
     }
 
-    fn with<T>(&self, f: impl FnOnce(&Held) -> Result<T>) -> Result<T> {
+    fn with<R>(&self, f: impl FnOnce(&T) -> Result<R>) -> Result<R> {
         let guard = read(&self.state);
         f(guard.as_ref().ok_or(Error::ShutDown)?)
     }
 
-    /// Syncs and destroys a queue (idempotent).
-    pub(crate) fn destroy_queue(&self) -> Result<()> {
-        match write(&self.state).take() {
-            Some(h) => {
-                let synced = h.platform.sync(&*h.raw);
-                let destroyed = h.platform.destroy_queue(h.raw);
-                Error::join(
-                    [synced.err(), destroyed.err()]
-                        .into_iter()
-                        .flatten()
-                        .collect(),
-                )
-            }
+    /// The backend object, taken once (waits for calls in flight on it).
+    fn take(&self) -> Option<Box<T>> {
+        crate::sync::write(&self.state).take()
+    }
+}
+
+impl Resource for Entry<dyn DynQueue> {
+    /// L4's first step: drain.
+    fn prepare(self: Arc<Self>, _generation: &Arc<Generation>) -> Result<()> {
+        match read(&self.state).as_ref() {
+            Some(queue) => queue.sync(),
             None => Ok(()),
         }
     }
 
-    /// Destroys an event (idempotent).
-    pub(crate) fn destroy_event(&self) -> Result<()> {
-        match write(&self.state).take() {
-            Some(h) => h.platform.destroy_event(h.raw),
-            None => Ok(()),
-        }
+    fn release(self: Arc<Self>) -> Result<()> {
+        self.take().map_or(Ok(()), |queue| queue.destroy())
+    }
+}
+
+impl Resource for Entry<dyn DynEvent> {
+    fn release(self: Arc<Self>) -> Result<()> {
+        self.take().map_or(Ok(()), |event| event.destroy())
+    }
+}
+
+/// Forgets a queue or event in its generation, then releases it (holding the generation so
+/// teardown cannot deinitialise the platform meanwhile; after teardown, it released it).
+fn forget<T: ?Sized>(generation: &Generation, kind: Kind, key: ResourceKey, entry: Arc<Entry<T>>)
+where
+    Entry<T>: Resource,
+{
+    let released = generation.with_live(|live| {
+        live.forget(kind, key);
+        Ok(entry.release())
+    });
+    if let Ok(result) = released {
+        generation.defer(result);
     }
 }
 
@@ -182,35 +179,26 @@ impl<'a> Arg<'a> {
 /// ```
 pub struct Queue {
     generation: Arc<Generation>,
-    key: QueueKey,
-    entry: Arc<Entry>,
+    key: ResourceKey,
+    entry: Arc<Entry<dyn DynQueue>>,
 }
 
-impl Device {
-    /// Creates a queue on this device.
-    ///
-    /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
-    /// let queue = rt.devices()?[0].queue()?;
-    /// queue.sync()?;
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn queue(&self) -> Result<Queue> {
-        let generation = self.generation();
-        let guard = read(&generation.live);
-        let live = guard.as_ref().ok_or(Error::ShutDown)?;
-        if generation.is_closing() {
-            return Err(Error::ShutDown);
-        }
-        let slot = live.devices.get(self.key()).ok_or(Error::ShutDown)?;
-        let platform = &live.platforms[slot.platform];
-        let raw = platform.raw.queue(&*slot.raw)?;
-        let entry = Entry::new(self.key(), platform.kind, platform.raw.clone(), raw);
-        let key = lock(&live.queues).insert(entry.clone());
-        Ok(Queue {
-            generation: generation.clone(),
-            key,
-            entry,
+impl Queue {
+    /// Creates a queue on `device` and lists it in its generation.
+    pub(crate) fn create(device: &Device) -> Result<Queue> {
+        let generation = device.generation();
+        generation.with_live(|live| {
+            if generation.is_closing() {
+                return Err(Error::ShutDown);
+            }
+            let raw = live.device(device.key())?.clone().queue()?;
+            let entry = Entry::new(device.key(), device.backend(), raw);
+            let (key, entry) = live.register(Kind::Queue, |_| entry)?;
+            Ok(Queue {
+                generation: generation.clone(),
+                key,
+                entry,
+            })
         })
     }
 }
@@ -281,7 +269,7 @@ impl Queue {
                 buffers.dedup_by_key(|b| b.entry_ptr());
                 let guards: Vec<RwLockWriteGuard<'_, Option<Allocation>>> =
                     buffers.iter().map(|b| b.lock_exclusive()).collect();
-                let mut raw_args: Vec<KernelArg<'_, dyn std::any::Any>> =
+                let mut raw_args: Vec<KernelArg<'_, dyn DynBuffer>> =
                     Vec::with_capacity(args.len());
                 for arg in args {
                     raw_args.push(match arg {
@@ -298,9 +286,7 @@ impl Queue {
                 }
                 let kernels = read(&loaded.kernels);
                 let raw_kernel = kernels.get(kernel.index).ok_or(Error::ShutDown)?;
-                queue
-                    .platform
-                    .launch(&*queue.raw, &*raw_kernel.raw, &dims, &raw_args)
+                queue.launch(&*raw_kernel.raw, &dims, &raw_args)
             })
         })
     }
@@ -313,7 +299,7 @@ impl Queue {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
-        self.entry.with(|q| q.platform.sync(&*q.raw))
+        self.entry.with(|q| q.sync())
     }
 
     /// Copies `src` into `buffer` at `offset`, after the work enqueued so far.
@@ -404,24 +390,17 @@ impl Queue {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn record(&self) -> Result<Event> {
-        let raw = self
-            .entry
-            .with(|q| Ok((q.platform.clone(), q.platform.record(&*q.raw)?)))?;
-        let entry = Entry::new(self.entry.device, self.entry.backend, raw.0, raw.1);
-        let key = {
-            let live = read(&self.generation.live);
-            match live.as_ref() {
-                Some(live) => lock(&live.events).insert(entry.clone()),
-                None => {
-                    entry.destroy_event()?;
-                    return Err(Error::ShutDown);
-                }
-            }
-        };
-        Ok(Event {
-            generation: self.generation.clone(),
-            key,
-            entry,
+        // The generation is held across (locks in the order generation, then object, as
+        // everywhere): teardown cannot release its events before this one is listed.
+        self.generation.with_live(|live| {
+            let raw = self.entry.with(|q| q.record())?;
+            let entry = Entry::new(self.entry.device, self.entry.backend, raw);
+            let (key, entry) = live.register(Kind::Event, |_| entry)?;
+            Ok(Event {
+                generation: self.generation.clone(),
+                key,
+                entry,
+            })
         })
     }
 
@@ -444,7 +423,7 @@ impl Queue {
                         format!("{event:?} is of another device than {self}"),
                     ));
                 }
-                q.platform.wait_event(&*q.raw, &*e.raw)
+                q.wait(e)
             })
         })
     }
@@ -495,8 +474,7 @@ fn check_args(
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        let result = runtime::forget_queue(&self.generation, self.key, &self.entry);
-        self.generation.defer(result);
+        forget(&self.generation, Kind::Queue, self.key, self.entry.clone());
     }
 }
 
@@ -527,8 +505,8 @@ impl fmt::Debug for Queue {
 /// ```
 pub struct Event {
     generation: Arc<Generation>,
-    key: EventKey,
-    entry: Arc<Entry>,
+    key: ResourceKey,
+    entry: Arc<Entry<dyn DynEvent>>,
 }
 
 impl Event {
@@ -540,7 +518,7 @@ impl Event {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
-        self.entry.with(|e| e.platform.sync_event(&*e.raw))
+        self.entry.with(|e| e.sync())
     }
 
     /// Device time from `start` to this event (both completed).
@@ -564,7 +542,7 @@ impl Event {
                         "the events are of different devices".into(),
                     ));
                 }
-                e.platform.elapsed(&*s.raw, &*e.raw)
+                e.elapsed_since(s)
             })
         })
     }
@@ -572,8 +550,7 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        let result = runtime::forget_event(&self.generation, self.key, &self.entry);
-        self.generation.defer(result);
+        forget(&self.generation, Kind::Event, self.key, self.entry.clone());
     }
 }
 

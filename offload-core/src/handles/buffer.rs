@@ -1,9 +1,4 @@
-//! The handles users hold: `Device` and `Buffer`.
-//!
-//! A handle is an owning, non-`Copy` wrapper: a generational key (slotmap) plus a reference
-//! to the runtime generation that made it. It never holds a driver object directly: those
-//! live in the generation and are released by its teardown, so a handle that outlives its
-//! runtime only ever sees `Error::ShutDown` (L3), and dropping it then does nothing.
+//! [`Buffer`]: memory on a device, and its synchronous copies.
 //!
 //! A buffer keeps its backend allocation behind its own `RwLock<Option<_>>`: every call
 //! holds it shared, and teardown takes it exclusively, which drains the calls in flight.
@@ -11,122 +6,15 @@
 //! two concurrent copies into the same bytes are sound is the backend's business (each
 //! backend's safe API must make it so on its own).
 
-use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
-use crate::backend::{BackendKind, DeviceInfo, MemKind};
-use crate::dynamic::DynBuffer;
+use crate::erased::DynBuffer;
 use crate::error::{Error, Result};
-use crate::runtime::{self, Generation};
+use crate::hal::{BackendKind, MemKind};
+use crate::handles::Device;
+use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
 use crate::sync::{read, write};
-
-slotmap::new_key_type! {
-    /// Key of a device in its generation.
-    pub(crate) struct DeviceKey;
-    /// Key of a buffer in its generation.
-    pub(crate) struct BufferKey;
-}
-
-/// A device of a live runtime. Cheap to clone; all clones name the same device.
-///
-/// ```
-/// use offload_core::{BackendKind, MemKind, reference::Offload};
-/// let rt = Offload::init()?;
-/// let dev = rt.devices()?.remove(0);
-/// assert_eq!(dev.backend(), BackendKind::Reference);
-/// let buf = dev.alloc(16, MemKind::Device)?;
-/// assert_eq!(buf.len(), 16);
-/// # Ok::<(), offload_core::Error>(())
-/// ```
-#[derive(Clone)]
-pub struct Device {
-    generation: Arc<Generation>,
-    key: DeviceKey,
-    backend: BackendKind,
-}
-
-impl Device {
-    pub(crate) fn new(generation: Arc<Generation>, key: DeviceKey, backend: BackendKind) -> Self {
-        Device {
-            generation,
-            key,
-            backend,
-        }
-    }
-
-    pub(crate) fn generation(&self) -> &Arc<Generation> {
-        &self.generation
-    }
-
-    pub(crate) fn key(&self) -> DeviceKey {
-        self.key
-    }
-
-    /// The backend that drives this device. Works after shutdown too (it is identity, not
-    /// state).
-    ///
-    /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// assert_eq!(dev.backend().name(), "reference");
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn backend(&self) -> BackendKind {
-        self.backend
-    }
-
-    /// What the device says about itself.
-    ///
-    /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
-    /// let info = rt.devices()?[0].info()?;
-    /// assert!(info.memory > 0);
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn info(&self) -> Result<DeviceInfo> {
-        runtime::device_info(self)
-    }
-
-    /// Allocates `size` bytes of `kind` memory. A zero size is `InvalidArgument`; more
-    /// than the device has is `OutOfMemory`.
-    ///
-    /// ```
-    /// use offload_core::{Error, MemKind};
-    /// let rt = offload_core::reference::Offload::init()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// assert!(matches!(dev.alloc(0, MemKind::Device), Err(Error::InvalidArgument { .. })));
-    /// assert!(matches!(dev.alloc(1 << 62, MemKind::Device), Err(Error::OutOfMemory { .. })));
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn alloc(&self, size: usize, kind: MemKind) -> Result<Buffer> {
-        runtime::alloc(self, size, kind)
-    }
-}
-
-impl PartialEq for Device {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.generation, &other.generation) && self.key == other.key
-    }
-}
-
-impl Eq for Device {}
-
-impl fmt::Display for Device {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} device {:?} of generation {}",
-            self.backend, self.key, self.generation.id
-        )
-    }
-}
-
-impl fmt::Debug for Device {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
 
 /// The live part of a buffer: its backend allocation, with its platform.
 pub(crate) struct Allocation {
@@ -135,8 +23,8 @@ pub(crate) struct Allocation {
 
 impl Allocation {
     /// The backend buffer, for a launch's arguments.
-    pub(crate) fn raw(&self) -> &(dyn Any + Send + Sync) {
-        self.raw.as_any()
+    pub(crate) fn raw(&self) -> &(dyn DynBuffer + 'static) {
+        &*self.raw
     }
 }
 
@@ -150,28 +38,18 @@ pub(crate) struct BufferEntry {
 }
 
 impl BufferEntry {
-    pub(crate) fn new(
-        device: DeviceKey,
-        backend: BackendKind,
-        size: usize,
-        kind: MemKind,
-        raw: Box<dyn DynBuffer>,
-    ) -> Self {
-        BufferEntry {
-            device,
-            backend,
-            size,
-            kind,
-            allocation: RwLock::new(Some(Allocation { raw })),
-        }
-    }
-
     /// Frees the allocation if it is still there (waits for copies in flight).
-    pub(crate) fn release(&self) -> Result<()> {
+    fn free(&self) -> Result<()> {
         match write(&self.allocation).take() {
             Some(a) => a.raw.free(),
             None => Ok(()),
         }
+    }
+}
+
+impl Resource for BufferEntry {
+    fn release(self: Arc<Self>) -> Result<()> {
+        self.free()
     }
 }
 
@@ -193,21 +71,37 @@ impl BufferEntry {
 /// ```
 pub struct Buffer {
     generation: Arc<Generation>,
-    key: BufferKey,
+    key: ResourceKey,
     entry: Arc<BufferEntry>,
 }
 
 impl Buffer {
-    pub(crate) fn new(
-        generation: Arc<Generation>,
-        key: BufferKey,
-        entry: Arc<BufferEntry>,
-    ) -> Self {
-        Buffer {
-            generation,
-            key,
-            entry,
-        }
+    /// Allocates on `device` and lists the buffer in its generation.
+    pub(crate) fn alloc(device: &Device, size: usize, kind: MemKind) -> Result<Buffer> {
+        let generation = device.generation();
+        generation.with_live(|live| {
+            let raw_device = live.device(device.key())?;
+            if size == 0 {
+                return Err(Error::invalid(
+                    "Device::alloc",
+                    format!("zero-size allocation on {device}"),
+                ));
+            }
+            let raw = raw_device.clone().alloc(size, kind)?;
+            let entry = Arc::new(BufferEntry {
+                device: device.key(),
+                backend: device.backend(),
+                size,
+                kind,
+                allocation: RwLock::new(Some(Allocation { raw })),
+            });
+            let (key, entry) = live.register(Kind::Buffer, |_| entry)?;
+            Ok(Buffer {
+                generation: generation.clone(),
+                key,
+                entry,
+            })
+        })
     }
 
     /// Size in bytes (fixed at allocation; valid after shutdown too).
@@ -437,13 +331,22 @@ impl Buffer {
     /// ```
     pub fn free(self) -> Result<()> {
         // The drop that follows finds nothing left to free.
-        runtime::free(&self.generation, self.key, &self.entry)
+        self.release()
+    }
+
+    /// Forgets the buffer in its generation and frees it, holding the generation so a
+    /// concurrent teardown cannot deinitialise the platform in between.
+    fn release(&self) -> Result<()> {
+        self.generation.with_live(|live| {
+            live.forget(Kind::Buffer, self.key);
+            self.entry.free()
+        })
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        match runtime::free(&self.generation, self.key, &self.entry) {
+        match self.release() {
             Ok(()) | Err(Error::ShutDown) => {}
             Err(e) => self.generation.defer(Err(e)),
         }

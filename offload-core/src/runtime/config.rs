@@ -5,8 +5,8 @@
 //! fixes the configuration; later `init`s share it. This module reads the environment and
 //! nothing else: it never caches what it read in a static.
 
-use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+use crate::hal::BackendKind;
 
 /// Default capacity of the sender-side IPC cache (I2).
 pub const DEFAULT_IPC_CACHE_SIZE: usize = 16;

@@ -1,31 +1,26 @@
-//! The lifecycle: reference-counted, re-initialisable runtime generations (L1–L5).
+//! The lifecycle: reference-counted, re-initialisable runtime generations (L1–L5), and the
+//! typestate runtime users hold ([`Offload`]).
 //!
 //! One const-initialised mutex (`LIFECYCLE`) serialises every 0→1 and 1→0 transition and
-//! holds the live generation; nothing else is global. A generation owns its platforms,
-//! devices and buffers behind one `RwLock<Option<Live>>`: operations hold it for reading,
-//! teardown takes it for writing (which drains in-flight operations) and leaves `None`, so a
-//! handle of a finished generation gets `Error::ShutDown` from then on.
+//! holds the live generation; nothing else is global. Handles hold their generation
+//! directly, so the global is touched only by `init`, `clone` and shutdown, where the mutex
+//! costs nothing measurable.
 //!
 //! Why not `arc-swap` for the live pointer, as DESIGN.md suggests: its read path registers
 //! a thread-local destructor on every thread that loads, and such a destructor pins a
-//! `dlclose`d library until that thread exits (measured; L2 forbids it). Handles hold their
-//! generation directly, so the global is touched only by `init`, `clone` and shutdown, where
-//! the mutex costs nothing measurable.
+//! `dlclose`d library until that thread exits (measured; L2 forbids it).
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
-use slotmap::SlotMap;
-
-use crate::backend::{BackendKind, MemKind};
-use crate::config::{Config, Overrides};
-use crate::dynamic::{AnyObject, DynPlatform, NoPlatforms, PlatformEntry, Platforms};
+use crate::erased::{NoPlatforms, PlatformEntry, Platforms};
 use crate::error::{Error, Result};
-use crate::handles::{Buffer, BufferEntry, BufferKey, Device, DeviceKey};
-use crate::program::{LoadSlots, ModuleEntry, Report};
-use crate::queue::{Entry, EventKey, QueueKey};
-use crate::sync::{lock, read, write};
+use crate::hal::BackendKind;
+use crate::handles::Device;
+use crate::runtime::config::{Config, Overrides};
+use crate::runtime::generation::{Generation, Live, Unavailable};
+use crate::sync::lock;
 
 /// The process-wide lifecycle state. Const-initialised; starts over whenever the library
 /// that contains it is loaded again (L2).
@@ -63,191 +58,6 @@ fn report_later(result: Result<()>) {
 /// ```
 pub fn take_unreported_errors() -> Vec<Error> {
     std::mem::take(&mut *lock(&UNREPORTED))
-}
-
-/// One initialised platform of a generation.
-pub(crate) struct PlatformSlot {
-    pub(crate) raw: Arc<dyn DynPlatform>,
-    pub(crate) kind: BackendKind,
-    pub(crate) name: String,
-}
-
-/// One device of a generation.
-pub(crate) struct DeviceSlot {
-    pub(crate) platform: usize,
-    pub(crate) raw: AnyObject,
-}
-
-/// What a generation owns while it is alive.
-pub(crate) struct Live {
-    pub(crate) platforms: Vec<PlatformSlot>,
-    pub(crate) devices: SlotMap<DeviceKey, DeviceSlot>,
-    pub(crate) buffers: Mutex<SlotMap<BufferKey, Arc<BufferEntry>>>,
-    pub(crate) modules: Mutex<SlotMap<ModuleKey, Arc<ModuleEntry>>>,
-    pub(crate) load_slots: LoadSlots,
-    pub(crate) queues: Mutex<SlotMap<QueueKey, Arc<Entry>>>,
-    pub(crate) events: Mutex<SlotMap<EventKey, Arc<Entry>>>,
-}
-
-slotmap::new_key_type! {
-    /// Key of a module in its generation.
-    pub(crate) struct ModuleKey;
-}
-
-/// One runtime generation: from a 0→1 transition to the matching 1→0 (or the exit hook).
-pub(crate) struct Generation {
-    pub(crate) id: u64,
-    config: Config,
-    unavailable: Vec<Unavailable>,
-    /// `Offload<Ready>` references; changed only under `LIFECYCLE`.
-    refs: AtomicUsize,
-    pub(crate) live: RwLock<Option<Live>>,
-    /// Errors met while dropping handles; returned by the shutdown.
-    pub(crate) deferred: Mutex<Vec<Error>>,
-    /// Set when shutdown begins: no new modules or queues from then on.
-    closing: AtomicBool,
-    /// Loads in flight (setup included); shutdown waits for them before teardown.
-    loads: AtomicUsize,
-    /// Counts completed module setups (teardown runs newest first).
-    setup_order: AtomicU64,
-}
-
-impl Generation {
-    fn start(id: u64, config: Config, entries: &[(PlatformEntry, bool)]) -> Result<Generation> {
-        let mut platforms: Vec<PlatformSlot> = Vec::new();
-        let mut unavailable = Vec::new();
-        for &(entry, required) in entries {
-            match entry.open(&config) {
-                Ok(raw) => platforms.push(PlatformSlot {
-                    kind: raw.kind(),
-                    name: raw.name(),
-                    raw: Arc::from(raw),
-                }),
-                Err(e) if !required => unavailable.push(Unavailable {
-                    backend: entry.kind(),
-                    reason: e.to_string(),
-                }),
-                Err(e) => {
-                    // Nothing leaks: deinit what was opened, newest first.
-                    let mut errors = vec![e];
-                    errors.extend(platforms.iter().rev().filter_map(|p| p.raw.deinit().err()));
-                    return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
-                }
-            }
-        }
-        let mut devices = SlotMap::with_key();
-        for (index, platform) in platforms.iter().enumerate() {
-            for raw in platform.raw.devices() {
-                devices.insert(DeviceSlot {
-                    platform: index,
-                    raw,
-                });
-            }
-        }
-        Ok(Generation {
-            id,
-            config,
-            unavailable,
-            refs: AtomicUsize::new(1),
-            live: RwLock::new(Some(Live {
-                platforms,
-                devices,
-                buffers: Mutex::new(SlotMap::with_key()),
-                modules: Mutex::new(SlotMap::with_key()),
-                load_slots: RwLock::new(Default::default()),
-                queues: Mutex::new(SlotMap::with_key()),
-                events: Mutex::new(SlotMap::with_key()),
-            })),
-            deferred: Mutex::new(Vec::new()),
-            closing: AtomicBool::new(false),
-            loads: AtomicUsize::new(0),
-            setup_order: AtomicU64::new(0),
-        })
-    }
-
-    pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::SeqCst)
-    }
-
-    /// Registers a load in flight; `None` once shutdown has begun. Lock-free, so 64
-    /// threads loading at once do not queue on it: the count goes up before `closing` is
-    /// read, and teardown sets `closing` before it reads the count (both sequentially
-    /// consistent), so either the load sees `closing` or teardown sees the load.
-    pub(crate) fn begin_load(&self) -> Option<LoadGuard<'_>> {
-        self.loads.fetch_add(1, Ordering::SeqCst);
-        let guard = LoadGuard(self);
-        (!self.is_closing()).then_some(guard)
-    }
-
-    pub(crate) fn next_setup_order(&self) -> u64 {
-        self.setup_order.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
-    /// L4: drain queues → teardown callbacks → unload modules → (release IPC mappings) →
-    /// free buffers → deinitialise platforms. Every step runs whatever failed before; all
-    /// errors come back together. Idempotent: a second call finds nothing to do.
-    fn teardown(self: &Arc<Self>) -> Result<()> {
-        // Every load either saw `closing` or is counted (see `begin_load`); wait for the
-        // counted ones, setups included. Rare and short, so a sleep loop will do.
-        self.closing.store(true, Ordering::SeqCst);
-        while self.loads.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(100));
-        }
-        let mut errors = Vec::new();
-        // The first two steps run user code and may call into the runtime, so they run
-        // before the generation is locked, on a snapshot of its queues and modules.
-        let snapshot = read(&self.live).as_ref().map(|live| {
-            let queues: Vec<Arc<Entry>> = lock(&live.queues).values().cloned().collect();
-            let modules: Vec<Arc<ModuleEntry>> = lock(&live.modules).values().cloned().collect();
-            (queues, modules)
-        });
-        let Some((queues, mut modules)) = snapshot else {
-            return Ok(());
-        };
-        for queue in &queues {
-            if let Some(held) = read(&queue.state).as_ref() {
-                errors.extend(held.platform.sync(&*held.raw).err());
-            }
-        }
-        modules.sort_by_key(|m| std::cmp::Reverse(m.setup_order.load(Ordering::SeqCst)));
-        for module in &modules {
-            errors.extend(module.run_teardown(self, Report::Return).err());
-        }
-        drop((queues, modules));
-
-        // Taking the write lock waits for every operation in flight on a device.
-        let Some(live) = write(&self.live).take() else {
-            return Error::join(errors);
-        };
-        errors.append(&mut lock(&self.deferred));
-        for (_, module) in std::mem::take(&mut *lock(&live.modules)) {
-            errors.extend(module.unload_now().err());
-        }
-        for (_, event) in std::mem::take(&mut *lock(&live.events)) {
-            errors.extend(event.destroy_event().err());
-        }
-        for (_, queue) in std::mem::take(&mut *lock(&live.queues)) {
-            errors.extend(queue.destroy_queue().err());
-        }
-        // (IPC mappings are released here once IPC exists.)
-        for (_, entry) in std::mem::take(&mut *lock(&live.buffers)) {
-            errors.extend(entry.release().err());
-        }
-        // Devices go before their platforms.
-        drop(live.devices);
-        for platform in live.platforms.iter().rev() {
-            errors.extend(platform.raw.deinit().err());
-        }
-        drop(live.platforms);
-        errors.append(&mut lock(&self.deferred));
-        Error::join(errors)
-    }
-
-    pub(crate) fn defer(&self, result: Result<()>) {
-        if let Err(e) = result {
-            lock(&self.deferred).push(e);
-        }
-    }
 }
 
 /// Acquires a reference to the live generation, starting one if there is none.
@@ -291,7 +101,7 @@ fn acquire(
     if !state.exit_hook {
         // Registered after the platforms opened their drivers, so it runs before their
         // library destructors (exit handlers run newest first).
-        state.exit_hook = crate::exit_hook::register();
+        state.exit_hook = crate::runtime::exit_hook::register();
     }
     state.current = Some(generation.clone());
     Ok(generation)
@@ -326,23 +136,6 @@ pub(crate) fn shutdown_at_exit() {
         generation.refs.store(0, Ordering::Relaxed);
         report_later(generation.teardown());
     }
-}
-
-/// A platform that was looked for at `init` but not opened, and why.
-///
-/// ```
-/// let u = offload_core::Unavailable {
-///     backend: offload_core::BackendKind::Cuda,
-///     reason: "libcuda.so.1 not found".into(),
-/// };
-/// assert_eq!(u.backend.name(), "cuda");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unavailable {
-    /// The backend.
-    pub backend: BackendKind,
-    /// Why it is absent (usually its driver was not found).
-    pub reason: String,
 }
 
 /// A platform of a live runtime.
@@ -526,9 +319,7 @@ impl<P: Platforms> Offload<Ready, P> {
 impl<P> Offload<Ready, P> {
     fn live_call<T>(&self, f: impl FnOnce(&Live, &Arc<Generation>) -> T) -> Result<T> {
         let generation = &self.state.generation;
-        let guard = read(&generation.live);
-        let live = guard.as_ref().ok_or(Error::ShutDown)?;
-        Ok(f(live, generation))
+        generation.with_live(|live| Ok(f(live, generation)))
     }
 
     /// The devices of every platform, in platform order.
@@ -707,78 +498,5 @@ impl<S: std::fmt::Debug, P> std::fmt::Debug for Offload<S, P> {
         f.debug_struct("Offload")
             .field("state", &self.state)
             .finish()
-    }
-}
-
-/// Used by handles: allocation on a device (validated, recorded in the buffer table).
-pub(crate) fn alloc(device: &Device, size: usize, kind: MemKind) -> Result<Buffer> {
-    let generation = device.generation();
-    let guard = read(&generation.live);
-    let live = guard.as_ref().ok_or(Error::ShutDown)?;
-    let slot = live.devices.get(device.key()).ok_or(Error::ShutDown)?;
-    let platform = &live.platforms[slot.platform];
-    if size == 0 {
-        return Err(Error::invalid(
-            "Device::alloc",
-            format!("zero-size allocation on {device}"),
-        ));
-    }
-    let raw = platform.raw.alloc(&*slot.raw, size, kind)?;
-    let entry = Arc::new(BufferEntry::new(
-        device.key(),
-        platform.kind,
-        size,
-        kind,
-        raw,
-    ));
-    let key = lock(&live.buffers).insert(entry.clone());
-    Ok(Buffer::new(generation.clone(), key, entry))
-}
-
-/// Used by handles: information about a device.
-pub(crate) fn device_info(device: &Device) -> Result<crate::backend::DeviceInfo> {
-    let guard = read(&device.generation().live);
-    let live = guard.as_ref().ok_or(Error::ShutDown)?;
-    let slot = live.devices.get(device.key()).ok_or(Error::ShutDown)?;
-    live.platforms[slot.platform].raw.device_info(&*slot.raw)
-}
-
-/// Used by `Buffer::drop` / `Buffer::free`: removes the buffer from its generation's table
-/// and frees it, holding the generation so a concurrent teardown cannot deinitialise the
-/// platform in between.
-pub(crate) fn free(generation: &Generation, key: BufferKey, entry: &BufferEntry) -> Result<()> {
-    let guard = read(&generation.live);
-    let live = guard.as_ref().ok_or(Error::ShutDown)?;
-    lock(&live.buffers).remove(key);
-    entry.release()
-}
-
-/// Used by `Queue::drop`: forgets the queue in its generation, then syncs and destroys it
-/// (holding the generation so teardown cannot deinitialise the platform meanwhile).
-pub(crate) fn forget_queue(generation: &Generation, key: QueueKey, entry: &Entry) -> Result<()> {
-    let guard = read(&generation.live);
-    let Some(live) = guard.as_ref() else {
-        return Ok(()); // teardown destroyed it
-    };
-    lock(&live.queues).remove(key);
-    entry.destroy_queue()
-}
-
-/// Used by `Event::drop`, like [`forget_queue`].
-pub(crate) fn forget_event(generation: &Generation, key: EventKey, entry: &Entry) -> Result<()> {
-    let guard = read(&generation.live);
-    let Some(live) = guard.as_ref() else {
-        return Ok(());
-    };
-    lock(&live.events).remove(key);
-    entry.destroy_event()
-}
-
-/// A load in flight; dropping it lets a waiting shutdown go on.
-pub(crate) struct LoadGuard<'a>(&'a Generation);
-
-impl Drop for LoadGuard<'_> {
-    fn drop(&mut self) {
-        self.0.loads.fetch_sub(1, Ordering::SeqCst);
     }
 }

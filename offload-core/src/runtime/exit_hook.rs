@@ -18,7 +18,7 @@ unsafe extern "C" {
 
 extern "C" fn on_exit() {
     // A panic must not cross the C boundary; the runtime's locks are poison-tolerant.
-    let _ = std::panic::catch_unwind(crate::runtime::shutdown_at_exit);
+    let _ = std::panic::catch_unwind(crate::runtime::lifecycle::shutdown_at_exit);
 }
 
 /// Registers the hook; false if the C library refused (out of memory).

@@ -2,8 +2,9 @@
 //!
 //! A [`Program`] is a device-independent copy of an image plus its setup and teardown
 //! callbacks. `program.load(&device)` gives the one [`Module`] for that (program, device):
-//! loads of the same key wait on a lock of their own (never one global lock), so the backend
-//! loads once and runs setup once, while different programs load in parallel (P2, P3).
+//! the program keeps a lock per device it was loaded on (never one global lock), so the
+//! backend loads once and runs setup once, while different programs load in parallel
+//! (P2, P3).
 //!
 //! A module lives while any `Module` handle (or `Kernel`, which holds one) lives, until an
 //! explicit `unload()`, or until runtime shutdown; teardown callbacks run exactly once before
@@ -16,11 +17,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
 
-use crate::backend::{BackendKind, GlobalInfo, ParamKind};
-use crate::dynamic::{AnyObject, DynPlatform};
+use crate::erased::{DynKernel, DynProgram};
 use crate::error::{Error, Result};
-use crate::handles::{Device, DeviceKey};
-use crate::runtime::{Generation, ModuleKey};
+use crate::hal::{BackendKind, GlobalInfo, ParamKind};
+use crate::handles::Device;
+use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
 use crate::sync::{lock, read, write};
 
 /// The error a callback returns.
@@ -41,7 +42,13 @@ struct ProgramInner {
     image: Arc<[u8]>,
     setup: Vec<Callback>,
     teardown: Vec<Callback>,
+    /// The lock of each (generation, device) this program is loaded on, naming its module
+    /// once loaded (P2). Entries go when their module is released.
+    slots: Mutex<HashMap<(u64, DeviceKey), Arc<LoadSlot>>>,
 }
+
+/// The load lock of one (program, device): its module once loaded.
+type LoadSlot = RwLock<Weak<ModuleEntry>>;
 
 /// A program image, independent of any device (P1). Cheap to clone; clones are the same
 /// program.
@@ -75,6 +82,7 @@ impl Program {
                 image: Arc::from(image.as_ref()),
                 setup: Vec::new(),
                 teardown: Vec::new(),
+                slots: Mutex::default(),
             }),
         }
     }
@@ -110,6 +118,7 @@ impl Program {
             image: self.inner.image.clone(),
             setup: self.inner.setup.clone(),
             teardown: self.inner.teardown.clone(),
+            slots: Mutex::default(),
         };
         f(&mut inner);
         Program {
@@ -196,20 +205,21 @@ impl fmt::Debug for Program {
 pub(crate) struct KernelSlot {
     name: String,
     params: Arc<[ParamKind]>,
-    pub(crate) raw: AnyObject,
+    pub(crate) raw: Box<dyn DynKernel>,
 }
 
 /// A loaded module's backend objects.
 pub(crate) struct LoadedModule {
-    pub(crate) platform: Arc<dyn DynPlatform>,
-    pub(crate) raw: AnyObject,
+    raw: Box<dyn DynProgram>,
     pub(crate) kernels: RwLock<Vec<KernelSlot>>,
 }
 
 /// A module, shared by its handles and listed in its generation.
 pub(crate) struct ModuleEntry {
     id: u64,
-    key: ModuleKey,
+    key: ResourceKey,
+    /// Its generation's id, part of its load lock's key.
+    generation: u64,
     pub(crate) device: DeviceKey,
     backend: BackendKind,
     program: Arc<ProgramInner>,
@@ -326,15 +336,50 @@ impl ModuleEntry {
         result
     }
 
+    /// Forgets this module's load lock in its program unless a loader holds it or it
+    /// names a newer module, so a program loaded on many devices or generations keeps no
+    /// lock per load.
+    fn forget_slot(self: &Arc<Self>) {
+        let mut slots = lock(&self.program.slots);
+        let key = (self.generation, self.device);
+        // A loader holding the lock holds a clone of it: then it is not read (the loader
+        // may be this thread, failing its setup).
+        let stale = slots.get(&key).is_some_and(|slot| {
+            Arc::strong_count(slot) == 1
+                && read(slot)
+                    .upgrade()
+                    .is_none_or(|current| Arc::ptr_eq(&current, self))
+        });
+        if stale {
+            slots.remove(&key);
+        }
+    }
+
     /// Unloads the backend module (waits for launches in flight). Idempotent.
     pub(crate) fn unload_now(&self) -> Result<()> {
         match write(&self.state).take() {
             Some(loaded) => {
                 drop(loaded.kernels);
-                loaded.platform.unload(loaded.raw)
+                loaded.raw.unload()
             }
             None => Ok(()),
         }
+    }
+}
+
+impl Resource for ModuleEntry {
+    fn prepare(self: Arc<Self>, generation: &Arc<Generation>) -> Result<()> {
+        self.run_teardown(generation, Report::Return)
+    }
+
+    fn order(&self) -> u64 {
+        self.setup_order.load(Ordering::SeqCst)
+    }
+
+    fn release(self: Arc<Self>) -> Result<()> {
+        let unloaded = self.unload_now();
+        self.forget_slot();
+        unloaded
     }
 }
 
@@ -430,8 +475,8 @@ impl Module {
             if let Some(found) = find(&read(&loaded.kernels)) {
                 return Ok(found);
             }
-            let raw = loaded.platform.kernel(&*loaded.raw, name)?;
-            let params: Arc<[ParamKind]> = Arc::from(loaded.platform.params(&*raw)?);
+            let raw = loaded.raw.kernel(name)?;
+            let params: Arc<[ParamKind]> = Arc::from(raw.params());
             let mut kernels = write(&loaded.kernels);
             // Another thread may have resolved it meanwhile: keep one slot per name.
             if let Some(found) = find(&kernels) {
@@ -463,7 +508,7 @@ impl Module {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn global(&self, name: &str) -> Result<GlobalInfo> {
-        self.with_loaded("Module::global", |l| l.platform.global(&*l.raw, name))
+        self.with_loaded("Module::global", |l| l.raw.global(name))
     }
 
     fn check_global(
@@ -474,7 +519,7 @@ impl Module {
         offset: usize,
         len: usize,
     ) -> Result<()> {
-        let info = l.platform.global(&*l.raw, name)?;
+        let info = l.raw.global(name)?;
         match offset.checked_add(len) {
             Some(end) if end <= info.size => Ok(()),
             _ => Err(Error::invalid(
@@ -503,7 +548,7 @@ impl Module {
         const CALL: &str = "Module::read_global";
         self.with_loaded(CALL, |l| {
             self.check_global(CALL, l, name, offset, dst.len())?;
-            l.platform.read_global(&*l.raw, name, offset, dst)
+            l.raw.read_global(name, offset, dst)
         })
     }
 
@@ -522,7 +567,7 @@ impl Module {
         const CALL: &str = "Module::write_global";
         self.with_loaded(CALL, |l| {
             self.check_global(CALL, l, name, offset, src.len())?;
-            l.platform.write_global(&*l.raw, name, offset, src)
+            l.raw.write_global(name, offset, src)
         })
     }
 
@@ -553,27 +598,15 @@ fn release(generation: &Arc<Generation>, entry: &Arc<ModuleEntry>, report: Repor
         errors.push(e);
     }
     // Hold the generation so a concurrent shutdown cannot deinitialise the platform
-    // between our check and the unload.
-    let live = read(&generation.live);
-    if let Some(live) = live.as_ref() {
-        if let Err(e) = entry.unload_now() {
-            errors.push(e);
-        }
-        lock(&live.modules).remove(entry.key);
-        // Forget this key's load lock unless a loader holds it or it names a newer module,
-        // so a long-running process that loads many programs keeps no slot per program.
-        let mut slots = write(&live.load_slots);
-        let key = (entry.program.id, entry.device);
-        let stale = slots.get(&key).is_some_and(|slot| {
-            Arc::strong_count(slot) == 1
-                && read(slot)
-                    .upgrade()
-                    .is_none_or(|current| Arc::ptr_eq(&current, entry))
-        });
-        if stale {
-            slots.remove(&key);
-        }
+    // between our check and the unload (after shutdown, its teardown unloaded it).
+    let unloaded = generation.with_live(|live| {
+        live.forget(Kind::Module, entry.key);
+        Ok(entry.unload_now())
+    });
+    if let Ok(Err(e)) = unloaded {
+        errors.push(e);
     }
+    entry.forget_slot();
     Error::join(errors)
 }
 
@@ -696,9 +729,6 @@ impl fmt::Debug for Kernel {
     }
 }
 
-/// The per-(program, device) load locks of a generation (P2).
-pub(crate) type LoadSlots = RwLock<HashMap<(u64, DeviceKey), Arc<RwLock<Weak<ModuleEntry>>>>>;
-
 /// Another handle to the slot's module, if it is loaded and not on its way out.
 fn revive(generation: &Arc<Generation>, slot: &Weak<ModuleEntry>) -> Option<Module> {
     let entry = slot.upgrade()?;
@@ -723,15 +753,20 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
     // Shutdown waits for loads in flight (setup included) before it tears modules down,
     // and loads that start after it began get ShutDown.
     let _in_flight = generation.begin_load().ok_or(Error::ShutDown)?;
-    let key = (program.inner.id, device.key());
+    if !generation.is_live() {
+        return Err(Error::ShutDown);
+    }
     let slot = {
-        let live = read(&generation.live);
-        let live = live.as_ref().ok_or(Error::ShutDown)?;
-        let existing = read(&live.load_slots).get(&key).cloned();
-        match existing {
-            Some(slot) => slot,
-            None => write(&live.load_slots).entry(key).or_default().clone(),
+        let mut slots = lock(&program.inner.slots);
+        let key = (generation.id, device.key());
+        if !slots.contains_key(&key) {
+            // Drop the locks no loader holds and no module names (loads that failed, in
+            // this or an ended generation), so a program kept across many generations or
+            // failing loads keeps none. A lock a loader holds has a clone out: it is never
+            // read here (that loader may be waiting for `slots`).
+            slots.retain(|_, slot| Arc::strong_count(slot) > 1 || read(slot).strong_count() > 0);
         }
+        slots.entry(key).or_default().clone()
     };
     // Once the module is loaded, callers only read the slot, all at once.
     if let Some(module) = revive(generation, &read(&slot)) {
@@ -743,19 +778,18 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
     if let Some(module) = revive(generation, &current) {
         return Ok(module);
     }
-    let entry = {
-        let live = read(&generation.live);
-        let live = live.as_ref().ok_or(Error::ShutDown)?;
-        let slot = live.devices.get(device.key()).ok_or(Error::ShutDown)?;
-        let platform = &live.platforms[slot.platform];
-        let raw = platform.raw.load(&*slot.raw, &program.inner.image)?;
-        let mut modules = lock(&live.modules);
-        let key = modules.insert_with_key(|key| {
+    let entry = generation.with_live(|live| {
+        let raw = live
+            .device(device.key())?
+            .clone()
+            .load(&program.inner.image)?;
+        let (_, entry) = live.register(Kind::Module, |key| {
             Arc::new(ModuleEntry {
                 id: next_id(),
                 key,
+                generation: generation.id,
                 device: device.key(),
-                backend: platform.kind,
+                backend: device.backend(),
                 program: program.inner.clone(),
                 setup_order: AtomicU64::new(0),
                 handles: AtomicUsize::new(1),
@@ -763,14 +797,13 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
                 phase: Mutex::new(Phase::SettingUp),
                 phase_changed: Condvar::new(),
                 state: RwLock::new(Some(LoadedModule {
-                    platform: platform.raw.clone(),
                     raw,
                     kernels: RwLock::new(Vec::new()),
                 })),
             })
-        });
-        modules.get(key).cloned().ok_or(Error::ShutDown)?
-    };
+        })?;
+        Ok(entry)
+    })?;
     let module = Module {
         generation: generation.clone(),
         entry,
@@ -809,4 +842,29 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
         .store(generation.next_setup_order(), Ordering::SeqCst);
     *current = Arc::downgrade(&module.entry);
     Ok(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::{self, Offload};
+
+    /// A program keeps no load lock per load: not for modules released, nor for loads that
+    /// failed, across generations.
+    #[test]
+    fn load_locks_do_not_accumulate() {
+        let good = Program::new(reference::fixture_image());
+        let bad = Program::new(b"not a reference image");
+        for _ in 0..50 {
+            let rt = Offload::init().unwrap();
+            let dev = rt.devices().unwrap().remove(0);
+            let module = good.load(&dev).unwrap();
+            assert_eq!(lock(&good.inner.slots).len(), 1);
+            drop(module);
+            assert!(bad.load(&dev).is_err());
+            rt.shutdown().unwrap();
+        }
+        assert_eq!(lock(&good.inner.slots).len(), 0);
+        assert!(lock(&bad.inner.slots).len() <= 1);
+    }
 }

@@ -1,0 +1,99 @@
+//! How the runtime opens a platform ([`PlatformEntry`]) and which ones a runtime type opens
+//! by default ([`Platforms`]).
+
+use crate::erased::objects::{DynPlatform, Erased};
+use crate::error::Result;
+use crate::hal::{BackendKind, Platform};
+use crate::runtime::config::Config;
+
+/// How the runtime opens one platform: a backend's `open`, erased.
+///
+/// Built-in backends provide one (`offload_host::platform()`); tests and plugins add their
+/// own with [`crate::Offload::builder`]`().platform(..)`.
+///
+/// ```
+/// use offload_core::{BackendKind, PlatformEntry};
+/// let entry = PlatformEntry::of::<offload_core::reference::Reference>();
+/// assert_eq!(entry.kind(), BackendKind::Reference);
+/// ```
+#[derive(Clone, Copy)]
+pub struct PlatformEntry {
+    kind: BackendKind,
+    open: fn(&Config) -> Result<Box<dyn DynPlatform>>,
+}
+
+fn open<P: Platform>(config: &Config) -> Result<Box<dyn DynPlatform>> {
+    Ok(Box::new(Erased(P::open(config)?)))
+}
+
+impl PlatformEntry {
+    /// The entry for platform `P`. A platform whose devices cannot run code yet (its
+    /// `Program`, `Queue` and `Event` are [`crate::hal::Never`]) answers
+    /// `Error::Unsupported` for those calls, naming the backend.
+    ///
+    /// ```
+    /// let e = offload_core::PlatformEntry::of::<offload_core::reference::Reference>();
+    /// assert_eq!(e.kind().name(), "reference");
+    /// ```
+    pub fn of<P: Platform>() -> Self {
+        PlatformEntry {
+            kind: P::KIND,
+            open: open::<P>,
+        }
+    }
+
+    /// The backend family this entry opens.
+    ///
+    /// ```
+    /// let e = offload_core::PlatformEntry::of::<offload_core::reference::Reference>();
+    /// assert_eq!(e.kind(), offload_core::BackendKind::Reference);
+    /// ```
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    pub(crate) fn open(&self, config: &Config) -> Result<Box<dyn DynPlatform>> {
+        (self.open)(config)
+    }
+}
+
+impl std::fmt::Debug for PlatformEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlatformEntry")
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+/// The platforms a runtime type opens by default: the facade implements this for the
+/// backends compiled in; [`NoPlatforms`] opens none (add them with the builder).
+///
+/// ```
+/// use offload_core::{Platforms, PlatformEntry, reference::Reference};
+/// struct OnlyReference;
+/// impl Platforms for OnlyReference {
+///     fn platforms() -> Vec<PlatformEntry> {
+///         vec![PlatformEntry::of::<Reference>()]
+///     }
+/// }
+/// assert_eq!(OnlyReference::platforms().len(), 1);
+/// ```
+pub trait Platforms: 'static {
+    /// The entries, in discovery order.
+    fn platforms() -> Vec<PlatformEntry>;
+}
+
+/// No default platforms.
+///
+/// ```
+/// use offload_core::{NoPlatforms, Platforms};
+/// assert!(NoPlatforms::platforms().is_empty());
+/// ```
+#[derive(Debug)]
+pub struct NoPlatforms;
+
+impl Platforms for NoPlatforms {
+    fn platforms() -> Vec<PlatformEntry> {
+        Vec::new()
+    }
+}

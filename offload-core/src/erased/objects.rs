@@ -1,0 +1,355 @@
+//! The erased family: one object-safe trait per object of [`crate::hal`], and one generic
+//! wrapper implementing each for every backend, so no backend is written twice.
+//!
+//! Every erased object carries its device (an `Arc` of the erased device) and its backend
+//! type, so a call on it goes straight to the backend with no downcast: buffer copies, a
+//! queue's launch and sync, a program's lookups. Only an object passed as an *argument* to another
+//! (a copy's source buffer, a launch's kernel and buffers, an awaited event) is downcast,
+//! one type-id comparison each; a failed downcast means two backends' objects were mixed
+//! up and is `Error::InvalidArgument`, never a panic.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::hal::{
+    self, BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, KernelOf, MemKind, ParamKind,
+};
+
+type DeviceOf<P> = <P as hal::Platform>::Device;
+type BufferOf<P> = <DeviceOf<P> as hal::Device>::Buffer;
+type ProgramOf<P> = <DeviceOf<P> as hal::Device>::Program;
+type QueueOf<P> = <DeviceOf<P> as hal::Device>::Queue;
+type EventOf<P> = <DeviceOf<P> as hal::Device>::Event;
+
+fn foreign(kind: BackendKind, what: &str) -> Error {
+    Error::invalid(
+        "offload (internal)",
+        format!("a {what} of another backend was passed to a {kind} object"),
+    )
+}
+
+fn downcast<'a, T: 'static>(object: &'a dyn Any, kind: BackendKind, what: &str) -> Result<&'a T> {
+    object
+        .downcast_ref::<T>()
+        .ok_or_else(|| foreign(kind, what))
+}
+
+/// A platform with its type erased.
+pub(crate) trait DynPlatform: Send + Sync {
+    fn kind(&self) -> BackendKind;
+    fn name(&self) -> String;
+    fn devices(&self) -> Vec<Arc<dyn DynDevice>>;
+    fn deinit(&self) -> Result<()>;
+}
+
+/// A device with its type erased. The objects it makes hold it (an `Arc` of it).
+pub(crate) trait DynDevice: Send + Sync {
+    fn info(&self) -> Result<DeviceInfo>;
+    fn alloc(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>>;
+    fn load(self: Arc<Self>, image: &[u8]) -> Result<Box<dyn DynProgram>>;
+    fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>>;
+}
+
+/// A buffer with its type erased, together with its device.
+pub(crate) trait DynBuffer: Send + Sync {
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
+    fn write(&mut self, offset: usize, src: &[u8]) -> Result<()>;
+    fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
+    fn copy_within(&mut self, src_offset: usize, dst_offset: usize, len: usize) -> Result<()>;
+    fn copy_from(
+        &mut self,
+        dst_offset: usize,
+        src: &dyn DynBuffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+    /// The buffer as `dyn Any`, for downcasts where it is an argument.
+    fn as_any(&self) -> &dyn Any;
+    fn free(self: Box<Self>) -> Result<()>;
+}
+
+/// A loaded program with its type erased, together with its device.
+pub(crate) trait DynProgram: Send + Sync {
+    fn kernel(&self, name: &str) -> Result<Box<dyn DynKernel>>;
+    fn global(&self, name: &str) -> Result<GlobalInfo>;
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()>;
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()>;
+    fn unload(self: Box<Self>) -> Result<()>;
+}
+
+/// A kernel with its type erased.
+pub(crate) trait DynKernel: Send + Sync {
+    fn params(&self) -> &[ParamKind];
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A queue with its type erased, together with its device.
+pub(crate) trait DynQueue: Send + Sync {
+    fn launch(
+        &self,
+        kernel: &dyn DynKernel,
+        dims: &Dims,
+        args: &[KernelArg<'_, dyn DynBuffer>],
+    ) -> Result<()>;
+    fn sync(&self) -> Result<()>;
+    fn record(&self) -> Result<Box<dyn DynEvent>>;
+    fn wait(&self, event: &dyn DynEvent) -> Result<()>;
+    /// Syncs, then destroys the queue.
+    fn destroy(self: Box<Self>) -> Result<()>;
+}
+
+/// An event with its type erased, together with its device.
+pub(crate) trait DynEvent: Send + Sync {
+    fn sync(&self) -> Result<()>;
+    fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration>;
+    fn as_any(&self) -> &dyn Any;
+    fn destroy(self: Box<Self>) -> Result<()>;
+}
+
+/// Platform `P`, erased.
+pub(crate) struct Erased<P>(pub(crate) P);
+
+impl<P: hal::Platform> DynPlatform for Erased<P> {
+    fn kind(&self) -> BackendKind {
+        P::KIND
+    }
+
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    fn devices(&self) -> Vec<Arc<dyn DynDevice>> {
+        self.0
+            .devices()
+            .into_iter()
+            .map(|device| Arc::new(ErasedDevice::<P>(device)) as Arc<dyn DynDevice>)
+            .collect()
+    }
+
+    fn deinit(&self) -> Result<()> {
+        self.0.deinit()
+    }
+}
+
+/// A device of platform `P`, erased.
+struct ErasedDevice<P: hal::Platform>(DeviceOf<P>);
+
+impl<P: hal::Platform> DynDevice for ErasedDevice<P> {
+    fn info(&self) -> Result<DeviceInfo> {
+        hal::Device::info(&self.0)
+    }
+
+    fn alloc(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>> {
+        Ok(Box::new(ErasedBuffer::<P> {
+            raw: hal::Device::alloc(&self.0, size, kind)?,
+            device: self,
+        }))
+    }
+
+    fn load(self: Arc<Self>, image: &[u8]) -> Result<Box<dyn DynProgram>> {
+        Ok(Box::new(ErasedProgram::<P> {
+            raw: hal::Device::load(&self.0, image)?,
+            _device: self,
+        }))
+    }
+
+    fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>> {
+        Ok(Box::new(ErasedQueue::<P> {
+            raw: hal::Device::queue(&self.0)?,
+            device: self,
+        }))
+    }
+}
+
+struct ErasedBuffer<P: hal::Platform> {
+    device: Arc<ErasedDevice<P>>,
+    raw: BufferOf<P>,
+}
+
+impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        hal::Device::read(&self.device.0, &self.raw, offset, dst)
+    }
+
+    fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        hal::Device::write(&self.device.0, &mut self.raw, offset, src)
+    }
+
+    fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
+        hal::Device::fill(&self.device.0, &mut self.raw, offset, len, value)
+    }
+
+    fn copy_within(&mut self, src_offset: usize, dst_offset: usize, len: usize) -> Result<()> {
+        hal::Device::copy_within(&self.device.0, &mut self.raw, src_offset, dst_offset, len)
+    }
+
+    fn copy_from(
+        &mut self,
+        dst_offset: usize,
+        src: &dyn DynBuffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let src = downcast::<Self>(src.as_any(), P::KIND, "buffer")?;
+        hal::Device::copy(
+            &self.device.0,
+            &src.raw,
+            src_offset,
+            &mut self.raw,
+            dst_offset,
+            len,
+        )
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn free(self: Box<Self>) -> Result<()> {
+        let ErasedBuffer { device, raw } = *self;
+        hal::Device::free(&device.0, raw)
+    }
+}
+
+struct ErasedProgram<P: hal::Platform> {
+    raw: ProgramOf<P>,
+    /// The program's device lives at least as long as the program.
+    _device: Arc<ErasedDevice<P>>,
+}
+
+impl<P: hal::Platform> DynProgram for ErasedProgram<P> {
+    fn kernel(&self, name: &str) -> Result<Box<dyn DynKernel>> {
+        Ok(Box::new(ErasedKernel::<P> {
+            raw: hal::Program::kernel(&self.raw, name)?,
+            platform: PhantomData,
+        }))
+    }
+
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        hal::Program::global(&self.raw, name)
+    }
+
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        hal::Program::read_global(&self.raw, name, offset, dst)
+    }
+
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        hal::Program::write_global(&self.raw, name, offset, src)
+    }
+
+    fn unload(self: Box<Self>) -> Result<()> {
+        hal::Program::unload(self.raw)
+    }
+}
+
+struct ErasedKernel<P: hal::Platform> {
+    raw: KernelOf<DeviceOf<P>>,
+    platform: PhantomData<fn() -> P>,
+}
+
+impl<P: hal::Platform> DynKernel for ErasedKernel<P> {
+    fn params(&self) -> &[ParamKind] {
+        <ProgramOf<P> as hal::Program>::params(&self.raw)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Launch arguments that fit here need no allocation (most kernels take a few).
+const INLINE_ARGS: usize = 8;
+
+struct ErasedQueue<P: hal::Platform> {
+    device: Arc<ErasedDevice<P>>,
+    raw: QueueOf<P>,
+}
+
+impl<P: hal::Platform> ErasedQueue<P> {
+    fn typed<'a>(arg: &KernelArg<'a, dyn DynBuffer>) -> Result<KernelArg<'a, BufferOf<P>>> {
+        Ok(match *arg {
+            KernelArg::Buffer(b) => {
+                KernelArg::Buffer(&downcast::<ErasedBuffer<P>>(b.as_any(), P::KIND, "buffer")?.raw)
+            }
+            KernelArg::Scalar(bytes) => KernelArg::Scalar(bytes),
+        })
+    }
+}
+
+impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
+    fn launch(
+        &self,
+        kernel: &dyn DynKernel,
+        dims: &Dims,
+        args: &[KernelArg<'_, dyn DynBuffer>],
+    ) -> Result<()> {
+        let kernel = &downcast::<ErasedKernel<P>>(kernel.as_any(), P::KIND, "kernel")?.raw;
+        let device = &self.device.0;
+        if args.len() <= INLINE_ARGS {
+            let mut typed = [KernelArg::Scalar(&[][..]); INLINE_ARGS];
+            for (slot, arg) in typed.iter_mut().zip(args) {
+                *slot = Self::typed(arg)?;
+            }
+            hal::Device::launch(device, &self.raw, kernel, dims, &typed[..args.len()])
+        } else {
+            let typed = args.iter().map(Self::typed).collect::<Result<Vec<_>>>()?;
+            hal::Device::launch(device, &self.raw, kernel, dims, &typed)
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        hal::Device::sync(&self.device.0, &self.raw)
+    }
+
+    fn record(&self) -> Result<Box<dyn DynEvent>> {
+        Ok(Box::new(ErasedEvent::<P> {
+            raw: hal::Device::record(&self.device.0, &self.raw)?,
+            device: self.device.clone(),
+        }))
+    }
+
+    fn wait(&self, event: &dyn DynEvent) -> Result<()> {
+        let event = downcast::<ErasedEvent<P>>(event.as_any(), P::KIND, "event")?;
+        hal::Device::wait_event(&self.device.0, &self.raw, &event.raw)
+    }
+
+    fn destroy(self: Box<Self>) -> Result<()> {
+        let ErasedQueue { device, raw } = *self;
+        let synced = hal::Device::sync(&device.0, &raw);
+        let destroyed = hal::Device::destroy_queue(&device.0, raw);
+        Error::join(
+            [synced.err(), destroyed.err()]
+                .into_iter()
+                .flatten()
+                .collect(),
+        )
+    }
+}
+
+struct ErasedEvent<P: hal::Platform> {
+    device: Arc<ErasedDevice<P>>,
+    raw: EventOf<P>,
+}
+
+impl<P: hal::Platform> DynEvent for ErasedEvent<P> {
+    fn sync(&self) -> Result<()> {
+        hal::Device::sync_event(&self.device.0, &self.raw)
+    }
+
+    fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration> {
+        let start = downcast::<Self>(start.as_any(), P::KIND, "event")?;
+        hal::Device::elapsed(&self.device.0, &start.raw, &self.raw)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn destroy(self: Box<Self>) -> Result<()> {
+        let ErasedEvent { device, raw } = *self;
+        hal::Device::destroy_event(&device.0, raw)
+    }
+}

@@ -1,0 +1,122 @@
+//! [`Device`]: a device of a live runtime, and the calls that make objects on it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::hal::{BackendKind, DeviceInfo, MemKind};
+use crate::handles::{Buffer, Queue};
+use crate::runtime::generation::{DeviceKey, Generation};
+
+/// A device of a live runtime. Cheap to clone; all clones name the same device.
+///
+/// ```
+/// use offload_core::{BackendKind, MemKind, reference::Offload};
+/// let rt = Offload::init()?;
+/// let dev = rt.devices()?.remove(0);
+/// assert_eq!(dev.backend(), BackendKind::Reference);
+/// let buf = dev.alloc(16, MemKind::Device)?;
+/// assert_eq!(buf.len(), 16);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    generation: Arc<Generation>,
+    key: DeviceKey,
+    backend: BackendKind,
+}
+
+impl Device {
+    pub(crate) fn new(generation: Arc<Generation>, key: DeviceKey, backend: BackendKind) -> Self {
+        Device {
+            generation,
+            key,
+            backend,
+        }
+    }
+
+    pub(crate) fn generation(&self) -> &Arc<Generation> {
+        &self.generation
+    }
+
+    pub(crate) fn key(&self) -> DeviceKey {
+        self.key
+    }
+
+    /// The backend that drives this device. Works after shutdown too (it is identity, not
+    /// state).
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// assert_eq!(dev.backend().name(), "reference");
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    /// What the device says about itself.
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// let info = rt.devices()?[0].info()?;
+    /// assert!(info.memory > 0);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn info(&self) -> Result<DeviceInfo> {
+        self.generation
+            .with_live(|live| live.device(self.key)?.info())
+    }
+
+    /// Allocates `size` bytes of `kind` memory. A zero size is `InvalidArgument`; more
+    /// than the device has is `OutOfMemory`.
+    ///
+    /// ```
+    /// use offload_core::{Error, MemKind};
+    /// let rt = offload_core::reference::Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// assert!(matches!(dev.alloc(0, MemKind::Device), Err(Error::InvalidArgument { .. })));
+    /// assert!(matches!(dev.alloc(1 << 62, MemKind::Device), Err(Error::OutOfMemory { .. })));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn alloc(&self, size: usize, kind: MemKind) -> Result<Buffer> {
+        Buffer::alloc(self, size, kind)
+    }
+
+    /// Creates a queue on this device.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let queue = rt.devices()?[0].queue()?;
+    /// queue.sync()?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn queue(&self) -> Result<Queue> {
+        Queue::create(self)
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.generation, &other.generation) && self.key == other.key
+    }
+}
+
+impl Eq for Device {}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} device {:?} of generation {}",
+            self.backend, self.key, self.generation.id
+        )
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}

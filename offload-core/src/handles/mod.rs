@@ -1,0 +1,19 @@
+//! The handles users hold: [`Device`], [`Buffer`], [`Program`], [`Module`], [`Kernel`],
+//! [`Queue`] and [`Event`].
+//!
+//! A handle is an owning, non-`Copy` wrapper: a reference to the runtime generation that
+//! made it plus its entry there (a generational key, or the shared state the generation
+//! lists). It never holds a driver object that could outlive its generation: those are
+//! listed as the generation's resources and released by its teardown, so a handle that
+//! outlives its runtime only ever sees `Error::ShutDown` (L3), and dropping it then does
+//! nothing. Handles check everything a backend must not see wrong before they call it.
+
+mod buffer;
+mod device;
+mod program;
+mod queue;
+
+pub use buffer::Buffer;
+pub use device::Device;
+pub use program::{CallbackError, Kernel, Module, Program};
+pub use queue::{Arg, Event, Queue, Scalar};

@@ -1,0 +1,305 @@
+//! One runtime generation: what it owns from a 0→1 transition to the matching 1→0, and how
+//! it ends (L4).
+//!
+//! A generation owns its platforms and devices, and lists every object its handles made
+//! (queues, modules, events, buffers) as a [`Resource`], behind one
+//! `RwLock<Option<Live>>`: operations hold it for reading, teardown takes it for writing
+//! (which drains the operations in flight) and leaves `None`, so a handle of a finished
+//! generation gets `Error::ShutDown` from then on. This module knows the handles only
+//! through [`Resource`]; it never calls a backend except through the erased family.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use slotmap::SlotMap;
+
+use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
+use crate::error::{Error, Result};
+use crate::hal::BackendKind;
+use crate::runtime::config::Config;
+use crate::sync::{lock, read, write};
+
+slotmap::new_key_type! {
+    /// Key of a device in its generation.
+    pub(crate) struct DeviceKey;
+    /// Key of an object a handle made, in its generation's registry of that kind.
+    pub(crate) struct ResourceKey;
+}
+
+/// An object a handle made, as its generation lists it so that shutdown releases it (L4).
+pub(crate) trait Resource: Send + Sync {
+    /// Runs before the generation is locked, so it may call back into the runtime: a
+    /// queue drains, a module runs its teardown callbacks.
+    fn prepare(self: Arc<Self>, _generation: &Arc<Generation>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Order of `prepare` among resources of one kind: higher first (modules: the newest
+    /// setup is torn down first).
+    fn order(&self) -> u64 {
+        0
+    }
+
+    /// Releases the backend object, waiting for calls in flight on it. Idempotent.
+    fn release(self: Arc<Self>) -> Result<()>;
+}
+
+/// The kinds of resources, in the order shutdown releases them (L4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Module = 0,
+    Event = 1,
+    Queue = 2,
+    Buffer = 3,
+}
+
+const RELEASE_ORDER: [Kind; 4] = [Kind::Module, Kind::Event, Kind::Queue, Kind::Buffer];
+
+type Registry = Mutex<SlotMap<ResourceKey, Arc<dyn Resource>>>;
+
+/// One initialised platform of a generation.
+pub(crate) struct PlatformSlot {
+    pub(crate) raw: Box<dyn DynPlatform>,
+    pub(crate) kind: BackendKind,
+    pub(crate) name: String,
+}
+
+/// One device of a generation.
+pub(crate) struct DeviceSlot {
+    /// Index of its platform in `Live::platforms`.
+    pub(crate) platform: usize,
+    pub(crate) raw: Arc<dyn DynDevice>,
+}
+
+/// What a generation owns while it is alive.
+pub(crate) struct Live {
+    pub(crate) platforms: Vec<PlatformSlot>,
+    pub(crate) devices: SlotMap<DeviceKey, DeviceSlot>,
+    registries: [Registry; 4],
+}
+
+impl Live {
+    /// The device behind `key`.
+    pub(crate) fn device(&self, key: DeviceKey) -> Result<&Arc<dyn DynDevice>> {
+        self.devices
+            .get(key)
+            .map(|slot| &slot.raw)
+            .ok_or(Error::ShutDown)
+    }
+
+    /// Lists a resource made by `make`, which learns its key.
+    pub(crate) fn register<T: Resource + 'static>(
+        &self,
+        kind: Kind,
+        make: impl FnOnce(ResourceKey) -> Arc<T>,
+    ) -> Result<(ResourceKey, Arc<T>)> {
+        let mut registry = lock(&self.registries[kind as usize]);
+        let mut made = None;
+        let key = registry.insert_with_key(|key| {
+            let resource = make(key);
+            made = Some(resource.clone());
+            resource as Arc<dyn Resource>
+        });
+        // `insert_with_key` calls its closure exactly once.
+        made.map(|resource| (key, resource)).ok_or(Error::ShutDown)
+    }
+
+    /// Forgets a resource (its handle released it).
+    pub(crate) fn forget(&self, kind: Kind, key: ResourceKey) {
+        lock(&self.registries[kind as usize]).remove(key);
+    }
+
+    fn snapshot(&self, kind: Kind) -> Vec<Arc<dyn Resource>> {
+        lock(&self.registries[kind as usize])
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+/// A platform that was looked for at `init` but not opened, and why.
+///
+/// ```
+/// let u = offload_core::Unavailable {
+///     backend: offload_core::BackendKind::Cuda,
+///     reason: "libcuda.so.1 not found".into(),
+/// };
+/// assert_eq!(u.backend.name(), "cuda");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The backend.
+    pub backend: BackendKind,
+    /// Why it is absent (usually its driver was not found).
+    pub reason: String,
+}
+
+/// One runtime generation: from a 0→1 transition to the matching 1→0 (or the exit hook).
+pub(crate) struct Generation {
+    pub(crate) id: u64,
+    pub(crate) config: Config,
+    pub(crate) unavailable: Vec<Unavailable>,
+    /// `Offload<Ready>` references; changed only under the lifecycle lock.
+    pub(crate) refs: AtomicUsize,
+    live: RwLock<Option<Live>>,
+    /// Errors met while dropping handles; returned by the shutdown.
+    deferred: Mutex<Vec<Error>>,
+    /// Set when shutdown begins: no new modules or queues from then on.
+    closing: AtomicBool,
+    /// Loads in flight (setup included); shutdown waits for them before teardown.
+    loads: AtomicUsize,
+    /// Counts completed module setups (teardown runs newest first).
+    setup_order: AtomicU64,
+}
+
+impl Generation {
+    /// Opens the platforms (a required one that fails fails the start, after deinitialising
+    /// those already open) and lists their devices.
+    pub(crate) fn start(
+        id: u64,
+        config: Config,
+        entries: &[(PlatformEntry, bool)],
+    ) -> Result<Generation> {
+        let mut platforms: Vec<PlatformSlot> = Vec::new();
+        let mut unavailable = Vec::new();
+        for &(entry, required) in entries {
+            match entry.open(&config) {
+                Ok(raw) => platforms.push(PlatformSlot {
+                    kind: raw.kind(),
+                    name: raw.name(),
+                    raw,
+                }),
+                Err(e) if !required => unavailable.push(Unavailable {
+                    backend: entry.kind(),
+                    reason: e.to_string(),
+                }),
+                Err(e) => {
+                    // Nothing leaks: deinit what was opened, newest first.
+                    let mut errors = vec![e];
+                    errors.extend(platforms.iter().rev().filter_map(|p| p.raw.deinit().err()));
+                    return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
+                }
+            }
+        }
+        let mut devices = SlotMap::with_key();
+        for (index, platform) in platforms.iter().enumerate() {
+            for raw in platform.raw.devices() {
+                devices.insert(DeviceSlot {
+                    platform: index,
+                    raw,
+                });
+            }
+        }
+        Ok(Generation {
+            id,
+            config,
+            unavailable,
+            refs: AtomicUsize::new(1),
+            live: RwLock::new(Some(Live {
+                platforms,
+                devices,
+                registries: Default::default(),
+            })),
+            deferred: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            loads: AtomicUsize::new(0),
+            setup_order: AtomicU64::new(0),
+        })
+    }
+
+    /// Runs `f` on the live state, shared with other operations; `Error::ShutDown` once
+    /// the generation ended. Teardown waits for `f` to return.
+    pub(crate) fn with_live<T>(&self, f: impl FnOnce(&Live) -> Result<T>) -> Result<T> {
+        let guard = read(&self.live);
+        f(guard.as_ref().ok_or(Error::ShutDown)?)
+    }
+
+    /// Whether the generation still runs (no teardown has taken its state).
+    pub(crate) fn is_live(&self) -> bool {
+        read(&self.live).is_some()
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Registers a load in flight; `None` once shutdown has begun. Lock-free, so 64
+    /// threads loading at once do not queue on it: the count goes up before `closing` is
+    /// read, and teardown sets `closing` before it reads the count (both sequentially
+    /// consistent), so either the load sees `closing` or teardown sees the load.
+    pub(crate) fn begin_load(&self) -> Option<LoadGuard<'_>> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        let guard = LoadGuard(self);
+        (!self.is_closing()).then_some(guard)
+    }
+
+    pub(crate) fn next_setup_order(&self) -> u64 {
+        self.setup_order.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Keeps an error met where nobody can be told (a drop) for the shutdown to return.
+    pub(crate) fn defer(&self, result: Result<()>) {
+        if let Err(e) = result {
+            lock(&self.deferred).push(e);
+        }
+    }
+
+    /// L4: drain queues → teardown callbacks → unload modules → destroy events and queues
+    /// → (release IPC mappings) → free buffers → drop devices → deinitialise platforms.
+    /// Every step runs whatever failed before; all errors come back together. Idempotent:
+    /// a second call finds nothing to do.
+    pub(crate) fn teardown(self: &Arc<Self>) -> Result<()> {
+        // Every load either saw `closing` or is counted (see `begin_load`); wait for the
+        // counted ones, setups included. Rare and short, so a sleep loop will do.
+        self.closing.store(true, Ordering::SeqCst);
+        while self.loads.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        let mut errors = Vec::new();
+        // The first two steps may run user code that calls into the runtime, so they run
+        // before the generation is locked, on a snapshot of its queues and modules.
+        let snapshot = read(&self.live)
+            .as_ref()
+            .map(|live| (live.snapshot(Kind::Queue), live.snapshot(Kind::Module)));
+        let Some((queues, mut modules)) = snapshot else {
+            return Ok(());
+        };
+        for queue in queues {
+            errors.extend(queue.prepare(self).err());
+        }
+        modules.sort_by_key(|m| std::cmp::Reverse(m.order()));
+        for module in modules {
+            errors.extend(module.prepare(self).err());
+        }
+
+        // Taking the write lock waits for every operation in flight on a device.
+        let Some(live) = write(&self.live).take() else {
+            return Error::join(errors);
+        };
+        errors.append(&mut lock(&self.deferred));
+        for kind in RELEASE_ORDER {
+            // (IPC mappings are released before the buffers once IPC exists.)
+            let registry = std::mem::take(&mut *lock(&live.registries[kind as usize]));
+            for (_, resource) in registry {
+                errors.extend(resource.release().err());
+            }
+        }
+        // Devices go before their platforms.
+        drop(live.devices);
+        for platform in live.platforms.iter().rev() {
+            errors.extend(platform.raw.deinit().err());
+        }
+        drop(live.platforms);
+        errors.append(&mut lock(&self.deferred));
+        Error::join(errors)
+    }
+}
+
+/// A load in flight; dropping it lets a waiting shutdown go on.
+pub(crate) struct LoadGuard<'a>(&'a Generation);
+
+impl Drop for LoadGuard<'_> {
+    fn drop(&mut self) {
+        self.0.loads.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -87,7 +87,10 @@ pub fn serial() -> MutexGuard<'static, ()> {
 /// The WGSL source of the test kernels (`add_one`, `fill`, `noop`; see the file).
 pub const KERNELS_WGSL: &str = include_str!("../fixtures/kernels.wgsl");
 
-/// Compiles WGSL to SPIR-V `version` (major, minor) with naga, as bytes in host order.
+/// Compiles WGSL to SPIR-V `version` (major, minor) with naga, as bytes in host order, with
+/// debug names (`OpName`) in every build profile: naga's default adds them only when naga
+/// itself is built with debug assertions, so a `--release` test run would get other
+/// SPIR-V than the shipped fixture and than a debug run.
 pub fn spirv_of(wgsl: &str, version: (u8, u8)) -> Vec<u8> {
     let module = naga::front::wgsl::parse_str(wgsl)
         .unwrap_or_else(|e| panic!("WGSL: {}", e.emit_to_string(wgsl)));
@@ -97,9 +100,11 @@ pub fn spirv_of(wgsl: &str, version: (u8, u8)) -> Vec<u8> {
     )
     .validate(&module)
     .unwrap_or_else(|e| panic!("naga validation: {e:?}"));
+    let defaults = naga::back::spv::Options::default();
     let options = naga::back::spv::Options {
         lang_version: version,
-        ..Default::default()
+        flags: defaults.flags | naga::back::spv::WriterFlags::DEBUG,
+        ..defaults
     };
     let words = naga::back::spv::write_vec(&module, &info, &options, None)
         .unwrap_or_else(|e| panic!("naga SPIR-V output: {e}"));

@@ -6,6 +6,9 @@
 
 mod common;
 
+// Every test holds `serial()`: some assert deltas of the backend's process-wide counters,
+// which a test running beside them would move.
+
 use common::{
     assert_no_validation_errors, both_paths_validated, bytes_of, close, kernels, open_validated,
     serial, spirv_of, words,
@@ -65,6 +68,7 @@ fn read_words(dev: &VulkanDevice, buf: &VulkanBuffer) -> Vec<u32> {
 
 #[test]
 fn add_one_and_fill_over_a_mebiword() {
+    let _serial = serial();
     let Some(platforms) = both_paths_validated("add_one_and_fill_over_a_mebiword") else {
         return;
     };
@@ -115,6 +119,7 @@ fn add_one_and_fill_over_a_mebiword() {
 /// `block_id * block + thread`, whatever the shader declares (64).
 #[test]
 fn any_block_size_runs_grid_times_block_threads() {
+    let _serial = serial();
     let Some(vk) = open_validated("any_block_size_runs_grid_times_block_threads") else {
         return;
     };
@@ -177,6 +182,7 @@ fn any_block_size_runs_grid_times_block_threads() {
 /// globals in the interface): reflection gives the same parameters, and they all run.
 #[test]
 fn every_spirv_version_reflects_the_same_parameters() {
+    let _serial = serial();
     let Some(vk) = open_validated("every_spirv_version_reflects_the_same_parameters") else {
         return;
     };
@@ -360,6 +366,7 @@ fn invalid_spirv_never_reaches_the_driver() {
 
 #[test]
 fn missing_entry_points_and_globals_are_symbol_not_found() {
+    let _serial = serial();
     let Some(vk) = open_validated("missing_entry_points_and_globals_are_symbol_not_found") else {
         return;
     };
@@ -405,6 +412,7 @@ fn invalid_argument(result: offload_core::Result<()>, what: &str) -> String {
 /// device or the shader cannot run, are `InvalidArgument` and run nothing.
 #[test]
 fn mismatched_launches_are_invalid_argument() {
+    let _serial = serial();
     let Some(vk) = open_validated("mismatched_launches_are_invalid_argument") else {
         return;
     };
@@ -506,6 +514,7 @@ fn mismatched_launches_are_invalid_argument() {
 /// kernel; a shader with workgroup memory refuses blocks larger than it declares.
 #[test]
 fn unsupported_shapes_are_typed_errors() {
+    let _serial = serial();
     let Some(vk) = open_validated("unsupported_shapes_are_typed_errors") else {
         return;
     };
@@ -599,6 +608,7 @@ fn unsupported_shapes_are_typed_errors() {
 /// another queue's event runs after that queue's work.
 #[test]
 fn events_time_work_and_order_queues() {
+    let _serial = serial();
     let Some(vk) = open_validated("events_time_work_and_order_queues") else {
         return;
     };

@@ -54,7 +54,7 @@ pub use offload_core::{
     Arg, BackendKind, Buffer, CallbackError, Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo,
     Dims, Error, Event, GlobalInfo, Kernel, KernelArg, MemKind, Module, ParamKind, PlatformEntry,
     PlatformInfo, Platforms, Program, Queue, Ready, Result, Scalar, Shutdown, Unavailable, Uninit,
-    hal, no_compute, take_unreported_errors,
+    hal, ipc, no_compute, take_unreported_errors,
 };
 
 /// The host backend crate, for its counters and raw platform type.

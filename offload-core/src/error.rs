@@ -138,6 +138,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// An IPC endpoint could not reach a peer, or a peer broke the protocol: the socket's
+    /// error, a peer that exited or was disconnected, a wait that ran out of time.
+    #[error("ipc: {call}: {reason}")]
+    Ipc {
+        /// The offload call that was made.
+        call: &'static str,
+        /// What happened, naming the peer or the socket.
+        reason: String,
+    },
+
     /// The driver returned an error code that maps to no other variant.
     #[error("{backend}: {call}: driver error {code}: {message}")]
     Driver {

@@ -36,6 +36,7 @@ mod erased;
 mod error;
 pub mod hal;
 mod handles;
+pub mod ipc;
 pub mod reference;
 mod runtime;
 mod sync;
@@ -46,7 +47,7 @@ pub use hal::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, Par
 pub use handles::{
     Arg, Buffer, CallbackError, Device, Event, Kernel, Module, Program, Queue, Scalar,
 };
-pub use runtime::config::{Config, DEFAULT_IPC_CACHE_SIZE};
+pub use runtime::config::{Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS};
 pub use runtime::generation::Unavailable;
 pub use runtime::lifecycle::{
     Offload, PlatformInfo, Ready, Shutdown, Uninit, take_unreported_errors,

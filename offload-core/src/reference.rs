@@ -18,14 +18,15 @@
 //! Thread `i` of a launch is `block_id.x * block.x + thread.x` (one dimension).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crate::erased::{PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::hal::{
-    self, BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, KernelOf, MemKind, ParamKind,
+    self, BackendKind, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf, MemKind,
+    ParamKind,
 };
 use crate::runtime::config::Config;
 use crate::sync::{lock, read, write};
@@ -61,10 +62,30 @@ pub struct RefDevice {
     live: Arc<AtomicUsize>,
 }
 
-/// A reference allocation.
+/// A reference allocation: its bytes, shared with the buffers that imported it in this
+/// process.
 #[derive(Debug)]
 pub struct RefBuffer {
-    bytes: RwLock<Vec<u8>>,
+    bytes: Arc<Bytes>,
+    /// Its id in [`EXPORTABLE`] if it was allocated exportable (and is not an import).
+    exportable: Option<u64>,
+}
+
+/// The exportable allocations of this process, by id: the reference backend shares memory
+/// only within one process (an import looks its id up here), so a handle from another
+/// process, or a forged one, is `InvalidIpcHandle`.
+static EXPORTABLE: Mutex<Vec<(u64, Weak<Bytes>)>> = Mutex::new(Vec::new());
+
+/// A reference allocation's bytes.
+type Bytes = RwLock<Vec<u8>>;
+static NEXT_EXPORTABLE: AtomicU64 = AtomicU64::new(1);
+
+fn invalid_handle(reason: impl Into<String>) -> Error {
+    Error::InvalidIpcHandle {
+        backend: BackendKind::Reference,
+        call: "Device::import",
+        reason: reason.into(),
+    }
 }
 
 impl Reference {
@@ -169,11 +190,15 @@ impl hal::Device for RefDevice {
         bytes.resize(size, 0);
         self.live.fetch_add(1, Ordering::SeqCst);
         Ok(RefBuffer {
-            bytes: RwLock::new(bytes),
+            bytes: Arc::new(RwLock::new(bytes)),
+            exportable: None,
         })
     }
 
-    fn free(&self, _buffer: RefBuffer) -> Result<()> {
+    fn free(&self, buffer: RefBuffer) -> Result<()> {
+        if let Some(id) = buffer.exportable {
+            lock(&EXPORTABLE).retain(|(e, _)| *e != id);
+        }
         self.live.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
@@ -186,15 +211,15 @@ impl hal::Device for RefDevice {
     }
 
     fn write(&self, buffer: &mut RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        let bytes = bytes_mut(buffer);
-        let r = range("Buffer::write", bytes, offset, src.len())?;
+        let mut bytes = bytes_mut(buffer);
+        let r = range("Buffer::write", &bytes, offset, src.len())?;
         bytes[r].copy_from_slice(src);
         Ok(())
     }
 
     fn fill(&self, buffer: &mut RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        let bytes = bytes_mut(buffer);
-        let r = range("Buffer::fill", bytes, offset, len)?;
+        let mut bytes = bytes_mut(buffer);
+        let r = range("Buffer::fill", &bytes, offset, len)?;
         bytes[r].fill(value);
         Ok(())
     }
@@ -207,18 +232,22 @@ impl hal::Device for RefDevice {
         d: usize,
         len: usize,
     ) -> Result<()> {
+        if Arc::ptr_eq(&src.bytes, &dst.bytes) {
+            // An import of the same memory: one lock, overlapping ranges allowed.
+            return self.copy_within(dst, so, d, len);
+        }
         let src = read(&src.bytes);
-        let dst = bytes_mut(dst);
+        let mut dst = bytes_mut(dst);
         let s = range("Buffer::copy_from", &src, so, len)?;
-        let t = range("Buffer::copy_from", dst, d, len)?;
+        let t = range("Buffer::copy_from", &dst, d, len)?;
         dst[t].copy_from_slice(&src[s]);
         Ok(())
     }
 
     fn copy_within(&self, buffer: &mut RefBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        let bytes = bytes_mut(buffer);
-        let s = range("Buffer::copy_from", bytes, so, len)?;
-        range("Buffer::copy_from", bytes, d, len)?;
+        let mut bytes = bytes_mut(buffer);
+        let s = range("Buffer::copy_from", &bytes, so, len)?;
+        range("Buffer::copy_from", &bytes, d, len)?;
         bytes.copy_within(s, d);
         Ok(())
     }
@@ -270,11 +299,72 @@ impl hal::Device for RefDevice {
     }
 }
 
-fn bytes_mut(buffer: &mut RefBuffer) -> &mut Vec<u8> {
-    buffer
-        .bytes
-        .get_mut()
-        .unwrap_or_else(PoisonError::into_inner)
+fn bytes_mut(buffer: &mut RefBuffer) -> RwLockWriteGuard<'_, Vec<u8>> {
+    write(&buffer.bytes)
+}
+
+/// Memory shared within this process: an exportable allocation's id travels in the payload.
+impl hal::Ipc for RefDevice {
+    fn uuid(&self) -> [u8; 16] {
+        let mut uuid = *b"offload-ref-dev\0";
+        uuid[15] = self.ordinal as u8;
+        uuid
+    }
+
+    fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<RefBuffer> {
+        let mut buffer = hal::Device::alloc(self, size, kind)?;
+        let id = NEXT_EXPORTABLE.fetch_add(1, Ordering::Relaxed);
+        lock(&EXPORTABLE).push((id, Arc::downgrade(&buffer.bytes)));
+        buffer.exportable = Some(id);
+        Ok(buffer)
+    }
+
+    fn export(&self, buffer: &RefBuffer) -> Result<Exported> {
+        let id = buffer.exportable.ok_or_else(|| {
+            Error::invalid(
+                "Buffer::export",
+                "reference buffer was not allocated exportable (Device::alloc_exportable)",
+            )
+        })?;
+        Ok(Exported {
+            size: read(&buffer.bytes).len() as u64,
+            payload: id.to_le_bytes().to_vec(),
+            fd: None,
+        })
+    }
+
+    fn import(&self, exported: Exported) -> Result<RefBuffer> {
+        if exported.fd.is_some() {
+            return Err(invalid_handle(
+                "a reference handle carries no file descriptor",
+            ));
+        }
+        let id = <[u8; 8]>::try_from(exported.payload.as_slice())
+            .map(u64::from_le_bytes)
+            .map_err(|_| invalid_handle("the payload is not a reference allocation id"))?;
+        let bytes = lock(&EXPORTABLE)
+            .iter()
+            .find(|(e, _)| *e == id)
+            .and_then(|(_, bytes)| bytes.upgrade())
+            .ok_or_else(|| {
+                invalid_handle(format!(
+                    "no live exportable allocation {id} in this process (the reference \
+                     backend shares memory only within one process)"
+                ))
+            })?;
+        if read(&bytes).len() as u64 != exported.size {
+            return Err(invalid_handle(format!(
+                "allocation {id} has {} bytes, the handle says {}",
+                read(&bytes).len(),
+                exported.size
+            )));
+        }
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Ok(RefBuffer {
+            bytes,
+            exportable: None,
+        })
+    }
 }
 
 /// The header line of a reference program.

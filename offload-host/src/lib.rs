@@ -42,7 +42,7 @@ use offload_core::{
     Result,
 };
 
-pub use memory::{ALIGNMENT, HostBuffer};
+pub use memory::{ALIGNMENT, HostBuffer, MEMFD_NAME};
 pub use program::{HostKernel, HostModule, PARAMS_PREFIX};
 
 /// Test kernels compiled from `fixtures/kernels.c` (feature `fixtures`): `add_one`, `fill`,
@@ -102,7 +102,7 @@ pub fn stats() -> HostStats {
 /// assert_eq!(offload_host::platform().kind(), offload_core::BackendKind::Host);
 /// ```
 pub fn platform() -> PlatformEntry {
-    PlatformEntry::of::<HostPlatform>()
+    PlatformEntry::with_ipc::<HostPlatform>()
 }
 
 /// The host platform: `Config::host_devices` CPU devices.
@@ -120,6 +120,8 @@ struct Shared {
     /// Machine memory, read at the first allocation or `info` (not at open: open is on the
     /// init path, which must stay cheap).
     memory: OnceLock<u64>,
+    /// The kernel's boot id, read at the first IPC use: the host devices' UUIDs.
+    boot_id: OnceLock<[u8; 16]>,
 }
 
 impl Shared {
@@ -129,7 +131,36 @@ impl Shared {
             (info.totalram as u64).saturating_mul(u64::from(info.mem_unit.max(1)))
         })
     }
+
+    /// /proc/sys/kernel/random/boot_id as bytes: the same in every process of this boot
+    /// (zeros where the kernel does not say, which still matches within a machine).
+    fn boot_id(&self) -> [u8; 16] {
+        *self.boot_id.get_or_init(|| {
+            let text =
+                std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+            let digits: Vec<u8> = text
+                .bytes()
+                .filter(u8::is_ascii_hexdigit)
+                .map(|c| (c as char).to_digit(16).unwrap_or(0) as u8)
+                .collect();
+            let mut id = [0u8; 16];
+            for (byte, pair) in id.iter_mut().zip(digits.chunks_exact(2)) {
+                *byte = pair[0] << 4 | pair[1];
+            }
+            id
+        })
+    }
+
+    fn counted(&self, buffer: HostBuffer) -> HostBuffer {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        buffer
+    }
 }
+
+/// What an exportable host allocation's payload says: these bytes, then nothing (the size
+/// travels in the handle, the memory as the memfd).
+const IPC_PAYLOAD: &[u8; 8] = b"OFHOST01";
 
 /// A CPU device of the host platform. Dropping it (after the queues that share its
 /// workers) joins its worker threads.
@@ -263,9 +294,7 @@ impl hal::Device for HostDevice {
         }
         let buffer =
             HostBuffer::new(size).ok_or_else(|| oom(size, "the allocator refused".into()))?;
-        self.shared.live.fetch_add(1, Ordering::SeqCst);
-        LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
-        Ok(buffer)
+        Ok(self.shared.counted(buffer))
     }
 
     fn free(&self, buffer: HostBuffer) -> Result<()> {
@@ -383,6 +412,66 @@ impl hal::Device for HostDevice {
 
     fn destroy_event(&self, _event: HostEvent) -> Result<()> {
         Ok(())
+    }
+}
+
+/// Memory shared between processes as sealed memfds; the fd travels with the handle.
+impl hal::Ipc for HostDevice {
+    /// The boot id, its last byte mixed with the device's ordinal: host device `n` is the
+    /// same device in every process of this boot.
+    fn uuid(&self) -> [u8; 16] {
+        let mut uuid = self.shared.boot_id();
+        uuid[15] ^= self.ordinal as u8;
+        uuid
+    }
+
+    fn alloc_exportable(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
+        let memory = self.shared.memory();
+        if size as u64 > memory {
+            return Err(oom(size, format!("the host has {memory} bytes of memory")));
+        }
+        let buffer = HostBuffer::exportable(size)
+            .map_err(|e| oom(size, format!("memfd_create/ftruncate/mmap: {e}")))?;
+        Ok(self.shared.counted(buffer))
+    }
+
+    fn export(&self, buffer: &HostBuffer) -> Result<hal::Exported> {
+        const CALL: &str = "Buffer::export";
+        let fd = buffer.memfd().ok_or_else(|| Error::InvalidArgument {
+            call: CALL,
+            reason: "host buffer is not exportable (allocate it with alloc_exportable)".into(),
+        })?;
+        let fd = fd.try_clone().map_err(|e| Error::Driver {
+            backend: BackendKind::Host,
+            call: CALL,
+            code: i64::from(e.raw_os_error().unwrap_or(0)),
+            message: format!("dup of the buffer's memfd: {e}"),
+        })?;
+        Ok(hal::Exported {
+            size: buffer.len() as u64,
+            payload: IPC_PAYLOAD.to_vec(),
+            fd: Some(fd),
+        })
+    }
+
+    fn import(&self, exported: hal::Exported) -> Result<HostBuffer> {
+        let bad = |reason: &str| Error::InvalidIpcHandle {
+            backend: BackendKind::Host,
+            call: "Device::import",
+            reason: reason.into(),
+        };
+        let Some(fd) = exported.fd else {
+            return Err(bad("a host handle needs its memfd"));
+        };
+        if exported.payload != IPC_PAYLOAD {
+            return Err(bad("the payload is not a host allocation's"));
+        }
+        let size = usize::try_from(exported.size).map_err(|_| bad("size"))?;
+        if size == 0 {
+            return Err(bad("size 0"));
+        }
+        let buffer = HostBuffer::import(fd, size)?;
+        Ok(self.shared.counted(buffer))
     }
 }
 

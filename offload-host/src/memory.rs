@@ -1,4 +1,5 @@
-//! Host memory: one zeroed, aligned heap allocation per buffer.
+//! Host memory: one zeroed, aligned heap allocation per buffer, or, for memory other
+//! processes may map, a sealed memfd mapped shared (see [`HostBuffer::exportable`]).
 //!
 //! All access goes through raw-pointer copies; no Rust reference to the bytes is ever
 //! formed, so kernels (C code) may hold pointers into them. Reads take `&self`, mutation
@@ -7,18 +8,36 @@
 //! whatever the caller checked.
 
 use std::alloc::Layout;
+use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
-use offload_core::{Error, Result};
+use offload_core::{BackendKind, Error, Result};
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{MapFlags, ProtFlags};
 
 /// Alignment of every host allocation, in bytes.
 pub const ALIGNMENT: usize = 64;
+
+/// The name every exportable host allocation's memfd has (it shows in /proc/PID/maps as
+/// `/memfd:offload-host-ipc (deleted)`).
+pub const MEMFD_NAME: &str = "offload-host-ipc";
+
+/// What backs a host buffer.
+#[derive(Debug)]
+enum Backing {
+    /// `alloc_zeroed` with this layout.
+    Heap(Layout),
+    /// A shared mapping of a memfd: ours to export (we keep its fd), or another process's
+    /// (imported; the fd was closed once mapped).
+    Shared { fd: Option<OwnedFd> },
+}
 
 /// An allocation of the host backend.
 #[derive(Debug)]
 pub struct HostBuffer {
     ptr: NonNull<u8>,
-    layout: Layout,
+    len: usize,
+    backing: Backing,
 }
 
 // SAFETY: the buffer owns its allocation exclusively (like a `Box<[u8]>`); moving it to
@@ -49,8 +68,74 @@ impl HostBuffer {
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         Some(HostBuffer {
             ptr: NonNull::new(ptr)?,
-            layout,
+            len: size,
+            backing: Backing::Heap(layout),
         })
+    }
+
+    /// A zeroed allocation of `size` (> 0) bytes that another process can map: a memfd,
+    /// sized, then sealed against shrinking and growing (so no mapping of it can ever fault
+    /// on a truncated file), and mapped shared. Costs four system calls more than
+    /// [`HostBuffer::new`].
+    pub(crate) fn exportable(size: usize) -> std::io::Result<HostBuffer> {
+        let fd =
+            rustix::fs::memfd_create(MEMFD_NAME, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+        rustix::fs::ftruncate(&fd, size as u64)?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+        let ptr = map_shared(&fd, size)?;
+        Ok(HostBuffer {
+            ptr,
+            len: size,
+            backing: Backing::Shared { fd: Some(fd) },
+        })
+    }
+
+    /// Maps `size` bytes of another process's exportable allocation, after checking that
+    /// `fd` is one: a regular file of exactly `size` bytes sealed against shrinking (a file
+    /// that could shrink would fault our accesses). The fd is closed whatever happens.
+    pub(crate) fn import(fd: OwnedFd, size: usize) -> Result<HostBuffer> {
+        let bad = |reason: String| Error::InvalidIpcHandle {
+            backend: BackendKind::Host,
+            call: "Device::import",
+            reason,
+        };
+        let stat = rustix::fs::fstat(&fd).map_err(|e| bad(format!("fstat: {e}")))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(bad("the descriptor is not a memory file".into()));
+        }
+        if stat.st_size != size as i64 {
+            return Err(bad(format!(
+                "the memory file has {} bytes, the handle says {size}",
+                stat.st_size
+            )));
+        }
+        let seals = rustix::fs::fcntl_get_seals(&fd)
+            .map_err(|e| bad(format!("not a sealed memfd ({e})")))?;
+        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+            return Err(bad(
+                "the memfd is not sealed against resizing: it could fault our accesses".into(),
+            ));
+        }
+        let ptr = map_shared(&fd, size).map_err(|e| Error::OutOfMemory {
+            backend: BackendKind::Host,
+            call: "Device::import",
+            requested: size as u64,
+            reason: format!("mmap: {e}"),
+        })?;
+        drop(fd); // the mapping keeps the memory
+        Ok(HostBuffer {
+            ptr,
+            len: size,
+            backing: Backing::Shared { fd: None },
+        })
+    }
+
+    /// The memfd of an exportable allocation (`None` for heap or imported memory).
+    pub(crate) fn memfd(&self) -> Option<&OwnedFd> {
+        match &self.backing {
+            Backing::Shared { fd } => fd.as_ref(),
+            Backing::Heap(_) => None,
+        }
     }
 
     /// Size in bytes.
@@ -66,7 +151,7 @@ impl HostBuffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 
     /// Always false: host buffers are never empty.
@@ -82,7 +167,7 @@ impl HostBuffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.layout.size() == 0
+        self.len == 0
     }
 
     /// Base address, for kernel arguments.
@@ -158,9 +243,35 @@ impl HostBuffer {
     }
 }
 
+/// Maps `len` bytes of `fd` read-write and shared.
+fn map_shared(fd: &OwnedFd, len: usize) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh mapping chosen by the kernel (null hint) overlaps nothing of ours; the
+    // file is at least `len` bytes long (callers sized or checked it) and sealed against
+    // shrinking, so every page of the mapping stays backed.
+    let ptr = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            0,
+        )
+    }?;
+    NonNull::new(ptr.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))
+}
+
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed only here, once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        match &self.backing {
+            // SAFETY: `ptr` came from `alloc_zeroed(layout)` and is freed only here, once.
+            Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
+            Backing::Shared { .. } => {
+                // SAFETY: `ptr` is the start of our own mapping of `len` bytes, unmapped only
+                // here, once; nothing refers into it any more (we own it exclusively). A
+                // failure would leave a mapping behind, never unmap anything else.
+                let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+            }
+        }
     }
 }

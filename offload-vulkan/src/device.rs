@@ -59,6 +59,8 @@ pub(crate) struct DeviceContext {
     pub(crate) deinitialised: AtomicBool,
     /// Whether the device has timeline semaphores (enabled at creation).
     pub(crate) timeline_semaphores: bool,
+    /// `VK_KHR_external_memory_fd`'s functions, where it was enabled (IPC).
+    pub(crate) external_fd: Option<ash::khr::external_memory_fd::Device>,
     /// The timeline semaphore and the pipeline cache, made at first use (so a platform that
     /// only moves memory never makes them); `init` serialises their creation.
     timeline: OnceLock<vk::Semaphore>,
@@ -94,19 +96,28 @@ impl DeviceContext {
             .queue_priorities(&priorities)];
         // Timeline semaphores (core in 1.2) for queues and events; memory needs nothing.
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        // Exporting and importing memory (IPC), where the device can.
+        let extensions = [ash::khr::external_memory_fd::NAME.as_ptr()];
         let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
         if info.timeline_semaphores {
             create = create.push_next(&mut v12);
         }
+        if info.external_memory_fd {
+            create = create.enabled_extension_names(&extensions);
+        }
         // SAFETY: `physical` belongs to `instance` (it was enumerated from it); `create` and
         // the arrays and structures it points to live across the call; the family index comes
         // from this device's own queue family list and we ask for one queue of it; the
-        // timeline feature is chained only where the device is 1.2+ and reports it.
+        // timeline feature is chained only where the device is 1.2+ and reports it, the
+        // extension named only where the device lists it.
         let raw = unsafe { instance.raw.create_device(physical, &create, None) }
             .map_err(|e| map_vk_err(At::new("Offload::init", "vkCreateDevice"), e))?;
         crate::LIVE_DEVICES.fetch_add(1, Ordering::SeqCst);
         // SAFETY: the device was just created with one queue of this family.
         let queue = unsafe { raw.get_device_queue(info.compute_queue_family, 0) };
+        let external_fd = info
+            .external_memory_fd
+            .then(|| ash::khr::external_memory_fd::Device::new(&instance.raw, &raw));
         // SAFETY: `physical` belongs to the live `instance`.
         let memory = unsafe { instance.raw.get_physical_device_memory_properties(physical) };
         let api = vk::make_api_version(
@@ -131,6 +142,7 @@ impl DeviceContext {
             platform_live,
             deinitialised: AtomicBool::new(false),
             timeline_semaphores: info.timeline_semaphores,
+            external_fd,
             timeline: OnceLock::new(),
             pipeline_cache: OnceLock::new(),
             init: Mutex::new(()),

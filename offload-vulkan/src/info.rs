@@ -185,6 +185,12 @@ pub struct VulkanDeviceInfo {
     /// Whether the device has timeline semaphores (core in Vulkan 1.2), which offload's
     /// queues and events need: without them programs and queues are `Error::Unsupported`.
     pub timeline_semaphores: bool,
+    /// `deviceUUID` (Vulkan 1.1): names the device alike in every process, for IPC
+    /// handles; zeros before 1.1.
+    pub device_uuid: [u8; 16],
+    /// Whether the device can export and import memory as `OPAQUE_FD`s
+    /// (`VK_KHR_external_memory_fd`, Vulkan 1.1+): what IPC needs.
+    pub external_memory_fd: bool,
     /// Parallel compute units, as honest as the driver lets us be: SMs
     /// (`VK_NV_shader_sm_builtins`), compute units (`VK_AMD_shader_core_properties`), the
     /// host's available parallelism for a CPU device (lavapipe runs compute on a thread per
@@ -334,13 +340,17 @@ pub(crate) unsafe fn query(
         let mut driver_name = String::new();
         let mut driver_info = String::new();
         let mut compute_units = None;
+        let mut device_uuid = [0u8; 16];
         if used_api >= vk::API_VERSION_1_1 {
+            let mut ids = vk::PhysicalDeviceIDProperties::default();
             let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
             let mut maintenance4 = vk::PhysicalDeviceMaintenance4Properties::default();
             let mut driver = vk::PhysicalDeviceDriverProperties::default();
             let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
             let mut amd = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
-            let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maintenance3);
+            let mut props2 = vk::PhysicalDeviceProperties2::default()
+                .push_next(&mut maintenance3)
+                .push_next(&mut ids);
             if used_api >= vk::API_VERSION_1_2 {
                 props2 = props2.push_next(&mut driver);
             }
@@ -356,6 +366,7 @@ pub(crate) unsafe fn query(
                 props2 = props2.push_next(&mut amd);
             }
             instance.get_physical_device_properties2(physical, &mut props2);
+            device_uuid = ids.device_uuid;
             if maintenance3.max_memory_allocation_size > 0 {
                 max_allocation_size = maintenance3.max_memory_allocation_size;
             }
@@ -419,6 +430,9 @@ pub(crate) unsafe fn query(
             timestamp_valid_bits,
             timestamp_period_ns: limits.timestamp_period,
             timeline_semaphores,
+            device_uuid,
+            external_memory_fd: used_api >= vk::API_VERSION_1_1
+                && has(ash::khr::external_memory_fd::NAME),
             compute_units,
         })
     }

@@ -295,7 +295,7 @@ pub fn stats() -> VulkanStats {
 /// assert_eq!(offload_vulkan::platform().kind(), offload_core::BackendKind::Vulkan);
 /// ```
 pub fn platform() -> PlatformEntry {
-    PlatformEntry::of::<VulkanPlatform>()
+    PlatformEntry::with_ipc::<VulkanPlatform>()
 }
 
 /// Whether `OFFLOAD_VULKAN_VALIDATION` asks for the validation layer.
@@ -683,7 +683,7 @@ impl hal::Device for VulkanDevice {
                 "zero-size allocation on a Vulkan device",
             ));
         }
-        VulkanBuffer::new(self.context()?.clone(), size, kind)
+        VulkanBuffer::new(self.context()?.clone(), size, kind, false)
     }
 
     fn free(&self, buffer: VulkanBuffer) -> Result<()> {
@@ -780,6 +780,33 @@ impl hal::Device for VulkanDevice {
 
     fn destroy_event(&self, event: VulkanEvent) -> Result<()> {
         queue::destroy_event(event)
+    }
+}
+
+/// Memory shared with other processes as `OPAQUE_FD`s (`VK_KHR_external_memory_fd`); a
+/// device without the extension answers `Error::Unsupported`.
+impl hal::Ipc for VulkanDevice {
+    /// `deviceUUID`.
+    fn uuid(&self) -> [u8; 16] {
+        self.info.device_uuid
+    }
+
+    fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
+        if size == 0 {
+            return Err(invalid(
+                "Device::alloc_exportable",
+                "zero-size allocation on a Vulkan device",
+            ));
+        }
+        VulkanBuffer::new(self.context()?.clone(), size, kind, true)
+    }
+
+    fn export(&self, buffer: &VulkanBuffer) -> Result<hal::Exported> {
+        buffer.export()
+    }
+
+    fn import(&self, exported: hal::Exported) -> Result<VulkanBuffer> {
+        VulkanBuffer::import(self.context()?.clone(), exported)
     }
 }
 

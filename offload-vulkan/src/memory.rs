@@ -7,12 +7,13 @@
 //! driver is asked. Every method checks its ranges itself, whatever the caller checked: the
 //! trait is safe, so the backend must be sound on its own.
 
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ash::vk;
-use offload_core::{MemKind, Result};
+use offload_core::{BackendKind, Error, MemKind, Result, hal::Exported};
 
 use crate::device::DeviceContext;
 use crate::error::{At, check_range, invalid, map_vk_err, out_of_memory};
@@ -59,6 +60,56 @@ pub(crate) fn pick_memory_type(
     }
 }
 
+/// Where an allocation's memory comes from.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// Fresh memory, which no other process can map.
+    Fresh,
+    /// Fresh memory declared exportable as an `OPAQUE_FD` (IPC).
+    Exportable,
+    /// Another process's memory: its `OPAQUE_FD`, and the memory type and size it was
+    /// allocated with (an `OPAQUE_FD` import must use both as they were).
+    Import {
+        fd: OwnedFd,
+        type_index: u32,
+        allocation_size: u64,
+    },
+}
+
+const EXTERNAL: vk::ExternalMemoryHandleTypeFlags = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
+
+/// The open file `fd` refers to: device and inode.
+fn file_identity(fd: &OwnedFd) -> Option<(u64, u64)> {
+    stat(std::os::fd::AsRawFd::as_raw_fd(fd))
+}
+
+/// Device and inode of the file descriptor number `fd` has open, or `None` if it is closed.
+fn stat(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only writes the struct we pass, which lives across the call; on a
+    // closed descriptor it fails with EBADF and touches nothing.
+    let open = unsafe { libc::fstat(fd, &mut st) } == 0;
+    open.then_some((st.st_dev, st.st_ino))
+}
+
+/// Closes descriptor number `fd`, which a driver may or may not have closed after a failed
+/// import, only if it is still open on the file we gave it (`identity`; we still hold
+/// another descriptor of that file, so the number cannot have been reused for it by
+/// anyone but us). Otherwise the driver closed it, and the number may belong to someone
+/// else now: it is left alone.
+fn close_if_still(fd: std::os::fd::RawFd, identity: Option<(u64, u64)>) {
+    if identity.is_some() && stat(fd) == identity {
+        // SAFETY: the number is open on our duplicate (same file, which only we hold), so
+        // closing it closes what we made, once.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+}
+
+/// The first bytes of a Vulkan export payload, and its length.
+const PAYLOAD_MAGIC: [u8; 4] = *b"OFVK";
+const PAYLOAD_LEN: usize = 16;
+
 /// A `VkBuffer` with its own bound memory, mapped when it can be. Destroyed only by
 /// [`RawAllocation::destroy`]; the owner decides when.
 #[derive(Debug)]
@@ -68,6 +119,9 @@ pub(crate) struct RawAllocation {
     /// The start of the whole allocation, mapped for the allocation's lifetime.
     pub(crate) mapped: Option<NonNull<u8>>,
     pub(crate) size: u64,
+    /// The memory type and `allocationSize` of `memory` (what an importer must use).
+    pub(crate) type_index: u32,
+    pub(crate) allocation_size: u64,
 }
 
 impl RawAllocation {
@@ -76,6 +130,7 @@ impl RawAllocation {
         device: &DeviceContext,
         size: u64,
         placement: Placement,
+        source: Source,
         call: &'static str,
     ) -> Result<RawAllocation> {
         let at = |function| At::new(call, function).bytes(size);
@@ -115,9 +170,18 @@ impl RawAllocation {
                 ),
             ));
         }
-        // SAFETY: `create` cleans up everything it made when it fails, and we give the
-        // count back then.
-        let made = unsafe { Self::create(device, size, placement, call, at) };
+        if !matches!(source, Source::Fresh) && device.external_fd.is_none() {
+            return Err(Error::Unsupported {
+                backend: BackendKind::Vulkan,
+                call,
+                reason: "the device has no VK_KHR_external_memory_fd: it cannot share memory \
+                         with other processes"
+                    .into(),
+            });
+        }
+        // SAFETY: `create` cleans up everything it made when it fails (and closes an
+        // imported fd the driver did not take), and we give the count back then.
+        let made = unsafe { Self::create(device, size, placement, source, call, at) };
         if made.is_err() {
             device.allocations.fetch_sub(1, Ordering::SeqCst);
         }
@@ -125,16 +189,21 @@ impl RawAllocation {
     }
 
     /// # Safety
-    /// `device` must be live. On error nothing created here is left behind.
+    /// `device` must be live, with `VK_KHR_external_memory_fd` enabled unless `source` is
+    /// `Fresh`. On error nothing created here is left behind.
     unsafe fn create(
         device: &DeviceContext,
         size: u64,
         placement: Placement,
+        source: Source,
         call: &'static str,
         at: impl Fn(&'static str) -> At,
     ) -> Result<RawAllocation> {
         let dev = &device.raw;
-        let info = vk::BufferCreateInfo::default()
+        let external = !matches!(source, Source::Fresh);
+        let mut external_buffer =
+            vk::ExternalMemoryBufferCreateInfo::default().handle_types(EXTERNAL);
+        let mut info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(
                 vk::BufferUsageFlags::STORAGE_BUFFER
@@ -142,7 +211,11 @@ impl RawAllocation {
                     | vk::BufferUsageFlags::TRANSFER_DST,
             )
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: `info` is valid (non-zero size, no sparse flags) and lives across the call.
+        if external {
+            info = info.push_next(&mut external_buffer);
+        }
+        // SAFETY: `info` is valid (non-zero size, no sparse flags; the external-memory
+        // structure only where the extension is enabled) and lives across the call.
         let buffer = unsafe { dev.create_buffer(&info, None) }
             .map_err(|e| map_vk_err(at("vkCreateBuffer"), e))?;
         let destroy_buffer = || {
@@ -152,14 +225,48 @@ impl RawAllocation {
         };
         // SAFETY: `buffer` is a live buffer of `dev`.
         let needs = unsafe { dev.get_buffer_memory_requirements(buffer) };
-        let Some(type_index) = pick_memory_type(&device.memory, needs.memory_type_bits, placement)
-        else {
-            destroy_buffer();
-            return Err(offload_core::Error::Unsupported {
-                backend: offload_core::BackendKind::Vulkan,
-                call,
-                reason: format!("the device has no memory type suitable for {placement:?} memory"),
-            });
+        let (type_index, allocation_size, import_fd) = match source {
+            Source::Import {
+                fd,
+                type_index,
+                allocation_size,
+            } => {
+                // The exporter's type and size, which must suit this buffer; a forged or
+                // foreign handle fails here, before the driver sees the fd.
+                let types = device.memory.memory_types_as_slice().len();
+                let fits = (type_index as usize) < types
+                    && needs.memory_type_bits & (1 << type_index) != 0
+                    && allocation_size >= needs.size;
+                if !fits {
+                    destroy_buffer();
+                    return Err(Error::InvalidIpcHandle {
+                        backend: BackendKind::Vulkan,
+                        call,
+                        reason: format!(
+                            "memory type {type_index} and size {allocation_size} cannot back a \
+                             {size}-byte buffer on this device (it needs one of types {:#b}, \
+                             {} bytes)",
+                            needs.memory_type_bits, needs.size
+                        ),
+                    });
+                }
+                (type_index, allocation_size, Some(fd))
+            }
+            Source::Fresh | Source::Exportable => {
+                let Some(type_index) =
+                    pick_memory_type(&device.memory, needs.memory_type_bits, placement)
+                else {
+                    destroy_buffer();
+                    return Err(Error::Unsupported {
+                        backend: BackendKind::Vulkan,
+                        call,
+                        reason: format!(
+                            "the device has no memory type suitable for {placement:?} memory"
+                        ),
+                    });
+                };
+                (type_index, needs.size, None)
+            }
         };
         let memory_type = device.memory.memory_types_as_slice()[type_index as usize];
         let heap = device.memory.memory_heaps_as_slice()[memory_type.heap_index as usize];
@@ -175,21 +282,68 @@ impl RawAllocation {
             ));
         }
         let mut dedicated = vk::MemoryDedicatedAllocateInfo::default().buffer(buffer);
+        let mut export = vk::ExportMemoryAllocateInfo::default().handle_types(EXTERNAL);
+        // The driver gets a duplicate: the spec gives it the fd only on success, but
+        // lavapipe (Mesa 22.3) closes it on failure too, so after a failure we close the
+        // duplicate only if it is still the file we gave (see `close_if_still`).
+        let (import_fd, given) = match import_fd {
+            Some(fd) => match fd.try_clone() {
+                Ok(dup) => {
+                    let identity = file_identity(&fd);
+                    (Some(fd), Some((dup.into_raw_fd(), identity)))
+                }
+                Err(e) => {
+                    destroy_buffer();
+                    return Err(Error::Driver {
+                        backend: BackendKind::Vulkan,
+                        call,
+                        code: i64::from(e.raw_os_error().unwrap_or(0)),
+                        message: format!("dup of the imported fd: {e}"),
+                    });
+                }
+            },
+            None => (None, None),
+        };
+        let raw_fd = given.map(|(fd, _)| fd);
+        let mut import = vk::ImportMemoryFdInfoKHR::default()
+            .handle_type(EXTERNAL)
+            .fd(raw_fd.unwrap_or(-1));
         let mut allocate = vk::MemoryAllocateInfo::default()
-            .allocation_size(needs.size)
+            .allocation_size(allocation_size)
             .memory_type_index(type_index);
         if device.api >= vk::API_VERSION_1_1 {
-            // Core in 1.1: one memory object for this buffer alone (also what exporting it
-            // to another process will want).
+            // Core in 1.1: one memory object for this buffer alone (also what an exported
+            // buffer's importer gets).
             allocate = allocate.push_next(&mut dedicated);
         }
-        // SAFETY: `allocate` (and the chained dedicated info naming our live, unbound buffer)
-        // lives across the call; the type index is one of the device's types.
+        if raw_fd.is_some() {
+            allocate = allocate.push_next(&mut import);
+        } else if external {
+            allocate = allocate.push_next(&mut export);
+        }
+        // SAFETY: `allocate` (and the chained structures naming our live, unbound buffer and,
+        // for an import, an fd we own) lives across the call; the type index is one of the
+        // device's types (checked for imports, picked from them otherwise).
         let memory = match unsafe { dev.allocate_memory(&allocate, None) } {
-            Ok(m) => m,
+            Ok(m) => {
+                drop(import_fd); // the driver holds the duplicate now
+                m
+            }
             Err(e) => {
                 destroy_buffer();
-                return Err(map_vk_err(at("vkAllocateMemory"), e));
+                if let Some((fd, identity)) = given {
+                    close_if_still(fd, identity);
+                }
+                drop(import_fd);
+                let e = map_vk_err(at("vkAllocateMemory"), e);
+                return Err(match (raw_fd, e) {
+                    (Some(_), Error::Driver { message, .. }) => Error::InvalidIpcHandle {
+                        backend: BackendKind::Vulkan,
+                        call,
+                        reason: format!("the driver refused to import the memory: {message}"),
+                    },
+                    (_, e) => e,
+                });
             }
         };
         let free_both = || {
@@ -233,7 +387,26 @@ impl RawAllocation {
             memory,
             mapped,
             size,
+            type_index,
+            allocation_size,
         })
+    }
+
+    /// A new `OPAQUE_FD` of this (exportable) allocation's memory.
+    pub(crate) fn export_fd(&self, device: &DeviceContext, call: &'static str) -> Result<OwnedFd> {
+        let Some(external) = device.external_fd.as_ref() else {
+            return Err(invalid(call, "the device cannot export memory"));
+        };
+        let info = vk::MemoryGetFdInfoKHR::default()
+            .memory(self.memory)
+            .handle_type(EXTERNAL);
+        // SAFETY: `memory` is live memory of this device, allocated with an export structure
+        // naming OPAQUE_FD (callers only export exportable allocations); the fd returned is a
+        // new one, which we own.
+        let fd = unsafe { external.get_memory_fd(&info) }
+            .map_err(|e| map_vk_err(At::new(call, "vkGetMemoryFdKHR"), e))?;
+        // SAFETY: a successful vkGetMemoryFdKHR returns a new fd owned by the caller.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     /// Destroys the buffer and frees its memory (which unmaps it).
@@ -275,6 +448,8 @@ pub struct VulkanBuffer {
     raw: RawAllocation,
     len: usize,
     kind: MemKind,
+    /// Whether it may be exported (made by `alloc_exportable`; never an import).
+    exportable: bool,
     device: Arc<DeviceContext>,
     /// The timeline value of the last launch that used it (0: none). Every host access,
     /// and freeing it, waits for that value first: GPU work never sees memory change or
@@ -293,20 +468,98 @@ unsafe impl Send for VulkanBuffer {}
 unsafe impl Sync for VulkanBuffer {}
 
 impl VulkanBuffer {
-    pub(crate) fn new(device: Arc<DeviceContext>, size: usize, kind: MemKind) -> Result<Self> {
+    /// Allocates `size` bytes, exportable to other processes or not.
+    pub(crate) fn new(
+        device: Arc<DeviceContext>,
+        size: usize,
+        kind: MemKind,
+        exportable: bool,
+    ) -> Result<Self> {
         let placement = match kind {
             MemKind::Device => Placement::Device,
             _ => Placement::Host,
         };
-        let raw = RawAllocation::new(&device, size as u64, placement, "Device::alloc")?;
+        let (source, call) = if exportable {
+            (Source::Exportable, "Device::alloc_exportable")
+        } else {
+            (Source::Fresh, "Device::alloc")
+        };
+        let raw = RawAllocation::new(&device, size as u64, placement, source, call)?;
+        Ok(Self::counted(device, raw, size, kind, exportable))
+    }
+
+    /// Maps memory another process exported (see [`VulkanBuffer::export`] for the payload).
+    pub(crate) fn import(device: Arc<DeviceContext>, exported: Exported) -> Result<Self> {
+        const CALL: &str = "Device::import";
+        let bad = |reason: &str| Error::InvalidIpcHandle {
+            backend: BackendKind::Vulkan,
+            call: CALL,
+            reason: reason.into(),
+        };
+        let Some(fd) = exported.fd else {
+            return Err(bad("a Vulkan handle needs its OPAQUE_FD"));
+        };
+        let payload = exported.payload.as_slice();
+        if payload.len() != PAYLOAD_LEN || payload[..4] != PAYLOAD_MAGIC {
+            return Err(bad("the payload is not a Vulkan allocation's"));
+        }
+        let mut type_index = [0u8; 4];
+        type_index.copy_from_slice(&payload[4..8]);
+        let mut allocation_size = [0u8; 8];
+        allocation_size.copy_from_slice(&payload[8..16]);
+        let size = usize::try_from(exported.size).map_err(|_| bad("size"))?;
+        if size == 0 {
+            return Err(bad("size 0"));
+        }
+        let source = Source::Import {
+            fd,
+            type_index: u32::from_le_bytes(type_index),
+            allocation_size: u64::from_le_bytes(allocation_size),
+        };
+        // Imported memory is mapped where it is host-visible, like device memory.
+        let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, CALL)?;
+        Ok(Self::counted(device, raw, size, MemKind::Device, false))
+    }
+
+    fn counted(
+        device: Arc<DeviceContext>,
+        raw: RawAllocation,
+        len: usize,
+        kind: MemKind,
+        exportable: bool,
+    ) -> Self {
         device.platform_live.fetch_add(1, Ordering::SeqCst);
         crate::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
-        Ok(VulkanBuffer {
+        VulkanBuffer {
             raw,
-            len: size,
+            len,
             kind,
+            exportable,
             device,
             last_use: AtomicU64::new(0),
+        }
+    }
+
+    /// What another process needs to import this (exportable) buffer: a new `OPAQUE_FD` of
+    /// its memory, and a payload of `OFVK`, the memory type index (u32) and the
+    /// `allocationSize` (u64), little-endian, which an `OPAQUE_FD` import must repeat.
+    pub(crate) fn export(&self) -> Result<Exported> {
+        const CALL: &str = "Buffer::export";
+        if !self.exportable {
+            return Err(invalid(
+                CALL,
+                "Vulkan buffer is not exportable (allocate it with alloc_exportable)",
+            ));
+        }
+        let fd = self.raw.export_fd(&self.device, CALL)?;
+        let mut payload = Vec::with_capacity(PAYLOAD_LEN);
+        payload.extend_from_slice(&PAYLOAD_MAGIC);
+        payload.extend_from_slice(&self.raw.type_index.to_le_bytes());
+        payload.extend_from_slice(&self.raw.allocation_size.to_le_bytes());
+        Ok(Exported {
+            size: self.len as u64,
+            payload,
+            fd: Some(fd),
         })
     }
 

@@ -15,7 +15,7 @@ use offload_core::Result;
 
 use crate::device::{DeviceContext, QueueState};
 use crate::error::{At, map_vk_err};
-use crate::memory::{Placement, RawAllocation};
+use crate::memory::{Placement, RawAllocation, Source};
 
 /// Bytes of staging memory per device; larger transfers go in chunks of this size.
 pub(crate) const STAGING_BYTES: u64 = 4 << 20;
@@ -166,7 +166,13 @@ impl DeviceContext {
         if transfer.staging.is_none() {
             // Never more than one allocation may be; the edges of a fill need 8 bytes.
             let size = STAGING_BYTES.min(self.limits.max_allocation_size).max(8);
-            transfer.staging = Some(RawAllocation::new(self, size, Placement::Staging, call)?);
+            transfer.staging = Some(RawAllocation::new(
+                self,
+                size,
+                Placement::Staging,
+                Source::Fresh,
+                call,
+            )?);
         }
         match &transfer.staging {
             Some(RawAllocation {

@@ -3,7 +3,7 @@
 
 use crate::erased::objects::{DynPlatform, Erased};
 use crate::error::Result;
-use crate::hal::{BackendKind, Platform};
+use crate::hal::{BackendKind, Ipc, Platform};
 use crate::runtime::config::Config;
 
 /// How the runtime opens one platform: a backend's `open`, erased.
@@ -23,7 +23,14 @@ pub struct PlatformEntry {
 }
 
 fn open<P: Platform>(config: &Config) -> Result<Box<dyn DynPlatform>> {
-    Ok(Box::new(Erased(P::open(config)?)))
+    Ok(Box::new(Erased::new(P::open(config)?)))
+}
+
+fn open_with_ipc<P: Platform>(config: &Config) -> Result<Box<dyn DynPlatform>>
+where
+    P::Device: Ipc,
+{
+    Ok(Box::new(Erased::with_ipc(P::open(config)?)))
 }
 
 impl PlatformEntry {
@@ -39,6 +46,24 @@ impl PlatformEntry {
         PlatformEntry {
             kind: P::KIND,
             open: open::<P>,
+        }
+    }
+
+    /// The entry for platform `P` whose devices share memory with other processes
+    /// ([`crate::hal::Ipc`]): `Buffer::export`, `Device::import` and the IPC endpoint work on
+    /// them. ([`PlatformEntry::of`] answers `Error::Unsupported` for those.)
+    ///
+    /// ```
+    /// let e = offload_core::PlatformEntry::with_ipc::<offload_core::reference::Reference>();
+    /// assert_eq!(e.kind().name(), "reference");
+    /// ```
+    pub fn with_ipc<P: Platform>() -> Self
+    where
+        P::Device: Ipc,
+    {
+        PlatformEntry {
+            kind: P::KIND,
+            open: open_with_ipc::<P>,
         }
     }
 

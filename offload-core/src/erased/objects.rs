@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::hal::{
-    self, BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, KernelOf, MemKind, ParamKind,
+    self, BackendKind, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf, MemKind,
+    ParamKind,
 };
 
 type DeviceOf<P> = <P as hal::Platform>::Device;
@@ -51,6 +52,10 @@ pub(crate) trait DynDevice: Send + Sync {
     fn alloc(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>>;
     fn load(self: Arc<Self>, image: &[u8]) -> Result<Box<dyn DynProgram>>;
     fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>>;
+    /// IPC (`Error::Unsupported` where the backend has none): the device's identity.
+    fn uuid(&self) -> Result<[u8; 16]>;
+    fn alloc_exportable(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>>;
+    fn import(self: Arc<Self>, exported: Exported) -> Result<Box<dyn DynBuffer>>;
 }
 
 /// A buffer with its type erased, together with its device.
@@ -66,6 +71,8 @@ pub(crate) trait DynBuffer: Send + Sync {
         src_offset: usize,
         len: usize,
     ) -> Result<()>;
+    /// IPC: what another process needs to map it.
+    fn export(&self) -> Result<Exported>;
     /// The buffer as `dyn Any`, for downcasts where it is an argument.
     fn as_any(&self) -> &dyn Any;
     fn free(self: Box<Self>) -> Result<()>;
@@ -109,8 +116,67 @@ pub(crate) trait DynEvent: Send + Sync {
     fn destroy(self: Box<Self>) -> Result<()>;
 }
 
-/// Platform `P`, erased.
-pub(crate) struct Erased<P>(pub(crate) P);
+/// The IPC entry points of device type `D`, where it implements [`hal::Ipc`].
+struct IpcFns<D: hal::Device> {
+    uuid: fn(&D) -> [u8; 16],
+    alloc: fn(&D, usize, MemKind) -> Result<D::Buffer>,
+    export: fn(&D, &D::Buffer) -> Result<Exported>,
+    import: fn(&D, Exported) -> Result<D::Buffer>,
+}
+
+impl<D: hal::Device> Clone for IpcFns<D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D: hal::Device> Copy for IpcFns<D> {}
+
+impl<D: hal::Ipc> IpcFns<D> {
+    const TABLE: IpcFns<D> = IpcFns {
+        uuid: <D as hal::Ipc>::uuid,
+        alloc: <D as hal::Ipc>::alloc_exportable,
+        export: <D as hal::Ipc>::export,
+        import: <D as hal::Ipc>::import,
+    };
+}
+
+fn no_ipc(kind: BackendKind, call: &'static str) -> Error {
+    Error::Unsupported {
+        backend: kind,
+        call,
+        reason: format!("the {kind} backend cannot share memory with other processes"),
+    }
+}
+
+/// Platform `P`, erased, with its devices' IPC entry points where it has them.
+pub(crate) struct Erased<P: hal::Platform> {
+    platform: P,
+    ipc: Option<IpcFns<DeviceOf<P>>>,
+}
+
+impl<P: hal::Platform> Erased<P> {
+    /// A platform without IPC.
+    pub(crate) fn new(platform: P) -> Self {
+        Erased {
+            platform,
+            ipc: None,
+        }
+    }
+}
+
+impl<P: hal::Platform> Erased<P>
+where
+    DeviceOf<P>: hal::Ipc,
+{
+    /// A platform whose devices share memory between processes.
+    pub(crate) fn with_ipc(platform: P) -> Self {
+        Erased {
+            platform,
+            ipc: Some(IpcFns::TABLE),
+        }
+    }
+}
 
 impl<P: hal::Platform> DynPlatform for Erased<P> {
     fn kind(&self) -> BackendKind {
@@ -118,47 +184,82 @@ impl<P: hal::Platform> DynPlatform for Erased<P> {
     }
 
     fn name(&self) -> String {
-        self.0.name()
+        self.platform.name()
     }
 
     fn devices(&self) -> Vec<Arc<dyn DynDevice>> {
-        self.0
+        self.platform
             .devices()
             .into_iter()
-            .map(|device| Arc::new(ErasedDevice::<P>(device)) as Arc<dyn DynDevice>)
+            .map(|device| {
+                Arc::new(ErasedDevice::<P> {
+                    raw: device,
+                    ipc: self.ipc,
+                }) as Arc<dyn DynDevice>
+            })
             .collect()
     }
 
     fn deinit(&self) -> Result<()> {
-        self.0.deinit()
+        self.platform.deinit()
     }
 }
 
 /// A device of platform `P`, erased.
-struct ErasedDevice<P: hal::Platform>(DeviceOf<P>);
+struct ErasedDevice<P: hal::Platform> {
+    raw: DeviceOf<P>,
+    ipc: Option<IpcFns<DeviceOf<P>>>,
+}
+
+impl<P: hal::Platform> ErasedDevice<P> {
+    fn ipc(&self, call: &'static str) -> Result<&IpcFns<DeviceOf<P>>> {
+        self.ipc.as_ref().ok_or_else(|| no_ipc(P::KIND, call))
+    }
+}
 
 impl<P: hal::Platform> DynDevice for ErasedDevice<P> {
     fn info(&self) -> Result<DeviceInfo> {
-        hal::Device::info(&self.0)
+        hal::Device::info(&self.raw)
     }
 
     fn alloc(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>> {
         Ok(Box::new(ErasedBuffer::<P> {
-            raw: hal::Device::alloc(&self.0, size, kind)?,
+            raw: hal::Device::alloc(&self.raw, size, kind)?,
             device: self,
         }))
     }
 
     fn load(self: Arc<Self>, image: &[u8]) -> Result<Box<dyn DynProgram>> {
         Ok(Box::new(ErasedProgram::<P> {
-            raw: hal::Device::load(&self.0, image)?,
+            raw: hal::Device::load(&self.raw, image)?,
             _device: self,
         }))
     }
 
     fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>> {
         Ok(Box::new(ErasedQueue::<P> {
-            raw: hal::Device::queue(&self.0)?,
+            raw: hal::Device::queue(&self.raw)?,
+            device: self,
+        }))
+    }
+
+    fn uuid(&self) -> Result<[u8; 16]> {
+        Ok((self.ipc("Buffer::export")?.uuid)(&self.raw))
+    }
+
+    fn alloc_exportable(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>> {
+        let alloc = self.ipc("Device::alloc_exportable")?.alloc;
+        Ok(Box::new(ErasedBuffer::<P> {
+            raw: alloc(&self.raw, size, kind)?,
+            device: self,
+        }))
+    }
+
+    fn import(self: Arc<Self>, exported: Exported) -> Result<Box<dyn DynBuffer>> {
+        // Without IPC, `exported` (and its fd) is dropped, i.e. closed.
+        let import = self.ipc("Device::import")?.import;
+        Ok(Box::new(ErasedBuffer::<P> {
+            raw: import(&self.raw, exported)?,
             device: self,
         }))
     }
@@ -171,19 +272,19 @@ struct ErasedBuffer<P: hal::Platform> {
 
 impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        hal::Device::read(&self.device.0, &self.raw, offset, dst)
+        hal::Device::read(&self.device.raw, &self.raw, offset, dst)
     }
 
     fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        hal::Device::write(&self.device.0, &mut self.raw, offset, src)
+        hal::Device::write(&self.device.raw, &mut self.raw, offset, src)
     }
 
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
-        hal::Device::fill(&self.device.0, &mut self.raw, offset, len, value)
+        hal::Device::fill(&self.device.raw, &mut self.raw, offset, len, value)
     }
 
     fn copy_within(&mut self, src_offset: usize, dst_offset: usize, len: usize) -> Result<()> {
-        hal::Device::copy_within(&self.device.0, &mut self.raw, src_offset, dst_offset, len)
+        hal::Device::copy_within(&self.device.raw, &mut self.raw, src_offset, dst_offset, len)
     }
 
     fn copy_from(
@@ -195,7 +296,7 @@ impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
     ) -> Result<()> {
         let src = downcast::<Self>(src.as_any(), P::KIND, "buffer")?;
         hal::Device::copy(
-            &self.device.0,
+            &self.device.raw,
             &src.raw,
             src_offset,
             &mut self.raw,
@@ -204,13 +305,18 @@ impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
         )
     }
 
+    fn export(&self) -> Result<Exported> {
+        let export = self.device.ipc("Buffer::export")?.export;
+        export(&self.device.raw, &self.raw)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
 
     fn free(self: Box<Self>) -> Result<()> {
         let ErasedBuffer { device, raw } = *self;
-        hal::Device::free(&device.0, raw)
+        hal::Device::free(&device.raw, raw)
     }
 }
 
@@ -287,7 +393,7 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
         args: &[KernelArg<'_, dyn DynBuffer>],
     ) -> Result<()> {
         let kernel = &downcast::<ErasedKernel<P>>(kernel.as_any(), P::KIND, "kernel")?.raw;
-        let device = &self.device.0;
+        let device = &self.device.raw;
         if args.len() <= INLINE_ARGS {
             let mut typed = [KernelArg::Scalar(&[][..]); INLINE_ARGS];
             for (slot, arg) in typed.iter_mut().zip(args) {
@@ -301,25 +407,25 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
     }
 
     fn sync(&self) -> Result<()> {
-        hal::Device::sync(&self.device.0, &self.raw)
+        hal::Device::sync(&self.device.raw, &self.raw)
     }
 
     fn record(&self) -> Result<Box<dyn DynEvent>> {
         Ok(Box::new(ErasedEvent::<P> {
-            raw: hal::Device::record(&self.device.0, &self.raw)?,
+            raw: hal::Device::record(&self.device.raw, &self.raw)?,
             device: self.device.clone(),
         }))
     }
 
     fn wait(&self, event: &dyn DynEvent) -> Result<()> {
         let event = downcast::<ErasedEvent<P>>(event.as_any(), P::KIND, "event")?;
-        hal::Device::wait_event(&self.device.0, &self.raw, &event.raw)
+        hal::Device::wait_event(&self.device.raw, &self.raw, &event.raw)
     }
 
     fn destroy(self: Box<Self>) -> Result<()> {
         let ErasedQueue { device, raw } = *self;
-        let synced = hal::Device::sync(&device.0, &raw);
-        let destroyed = hal::Device::destroy_queue(&device.0, raw);
+        let synced = hal::Device::sync(&device.raw, &raw);
+        let destroyed = hal::Device::destroy_queue(&device.raw, raw);
         Error::join(
             [synced.err(), destroyed.err()]
                 .into_iter()
@@ -336,12 +442,12 @@ struct ErasedEvent<P: hal::Platform> {
 
 impl<P: hal::Platform> DynEvent for ErasedEvent<P> {
     fn sync(&self) -> Result<()> {
-        hal::Device::sync_event(&self.device.0, &self.raw)
+        hal::Device::sync_event(&self.device.raw, &self.raw)
     }
 
     fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration> {
         let start = downcast::<Self>(start.as_any(), P::KIND, "event")?;
-        hal::Device::elapsed(&self.device.0, &start.raw, &self.raw)
+        hal::Device::elapsed(&self.device.raw, &start.raw, &self.raw)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -350,6 +456,6 @@ impl<P: hal::Platform> DynEvent for ErasedEvent<P> {
 
     fn destroy(self: Box<Self>) -> Result<()> {
         let ErasedEvent { device, raw } = *self;
-        hal::Device::destroy_event(&device.0, raw)
+        hal::Device::destroy_event(&device.raw, raw)
     }
 }

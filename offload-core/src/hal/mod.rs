@@ -8,7 +8,8 @@
 //!
 //! Buffers, queues, events and kernels are associated types; each method sits on the
 //! object it acts on. Objects keep their parents alive (a device holds what it needs of its
-//! platform). Optional capabilities (IPC) get traits of their own.
+//! platform). Optional capabilities get traits of their own: [`Ipc`] (sharing memory with
+//! other processes).
 //!
 //! The core never calls a driver itself, and it validates arguments — sizes, ranges,
 //! ownership, launch arguments against declared parameters — *before* a backend method
@@ -18,6 +19,7 @@
 //! traits: the runtime erases them (`DynPlatform`, `DynDevice`, … in the `erased` module)
 //! and hands out the handles of the crate root.
 
+mod ipc;
 mod types;
 
 use std::time::Duration;
@@ -25,6 +27,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::runtime::config::Config;
 
+pub use ipc::{Exported, Ipc};
 pub use types::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind};
 
 /// One platform: an initialised driver with its devices.
@@ -301,6 +304,21 @@ impl Device for Never {
         self.absurd()
     }
     crate::no_compute!(BackendKind::Reference);
+}
+
+impl Ipc for Never {
+    fn uuid(&self) -> [u8; 16] {
+        self.absurd()
+    }
+    fn alloc_exportable(&self, _: usize, _: MemKind) -> Result<Never> {
+        self.absurd()
+    }
+    fn export(&self, _: &Never) -> Result<Exported> {
+        self.absurd()
+    }
+    fn import(&self, _: Exported) -> Result<Never> {
+        self.absurd()
+    }
 }
 
 impl Program for Never {

@@ -1,20 +1,32 @@
-//! [`Buffer`]: memory on a device, and its synchronous copies.
+//! [`Buffer`]: memory on a device, its synchronous copies, and its export and import (I1).
 //!
-//! A buffer keeps its backend allocation behind its own `RwLock<Option<_>>`: every call
-//! holds it shared, and teardown takes it exclusively, which drains the calls in flight.
-//! Per-buffer locks keep a long copy on one buffer from stalling work on others. Whether
-//! two concurrent copies into the same bytes are sound is the backend's business (each
-//! backend's safe API must make it so on its own).
+//! A buffer's allocation ([`BufferEntry`]) keeps its backend memory behind its own
+//! `RwLock<Option<_>>`: every call holds it shared, and teardown takes it exclusively, which
+//! drains the calls in flight. Per-allocation locks keep a long copy on one buffer from
+//! stalling work on others. Whether two concurrent copies into the same bytes are sound is
+//! the backend's business (each backend's safe API must make it so on its own).
+//!
+//! A `Buffer` handle is a window on an allocation. Most own theirs (dropping them frees
+//! it); an IPC endpoint hands out *views* of a mapping it owns, which tell it when they are
+//! dropped, and whose calls answer `Error::InvalidIpcHandle` once the sending process
+//! unmapped the memory (I3).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
-use crate::erased::DynBuffer;
+use crate::erased::{DynBuffer, DynDevice};
 use crate::error::{Error, Result};
 use crate::hal::{BackendKind, MemKind};
 use crate::handles::Device;
-use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
+use crate::ipc::{self, IpcHandle};
+use crate::runtime::generation::{DeviceKey, Generation, Kind, Live, Resource, ResourceKey};
 use crate::sync::{read, write};
+
+/// Source of allocation ids: unique among the allocations of this process, never reused
+/// (const-initialised, so it starts over with the library; the IPC process token tells
+/// loads apart).
+static NEXT_ALLOCATION: AtomicU64 = AtomicU64::new(1);
 
 /// The live part of a buffer: its backend allocation, with its platform.
 pub(crate) struct Allocation {
@@ -28,12 +40,30 @@ impl Allocation {
     }
 }
 
-/// A buffer's shared state, also listed in its generation's buffer table.
+/// Where an allocation came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// `Device::alloc`.
+    Allocated,
+    /// `Device::alloc_exportable`: it can be exported.
+    Exportable,
+    /// `Device::import` or an IPC endpoint: another process's memory, mapped here.
+    Imported,
+}
+
+/// One allocation, shared by the handles on it and listed in its generation.
 pub(crate) struct BufferEntry {
+    /// Unique in this process: the allocation's identity in IPC handles and the cache.
+    pub(crate) id: u64,
     device: DeviceKey,
     backend: BackendKind,
     size: usize,
     kind: MemKind,
+    origin: Origin,
+    /// Set at the first export: freeing it must unmap it from every peer first (I3).
+    exported: AtomicBool,
+    /// Set when the process that exported it unmapped it: calls answer a typed error.
+    revoked: AtomicBool,
     allocation: RwLock<Option<Allocation>>,
 }
 
@@ -41,10 +71,86 @@ impl BufferEntry {
     /// Frees the allocation if it is still there (waits for copies in flight).
     fn free(&self) -> Result<()> {
         match write(&self.allocation).take() {
-            Some(a) => a.raw.free(),
+            Some(a) => {
+                if self.origin == Origin::Imported {
+                    ipc::stats::closed();
+                }
+                a.raw.free()
+            }
             None => Ok(()),
         }
     }
+
+    /// An imported mapping's sender unmapped it: release it; every view answers
+    /// `InvalidIpcHandle` from now on.
+    pub(crate) fn revoke(&self) -> Result<()> {
+        self.revoked.store(true, Ordering::SeqCst);
+        self.free()
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    pub(crate) fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    pub(crate) fn was_exported(&self) -> bool {
+        self.exported.load(Ordering::SeqCst)
+    }
+
+    /// The error of a call on this allocation once it is gone.
+    fn gone(&self, call: &'static str) -> Error {
+        if self.revoked.load(Ordering::SeqCst) {
+            Error::InvalidIpcHandle {
+                backend: self.backend,
+                call,
+                reason: "the process that shared this memory unmapped it (freed or evicted)".into(),
+            }
+        } else {
+            Error::ShutDown
+        }
+    }
+
+    /// Makes, and lists in the generation, an allocation from `raw`.
+    pub(crate) fn register(
+        live: &Live,
+        device: &Device,
+        size: usize,
+        kind: MemKind,
+        origin: Origin,
+        raw: Box<dyn DynBuffer>,
+    ) -> Result<(ResourceKey, Arc<BufferEntry>)> {
+        let entry = Arc::new(BufferEntry {
+            id: NEXT_ALLOCATION.fetch_add(1, Ordering::Relaxed),
+            device: device.key(),
+            backend: device.backend(),
+            size,
+            kind,
+            origin,
+            exported: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
+            allocation: RwLock::new(Some(Allocation { raw })),
+        });
+        live.register(Kind::Buffer, |_| entry)
+    }
+}
+
+/// Whoever owns the allocation a view looks at (an IPC endpoint's mapping), told when the
+/// view is dropped.
+pub(crate) trait ViewOwner: Send + Sync {
+    fn view_dropped(&self);
+}
+
+/// What a handle does with its allocation when it goes.
+enum Role {
+    /// Frees the allocation (and forgets it in the generation).
+    Owner(ResourceKey),
+    /// Tells the allocation's owner.
+    View(Arc<dyn ViewOwner>),
+    /// Already done (by `free`).
+    Released,
 }
 
 impl Resource for BufferEntry {
@@ -71,37 +177,146 @@ impl Resource for BufferEntry {
 /// ```
 pub struct Buffer {
     generation: Arc<Generation>,
-    key: ResourceKey,
     entry: Arc<BufferEntry>,
+    /// The bytes of the allocation this handle covers: `offset..offset + len`.
+    offset: usize,
+    len: usize,
+    role: Role,
 }
 
 impl Buffer {
-    /// Allocates on `device` and lists the buffer in its generation.
-    pub(crate) fn alloc(device: &Device, size: usize, kind: MemKind) -> Result<Buffer> {
+    /// Allocates on `device` (exportable or not) and lists the buffer in its generation.
+    pub(crate) fn alloc(
+        device: &Device,
+        size: usize,
+        kind: MemKind,
+        exportable: bool,
+    ) -> Result<Buffer> {
+        let call = if exportable {
+            "Device::alloc_exportable"
+        } else {
+            "Device::alloc"
+        };
         let generation = device.generation();
         generation.with_live(|live| {
             let raw_device = live.device(device.key())?;
             if size == 0 {
                 return Err(Error::invalid(
-                    "Device::alloc",
+                    call,
                     format!("zero-size allocation on {device}"),
                 ));
             }
-            let raw = raw_device.clone().alloc(size, kind)?;
-            let entry = Arc::new(BufferEntry {
-                device: device.key(),
-                backend: device.backend(),
-                size,
-                kind,
-                allocation: RwLock::new(Some(Allocation { raw })),
-            });
-            let (key, entry) = live.register(Kind::Buffer, |_| entry)?;
-            Ok(Buffer {
-                generation: generation.clone(),
-                key,
-                entry,
-            })
+            let (raw, origin) = if exportable {
+                let raw = raw_device.clone().alloc_exportable(size, kind)?;
+                (raw, Origin::Exportable)
+            } else {
+                (raw_device.clone().alloc(size, kind)?, Origin::Allocated)
+            };
+            let (key, entry) = BufferEntry::register(live, device, size, kind, origin, raw)?;
+            Ok(Buffer::owner(generation.clone(), key, entry))
         })
+    }
+
+    /// A handle that owns the whole of `entry`.
+    pub(crate) fn owner(
+        generation: Arc<Generation>,
+        key: ResourceKey,
+        entry: Arc<BufferEntry>,
+    ) -> Buffer {
+        let len = entry.size;
+        Buffer {
+            generation,
+            entry,
+            offset: 0,
+            len,
+            role: Role::Owner(key),
+        }
+    }
+
+    /// A view of `len` bytes at `offset` of an allocation `owner` keeps (checked by the
+    /// caller to lie inside it).
+    pub(crate) fn view(
+        generation: Arc<Generation>,
+        entry: Arc<BufferEntry>,
+        offset: usize,
+        len: usize,
+        owner: Arc<dyn ViewOwner>,
+    ) -> Buffer {
+        Buffer {
+            generation,
+            entry,
+            offset,
+            len,
+            role: Role::View(owner),
+        }
+    }
+
+    /// Maps memory another process exported: `handle`'s range of it, as a buffer that
+    /// owns the mapping (dropping it unmaps). See [`Device::import`].
+    pub(crate) fn import(device: &Device, handle: IpcHandle) -> Result<Buffer> {
+        let (key, entry, offset, len) = import_entry(device, handle)?;
+        let mut buffer = Buffer::owner(device.generation().clone(), key, entry);
+        buffer.offset = offset;
+        buffer.len = len;
+        Ok(buffer)
+    }
+
+    /// Describes this buffer's bytes to another process (I1): an [`IpcHandle`] naming the
+    /// backend, the device, the allocation (by id, never by address), its size and this
+    /// buffer's range of it, with the memory's descriptor where the backend uses one. Only
+    /// memory from `Device::alloc_exportable` can be exported (`InvalidArgument` otherwise);
+    /// a backend without IPC answers `Error::Unsupported`.
+    ///
+    /// ```
+    /// use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
+    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let buf = dev.alloc_exportable(64, MemKind::Device)?;
+    /// buf.write(0, &[9; 64])?;
+    /// let handle = buf.export()?; // bytes (+ fd) to send to another process
+    /// let mapped = dev.import(handle)?; // what that process does (here: this one)
+    /// let mut out = [0u8; 64];
+    /// mapped.read(0, &mut out)?;
+    /// assert_eq!(out, [9; 64]);
+    /// assert!(dev.alloc(8, MemKind::Device)?.export().is_err()); // not exportable
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn export(&self) -> Result<IpcHandle> {
+        const CALL: &str = "Buffer::export";
+        let exported = self.with_raw(CALL, |raw| {
+            if self.entry.origin != Origin::Exportable {
+                return Err(Error::invalid(
+                    CALL,
+                    format!(
+                        "{self} was not allocated exportable: use Device::alloc_exportable for \
+                         memory other processes will map"
+                    ),
+                ));
+            }
+            raw.export()
+        })?;
+        let uuid = self
+            .generation
+            .with_live(|live| live.device(self.entry.device)?.uuid())?;
+        self.entry.exported.store(true, Ordering::SeqCst);
+        ipc::stats::EXPORTS.fetch_add(1, Ordering::Relaxed);
+        IpcHandle::new(self.entry.backend, uuid, self.entry.id, exported)?
+            .range(self.offset as u64, self.len as u64)
+    }
+
+    /// The allocation under this handle.
+    pub(crate) fn entry(&self) -> &Arc<BufferEntry> {
+        &self.entry
+    }
+
+    /// Where this handle's bytes start in its allocation.
+    pub(crate) fn offset_in_allocation(&self) -> usize {
+        self.offset
+    }
+
+    /// Whether this handle covers its whole allocation.
+    pub(crate) fn is_whole(&self) -> bool {
+        self.offset == 0 && self.len == self.entry.size
     }
 
     /// Size in bytes (fixed at allocation; valid after shutdown too).
@@ -114,7 +329,7 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.entry.size
+        self.len
     }
 
     /// Always false: offload never makes an empty buffer.
@@ -126,7 +341,7 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.entry.size == 0
+        self.len == 0
     }
 
     /// The memory kind it was allocated with.
@@ -176,15 +391,22 @@ impl Buffer {
         write(&self.entry.allocation)
     }
 
-    fn check_range(&self, call: &'static str, offset: usize, len: usize) -> Result<()> {
+    /// The error of a call on this buffer once its memory is gone.
+    pub(crate) fn gone(&self, call: &'static str) -> Error {
+        self.entry.gone(call)
+    }
+
+    /// Checks `len` bytes at `offset` of this handle and gives their offset in the
+    /// allocation.
+    fn check_range(&self, call: &'static str, offset: usize, len: usize) -> Result<usize> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.entry.size => Ok(()),
+            Some(end) if end <= self.len => Ok(self.offset + offset),
             _ => Err(Error::invalid(
                 call,
                 format!(
                     "range {offset}..{} is outside {self} ({} bytes)",
                     offset as u128 + len as u128,
-                    self.entry.size
+                    self.len
                 ),
             )),
         }
@@ -192,16 +414,24 @@ impl Buffer {
 
     /// Runs `f` on the live allocation, shared with other readers; teardown cannot free it
     /// under the call.
-    fn with_raw<T>(&self, f: impl FnOnce(&dyn DynBuffer) -> Result<T>) -> Result<T> {
+    fn with_raw<T>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&dyn DynBuffer) -> Result<T>,
+    ) -> Result<T> {
         let guard = read(&self.entry.allocation);
-        let a = guard.as_ref().ok_or(Error::ShutDown)?;
+        let a = guard.as_ref().ok_or_else(|| self.gone(call))?;
         f(&*a.raw)
     }
 
     /// Runs `f` on the live allocation with exclusive access (the backend gets `&mut`).
-    fn with_raw_mut<T>(&self, f: impl FnOnce(&mut dyn DynBuffer) -> Result<T>) -> Result<T> {
+    fn with_raw_mut<T>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&mut dyn DynBuffer) -> Result<T>,
+    ) -> Result<T> {
         let mut guard = write(&self.entry.allocation);
-        let a = guard.as_mut().ok_or(Error::ShutDown)?;
+        let a = guard.as_mut().ok_or_else(|| self.gone(call))?;
         f(&mut *a.raw)
     }
 
@@ -218,9 +448,10 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.with_raw(|raw| {
-            self.check_range("Buffer::read", offset, dst.len())?;
-            raw.read(offset, dst)
+        const CALL: &str = "Buffer::read";
+        self.with_raw(CALL, |raw| {
+            let at = self.check_range(CALL, offset, dst.len())?;
+            raw.read(at, dst)
         })
     }
 
@@ -235,9 +466,10 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.with_raw_mut(|raw| {
-            self.check_range("Buffer::write", offset, src.len())?;
-            raw.write(offset, src)
+        const CALL: &str = "Buffer::write";
+        self.with_raw_mut(CALL, |raw| {
+            let at = self.check_range(CALL, offset, src.len())?;
+            raw.write(at, src)
         })
     }
 
@@ -254,9 +486,10 @@ impl Buffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
-        self.with_raw_mut(|raw| {
-            self.check_range("Buffer::fill", offset, len)?;
-            raw.fill(offset, len, value)
+        const CALL: &str = "Buffer::fill";
+        self.with_raw_mut(CALL, |raw| {
+            let at = self.check_range(CALL, offset, len)?;
+            raw.fill(at, len, value)
         })
     }
 
@@ -286,24 +519,24 @@ impl Buffer {
     ) -> Result<()> {
         const CALL: &str = "Buffer::copy_from";
         if Arc::ptr_eq(&self.entry, &src.entry) {
-            return self.with_raw_mut(|raw| {
-                self.check_range(CALL, dst_offset, len)?;
-                self.check_range(CALL, src_offset, len)?;
-                raw.copy_within(src_offset, dst_offset, len)
+            return self.with_raw_mut(CALL, |raw| {
+                let to = self.check_range(CALL, dst_offset, len)?;
+                let from = src.check_range(CALL, src_offset, len)?;
+                raw.copy_within(from, to, len)
             });
         }
         if !Arc::ptr_eq(&self.generation, &src.generation) || self.entry.device != src.entry.device
         {
             // A buffer of a finished generation is shut down whatever else is wrong.
-            src.with_raw(|_| Ok(()))?;
-            self.with_raw(|_| Ok(()))?;
+            src.with_raw(CALL, |_| Ok(()))?;
+            self.with_raw(CALL, |_| Ok(()))?;
             return Err(Error::invalid(
                 CALL,
                 format!("source {src} and destination {self} are on different devices"),
             ));
         }
-        src.check_range(CALL, src_offset, len)?;
-        self.check_range(CALL, dst_offset, len)?;
+        let from = src.check_range(CALL, src_offset, len)?;
+        let to = self.check_range(CALL, dst_offset, len)?;
         // Two locks, taken in address order so opposite copies cannot deadlock; teardown
         // holds at most one buffer lock at a time, so it cannot deadlock with this either.
         let (src_guard, mut dst_guard) = if Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry) {
@@ -313,14 +546,15 @@ impl Buffer {
             let d = write(&self.entry.allocation);
             (read(&src.entry.allocation), d)
         };
-        let (Some(s), Some(d)) = (src_guard.as_ref(), dst_guard.as_mut()) else {
-            return Err(Error::ShutDown);
-        };
-        d.raw.copy_from(dst_offset, &*s.raw, src_offset, len)
+        let s = src_guard.as_ref().ok_or_else(|| src.gone(CALL))?;
+        let d = dst_guard.as_mut().ok_or_else(|| self.gone(CALL))?;
+        d.raw.copy_from(to, &*s.raw, from, len)
     }
 
     /// Frees the memory now and returns any error. After shutdown it returns
-    /// `Error::ShutDown` (teardown already freed the memory).
+    /// `Error::ShutDown` (teardown already freed the memory). Memory that was exported is
+    /// first unmapped from every process that mapped it (I3). A view an IPC endpoint
+    /// handed out frees nothing: it gives the view back.
     ///
     /// ```
     /// # let rt = offload_core::reference::Offload::init()?;
@@ -329,18 +563,30 @@ impl Buffer {
     /// buf.free()?;
     /// # Ok::<(), offload_core::Error>(())
     /// ```
-    pub fn free(self) -> Result<()> {
-        // The drop that follows finds nothing left to free.
+    pub fn free(mut self) -> Result<()> {
+        // The drop that follows finds nothing left to do.
         self.release()
     }
 
-    /// Forgets the buffer in its generation and frees it, holding the generation so a
-    /// concurrent teardown cannot deinitialise the platform in between.
-    fn release(&self) -> Result<()> {
-        self.generation.with_live(|live| {
-            live.forget(Kind::Buffer, self.key);
-            self.entry.free()
-        })
+    /// An owner forgets the allocation in its generation and frees it (after unmapping it
+    /// from its IPC peers), holding the generation so a concurrent teardown cannot
+    /// deinitialise the platform in between; a view tells its owner. Idempotent.
+    fn release(&mut self) -> Result<()> {
+        match std::mem::replace(&mut self.role, Role::Released) {
+            Role::Owner(key) => {
+                // Not under the generation's lock: it may wait for peers (bounded).
+                ipc::before_free(&self.generation, &self.entry);
+                self.generation.with_live(|live| {
+                    live.forget(Kind::Buffer, key);
+                    self.entry.free()
+                })
+            }
+            Role::View(owner) => {
+                owner.view_dropped();
+                Ok(())
+            }
+            Role::Released => Ok(()),
+        }
     }
 }
 
@@ -357,8 +603,8 @@ impl fmt::Display for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} buffer {:?} of generation {}",
-            self.entry.backend, self.key, self.generation.id
+            "{} buffer #{} ({} bytes) of generation {}",
+            self.entry.backend, self.entry.id, self.len, self.generation.id
         )
     }
 }
@@ -367,9 +613,55 @@ impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Buffer")
             .field("backend", &self.entry.backend)
-            .field("key", &self.key)
-            .field("len", &self.entry.size)
+            .field("allocation", &self.entry.id)
+            .field("range", &(self.offset..self.offset + self.len))
             .field("kind", &self.entry.kind)
+            .field("origin", &self.entry.origin)
             .finish()
     }
+}
+
+/// Maps `handle`'s memory on `device` as an allocation listed in the generation: the
+/// checks of I1 (backend, device, the handle's own consistency), then the backend's.
+pub(crate) fn import_entry(
+    device: &Device,
+    handle: IpcHandle,
+) -> Result<(ResourceKey, Arc<BufferEntry>, usize, usize)> {
+    const CALL: &str = "Device::import";
+    let bad = |reason: String| Error::InvalidIpcHandle {
+        backend: device.backend(),
+        call: CALL,
+        reason,
+    };
+    if handle.backend() != device.backend() {
+        return Err(bad(format!(
+            "the handle is {} memory; {device} is {}",
+            handle.backend(),
+            device.backend()
+        )));
+    }
+    let generation = device.generation();
+    generation.with_live(|live| {
+        let raw_device: &Arc<dyn DynDevice> = live.device(device.key())?;
+        let uuid = raw_device.uuid()?;
+        if handle.device_uuid() != uuid {
+            return Err(bad(format!(
+                "the handle names device {}, not {device} ({})",
+                hex(&handle.device_uuid()),
+                hex(&uuid)
+            )));
+        }
+        let (size, offset, len) = (handle.size(), handle.offset(), handle.len());
+        let size = usize::try_from(size).map_err(|_| bad(format!("size {size}")))?;
+        let (offset, len) = (offset as usize, len as usize);
+        let raw = raw_device.clone().import(handle.into_exported())?;
+        ipc::stats::opened();
+        let (key, entry) =
+            BufferEntry::register(live, device, size, MemKind::Device, Origin::Imported, raw)?;
+        Ok((key, entry, offset, len))
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

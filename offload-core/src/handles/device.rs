@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::hal::{BackendKind, DeviceInfo, MemKind};
 use crate::handles::{Buffer, Queue};
+use crate::ipc::IpcHandle;
 use crate::runtime::generation::{DeviceKey, Generation};
 
 /// A device of a live runtime. Cheap to clone; all clones name the same device.
@@ -81,7 +82,48 @@ impl Device {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn alloc(&self, size: usize, kind: MemKind) -> Result<Buffer> {
-        Buffer::alloc(self, size, kind)
+        Buffer::alloc(self, size, kind, false)
+    }
+
+    /// Allocates `size` bytes that other processes can map: [`Buffer::export`] describes
+    /// them, and `Device::import` (or an IPC endpoint) maps them elsewhere. Asked for at
+    /// allocation because Vulkan must declare exportable memory then, and on the host such
+    /// memory is a memfd (several system calls) rather than a heap block. A backend without
+    /// IPC answers `Error::Unsupported`.
+    ///
+    /// ```
+    /// use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
+    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let buf = rt.devices()?[0].alloc_exportable(4096, MemKind::Device)?;
+    /// let handle = buf.export()?;
+    /// assert_eq!(handle.size(), 4096);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<Buffer> {
+        Buffer::alloc(self, size, kind, true)
+    }
+
+    /// Maps memory another process exported ([`Buffer::export`]) as a buffer of this device
+    /// covering the handle's range; dropping or freeing it unmaps. A handle of another
+    /// backend or device, or a malformed or forged one, is `Error::InvalidIpcHandle`, and the
+    /// handle's descriptor is closed whatever happens (I1).
+    ///
+    /// ```
+    /// use offload_core::{Error, MemKind, PlatformEntry, reference::{Offload, Reference}};
+    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let buf = dev.alloc_exportable(16, MemKind::Device)?;
+    /// let view = dev.import(buf.export()?.range(8, 8)?)?;
+    /// view.write(0, &[1; 8])?;
+    /// let mut out = [0u8; 16];
+    /// buf.read(0, &mut out)?;
+    /// assert_eq!(out[8..], [1; 8]);
+    /// let forged = offload_core::ipc::IpcHandle::from_parts(b"OFIH....", None);
+    /// assert!(matches!(forged, Err(Error::InvalidIpcHandle { .. })));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn import(&self, handle: IpcHandle) -> Result<Buffer> {
+        Buffer::import(self, handle)
     }
 
     /// Creates a queue on this device.

@@ -14,6 +14,7 @@ mod program;
 mod queue;
 
 pub use buffer::Buffer;
+pub(crate) use buffer::{BufferEntry, Origin, ViewOwner, import_entry};
 pub use device::Device;
 pub use program::{CallbackError, Kernel, Module, Program};
 pub use queue::{Arg, Event, Queue, Scalar};

@@ -278,7 +278,7 @@ impl Queue {
                                 .iter()
                                 .position(|x| x.entry_ptr() == b.entry_ptr())
                                 .unwrap_or(0);
-                            let allocation = guards[at].as_ref().ok_or(Error::ShutDown)?;
+                            let allocation = guards[at].as_ref().ok_or_else(|| b.gone(CALL))?;
                             KernelArg::Buffer(allocation.raw())
                         }
                         Arg::Scalar { bytes, len } => KernelArg::Scalar(&bytes[..*len]),
@@ -457,6 +457,15 @@ fn check_args(
                     return Err(mismatch(
                         CALL,
                         format!("argument {i} of {kernel:?}: {b} is on another device"),
+                    ));
+                }
+                if !b.is_whole() {
+                    return Err(mismatch(
+                        CALL,
+                        format!(
+                            "argument {i} of {kernel:?}: {b} is part of an allocation; a \
+                             kernel argument is a whole allocation"
+                        ),
                     ));
                 }
             }

@@ -11,12 +11,17 @@ use crate::hal::BackendKind;
 /// Default capacity of the sender-side IPC cache (I2).
 pub const DEFAULT_IPC_CACHE_SIZE: usize = 16;
 
+/// Default bound, in milliseconds, on how long freeing exported memory waits for the peers
+/// that mapped it to unmap it (I3).
+pub const DEFAULT_IPC_UNMAP_TIMEOUT_MS: u64 = 2000;
+
 /// The configuration a runtime runs with. See [`crate::Offload::config`].
 ///
 /// ```
 /// let c = offload_core::Config::default();
 /// assert_eq!(c.backends, None);
 /// assert_eq!(c.ipc_cache_size, 16);
+/// assert_eq!(c.ipc_unmap_timeout_ms, 2000);
 /// assert_eq!(c.host_devices, 1);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +34,10 @@ pub struct Config {
     /// Entries in the sender-side IPC cache; 0 disables it.
     /// Environment: `OFFLOAD_IPC_CACHE_SIZE=16`.
     pub ipc_cache_size: usize,
+    /// How long freeing exported memory (or shutting down) waits for every peer that
+    /// mapped it to unmap it, in milliseconds; a peer that has not answered by then is
+    /// disconnected. Environment: `OFFLOAD_IPC_UNMAP_TIMEOUT_MS=2000`.
+    pub ipc_unmap_timeout_ms: u64,
     /// Number of CPU devices the host backend exposes. Environment: `OFFLOAD_HOST_DEVICES=1`.
     pub host_devices: usize,
 }
@@ -38,6 +47,7 @@ impl Default for Config {
         Config {
             backends: None,
             ipc_cache_size: DEFAULT_IPC_CACHE_SIZE,
+            ipc_unmap_timeout_ms: DEFAULT_IPC_UNMAP_TIMEOUT_MS,
             host_devices: 1,
         }
     }
@@ -67,6 +77,9 @@ impl Config {
         }
         if let Some(v) = env("OFFLOAD_IPC_CACHE_SIZE") {
             config.ipc_cache_size = parse_count("OFFLOAD_IPC_CACHE_SIZE", &v)?;
+        }
+        if let Some(v) = env("OFFLOAD_IPC_UNMAP_TIMEOUT_MS") {
+            config.ipc_unmap_timeout_ms = parse_count("OFFLOAD_IPC_UNMAP_TIMEOUT_MS", &v)? as u64;
         }
         if let Some(v) = env("OFFLOAD_HOST_DEVICES") {
             config.host_devices = parse_count("OFFLOAD_HOST_DEVICES", &v)?;

@@ -50,10 +50,18 @@ pub(crate) enum Kind {
     Module = 0,
     Event = 1,
     Queue = 2,
-    Buffer = 3,
+    /// IPC endpoints: peers unmap what was sent to them, mappings of theirs are closed.
+    Ipc = 3,
+    Buffer = 4,
 }
 
-const RELEASE_ORDER: [Kind; 4] = [Kind::Module, Kind::Event, Kind::Queue, Kind::Buffer];
+const RELEASE_ORDER: [Kind; 5] = [
+    Kind::Module,
+    Kind::Event,
+    Kind::Queue,
+    Kind::Ipc,
+    Kind::Buffer,
+];
 
 type Registry = Mutex<SlotMap<ResourceKey, Arc<dyn Resource>>>;
 
@@ -75,7 +83,7 @@ pub(crate) struct DeviceSlot {
 pub(crate) struct Live {
     pub(crate) platforms: Vec<PlatformSlot>,
     pub(crate) devices: SlotMap<DeviceKey, DeviceSlot>,
-    registries: [Registry; 4],
+    registries: [Registry; 5],
 }
 
 impl Live {
@@ -150,6 +158,8 @@ pub(crate) struct Generation {
     loads: AtomicUsize,
     /// Counts completed module setups (teardown runs newest first).
     setup_order: AtomicU64,
+    /// The process's IPC state: the sender-side cache and the endpoints (see `crate::ipc`).
+    pub(crate) ipc: crate::ipc::endpoint::Shared,
 }
 
 impl Generation {
@@ -190,6 +200,7 @@ impl Generation {
                 });
             }
         }
+        let ipc = crate::ipc::endpoint::Shared::new(config.ipc_cache_size);
         Ok(Generation {
             id,
             config,
@@ -204,6 +215,7 @@ impl Generation {
             closing: AtomicBool::new(false),
             loads: AtomicUsize::new(0),
             setup_order: AtomicU64::new(0),
+            ipc,
         })
     }
 
@@ -245,7 +257,8 @@ impl Generation {
     }
 
     /// L4: drain queues → teardown callbacks → unload modules → destroy events and queues
-    /// → (release IPC mappings) → free buffers → drop devices → deinitialise platforms.
+    /// → close IPC endpoints (peers unmap what was sent to them, bounded wait; mappings of
+    /// theirs close) → free buffers → drop devices → deinitialise platforms.
     /// Every step runs whatever failed before; all errors come back together. Idempotent:
     /// a second call finds nothing to do.
     pub(crate) fn teardown(self: &Arc<Self>) -> Result<()> {
@@ -278,7 +291,6 @@ impl Generation {
         };
         errors.append(&mut lock(&self.deferred));
         for kind in RELEASE_ORDER {
-            // (IPC mappings are released before the buffers once IPC exists.)
             let registry = std::mem::take(&mut *lock(&live.registries[kind as usize]));
             for (_, resource) in registry {
                 errors.extend(resource.release().err());

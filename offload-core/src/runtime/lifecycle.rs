@@ -389,6 +389,21 @@ impl<P> Offload<Ready, P> {
         self.live_call(|_, g| g.config.clone())
     }
 
+    /// A new IPC endpoint: a Unix-domain socket in a private directory that peers of this
+    /// user connect to by its name, to exchange buffer ranges through the process's one
+    /// sender-side cache (see [`crate::ipc`]). Closed by dropping it or at shutdown.
+    ///
+    /// ```
+    /// use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let endpoint = rt.ipc_endpoint()?;
+    /// println!("peers connect to {}", endpoint.name());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn ipc_endpoint(&self) -> Result<crate::ipc::IpcEndpoint> {
+        crate::ipc::IpcEndpoint::bind(&self.state.generation)
+    }
+
     /// A number that identifies this runtime generation; a new one after every full
     /// shutdown.
     ///

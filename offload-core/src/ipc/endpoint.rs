@@ -1,0 +1,1589 @@
+//! [`IpcEndpoint`]: sends buffer ranges to peers through the process's one sender-side
+//! cache, and receives theirs as views (I2–I4).
+//!
+//! An endpoint is a listening socket plus its connections. There is no thread of its own:
+//! whoever calls into the endpoint (`send`, `recv`, a free that waits for unmaps, shutdown)
+//! makes progress for everyone — accepts connections, reads and answers messages, flushes
+//! what is queued — one caller at a time, the others waiting on a condition variable. Every
+//! write goes through a per-peer outbox flushed without blocking, so two processes that
+//! both send never deadlock on full socket buffers.
+//!
+//! Lock order: the cache, then the endpoint's state, then the generation. Answers that
+//! concern the cache are read under the state lock and applied after it is released.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+
+use crate::error::{Error, Result};
+use crate::handles::{Buffer, BufferEntry, Device, Origin, ViewOwner, import_entry};
+use crate::ipc::cache::{PeerRef, Plan, Unmap};
+use crate::ipc::socket::{self, Sent};
+use crate::ipc::wire::{self, FailCode, Message, ONE_SHOT};
+use crate::ipc::{IpcHandle, PeerId, stats};
+use crate::runtime::generation::{Generation, Kind, Resource, ResourceKey};
+use crate::sync::lock;
+
+/// Numbers endpoints within this process (const-initialised).
+static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+
+/// Messages a peer may have queued before a sender waits for it to read.
+const OUTBOX_LIMIT: usize = 4096;
+/// Packets read from one peer per round of progress, so one peer cannot starve the rest.
+const READ_BATCH: usize = 256;
+/// One-shot deliveries to one peer not yet answered, at most (each carries a descriptor,
+/// and descriptors in flight count against the sender's open-file limit).
+const ONE_SHOT_WINDOW: u32 = 64;
+/// The longest one round of progress waits in `poll` (others may be waiting to take over).
+const POLL_SLICE: Duration = Duration::from_millis(20);
+
+fn ipc_error(call: &'static str, reason: impl Into<String>) -> Error {
+    Error::Ipc {
+        call,
+        reason: reason.into(),
+    }
+}
+
+/// A mapping of a peer's memory, made by a `Map` or `OneShot` it sent.
+struct Mapping {
+    entry: u32,
+    generation: u32,
+    id: u32,
+    buffer: Arc<BufferEntry>,
+    key: ResourceKey,
+    /// Views handed out and not dropped yet.
+    views: usize,
+    one_shot: bool,
+}
+
+struct Peer {
+    id: PeerId,
+    socket: Arc<OwnedFd>,
+    pid: u32,
+    /// Its `Hello` arrived.
+    greeted: bool,
+    alive: bool,
+    outbox: VecDeque<(Vec<u8>, Option<OwnedFd>)>,
+    /// Mappings of its memory, as a receiver.
+    mappings: Vec<Mapping>,
+    /// Unmaps sent to it and not yet acknowledged: (entry, generation).
+    unacked: Vec<(u32, u32)>,
+    /// One-shots sent to it and not yet answered.
+    one_shots: u32,
+}
+
+/// A delivery a peer sent, not yet taken by `recv`: its memory is mapped only then, so a
+/// receiver holds the mappings of what it took, not of everything queued.
+enum Pending {
+    Map {
+        entry: u32,
+        generation: u32,
+        offset: u64,
+        len: u64,
+        handle: IpcHandle,
+    },
+    Use {
+        entry: u32,
+        generation: u32,
+        mapping: u32,
+        offset: u64,
+        len: u64,
+    },
+    OneShot {
+        sequence: u32,
+        offset: u64,
+        len: u64,
+        handle: IpcHandle,
+    },
+}
+
+struct Delivery {
+    peer: PeerId,
+    tag: u64,
+    what: Pending,
+}
+
+struct State {
+    peers: Vec<Peer>,
+    next_peer: u64,
+    next_mapping: u32,
+    next_sequence: u32,
+    deliveries: VecDeque<Delivery>,
+}
+
+/// What a round of progress learnt that the cache must know (applied after the state
+/// lock is released).
+enum CacheNews {
+    Mapped(PeerId, u32, u32, u32),
+    Answered(PeerId, u32, u32, bool),
+    Gone(PeerId),
+}
+
+struct Engine {
+    id: u64,
+    generation: Arc<Generation>,
+    path: PathBuf,
+    listener: OwnedFd,
+    /// Held by whoever is making progress.
+    progress: Mutex<()>,
+    state: Mutex<State>,
+    /// Signalled after every round of progress and every view dropped.
+    changed: Condvar,
+    unmap_timeout: Duration,
+    closed: AtomicBool,
+}
+
+/// A peer's buffer range, received: a view of the mapping its memory has in this process,
+/// and the sender's tag. Drop it (or its buffer) when done: the sender counts the send in
+/// flight until then, and a one-shot mapping is closed then.
+pub struct Received {
+    peer: PeerId,
+    tag: u64,
+    buffer: Buffer,
+}
+
+impl Received {
+    /// Who sent it.
+    ///
+    /// ```
+    /// fn from(r: &offload_core::ipc::Received) -> offload_core::ipc::PeerId {
+    ///     r.peer()
+    /// }
+    /// ```
+    pub fn peer(&self) -> PeerId {
+        self.peer
+    }
+
+    /// The sender's tag.
+    ///
+    /// ```
+    /// fn tag(r: &offload_core::ipc::Received) -> u64 {
+    ///     r.tag()
+    /// }
+    /// ```
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// The view: a buffer of this process's device covering the range sent. Its calls
+    /// answer `Error::InvalidIpcHandle` once the sender unmapped the memory.
+    ///
+    /// ```
+    /// fn len(r: &offload_core::ipc::Received) -> usize {
+    ///     r.buffer().len()
+    /// }
+    /// ```
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    /// The view, to keep.
+    ///
+    /// ```
+    /// fn keep(r: offload_core::ipc::Received) -> offload_core::Buffer {
+    ///     r.into_buffer()
+    /// }
+    /// ```
+    pub fn into_buffer(self) -> Buffer {
+        self.buffer
+    }
+}
+
+impl fmt::Debug for Received {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Received")
+            .field("peer", &self.peer)
+            .field("tag", &self.tag)
+            .field("buffer", &self.buffer)
+            .finish()
+    }
+}
+
+/// Tells the engine when a view is dropped.
+struct ViewToken {
+    engine: Weak<Engine>,
+    peer: PeerId,
+    entry: u32,
+    generation: u32,
+}
+
+impl ViewOwner for ViewToken {
+    fn view_dropped(&self) {
+        if let Some(engine) = self.engine.upgrade() {
+            engine.view_dropped(self.peer, self.entry, self.generation);
+        }
+    }
+}
+
+/// An IPC endpoint of a runtime: a Unix-domain socket other processes of this user connect
+/// to, and the connections it made. See the [`crate::ipc`] module docs for the protocol, the
+/// cache and what freeing does.
+///
+/// ```
+/// use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
+/// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+/// let dev = rt.devices()?.remove(0);
+/// // Two endpoints of one process stand in for two processes here.
+/// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
+/// let to_b = a.connect(b.name())?;
+/// let buf = dev.alloc_exportable(64, MemKind::Device)?;
+/// buf.write(0, &[5; 64])?;
+/// a.send(to_b, &buf, 0, 64, 7)?;
+/// let got = b.recv()?;
+/// assert_eq!(got.tag(), 7);
+/// let mut out = [0u8; 64];
+/// got.buffer().read(0, &mut out)?;
+/// assert_eq!(out, [5; 64]);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct IpcEndpoint {
+    engine: Arc<Engine>,
+    key: ResourceKey,
+}
+
+impl IpcEndpoint {
+    /// Binds a new endpoint of `generation`'s runtime.
+    pub(crate) fn bind(generation: &Arc<Generation>) -> Result<IpcEndpoint> {
+        const CALL: &str = "Offload::ipc_endpoint";
+        generation.with_live(|live| {
+            if generation.is_closing() {
+                return Err(Error::ShutDown);
+            }
+            let (listener, path) =
+                socket::listen().map_err(|e| ipc_error(CALL, format!("socket: {e}")))?;
+            let engine = Arc::new(Engine {
+                id: NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed),
+                generation: generation.clone(),
+                path,
+                listener,
+                progress: Mutex::new(()),
+                state: Mutex::new(State {
+                    peers: Vec::new(),
+                    next_peer: 1,
+                    next_mapping: 1,
+                    next_sequence: 1,
+                    deliveries: VecDeque::new(),
+                }),
+                changed: Condvar::new(),
+                unmap_timeout: Duration::from_millis(generation.config.ipc_unmap_timeout_ms),
+                closed: AtomicBool::new(false),
+            });
+            generation
+                .ipc
+                .add_endpoint(engine.id, Arc::downgrade(&engine));
+            let (key, engine) = live.register(Kind::Ipc, |_| engine)?;
+            Ok(IpcEndpoint { engine, key })
+        })
+    }
+
+    /// The name peers connect to: the socket's path.
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let e = rt.ipc_endpoint()?;
+    /// assert!(e.name().ends_with(".sock"));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        self.engine.path.to_str().unwrap_or("")
+    }
+
+    /// The socket's path.
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// assert!(rt.ipc_endpoint()?.path().exists());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn path(&self) -> &Path {
+        &self.engine.path
+    }
+
+    /// Connects to the endpoint named `name` (its [`IpcEndpoint::name`], from another
+    /// process or this one). The peer must run as this user (`SO_PEERCRED`).
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
+    /// let peer = a.connect(b.name())?;
+    /// assert!(a.connect("/nonexistent/offload.sock").is_err());
+    /// # let _ = peer;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn connect(&self, name: &str) -> Result<PeerId> {
+        const CALL: &str = "IpcEndpoint::connect";
+        self.engine.check_open(CALL)?;
+        let (fd, pid) = socket::connect(Path::new(name)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                stats::PEERS_REFUSED.fetch_add(1, Ordering::Relaxed);
+            }
+            ipc_error(CALL, format!("{name}: {e}"))
+        })?;
+        Ok(self.engine.add_peer(fd, pid))
+    }
+
+    /// Sends `len` bytes at `offset` of `buffer` to `peer`, with a `tag` it receives too.
+    /// `buffer` must be exportable memory (`Device::alloc_exportable`) of this runtime.
+    /// The first send of an allocation to a peer exports it (once for all peers) and the
+    /// peer maps it; later sends carry only the range (I2). Returns once the message is
+    /// queued; a peer that is gone is `Error::Ipc`.
+    ///
+    /// ```
+    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
+    /// let peer = a.connect(b.name())?;
+    /// let buf = dev.alloc_exportable(256, MemKind::Device)?;
+    /// let exports = offload_core::ipc::stats().exports;
+    /// for i in 0..10 {
+    ///     a.send(peer, &buf, 16 * i, 16, i as u64)?;
+    ///     drop(b.recv()?);
+    /// }
+    /// assert_eq!(offload_core::ipc::stats().exports - exports, 1);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn send(
+        &self,
+        peer: PeerId,
+        buffer: &Buffer,
+        offset: usize,
+        len: usize,
+        tag: u64,
+    ) -> Result<()> {
+        self.engine.send(peer, buffer, offset, len, tag)
+    }
+
+    /// Waits for the next buffer range a peer sent, making progress on every connection
+    /// meanwhile.
+    ///
+    /// ```
+    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// # let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
+    /// # let peer = a.connect(b.name())?;
+    /// # let buf = dev.alloc_exportable(8, MemKind::Device)?;
+    /// a.send(peer, &buf, 0, 8, 1)?;
+    /// assert_eq!(b.recv()?.buffer().len(), 8);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn recv(&self) -> Result<Received> {
+        loop {
+            if let Some(r) = self.recv_timeout(Duration::from_secs(3600))? {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Like [`IpcEndpoint::recv`], giving up after `timeout` (`Ok(None)`).
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let e = rt.ipc_endpoint()?;
+    /// assert!(e.recv_timeout(std::time::Duration::from_millis(1))?.is_none());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<Received>> {
+        const CALL: &str = "IpcEndpoint::recv";
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.engine.check_open(CALL)?;
+            if let Some(r) = self.engine.take_delivery() {
+                return Ok(Some(r));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.engine.progress(deadline - now);
+        }
+    }
+
+    /// Makes progress on every connection without waiting (answers peers, flushes what is
+    /// queued). `recv`, `send` and frees do this themselves; a process that only sends and
+    /// then idles calls it to answer its peers.
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// rt.ipc_endpoint()?.poll()?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn poll(&self) -> Result<()> {
+        self.engine.check_open("IpcEndpoint::poll")?;
+        self.engine.progress(Duration::ZERO);
+        Ok(())
+    }
+
+    /// The peers connected now, by id, with their process ids.
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
+    /// let peer = a.connect(b.name())?;
+    /// assert_eq!(a.peers(), vec![(peer, std::process::id())]);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn peers(&self) -> Vec<(PeerId, u32)> {
+        lock(&self.engine.state)
+            .peers
+            .iter()
+            .filter(|p| p.alive)
+            .map(|p| (p.id, p.pid))
+            .collect()
+    }
+
+    /// Mappings of peers' memory this endpoint holds now (as a receiver).
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// assert_eq!(rt.ipc_endpoint()?.mappings(), 0);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn mappings(&self) -> usize {
+        lock(&self.engine.state)
+            .peers
+            .iter()
+            .map(|p| p.mappings.len())
+            .sum()
+    }
+
+    /// Entries in the process's sender-side cache now (over all endpoints): at most
+    /// `Config::ipc_cache_size`.
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// assert_eq!(rt.ipc_endpoint()?.cache_entries(), 0);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn cache_entries(&self) -> usize {
+        lock(&self.engine.generation.ipc.cache).len()
+    }
+
+    /// Closes the endpoint now: peers that mapped memory sent from here unmap it (waiting
+    /// for them, bounded), mappings of theirs are closed (their views answer an error), the
+    /// connections and the socket go. Dropping the endpoint does the same.
+    ///
+    /// ```
+    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// let e = rt.ipc_endpoint()?;
+    /// let path = e.path().to_owned();
+    /// e.close()?;
+    /// assert!(!path.exists());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn close(self) -> Result<()> {
+        let result = self.engine.generation.with_live(|live| {
+            live.forget(Kind::Ipc, self.key);
+            Ok(())
+        });
+        let closed = self.engine.close();
+        match result {
+            Ok(()) | Err(Error::ShutDown) => closed,
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for IpcEndpoint {
+    fn drop(&mut self) {
+        let _ = self.engine.generation.with_live(|live| {
+            live.forget(Kind::Ipc, self.key);
+            Ok(())
+        });
+        let closed = self.engine.close();
+        self.engine.generation.defer(closed);
+    }
+}
+
+impl fmt::Debug for IpcEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IpcEndpoint")
+            .field("name", &self.engine.path)
+            .field("peers", &self.peers().len())
+            .finish()
+    }
+}
+
+impl Resource for Engine {
+    fn release(self: Arc<Self>) -> Result<()> {
+        self.close()
+    }
+}
+
+impl Engine {
+    fn check_open(&self, call: &'static str) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(if self.generation.is_live() {
+                ipc_error(call, "the endpoint is closed")
+            } else {
+                Error::ShutDown
+            });
+        }
+        Ok(())
+    }
+
+    fn at(&self, peer: PeerId) -> PeerRef {
+        PeerRef {
+            endpoint: self.id,
+            peer,
+        }
+    }
+
+    /// Lists a connected socket as a peer and greets it.
+    fn add_peer(&self, fd: OwnedFd, pid: u32) -> PeerId {
+        let mut state = lock(&self.state);
+        let id = PeerId(state.next_peer);
+        state.next_peer += 1;
+        let mut peer = Peer {
+            id,
+            socket: Arc::new(fd),
+            pid,
+            greeted: false,
+            alive: true,
+            outbox: VecDeque::new(),
+            mappings: Vec::new(),
+            unacked: Vec::new(),
+            one_shots: 0,
+        };
+        peer.outbox.push_back(
+            Message::Hello {
+                token: super::process_token(),
+                pid: std::process::id(),
+            }
+            .encode(),
+        );
+        let mut news = Vec::new();
+        flush(&mut peer, &mut news);
+        state.peers.push(peer);
+        id
+    }
+
+    fn send(&self, to: PeerId, buffer: &Buffer, offset: usize, len: usize, tag: u64) -> Result<()> {
+        const CALL: &str = "IpcEndpoint::send";
+        self.check_open(CALL)?;
+        if !buffer.same_generation(&self.generation) {
+            buffer.read(0, &mut [])?; // a dead buffer says ShutDown
+            return Err(Error::invalid(
+                CALL,
+                format!("{buffer} is of another runtime"),
+            ));
+        }
+        let inside = offset
+            .checked_add(len)
+            .is_some_and(|end| end <= buffer.len());
+        if len == 0 || !inside {
+            return Err(Error::invalid(
+                CALL,
+                format!("range {offset}..+{len} is empty or outside {buffer}"),
+            ));
+        }
+        let entry = buffer.entry();
+        if entry.origin() != Origin::Exportable {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "{buffer} is not exportable memory: allocate what you send with \
+                     Device::alloc_exportable"
+                ),
+            ));
+        }
+        // Take in what peers answered, so entries they are done with can be reused, and
+        // wait while too many one-shots to this peer are unanswered.
+        self.progress(Duration::ZERO);
+        self.one_shot_window(to, CALL)?;
+        let at = self.at(to);
+        let offset = (buffer.offset_in_allocation() + offset) as u64;
+        let len = len as u64;
+        let whole = |buffer: &Buffer| -> Result<IpcHandle> {
+            let handle = buffer.export()?;
+            let size = handle.size();
+            handle.range(0, size)
+        };
+        for attempt in 0..2 {
+            // The cache stays locked until the messages are queued, so two sends of one
+            // allocation to one peer queue their `Map` and `Use` in the order planned.
+            let mut cache = lock(&self.generation.ipc.cache);
+            let (message, unmaps) = match cache.plan(entry.id, at) {
+                Plan::Hit {
+                    entry,
+                    generation,
+                    mapping,
+                } => {
+                    stats::CACHE_HITS.fetch_add(1, Ordering::Relaxed);
+                    let message = Message::Use {
+                        entry,
+                        generation,
+                        mapping,
+                        tag,
+                        offset,
+                        len,
+                    };
+                    (message, Vec::new())
+                }
+                Plan::Miss {
+                    entry,
+                    generation,
+                    handle,
+                } => {
+                    stats::CACHE_MISSES.fetch_add(1, Ordering::Relaxed);
+                    let message = Message::Map {
+                        entry,
+                        generation,
+                        tag,
+                        offset,
+                        len,
+                        handle,
+                    };
+                    (message, Vec::new())
+                }
+                Plan::New => match cache.insert(entry.id, whole(buffer)?, at) {
+                    Err(_) if attempt == 0 => {
+                        // Every entry is busy: the answers that free one are likely in the
+                        // socket already. Take them in and plan again, once.
+                        drop(cache);
+                        self.progress(Duration::ZERO);
+                        continue;
+                    }
+                    Ok((entry, generation, handle, unmaps)) => {
+                        stats::CACHE_MISSES.fetch_add(1, Ordering::Relaxed);
+                        let message = Message::Map {
+                            entry,
+                            generation,
+                            tag,
+                            offset,
+                            len,
+                            handle,
+                        };
+                        (message, unmaps)
+                    }
+                    Err(handle) => (self.one_shot(handle, tag, offset, len), Vec::new()),
+                },
+                Plan::OneShot => (self.one_shot(whole(buffer)?, tag, offset, len), Vec::new()),
+            };
+            let queued = self.queue(unmaps, to, message);
+            if let Err(e) = queued {
+                cache.forget_peer(at);
+                return Err(e);
+            }
+            break;
+        }
+        self.drain_outbox(to, CALL)
+    }
+
+    fn one_shot(&self, handle: IpcHandle, tag: u64, offset: u64, len: u64) -> Message {
+        stats::ONE_SHOTS.fetch_add(1, Ordering::Relaxed);
+        let mut state = lock(&self.state);
+        let sequence = state.next_sequence;
+        state.next_sequence = state.next_sequence.wrapping_add(1).max(1);
+        Message::OneShot {
+            sequence,
+            tag,
+            offset,
+            len,
+            handle,
+        }
+    }
+
+    /// Waits (making progress) until `to` has fewer than `ONE_SHOT_WINDOW` one-shots
+    /// unanswered; fails if it is gone or does not answer in time.
+    fn one_shot_window(&self, to: PeerId, call: &'static str) -> Result<()> {
+        let deadline = Instant::now() + self.unmap_timeout.max(Duration::from_secs(1));
+        loop {
+            let open = {
+                let state = lock(&self.state);
+                match state.peers.iter().find(|p| p.id == to) {
+                    Some(p) if p.alive => p.one_shots < ONE_SHOT_WINDOW,
+                    _ => return Err(self.gone(to, call)),
+                }
+            };
+            if open {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ipc_error(
+                    call,
+                    format!("{to} has not answered {ONE_SHOT_WINDOW} one-shot deliveries"),
+                ));
+            }
+            self.progress((deadline - now).min(POLL_SLICE));
+        }
+    }
+
+    fn gone(&self, id: PeerId, call: &'static str) -> Error {
+        ipc_error(
+            call,
+            format!(
+                "{id} is not connected (its socket closed, it exited or was cut off, or it \
+                 never was a peer of this endpoint)"
+            ),
+        )
+    }
+
+    /// Queues `unmaps` (to whichever peers they name) and then `message` to `to`, and
+    /// flushes what the sockets take now.
+    fn queue(&self, unmaps: Vec<Unmap>, to: PeerId, message: Message) -> Result<()> {
+        let mut state = lock(&self.state);
+        let mut news = Vec::new();
+        for u in unmaps {
+            if u.at.endpoint != self.id {
+                // Another endpoint's peer: that endpoint sends it.
+                drop(state);
+                self.generation.ipc.send_unmaps(vec![u], false);
+                state = lock(&self.state);
+                continue;
+            }
+            if let Some(peer) = state
+                .peers
+                .iter_mut()
+                .find(|p| p.id == u.at.peer && p.alive)
+            {
+                queue_unmap(peer, &u);
+                flush(peer, &mut news);
+            }
+        }
+        let peer = state
+            .peers
+            .iter_mut()
+            .find(|p| p.id == to && p.alive)
+            .ok_or_else(|| self.gone(to, "IpcEndpoint::send"))?;
+        if matches!(message, Message::OneShot { .. }) {
+            peer.one_shots += 1;
+        }
+        peer.outbox.push_back(message.encode());
+        flush(peer, &mut news);
+        let gone = !peer.alive;
+        drop(state);
+        self.apply(news);
+        if gone {
+            return Err(self.gone(to, "IpcEndpoint::send"));
+        }
+        Ok(())
+    }
+
+    /// Waits (making progress) while `to`'s outbox is over its limit.
+    fn drain_outbox(&self, to: PeerId, call: &'static str) -> Result<()> {
+        let deadline = Instant::now() + self.unmap_timeout.max(Duration::from_secs(1));
+        loop {
+            let backlog = {
+                let state = lock(&self.state);
+                match state.peers.iter().find(|p| p.id == to) {
+                    Some(p) if p.alive => p.outbox.len(),
+                    _ => return Err(self.gone(to, call)),
+                }
+            };
+            if backlog <= OUTBOX_LIMIT {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ipc_error(
+                    call,
+                    format!("{to} has not read its messages ({backlog} queued)"),
+                ));
+            }
+            self.progress((deadline - now).min(POLL_SLICE));
+        }
+    }
+
+    /// Sends unmaps for these mappings (all of this endpoint's peers) and, if `wait`, waits
+    /// until each peer acknowledged them, exited, or the bound ran out (then it is
+    /// disconnected).
+    fn unmap(&self, unmaps: &[Unmap], wait: bool) {
+        let mut targets: Vec<PeerId> = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            let mut news = Vec::new();
+            for u in unmaps {
+                if let Some(peer) = state
+                    .peers
+                    .iter_mut()
+                    .find(|p| p.id == u.at.peer && p.alive)
+                {
+                    queue_unmap(peer, u);
+                    flush(peer, &mut news);
+                    if !targets.contains(&peer.id) {
+                        targets.push(peer.id);
+                    }
+                }
+            }
+            drop(state);
+            self.apply(news);
+        }
+        if !wait {
+            return;
+        }
+        let deadline = Instant::now() + self.unmap_timeout;
+        loop {
+            let waiting: Vec<PeerId> = {
+                let state = lock(&self.state);
+                state
+                    .peers
+                    .iter()
+                    .filter(|p| targets.contains(&p.id) && p.alive && !p.unacked.is_empty())
+                    .map(|p| p.id)
+                    .collect()
+            };
+            if waiting.is_empty() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                // A peer that does not answer in time is cut off: it keeps no view that
+                // works, and nothing waits for it again.
+                let mut news = Vec::new();
+                {
+                    let mut state = lock(&self.state);
+                    for peer in state.peers.iter_mut().filter(|p| waiting.contains(&p.id)) {
+                        kill(peer, &mut news);
+                    }
+                }
+                self.finish_dead(news);
+                return;
+            }
+            self.progress((deadline - now).min(POLL_SLICE));
+        }
+    }
+
+    /// A view of (entry, generation) from `peer` was dropped: tell the peer; a one-shot
+    /// mapping closes with its view.
+    fn view_dropped(&self, peer: PeerId, entry: u32, generation: u32) {
+        let closing = {
+            let mut state = lock(&self.state);
+            let mut news = Vec::new();
+            let mut closing = None;
+            if let Some(p) = state.peers.iter_mut().find(|p| p.id == peer && p.alive) {
+                if let Some(i) = p
+                    .mappings
+                    .iter()
+                    .position(|m| m.entry == entry && m.generation == generation)
+                {
+                    let m = &mut p.mappings[i];
+                    m.views = m.views.saturating_sub(1);
+                    if m.one_shot && m.views == 0 {
+                        closing = Some(p.mappings.remove(i));
+                    }
+                }
+                p.outbox
+                    .push_back(Message::Done { entry, generation }.encode());
+                flush(p, &mut news);
+            }
+            drop(state);
+            self.apply(news);
+            closing
+        };
+        if let Some(m) = closing {
+            self.close_mapping(m);
+        }
+        self.changed.notify_all();
+    }
+
+    /// Closes a mapping: its allocation is forgotten and freed, and its views answer
+    /// `InvalidIpcHandle` from now on.
+    fn close_mapping(&self, m: Mapping) {
+        if !m.one_shot {
+            stats::cached_mapping_closed();
+        }
+        let _ = self.generation.with_live(|live| {
+            live.forget(Kind::Buffer, m.key);
+            Ok(())
+        });
+        let freed = m.buffer.revoke();
+        self.generation.defer(freed);
+    }
+
+    /// One round of progress, waiting at most `wait` for something to happen: accept, read
+    /// and answer, flush. If another thread is making progress, waits for its round instead.
+    fn progress(&self, wait: Duration) {
+        let Ok(_turn) = self.progress.try_lock() else {
+            let state = lock(&self.state);
+            if !wait.is_zero() {
+                let _ = self.changed.wait_timeout(state, wait.min(POLL_SLICE));
+            }
+            return;
+        };
+        // Poll on copies of the sockets (the state is not locked while waiting).
+        let sockets: Vec<(PeerId, Arc<OwnedFd>, bool)> = {
+            let state = lock(&self.state);
+            state
+                .peers
+                .iter()
+                .filter(|p| p.alive)
+                .map(|p| (p.id, p.socket.clone(), !p.outbox.is_empty()))
+                .collect()
+        };
+        let mut fds = Vec::with_capacity(sockets.len() + 1);
+        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        for (_, socket, writing) in &sockets {
+            let mut flags = PollFlags::IN;
+            if *writing {
+                flags |= PollFlags::OUT;
+            }
+            fds.push(PollFd::new(&**socket, flags));
+        }
+        let timeout = wait.min(POLL_SLICE);
+        let timeout = rustix::event::Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        let ready: Vec<(PeerId, PollFlags)> = sockets
+            .iter()
+            .zip(&fds[1..])
+            .map(|((id, _, _), fd)| (*id, fd.revents()))
+            .collect();
+        let listening = !fds[0].revents().is_empty();
+        drop(fds);
+
+        if listening {
+            self.accept_all();
+        }
+        let mut news = Vec::new();
+        let mut closing = Vec::new();
+        let mut delivered = false;
+        {
+            let mut state = lock(&self.state);
+            for (id, revents) in ready {
+                if revents.is_empty() {
+                    continue;
+                }
+                let Some(index) = state.peers.iter().position(|p| p.id == id && p.alive) else {
+                    continue;
+                };
+                if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
+                    delivered |= self.read_peer(&mut state, index, &mut news, &mut closing);
+                }
+                flush(&mut state.peers[index], &mut news);
+            }
+            // Also flush outboxes that filled while we polled.
+            for peer in state
+                .peers
+                .iter_mut()
+                .filter(|p| p.alive && !p.outbox.is_empty())
+            {
+                flush(peer, &mut news);
+            }
+            state.peers.retain(|p| p.alive || !p.mappings.is_empty());
+        }
+        for m in closing {
+            self.close_mapping(m);
+        }
+        self.finish_dead(news);
+        let _ = delivered;
+        self.changed.notify_all();
+    }
+
+    fn accept_all(&self) {
+        loop {
+            match socket::accept(self.listener.as_fd()) {
+                Ok(Some((fd, Ok(pid)))) => {
+                    self.add_peer(fd, pid);
+                }
+                Ok(Some((fd, Err(_)))) => {
+                    // Another user, or credentials we cannot read: refused.
+                    stats::PEERS_REFUSED.fetch_add(1, Ordering::Relaxed);
+                    drop(fd);
+                }
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+
+    /// Reads and handles what peer `index` sent. Returns whether something was delivered.
+    fn read_peer(
+        &self,
+        state: &mut State,
+        index: usize,
+        news: &mut Vec<CacheNews>,
+        closing: &mut Vec<Mapping>,
+    ) -> bool {
+        let mut delivered = false;
+        for _ in 0..READ_BATCH {
+            let socket = state.peers[index].socket.clone();
+            let packet = match socket::recv(socket.as_fd()) {
+                Ok(Some(packet)) => packet,
+                Ok(None) => break,
+                Err(_) => {
+                    kill(&mut state.peers[index], news);
+                    closing.extend(std::mem::take(&mut state.peers[index].mappings));
+                    break;
+                }
+            };
+            let message = if packet.truncated {
+                Err(wire::WireError::Oversized)
+            } else {
+                wire::decode(&packet.bytes, packet.fds)
+            };
+            let message = match message {
+                Ok(m) => m,
+                Err(_) => {
+                    // Malformed, forged or oversized: counted, and the peer is cut off
+                    // (its descriptors were closed with the packet).
+                    stats::REJECTED.fetch_add(1, Ordering::Relaxed);
+                    kill(&mut state.peers[index], news);
+                    closing.extend(std::mem::take(&mut state.peers[index].mappings));
+                    break;
+                }
+            };
+            match self.handle(state, index, message, news, closing) {
+                Ok(d) => delivered |= d,
+                Err(()) => {
+                    stats::REJECTED.fetch_add(1, Ordering::Relaxed);
+                    kill(&mut state.peers[index], news);
+                    closing.extend(std::mem::take(&mut state.peers[index].mappings));
+                    break;
+                }
+            }
+        }
+        delivered
+    }
+
+    /// Handles one well-formed message from peer `index`: `Err` for a protocol violation.
+    fn handle(
+        &self,
+        state: &mut State,
+        index: usize,
+        message: Message,
+        news: &mut Vec<CacheNews>,
+        closing: &mut Vec<Mapping>,
+    ) -> std::result::Result<bool, ()> {
+        let peer_id = state.peers[index].id;
+        if !state.peers[index].greeted {
+            return match message {
+                Message::Hello { .. } => {
+                    state.peers[index].greeted = true;
+                    Ok(false)
+                }
+                _ => Err(()), // anything before `Hello`
+            };
+        }
+        let reply = |state: &mut State, m: Message| state.peers[index].outbox.push_back(m.encode());
+        match message {
+            Message::Hello { .. } => return Err(()), // a second one
+            Message::Map {
+                entry,
+                generation,
+                tag,
+                offset,
+                len,
+                handle,
+            } => {
+                if entry == ONE_SHOT {
+                    return Err(());
+                }
+                let what = Pending::Map {
+                    entry,
+                    generation,
+                    offset,
+                    len,
+                    handle,
+                };
+                state.deliveries.push_back(Delivery {
+                    peer: peer_id,
+                    tag,
+                    what,
+                });
+                return Ok(true);
+            }
+            Message::Use {
+                entry,
+                generation,
+                mapping,
+                tag,
+                offset,
+                len,
+            } => {
+                let what = Pending::Use {
+                    entry,
+                    generation,
+                    mapping,
+                    offset,
+                    len,
+                };
+                state.deliveries.push_back(Delivery {
+                    peer: peer_id,
+                    tag,
+                    what,
+                });
+                return Ok(true);
+            }
+            Message::OneShot {
+                sequence,
+                tag,
+                offset,
+                len,
+                handle,
+            } => {
+                let what = Pending::OneShot {
+                    sequence,
+                    offset,
+                    len,
+                    handle,
+                };
+                state.deliveries.push_back(Delivery {
+                    peer: peer_id,
+                    tag,
+                    what,
+                });
+                return Ok(true);
+            }
+            Message::Unmap {
+                entry,
+                generation,
+                mapping: _,
+            } => {
+                stats::UNMAPS_RECEIVED.fetch_add(1, Ordering::Relaxed);
+                let peer = &mut state.peers[index];
+                if let Some(i) = peer
+                    .mappings
+                    .iter()
+                    .position(|m| m.entry == entry && m.generation == generation)
+                {
+                    closing.push(peer.mappings.remove(i));
+                }
+                // Deliveries of it not taken yet go too (their descriptors close): the
+                // sender no longer has it.
+                state.deliveries.retain(|d| {
+                    d.peer != peer_id
+                        || !matches!(d.what,
+                            Pending::Map { entry: e, generation: g, .. }
+                            | Pending::Use { entry: e, generation: g, .. }
+                            if e == entry && g == generation)
+                });
+                reply(state, Message::UnmapAck { entry, generation });
+            }
+            Message::Mapped {
+                entry,
+                generation,
+                mapping,
+            } => news.push(CacheNews::Mapped(peer_id, entry, generation, mapping)),
+            Message::Failed {
+                entry, generation, ..
+            } => {
+                if entry == ONE_SHOT {
+                    let peer = &mut state.peers[index];
+                    peer.one_shots = peer.one_shots.saturating_sub(1);
+                } else {
+                    news.push(CacheNews::Answered(peer_id, entry, generation, false));
+                }
+            }
+            Message::Done { entry, generation } => {
+                if entry == ONE_SHOT {
+                    let peer = &mut state.peers[index];
+                    peer.one_shots = peer.one_shots.saturating_sub(1);
+                } else {
+                    news.push(CacheNews::Answered(peer_id, entry, generation, true));
+                }
+            }
+            Message::UnmapAck { entry, generation } => {
+                let peer = &mut state.peers[index];
+                if let Some(i) = peer
+                    .unacked
+                    .iter()
+                    .position(|&(e, g)| e == entry && g == generation)
+                {
+                    peer.unacked.remove(i);
+                    stats::UNMAPS_ACKED.fetch_add(1, Ordering::Relaxed);
+                }
+                // An acknowledgement nobody waits for is stale: dropped.
+            }
+        }
+        Ok(false)
+    }
+
+    /// Takes the next delivery and maps what it names: a `Map` or `OneShot` imports (and a
+    /// `Map` answers `Mapped`), a `Use` finds its mapping. A delivery that cannot be made
+    /// is answered `Failed` and skipped.
+    fn take_delivery(&self) -> Option<Received> {
+        let mut closing = Vec::new();
+        let mut news = Vec::new();
+        let taken = {
+            let mut state = lock(&self.state);
+            loop {
+                let Some(d) = state.deliveries.pop_front() else {
+                    break None;
+                };
+                let Some(index) = state.peers.iter().position(|p| p.id == d.peer && p.alive) else {
+                    continue; // its peer is gone: so is the memory
+                };
+                let peer_id = d.peer;
+                let made = self.materialize(&mut state, index, d.what, &mut closing);
+                let peer = &mut state.peers[index];
+                match made {
+                    Ok(buffer) => {
+                        flush(peer, &mut news);
+                        break Some(Received {
+                            peer: peer_id,
+                            tag: d.tag,
+                            buffer,
+                        });
+                    }
+                    Err(failed) => {
+                        stats::REJECTED.fetch_add(1, Ordering::Relaxed);
+                        peer.outbox.push_back(failed.encode());
+                        flush(peer, &mut news);
+                    }
+                }
+            }
+        };
+        for m in closing {
+            self.close_mapping(m);
+        }
+        self.finish_dead(news);
+        taken
+    }
+
+    /// Makes the view a delivery names, or the `Failed` answer to send instead.
+    fn materialize(
+        &self,
+        state: &mut State,
+        index: usize,
+        what: Pending,
+        closing: &mut Vec<Mapping>,
+    ) -> std::result::Result<Buffer, Message> {
+        let peer_id = state.peers[index].id;
+        match what {
+            Pending::Map {
+                entry,
+                generation,
+                offset,
+                len,
+                handle,
+            } => {
+                // A stale mapping of this entry (an older generation, or the same one
+                // again): the sender no longer has it, so neither do we.
+                let peer = &mut state.peers[index];
+                while let Some(i) = peer.mappings.iter().position(|m| m.entry == entry) {
+                    closing.push(peer.mappings.remove(i));
+                }
+                let (buffer, key) = self.import(handle).map_err(|code| Message::Failed {
+                    entry,
+                    generation,
+                    code,
+                })?;
+                let id = state.next_mapping;
+                state.next_mapping = state.next_mapping.wrapping_add(1).max(1);
+                let view = self.view(peer_id, &buffer, entry, generation, offset, len);
+                stats::cached_mapping_opened();
+                let peer = &mut state.peers[index];
+                peer.mappings.push(Mapping {
+                    entry,
+                    generation,
+                    id,
+                    buffer,
+                    key,
+                    views: 1,
+                    one_shot: false,
+                });
+                let mapped = Message::Mapped {
+                    entry,
+                    generation,
+                    mapping: id,
+                };
+                peer.outbox.push_back(mapped.encode());
+                Ok(view)
+            }
+            Pending::Use {
+                entry,
+                generation,
+                mapping,
+                offset,
+                len,
+            } => {
+                let failed = |code| Message::Failed {
+                    entry,
+                    generation,
+                    code,
+                };
+                let peer = &mut state.peers[index];
+                let m = peer
+                    .mappings
+                    .iter_mut()
+                    .find(|m| {
+                        m.entry == entry
+                            && m.generation == generation
+                            && !m.one_shot
+                            && (mapping == 0 || m.id == mapping)
+                    })
+                    .ok_or_else(|| failed(FailCode::UnknownMapping))?;
+                if offset.saturating_add(len) > m.buffer.size() as u64 {
+                    return Err(failed(FailCode::Range));
+                }
+                m.views += 1;
+                let buffer = m.buffer.clone();
+                Ok(self.view(peer_id, &buffer, entry, generation, offset, len))
+            }
+            Pending::OneShot {
+                sequence,
+                offset,
+                len,
+                handle,
+            } => {
+                let (buffer, key) = self.import(handle).map_err(|code| Message::Failed {
+                    entry: ONE_SHOT,
+                    generation: sequence,
+                    code,
+                })?;
+                let view = self.view(peer_id, &buffer, ONE_SHOT, sequence, offset, len);
+                state.peers[index].mappings.push(Mapping {
+                    entry: ONE_SHOT,
+                    generation: sequence,
+                    id: 0,
+                    buffer,
+                    key,
+                    views: 1,
+                    one_shot: true,
+                });
+                Ok(view)
+            }
+        }
+    }
+
+    /// Maps a peer's memory on the device the handle names.
+    fn import(
+        &self,
+        handle: IpcHandle,
+    ) -> std::result::Result<(Arc<BufferEntry>, ResourceKey), FailCode> {
+        if self.closed.load(Ordering::SeqCst) || self.generation.is_closing() {
+            return Err(FailCode::Closing);
+        }
+        let device = self.device_for(&handle).ok_or(FailCode::Import)?;
+        match import_entry(&device, handle) {
+            Ok((key, entry, _, _)) => Ok((entry, key)),
+            Err(_) => Err(FailCode::Import),
+        }
+    }
+
+    /// The device of this runtime a handle names (backend and UUID).
+    fn device_for(&self, handle: &IpcHandle) -> Option<Device> {
+        self.generation
+            .with_live(|live| {
+                Ok(live
+                    .devices
+                    .iter()
+                    .find(|(_, slot)| {
+                        live.platforms[slot.platform].kind == handle.backend()
+                            && slot.raw.uuid().ok() == Some(handle.device_uuid())
+                    })
+                    .map(|(key, slot)| {
+                        Device::new(
+                            self.generation.clone(),
+                            key,
+                            live.platforms[slot.platform].kind,
+                        )
+                    }))
+            })
+            .ok()
+            .flatten()
+    }
+
+    fn view(
+        &self,
+        peer: PeerId,
+        buffer: &Arc<BufferEntry>,
+        entry: u32,
+        generation: u32,
+        offset: u64,
+        len: u64,
+    ) -> Buffer {
+        let token = ViewToken {
+            engine: self.weak(),
+            peer,
+            entry,
+            generation,
+        };
+        Buffer::view(
+            self.generation.clone(),
+            buffer.clone(),
+            offset as usize,
+            len as usize,
+            Arc::new(token),
+        )
+    }
+
+    fn weak(&self) -> Weak<Engine> {
+        self.generation.ipc.endpoint(self.id).unwrap_or_default()
+    }
+
+    /// Applies what peers answered to the cache.
+    fn apply(&self, news: Vec<CacheNews>) {
+        if news.is_empty() {
+            return;
+        }
+        let mut cache = lock(&self.generation.ipc.cache);
+        for n in news {
+            match n {
+                CacheNews::Mapped(peer, entry, generation, mapping) => {
+                    cache.mapped(self.at(peer), entry, generation, mapping)
+                }
+                CacheNews::Answered(peer, entry, generation, done) => {
+                    cache.answered(self.at(peer), entry, generation, done)
+                }
+                CacheNews::Gone(peer) => cache.forget_peer(self.at(peer)),
+            }
+        }
+    }
+
+    /// Cache news, then the mappings of dead peers are closed.
+    fn finish_dead(&self, news: Vec<CacheNews>) {
+        self.apply(news);
+        let closing: Vec<Mapping> = {
+            let mut state = lock(&self.state);
+            state
+                .peers
+                .iter_mut()
+                .filter(|p| !p.alive)
+                .flat_map(|p| std::mem::take(&mut p.mappings))
+                .collect()
+        };
+        for m in closing {
+            self.close_mapping(m);
+        }
+    }
+
+    /// Closes the endpoint (idempotent): peers unmap what was sent from here (bounded
+    /// wait), this endpoint's mappings of theirs are closed, connections and the socket go.
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let unmaps = lock(&self.generation.ipc.cache).release_endpoint(self.id);
+        self.unmap(&unmaps, true);
+        let (mappings, deliveries, peers) = {
+            let mut state = lock(&self.state);
+            let mappings: Vec<Mapping> = state
+                .peers
+                .iter_mut()
+                .flat_map(|p| std::mem::take(&mut p.mappings))
+                .collect();
+            let deliveries = std::mem::take(&mut state.deliveries);
+            let peers = std::mem::take(&mut state.peers);
+            (mappings, deliveries, peers)
+        };
+        for m in mappings {
+            self.close_mapping(m);
+        }
+        drop(deliveries); // their views answer errors now; their drops find no peer
+        for peer in &peers {
+            let _ = rustix::net::shutdown(&*peer.socket, rustix::net::Shutdown::Both);
+        }
+        drop(peers);
+        self.generation.ipc.remove_endpoint(self.id);
+        let _ = std::fs::remove_file(&self.path);
+        self.changed.notify_all();
+        Ok(())
+    }
+}
+
+/// Queues an unmap to `peer` and remembers that it must be acknowledged.
+fn queue_unmap(peer: &mut Peer, u: &Unmap) {
+    stats::UNMAPS_SENT.fetch_add(1, Ordering::Relaxed);
+    peer.unacked.push((u.entry, u.generation));
+    peer.outbox.push_back(
+        Message::Unmap {
+            entry: u.entry,
+            generation: u.generation,
+            mapping: u.mapping,
+        }
+        .encode(),
+    );
+}
+
+/// Writes what the peer's socket takes now; a broken socket kills the peer.
+fn flush(peer: &mut Peer, news: &mut Vec<CacheNews>) {
+    while let Some((bytes, fd)) = peer.outbox.front() {
+        match socket::send(peer.socket.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
+            Ok(Sent::Done) => {
+                peer.outbox.pop_front();
+            }
+            Ok(Sent::WouldBlock) => return,
+            Err(_) => {
+                kill(peer, news);
+                return;
+            }
+        }
+    }
+}
+
+/// The peer is gone (its socket broke, it broke the protocol, or it did not answer in
+/// time): nothing more is sent to it, and the cache forgets it. Its mappings are closed
+/// by the caller.
+fn kill(peer: &mut Peer, news: &mut Vec<CacheNews>) {
+    if !peer.alive {
+        return;
+    }
+    peer.alive = false;
+    peer.outbox.clear();
+    peer.unacked.clear();
+    let _ = rustix::net::shutdown(&*peer.socket, rustix::net::Shutdown::Both);
+    news.push(CacheNews::Gone(peer.id));
+}
+
+/// The IPC state a generation owns: its one sender-side cache and its endpoints.
+pub(crate) struct Shared {
+    pub(crate) cache: Mutex<super::cache::Cache>,
+    endpoints: Mutex<Vec<(u64, Weak<Engine>)>>,
+}
+
+impl Shared {
+    pub(crate) fn new(capacity: usize) -> Shared {
+        Shared {
+            cache: Mutex::new(super::cache::Cache::new(capacity)),
+            endpoints: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn add_endpoint(&self, id: u64, engine: Weak<Engine>) {
+        lock(&self.endpoints).push((id, engine));
+    }
+
+    fn remove_endpoint(&self, id: u64) {
+        lock(&self.endpoints).retain(|(e, _)| *e != id);
+    }
+
+    fn endpoint(&self, id: u64) -> Option<Weak<Engine>> {
+        lock(&self.endpoints)
+            .iter()
+            .find(|(e, _)| *e == id)
+            .map(|(_, w)| w.clone())
+    }
+
+    /// Sends these unmaps through the endpoints that own their peers; `wait` for the
+    /// acknowledgements (bounded).
+    pub(crate) fn send_unmaps(&self, unmaps: Vec<Unmap>, wait: bool) {
+        let mut by_endpoint: Vec<(u64, Vec<Unmap>)> = Vec::new();
+        for u in unmaps {
+            match by_endpoint.iter_mut().find(|(e, _)| *e == u.at.endpoint) {
+                Some((_, list)) => list.push(u),
+                None => by_endpoint.push((u.at.endpoint, vec![u])),
+            }
+        }
+        for (endpoint, list) in by_endpoint {
+            if let Some(engine) = self.endpoint(endpoint).and_then(|w| w.upgrade()) {
+                engine.unmap(&list, wait);
+            }
+        }
+    }
+}
+
+impl fmt::Display for PeerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "peer {}", self.0)
+    }
+}

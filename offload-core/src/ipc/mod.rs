@@ -1,0 +1,97 @@
+//! Sharing device memory between processes (contract clauses I1–I4).
+//!
+//! - [`IpcHandle`] (`handle.rs`): what names an allocation to another process, with its
+//!   versioned byte format; `Buffer::export` makes one, `Device::import` maps one (I1).
+//! - [`IpcEndpoint`] (`endpoint.rs`): a Unix-domain socket that sends buffer ranges to peers
+//!   and receives theirs as views ([`Received`]), over the wire format of `wire.rs` and the
+//!   sockets of `socket.rs` (I2, I4).
+//! - The one sender-side cache of the process (`cache.rs`, I2): sends of an allocation
+//!   already mapped by a peer carry only the range; freeing exported memory unmaps it from
+//!   every peer first (I3).
+//! - [`stats`]: process-wide counters.
+//!
+//! Memory other processes will map is allocated with `Device::alloc_exportable`: Vulkan must
+//! declare it exportable at allocation, and on the host it is a memfd instead of a heap block.
+
+mod cache;
+pub(crate) mod endpoint;
+mod handle;
+mod socket;
+pub(crate) mod stats;
+pub mod wire;
+
+pub use endpoint::{IpcEndpoint, Received};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use handle::{IpcHandle, MAX_HANDLE_BYTES, backend_code};
+pub use stats::{IpcStats, stats};
+
+use crate::handles::BufferEntry;
+use crate::runtime::generation::Generation;
+use crate::sync::lock;
+
+/// This process's token, part of every allocation's identity in a handle: allocation ids
+/// restart when a library embedding offload is loaded again, the token does not repeat.
+/// Const-initialised (0 = not drawn yet).
+static TOKEN: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn process_token() -> u64 {
+    let token = TOKEN.load(Ordering::Relaxed);
+    if token != 0 {
+        return token;
+    }
+    let drawn = draw_token();
+    match TOKEN.compare_exchange(0, drawn, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => drawn,
+        Err(other) => other,
+    }
+}
+
+/// 64 random bits from the kernel, or (without /dev/urandom) the pid, the time and an
+/// address, mixed; never 0.
+fn draw_token() -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    let mut x = if random.is_ok() {
+        u64::from_le_bytes(bytes)
+    } else {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let local = 0u8;
+        nanos ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64)
+    };
+    // splitmix64's finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) | 1
+}
+
+/// A peer of an endpoint, as [`IpcEndpoint::connect`] gives it or a [`Received`] names it.
+///
+/// ```
+/// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
+/// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+/// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
+/// let peer = a.connect(b.name())?;
+/// assert_eq!(peer.to_string(), "peer 1");
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerId(pub(crate) u64);
+
+/// Called before an owner frees `entry`: if it was ever exported, every process that mapped
+/// it through an endpoint is told to unmap it, and the call waits (bounded) until each did,
+/// exited, or was cut off (I3). The memory is released only after that.
+pub(crate) fn before_free(generation: &Arc<Generation>, entry: &Arc<BufferEntry>) {
+    if !entry.was_exported() {
+        return;
+    }
+    let unmaps = lock(&generation.ipc.cache).evict_allocation(entry.id);
+    if !unmaps.is_empty() {
+        generation.ipc.send_unmaps(unmaps, true);
+    }
+}

@@ -1,0 +1,725 @@
+//! I2–I4 across real processes, on the host backend and (with `--features vulkan`) on
+//! Vulkan/lavapipe: children run this test binary again as IPC peers (`child_peer`),
+//! receive buffer ranges through their endpoint and obey the op encoded in each tag,
+//! printing what they saw on stdout, which the parent reads line by line.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use offload::ipc::{IpcEndpoint, PeerId, Received};
+use offload::{Arg, BackendKind, Buffer, Device, Dims, Error, MemKind, Offload, Program};
+
+const ROLE: &str = "OFFLOAD_TEST_IPC_ROLE";
+const WORDS: usize = 1024;
+
+/// Ops a tag carries in its top 16 bits; the rest is a sequence number.
+mod op {
+    pub const CHECK: u64 = 1; // print the sum of the view's words
+    pub const WRITE_LAUNCH: u64 = 2; // write 41 to every word, launch add_one, print DONE
+    pub const QUIET: u64 = 3; // drop the view
+    pub const HOLD: u64 = 4; // keep the view
+    pub const READ_HELD: u64 = 5; // read every held view: print how many worked/failed
+    pub const STATS: u64 = 6; // print IPC counters
+    pub const MAPS: u64 = 7; // print how many offload memfd mappings /proc/self/maps has
+    pub const EXIT: u64 = 8; // shut down and exit
+}
+
+fn tag(op: u64, n: u64) -> u64 {
+    op << 48 | n
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// The backends to run on: host, and Vulkan where the build has it and a driver is found.
+fn kinds() -> Vec<BackendKind> {
+    let mut kinds = vec![BackendKind::Host];
+    if cfg!(feature = "vulkan") {
+        let rt = Offload::init().unwrap();
+        if rt
+            .devices()
+            .unwrap()
+            .iter()
+            .any(|d| d.backend() == BackendKind::Vulkan)
+        {
+            kinds.push(BackendKind::Vulkan);
+        } else {
+            let why = rt.unavailable().unwrap();
+            assert!(!in_ci(), "CI=true: no Vulkan device ({why:?})");
+            eprintln!("SKIPPED vulkan: no Vulkan device ({why:?})");
+        }
+        rt.shutdown().unwrap();
+    }
+    kinds
+}
+
+fn device(rt: &Offload, kind: BackendKind) -> Device {
+    rt.devices()
+        .unwrap()
+        .into_iter()
+        .find(|d| d.backend() == kind)
+        .unwrap()
+}
+
+fn words_of(buffer: &Buffer) -> Vec<u32> {
+    let mut bytes = vec![0u8; buffer.len()];
+    buffer.read(0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn fill_words(buffer: &Buffer, f: impl Fn(usize) -> u32) {
+    let bytes: Vec<u8> = (0..buffer.len() / 4)
+        .flat_map(|i| f(i).to_ne_bytes())
+        .collect();
+    buffer.write(0, &bytes).unwrap();
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn memfd_mappings(pid: u32) -> usize {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter(|l| l.contains(offload::host::MEMFD_NAME))
+        .count()
+}
+
+/// A child peer process.
+struct Peer {
+    child: Child,
+    reader: Option<std::thread::JoinHandle<()>>,
+    lines: mpsc::Receiver<String>,
+    name: String,
+    pid: u32,
+}
+
+impl Peer {
+    fn spawn(kind: BackendKind, role: &str, wrapper: &[&str]) -> Peer {
+        let exe = std::env::current_exe().unwrap();
+        let mut command = match wrapper {
+            [] => Command::new(&exe),
+            [first, rest @ ..] => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&exe);
+                c
+            }
+        };
+        let mut child = command
+            .args(["--exact", "child_peer", "--nocapture"])
+            .env(ROLE, role)
+            .env_remove("XDG_RUNTIME_DIR") // each user's own private directory
+            .env("OFFLOAD_BACKENDS", kind.name())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut peer = Peer {
+            child,
+            reader: Some(reader),
+            lines,
+            name: String::new(),
+            pid: 0,
+        };
+        let hello = peer.expect("NAME");
+        let mut parts = hello.split_whitespace().skip(1);
+        peer.name = parts.next().unwrap().to_string();
+        peer.pid = parts.nth(1).unwrap().parse().unwrap();
+        peer
+    }
+
+    /// The next line starting with `prefix` (other output is skipped); fails after 60 s.
+    fn expect(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("peer {} printed no {prefix} line in time", self.pid),
+            }
+        }
+    }
+
+    /// The named numbers of a `STATS`-like line.
+    fn numbers(line: &str) -> HashMap<String, u64> {
+        line.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+            .collect()
+    }
+
+    fn stats(
+        &self,
+        endpoint: &IpcEndpoint,
+        to: PeerId,
+        buf: &Buffer,
+        n: u64,
+    ) -> HashMap<String, u64> {
+        endpoint.send(to, buf, 0, 4, tag(op::STATS, n)).unwrap();
+        let line = self.expect("STATS");
+        Peer::numbers(&line)
+    }
+
+    fn exit(mut self, endpoint: &IpcEndpoint, to: PeerId, buf: &Buffer) {
+        endpoint.send(to, buf, 0, 4, tag(op::EXIT, 0)).unwrap();
+        self.expect("BYE");
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "peer {} exited with {status}", self.pid);
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The reader ends at the pipe's end: its descriptor is closed after this.
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// The child side: an IPC peer obeying the ops in the tags it receives.
+#[test]
+fn child_peer() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return; // not a child
+    };
+    let rt = Offload::init().unwrap();
+    let endpoint = rt.ipc_endpoint().unwrap();
+    let out = |line: String| {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{line}");
+        let _ = stdout.flush();
+    };
+    out(format!(
+        "NAME {} PID {}",
+        endpoint.name(),
+        std::process::id()
+    ));
+    if role == "refuse" {
+        // Wait until someone tried to connect (and was refused), then say so.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while offload::ipc::stats().peers_refused == 0 && Instant::now() < deadline {
+            endpoint.poll().unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        out(format!("REFUSED {}", offload::ipc::stats().peers_refused));
+        return;
+    }
+    let mut held: Vec<Received> = Vec::new();
+    loop {
+        let got = endpoint.recv().unwrap();
+        let (op, n) = (got.tag() >> 48, got.tag() & 0xFFFF_FFFF_FFFF);
+        match op {
+            op::CHECK => {
+                let sum: u64 = words_of(got.buffer()).iter().map(|&w| u64::from(w)).sum();
+                out(format!("SUM {n} {sum}"));
+            }
+            op::WRITE_LAUNCH => {
+                let view = got.buffer();
+                fill_words(view, |_| 41);
+                let dev = view.device();
+                let image = match dev.backend() {
+                    BackendKind::Host => offload::host::fixtures::KERNELS,
+                    #[cfg(feature = "vulkan")]
+                    BackendKind::Vulkan => offload::vulkan::fixtures::KERNELS,
+                    other => panic!("no fixture for {other}"),
+                };
+                let add_one = Program::new(image)
+                    .load(&dev)
+                    .unwrap()
+                    .kernel("add_one")
+                    .unwrap();
+                let queue = dev.queue().unwrap();
+                let words = (view.len() / 4) as u32;
+                queue
+                    .launch(
+                        &add_one,
+                        Dims::grid([words.div_ceil(64), 1, 1]).block([64, 1, 1]),
+                        &[Arg::buffer(view), Arg::scalar(&words)],
+                    )
+                    .unwrap();
+                queue.sync().unwrap();
+                out(format!("DONE {n}"));
+            }
+            op::QUIET => {}
+            op::HOLD => {
+                held.push(got);
+                out(format!("HELD {n}"));
+                continue;
+            }
+            op::READ_HELD => {
+                let (mut ok, mut failed) = (0, 0);
+                for h in &held {
+                    match h.buffer().read(0, &mut [0u8; 4]) {
+                        Ok(()) => ok += 1,
+                        Err(Error::InvalidIpcHandle { .. }) => failed += 1,
+                        Err(e) => panic!("a held view answered {e}"),
+                    }
+                }
+                held.clear();
+                out(format!("HELDREAD {n} ok={ok} failed={failed}"));
+            }
+            op::STATS => {
+                let s = offload::ipc::stats();
+                out(format!(
+                    "STATS {n} imports={} live_imports={} max_live_imports={} \
+                     max_cached_mappings={} unmaps_received={} rejected={} mappings={} fds={} \
+                     rss={}",
+                    s.imports,
+                    s.live_imports,
+                    s.max_live_imports,
+                    s.max_cached_mappings,
+                    s.unmaps_received,
+                    s.rejected,
+                    endpoint.mappings(),
+                    open_fds(std::process::id()),
+                    rss_kib(std::process::id()),
+                ));
+            }
+            op::MAPS => out(format!("MAPS {n} {}", memfd_mappings(std::process::id()))),
+            op::EXIT => {
+                drop(got);
+                drop(held);
+                drop(endpoint);
+                rt.shutdown().unwrap();
+                out("BYE".into());
+                return;
+            }
+            other => panic!("unknown op {other}"),
+        }
+    }
+}
+
+/// A runtime with `cache` entries, an endpoint, and `count` child peers connected to it.
+fn setup(
+    kind: BackendKind,
+    cache: usize,
+    count: usize,
+) -> (Offload, IpcEndpoint, Vec<(Peer, PeerId)>) {
+    let rt = Offload::builder()
+        .backends([kind])
+        .ipc_cache_size(cache)
+        .start()
+        .unwrap();
+    assert_eq!(rt.config().unwrap().ipc_cache_size, cache);
+    let endpoint = rt.ipc_endpoint().unwrap();
+    let peers = (0..count)
+        .map(|_| {
+            let peer = Peer::spawn(kind, "peer", &[]);
+            let id = endpoint.connect(&peer.name).unwrap();
+            (peer, id)
+        })
+        .collect();
+    (rt, endpoint, peers)
+}
+
+#[test]
+fn a_child_writes_and_launches_through_its_view() {
+    let _serial = common::serial();
+    for kind in kinds() {
+        let (rt, endpoint, mut peers) = setup(kind, 16, 1);
+        let (peer, to) = peers.remove(0);
+        let dev = device(&rt, kind);
+        let buf = dev.alloc_exportable(WORDS * 4, MemKind::Device).unwrap();
+        fill_words(&buf, |i| i as u32);
+        endpoint
+            .send(to, &buf, 0, WORDS * 4, tag(op::CHECK, 1))
+            .unwrap();
+        let want: u64 = (0..WORDS as u64).sum();
+        assert_eq!(peer.expect("SUM"), format!("SUM 1 {want}"), "{kind}");
+        endpoint
+            .send(to, &buf, 0, WORDS * 4, tag(op::WRITE_LAUNCH, 2))
+            .unwrap();
+        peer.expect("DONE 2");
+        assert!(
+            words_of(&buf).iter().all(|&w| w == 42),
+            "{kind}: {:?}",
+            &words_of(&buf)[..4]
+        );
+        // A range: the child sums words 8..16 only.
+        endpoint.send(to, &buf, 32, 32, tag(op::CHECK, 3)).unwrap();
+        assert_eq!(peer.expect("SUM"), format!("SUM 3 {}", 8 * 42), "{kind}");
+        peer.exit(&endpoint, to, &buf);
+        drop((endpoint, buf));
+        rt.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn a_thousand_sends_export_once_and_import_once() {
+    let _serial = common::serial();
+    for kind in kinds() {
+        let (rt, endpoint, mut peers) = setup(kind, 16, 1);
+        let (peer, to) = peers.remove(0);
+        let buf = device(&rt, kind)
+            .alloc_exportable(4096, MemKind::Device)
+            .unwrap();
+        let before = offload::ipc::stats();
+        for i in 0..1000 {
+            endpoint
+                .send(to, &buf, (i % 64) * 64, 64, tag(op::QUIET, i as u64))
+                .unwrap();
+        }
+        let s = peer.stats(&endpoint, to, &buf, 1);
+        let after = offload::ipc::stats();
+        assert_eq!(after.exports - before.exports, 1, "{kind}: one export");
+        assert_eq!(s["imports"], 1, "{kind}: one import: {s:?}");
+        assert_eq!(after.cache_misses - before.cache_misses, 1, "{kind}");
+        assert_eq!(after.cache_hits - before.cache_hits, 1000, "{kind}"); // 999 + STATS
+        peer.exit(&endpoint, to, &buf);
+        drop((endpoint, buf));
+        rt.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn without_a_cache_every_send_maps_once_and_unmaps_after_use() {
+    let _serial = common::serial();
+    for kind in kinds() {
+        let (rt, endpoint, mut peers) = setup(kind, 0, 1);
+        let (peer, to) = peers.remove(0);
+        let buf = device(&rt, kind)
+            .alloc_exportable(4096, MemKind::Device)
+            .unwrap();
+        let before = offload::ipc::stats();
+        for i in 0..1000 {
+            endpoint.send(to, &buf, 0, 4096, tag(op::QUIET, i)).unwrap();
+        }
+        let s = peer.stats(&endpoint, to, &buf, 1);
+        let after = offload::ipc::stats();
+        assert_eq!(
+            after.exports - before.exports,
+            1001,
+            "{kind}: one export per send"
+        );
+        assert_eq!(after.one_shots - before.one_shots, 1001, "{kind}");
+        assert_eq!(s["imports"], 1001, "{kind}: {s:?}");
+        assert_eq!(
+            s["max_live_imports"], 1,
+            "{kind}: one mapping at a time: {s:?}"
+        );
+        peer.exit(&endpoint, to, &buf);
+        drop((endpoint, buf));
+        rt.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn sixty_four_buffers_through_sixteen_entries_to_three_peers() {
+    let _serial = common::serial();
+    for kind in kinds() {
+        let (rt, endpoint, peers) = setup(kind, 16, 3);
+        let dev = device(&rt, kind);
+        let buffers: Vec<Buffer> = (0..64)
+            .map(|i| {
+                let b = dev.alloc_exportable(256, MemKind::Device).unwrap();
+                fill_words(&b, |_| i);
+                b
+            })
+            .collect();
+        let before = offload::ipc::stats();
+        for round in 0..3u64 {
+            for (i, b) in buffers.iter().enumerate() {
+                for (_, to) in &peers {
+                    endpoint
+                        .send(*to, b, 0, 256, tag(op::QUIET, round * 64 + i as u64))
+                        .unwrap();
+                }
+            }
+        }
+        // A first round of probes caches the probe buffer (its first send may evict an
+        // entry, unmapping it on peers already probed); the second round only hits, so its
+        // counts are final.
+        for (n, (peer, to)) in peers.iter().enumerate() {
+            peer.stats(&endpoint, *to, &buffers[0], n as u64);
+        }
+        let mut received = 0;
+        for (n, (peer, to)) in peers.iter().enumerate() {
+            let s = peer.stats(&endpoint, *to, &buffers[0], 10 + n as u64);
+            // Cached mappings never exceed the cache; a send that found every entry busy
+            // went as a one-shot, closed with its view.
+            assert!(
+                s["max_cached_mappings"] <= 16,
+                "{kind}: a peer kept more than 16: {s:?}"
+            );
+            // Now: at most 16 cached, plus the mapping of this STATS probe's own view.
+            assert!(
+                s["mappings"] <= 17 && s["live_imports"] <= 17,
+                "{kind}: {s:?}"
+            );
+            received += s["unmaps_received"];
+        }
+        // Every answer is in once every unmap was acknowledged.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while offload::ipc::stats().unmaps_acked - before.unmaps_acked
+            < offload::ipc::stats().unmaps_sent - before.unmaps_sent
+        {
+            assert!(Instant::now() < deadline, "unmaps were not acknowledged");
+            endpoint.poll().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let after = offload::ipc::stats();
+        let sent = (after.unmaps_sent - before.unmaps_sent) as u64;
+        assert!(
+            after.evictions > before.evictions,
+            "{kind}: the cache evicted"
+        );
+        assert_eq!(received, sent, "{kind}: every unmap sent was received");
+        assert_eq!(
+            (after.unmaps_acked - before.unmaps_acked) as u64,
+            sent,
+            "{kind}: and acknowledged"
+        );
+        assert!(endpoint.cache_entries() <= 16);
+        for (peer, to) in peers {
+            peer.exit(&endpoint, to, &buffers[0]);
+        }
+        drop((endpoint, buffers));
+        rt.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn freeing_unmaps_every_peer_first_and_loops_stay_flat() {
+    let _serial = common::serial();
+    for kind in kinds() {
+        let (rt, endpoint, peers) = setup(kind, 16, 2);
+        let dev = device(&rt, kind);
+        let buf = dev.alloc_exportable(WORDS * 4, MemKind::Device).unwrap();
+        fill_words(&buf, |_| 7);
+        let (first, to_first) = &peers[0];
+        let (second, to_second) = &peers[1];
+        endpoint
+            .send(*to_first, &buf, 0, 64, tag(op::HOLD, 1))
+            .unwrap();
+        first.expect("HELD 1");
+        endpoint
+            .send(*to_second, &buf, 0, 64, tag(op::CHECK, 2))
+            .unwrap();
+        second.expect("SUM 2");
+        if kind == BackendKind::Host {
+            assert!(memfd_mappings(first.pid) >= 1 && memfd_mappings(second.pid) >= 1);
+        }
+        let started = Instant::now();
+        buf.free().unwrap();
+        let took = started.elapsed();
+        // After free returns, both peers have closed their mappings.
+        if kind == BackendKind::Host {
+            assert_eq!(
+                memfd_mappings(first.pid),
+                0,
+                "peer 1 still maps the freed memory"
+            );
+            assert_eq!(
+                memfd_mappings(second.pid),
+                0,
+                "peer 2 still maps the freed memory"
+            );
+        }
+        assert!(took < Duration::from_secs(2), "free waited {took:?}");
+        // The view the first peer kept answers a typed error now.
+        let probe = dev.alloc_exportable(64, MemKind::Device).unwrap();
+        endpoint
+            .send(*to_first, &probe, 0, 4, tag(op::READ_HELD, 3))
+            .unwrap();
+        assert_eq!(
+            first.expect("HELDREAD"),
+            "HELDREAD 3 ok=0 failed=1",
+            "{kind}"
+        );
+        // A new buffer (perhaps at the freed one's address) arrives with its own bytes.
+        let again = dev.alloc_exportable(WORDS * 4, MemKind::Device).unwrap();
+        fill_words(&again, |_| 9);
+        endpoint
+            .send(*to_second, &again, 0, WORDS * 4, tag(op::CHECK, 4))
+            .unwrap();
+        assert_eq!(second.expect("SUM 4"), format!("SUM 4 {}", 9 * WORDS));
+        drop(again);
+
+        // Alloc → send → free in a loop: descriptors and memory stay flat on both sides.
+        let rounds = if kind == BackendKind::Host {
+            10_000
+        } else {
+            1_000
+        };
+        let warm = |n: u64| -> HashMap<String, u64> {
+            for i in 0..200 {
+                let b = dev.alloc_exportable(4096, MemKind::Device).unwrap();
+                endpoint
+                    .send(*to_second, &b, 0, 4096, tag(op::QUIET, i))
+                    .unwrap();
+                b.free().unwrap();
+            }
+            second.stats(&endpoint, *to_second, &probe, n)
+        };
+        let start_child = warm(10);
+        let (start_fds, start_rss) = (open_fds(std::process::id()), rss_kib(std::process::id()));
+        for i in 0..rounds {
+            let b = dev.alloc_exportable(4096, MemKind::Device).unwrap();
+            endpoint
+                .send(*to_second, &b, 0, 4096, tag(op::QUIET, i))
+                .unwrap();
+            b.free().unwrap();
+        }
+        let end_child = second.stats(&endpoint, *to_second, &probe, 11);
+        let (end_fds, end_rss) = (open_fds(std::process::id()), rss_kib(std::process::id()));
+        println!(
+            "{kind}: {rounds} alloc/send/free: parent fds {start_fds}->{end_fds}, rss \
+             {start_rss}->{end_rss} KiB; child fds {}->{}, rss {}->{} KiB, mappings {}",
+            start_child["fds"],
+            end_child["fds"],
+            start_child["rss"],
+            end_child["rss"],
+            end_child["mappings"]
+        );
+        assert_eq!(end_fds, start_fds, "{kind}: parent fds");
+        assert_eq!(end_child["fds"], start_child["fds"], "{kind}: child fds");
+        assert!(
+            end_rss <= start_rss + 1024,
+            "{kind}: parent RSS grew {start_rss}->{end_rss}"
+        );
+        assert!(
+            end_child["rss"] <= start_child["rss"] + 1024,
+            "{kind}: child RSS grew {end_child:?}"
+        );
+        assert!(end_child["mappings"] <= 1, "{kind}: {end_child:?}");
+        for (peer, to) in peers {
+            peer.exit(&endpoint, to, &probe);
+        }
+        drop((endpoint, probe));
+        rt.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn a_killed_peer_fails_typed_and_the_others_go_on() {
+    let _serial = common::serial();
+    for kind in kinds() {
+        let fds = open_fds(std::process::id());
+        let (rt, endpoint, mut peers) = setup(kind, 16, 3);
+        let dev = device(&rt, kind);
+        let buf = dev.alloc_exportable(4096, MemKind::Device).unwrap();
+        for (i, (peer, to)) in peers.iter().enumerate() {
+            endpoint
+                .send(*to, &buf, 0, 4096, tag(op::HOLD, i as u64))
+                .unwrap();
+            peer.expect("HELD");
+        }
+        let (mut victim, victim_id) = peers.remove(1);
+        victim.child.kill().unwrap();
+        victim.child.wait().unwrap();
+        // The next send to it fails (perhaps only the one after: the first may still fit
+        // in the socket before the kernel reports the close).
+        let mut failed = None;
+        for i in 0..10 {
+            match endpoint.send(victim_id, &buf, 0, 64, tag(op::QUIET, 100 + i)) {
+                Ok(()) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = failed.expect("sends to a killed peer fail");
+        assert!(matches!(e, Error::Ipc { .. }), "{kind}: {e}");
+        // The others still work.
+        for (peer, to) in &peers {
+            endpoint
+                .send(*to, &buf, 0, 4096, tag(op::CHECK, 7))
+                .unwrap();
+            peer.expect("SUM 7");
+        }
+        // Free completes at once: the dead peer counts as done.
+        let started = Instant::now();
+        buf.free().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{kind}: free waited"
+        );
+        let probe = dev.alloc_exportable(64, MemKind::Device).unwrap();
+        for (peer, to) in peers {
+            peer.exit(&endpoint, to, &probe);
+        }
+        drop((endpoint, probe, victim));
+        let started = Instant::now();
+        rt.shutdown().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{kind}: shutdown waited"
+        );
+        assert_eq!(
+            open_fds(std::process::id()),
+            fds,
+            "{kind}: no descriptor leaked"
+        );
+    }
+}
+
+#[test]
+fn a_peer_of_another_user_is_refused() {
+    let _serial = common::serial();
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED a_peer_of_another_user_is_refused: needs root to run a child as nobody");
+        return;
+    }
+    // The child runs as nobody: it listens in its own private directory, which root can
+    // reach, so the refusal seen is SO_PEERCRED's, on both ends.
+    let child = Peer::spawn(
+        BackendKind::Host,
+        "refuse",
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+    );
+    let rt = Offload::builder()
+        .backends([BackendKind::Host])
+        .start()
+        .unwrap();
+    let endpoint = rt.ipc_endpoint().unwrap();
+    let before = offload::ipc::stats().peers_refused;
+    let e = endpoint.connect(&child.name).unwrap_err();
+    assert!(matches!(e, Error::Ipc { .. }), "{e}");
+    assert!(e.to_string().contains("uid 65534"), "{e}");
+    assert_eq!(offload::ipc::stats().peers_refused, before + 1);
+    let line = child.expect("REFUSED");
+    assert_eq!(
+        line, "REFUSED 1",
+        "the child refused the root connection too"
+    );
+    assert!(endpoint.peers().is_empty());
+    drop(endpoint);
+    rt.shutdown().unwrap();
+}

@@ -7,6 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -721,5 +722,158 @@ fn a_peer_of_another_user_is_refused() {
     );
     assert!(endpoint.peers().is_empty());
     drop(endpoint);
+    rt.shutdown().unwrap();
+}
+
+/// Sends one raw packet (with descriptors) on a socket of our own.
+fn raw_send(socket: &std::os::fd::OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::mem::MaybeUninit;
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() {
+        assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
+    }
+    let iov = [std::io::IoSlice::new(bytes)];
+    let _ = rustix::net::sendmsg(socket, &iov, &mut control, SendFlags::NOSIGNAL);
+}
+
+fn raw_connect(name: &str) -> std::os::fd::OwnedFd {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let socket = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::connect(&socket, &SocketAddrUnix::new(name).unwrap()).unwrap();
+    socket
+}
+
+#[test]
+fn forged_and_malformed_messages_are_rejected_counted_and_leak_nothing() {
+    use offload::ipc::wire::{self, Message};
+    let _serial = common::serial();
+    let (rt, endpoint, mut peers) = setup(BackendKind::Host, 16, 1);
+    let (peer, to) = peers.remove(0);
+    let dev = device(&rt, BackendKind::Host);
+    let probe = dev.alloc_exportable(64, MemKind::Device).unwrap();
+    let start = peer.stats(&endpoint, to, &probe, 0);
+    let hello = Message::Hello { token: 1, pid: 1 }.encode().0;
+    let null = || std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+    let memfd = || {
+        let fd = rustix::fs::memfd_create("forged", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        fd
+    };
+    // A real handle of ours with a forged device UUID, and one whose allocation is
+    // unsealed memory that merely claims to be a host buffer.
+    let (mut forged_uuid, fd) = probe.export().unwrap().into_parts();
+    drop(fd);
+    forged_uuid[8] ^= 0xFF;
+    let (mut unsealed, fd) = probe.export().unwrap().into_parts();
+    drop(fd);
+    unsealed[40..48].copy_from_slice(&4096u64.to_le_bytes());
+    unsealed[56..64].copy_from_slice(&4096u64.to_le_bytes());
+    let map = |handle: &[u8], fd: std::os::fd::OwnedFd| {
+        Message::Map {
+            entry: 1,
+            generation: 1,
+            tag: tag(op::QUIET, 0),
+            offset: 0,
+            len: 64,
+            handle: offload::ipc::IpcHandle::from_parts(handle, Some(fd)).unwrap(),
+        }
+        .encode()
+        .0
+    };
+    let use_unknown = Message::Use {
+        entry: 9,
+        generation: 9,
+        mapping: 9,
+        tag: tag(op::QUIET, 0),
+        offset: 0,
+        len: 4,
+    }
+    .encode()
+    .0;
+    let mut bad_magic = hello.clone();
+    bad_magic[0] = b'X';
+    let mut truncated = use_unknown.clone();
+    truncated.truncate(20);
+    let oversized = vec![0u8; wire::MAX_MESSAGE + 100];
+    let done = Message::Done {
+        entry: 1,
+        generation: 1,
+    }
+    .encode()
+    .0;
+    // (name, greet first, packet, descriptors, answered with Failed rather than cut off)
+    type Case = (&'static str, bool, Vec<u8>, Vec<std::os::fd::OwnedFd>);
+    let cases: Vec<Case> = vec![
+        (
+            "garbage before hello",
+            false,
+            b"not a message at all".to_vec(),
+            vec![],
+        ),
+        ("use before hello", false, use_unknown.clone(), vec![]),
+        ("bad magic", true, bad_magic, vec![]),
+        ("truncated", true, truncated, vec![]),
+        ("oversized", true, oversized, vec![]),
+        ("a second hello", true, hello.clone(), vec![]),
+        ("an fd on a message without one", true, done, vec![null()]),
+        (
+            "three fds on a map",
+            true,
+            map(&forged_uuid, memfd()),
+            vec![null(), null()],
+        ),
+        (
+            "a forged device uuid",
+            true,
+            map(&forged_uuid, memfd()),
+            vec![],
+        ),
+        ("unsealed memory", true, map(&unsealed, memfd()), vec![]),
+        ("a use of an unknown mapping", true, use_unknown, vec![]),
+    ];
+    let rejected_cases = cases.len();
+    for (name, greet, packet, extra) in cases {
+        let socket = raw_connect(&peer.name);
+        if greet {
+            raw_send(&socket, &hello, &[]);
+        }
+        // A Map carries its own descriptor (encode gave it back): re-attach a fresh memfd
+        // where the packet says one travels, plus the extra ones.
+        let needs_fd = packet.len() > 40 && packet[6] == 2;
+        let own = needs_fd.then(memfd);
+        let mut fds: Vec<std::os::fd::BorrowedFd<'_>> = own.iter().map(|f| f.as_fd()).collect();
+        fds.extend(extra.iter().map(|f| f.as_fd()));
+        raw_send(&socket, &packet, &fds);
+        // Let the child read it (it is blocked in recv, making progress), then hang up.
+        std::thread::sleep(Duration::from_millis(50));
+        drop(socket);
+        println!("sent: {name}");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let end = peer.stats(&endpoint, to, &probe, 1);
+    println!("child before {start:?}\nchild after {end:?}");
+    assert!(
+        end["rejected"] - start["rejected"] >= rejected_cases as u64,
+        "every bad message was counted: {start:?} -> {end:?}"
+    );
+    assert_eq!(
+        end["imports"], start["imports"],
+        "nothing forged was mapped"
+    );
+    assert_eq!(
+        end["fds"], start["fds"],
+        "the child closed every descriptor it was sent"
+    );
+    assert_eq!(end["mappings"], start["mappings"]);
+    peer.exit(&endpoint, to, &probe);
+    drop((endpoint, probe));
     rt.shutdown().unwrap();
 }

@@ -32,9 +32,11 @@
 //!   and the rest of the shutdown still ran; 8 threads loading one program at once get one
 //!   module whose setup ran once (P2, P3).
 //! - **State machine.** Each case runs 1 to [`SuiteConfig::max_threads`] real threads at
-//!   once, each executing its own random list of operations (init, shutdown, alloc, free,
-//!   write, read, load, unload, launch of `add_one` / `fill` / `noop`, sync) against its own
-//!   model: the bytes of every buffer it allocated and the modules it holds. While a thread
+//!   once, each executing its own random list of operations (init, shutdown, alloc —
+//!   exportable or not —, free, write, read, load, unload, launch of `add_one` / `fill` /
+//!   `noop`, sync, and IPC: export + import of a range, or a send of a range from one of
+//!   the thread's endpoints to the other, where the thread reads the view, checks it
+//!   against the model and writes through it) against its own model: the bytes of every buffer it allocated and the modules it holds. While a thread
 //!   holds an `Offload<Ready>`, every operation on the handles it made under it must succeed
 //!   with the model's result, and out-of-range operations must be `InvalidArgument` and change
 //!   nothing. Threads load one shared program (so modules are shared across threads; P2 is
@@ -89,6 +91,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestError, TestRunner};
 
+use crate::ipc::{IpcEndpoint, IpcHandle, PeerId};
 use crate::sync::lock;
 use crate::{
     Arg, Buffer, Device, Dims, Error, Kernel, MemKind, Module, Offload, ParamKind, Platforms,
@@ -1427,8 +1430,23 @@ enum Op {
     /// drop them. With `verify`, first read every buffer back and compare it with the model;
     /// without, shut down with launches possibly in flight (L4 drains them).
     Shutdown { verify: bool },
-    /// Allocate `size` bytes (0 must be `InvalidArgument`) and fill them with `pattern`.
-    Alloc { size: u16, pattern: u8 },
+    /// Allocate `size` bytes (0 must be `InvalidArgument`), exportable to other processes
+    /// where the backend can, and fill them with `pattern`.
+    Alloc {
+        size: u16,
+        pattern: u8,
+        exportable: bool,
+    },
+    /// Share a range of an exportable buffer: export it and import it again
+    /// (`Buffer::export` + `Device::import`), or send it from one of this thread's
+    /// endpoints to the other; read the view against the model, write `byte` through it.
+    Share {
+        buffer: u8,
+        offset: u16,
+        len: u16,
+        via_endpoint: bool,
+        byte: u8,
+    },
     /// Free a buffer: `free()` or drop.
     Free { buffer: u8, explicit: bool },
     /// Write `data` at `offset % (len + 9)` (or near `usize::MAX` if `huge`).
@@ -1478,7 +1496,12 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => any::<bool>().prop_map(|clone| Op::Init { clone }),
         2 => any::<bool>().prop_map(|verify| Op::Shutdown { verify }),
-        6 => (size, any::<u8>()).prop_map(|(size, pattern)| Op::Alloc { size, pattern }),
+        6 => (size, any::<u8>(), any::<bool>())
+            .prop_map(|(size, pattern, exportable)| Op::Alloc { size, pattern, exportable }),
+        3 => (any::<u8>(), any::<u16>(), any::<u16>(), any::<bool>(), any::<u8>())
+            .prop_map(|(buffer, offset, len, via_endpoint, byte)| Op::Share {
+                buffer, offset, len, via_endpoint, byte,
+            }),
         2 => (any::<u8>(), any::<bool>())
             .prop_map(|(buffer, explicit)| Op::Free { buffer, explicit }),
         5 => (any::<u8>(), any::<u16>(), vec(any::<u8>(), 0..=32), huge, any::<bool>())
@@ -1516,11 +1539,14 @@ struct Held<P> {
     generation: u64,
     dev: Device,
     queue: Queue,
+    /// Two endpoints, the first connected to the second (made at the first send).
+    ipc: Option<(IpcEndpoint, IpcEndpoint, PeerId)>,
 }
 
 struct BufferModel {
     buffer: Buffer,
     model: Vec<u8>,
+    exportable: bool,
 }
 
 struct ModuleSlot {
@@ -1617,10 +1643,24 @@ impl<'a, P: Platforms> Worker<'a, P> {
         match *op {
             Op::Init { clone } => self.init(clone),
             Op::Shutdown { verify } => self.shutdown(verify),
-            Op::Alloc { size, pattern } => {
+            Op::Alloc {
+                size,
+                pattern,
+                exportable,
+            } => {
                 let Some(h) = &self.held else { return Ok(()) };
                 let size = usize::from(size);
-                let r = h.dev.alloc(size, MemKind::Device);
+                let (r, exportable) = if exportable {
+                    match h.dev.alloc_exportable(size, MemKind::Device) {
+                        // A backend without IPC: an ordinary buffer, and no sharing.
+                        Err(Error::Unsupported { .. }) => {
+                            (h.dev.alloc(size, MemKind::Device), false)
+                        }
+                        r => (r, true),
+                    }
+                } else {
+                    (h.dev.alloc(size, MemKind::Device), false)
+                };
                 if size == 0 {
                     return invalid_arg("Device::alloc(0)", r);
                 }
@@ -1637,9 +1677,17 @@ impl<'a, P: Platforms> Worker<'a, P> {
                 self.buffers.push(BufferModel {
                     buffer,
                     model: vec![pattern; size],
+                    exportable,
                 });
                 Ok(())
             }
+            Op::Share {
+                buffer,
+                offset,
+                len,
+                via_endpoint,
+                byte,
+            } => self.share(buffer, offset, len, via_endpoint, byte),
             Op::Free { buffer, explicit } => {
                 if self.held.is_none() || self.buffers.is_empty() {
                     return Ok(());
@@ -1782,7 +1830,91 @@ impl<'a, P: Platforms> Worker<'a, P> {
             generation,
             dev,
             queue,
+            ipc: None,
         });
+        Ok(())
+    }
+
+    /// `Op::Share`: a range of an exportable buffer through `export` + `import`, or through
+    /// an endpoint; the view must hold the model's bytes, and a write through it must be
+    /// seen by the buffer.
+    fn share(&mut self, buffer: u8, offset: u16, len: u16, via_endpoint: bool, byte: u8) -> Check {
+        if self.held.is_none() {
+            return Ok(());
+        }
+        let Some(index) = (0..self.buffers.len())
+            .map(|i| (i + usize::from(buffer)) % self.buffers.len())
+            .find(|&i| self.buffers[i].exportable)
+        else {
+            return Ok(());
+        };
+        // Kernels still running on the buffer would race the view's reads.
+        self.sync_if_pending()?;
+        let Some(h) = &mut self.held else {
+            return Ok(());
+        };
+        let b = &mut self.buffers[index];
+        let size = b.model.len();
+        let offset = usize::from(offset) % size;
+        let len = usize::from(len) % (size - offset) + 1;
+        let what = format!("{len} bytes at {offset} of exportable buffer {index} ({size} bytes)");
+        let view = if via_endpoint {
+            if h.ipc.is_none() {
+                let a = ok("Offload::ipc_endpoint", h.rt.ipc_endpoint())?;
+                let b = ok("Offload::ipc_endpoint", h.rt.ipc_endpoint())?;
+                let peer = ok("IpcEndpoint::connect", a.connect(b.name()))?;
+                h.ipc = Some((a, b, peer));
+            }
+            let Some((a, b_end, peer)) = &h.ipc else {
+                return Ok(());
+            };
+            ok(
+                format!("IpcEndpoint::send of {what}"),
+                a.send(*peer, &b.buffer, offset, len, index as u64),
+            )?;
+            let got = ok(
+                "IpcEndpoint::recv",
+                b_end.recv_timeout(std::time::Duration::from_secs(10)),
+            )?;
+            let Some(got) = got else {
+                return Err(format!(
+                    "IpcEndpoint::recv: nothing arrived for a send of {what}"
+                ));
+            };
+            ensure!(
+                got.tag() == index as u64,
+                "the view came with tag {}",
+                got.tag()
+            );
+            got.into_buffer()
+        } else {
+            let handle = ok(format!("Buffer::export of {what}"), b.buffer.export())?;
+            let handle = ok("IpcHandle::range", handle.range(offset as u64, len as u64))?;
+            let (bytes, fd) = handle.into_parts();
+            let handle = ok("IpcHandle::from_parts", IpcHandle::from_parts(&bytes, fd))?;
+            ok(format!("Device::import of {what}"), h.dev.import(handle))?
+        };
+        ensure!(
+            view.len() == len,
+            "the view of {what} has {} bytes",
+            view.len()
+        );
+        let mut out = vec![0u8; len];
+        ok(
+            format!("read of the view of {what}"),
+            view.read(0, &mut out),
+        )?;
+        same_bytes(
+            &format!("view of {what}"),
+            &out,
+            &b.model[offset..offset + len],
+        )?;
+        ok(
+            format!("write through the view of {what}"),
+            view.write(0, &[byte]),
+        )?;
+        b.model[offset] = byte;
+        drop(view);
         Ok(())
     }
 
@@ -1965,6 +2097,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
             generation,
             dev,
             queue,
+            ipc,
         } = held;
         let down = ok("Offload::shutdown", rt.shutdown())?;
         // From here on this thread only uses and drops stale handles.
@@ -2008,6 +2141,18 @@ impl<'a, P: Platforms> Worker<'a, P> {
             }
         }
         stale("Program::load", self.shared.program.load(&dev))?;
+        if let Some((a, b, peer)) = ipc {
+            stale("IpcEndpoint::poll", a.poll())?;
+            if let Some(first) = buffers.iter().find(|b| b.exportable) {
+                if stale("IpcEndpoint::send", a.send(peer, &first.buffer, 0, 1, 0))?.is_some() {
+                    drop(stale(
+                        "IpcEndpoint::recv",
+                        b.recv_timeout(Default::default()),
+                    )?);
+                }
+            }
+            drop((a, b));
+        }
         for (i, b) in buffers.into_iter().enumerate() {
             if i % 2 == 0 {
                 stale("Buffer::free", b.buffer.free())?;

@@ -591,7 +591,7 @@ pub struct Only;
 
 impl Platforms for Only {
     fn platforms() -> Vec<PlatformEntry> {
-        vec![PlatformEntry::of::<Reference>()]
+        vec![PlatformEntry::with_ipc::<Reference>()]
     }
 }
 

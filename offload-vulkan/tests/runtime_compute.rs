@@ -17,7 +17,7 @@ type Runtime = Offload<Ready, NoPlatforms>;
 /// Starts a runtime with only the (validated) Vulkan platform, or skips (fails in CI).
 fn start(test: &str) -> Option<Runtime> {
     match Offload::<Uninit, NoPlatforms>::builder()
-        .platform(PlatformEntry::of::<Validated>())
+        .platform(PlatformEntry::with_ipc::<Validated>())
         .start()
     {
         Ok(rt) => Some(rt),

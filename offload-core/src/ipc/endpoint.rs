@@ -857,7 +857,10 @@ impl Engine {
                 self.finish_dead(news);
                 return;
             }
-            self.progress((deadline - now).min(POLL_SLICE));
+            // The peer may be another endpoint of this process that nobody is driving now:
+            // help every local endpoint along while waiting.
+            self.generation.ipc.help(self.id);
+            self.progress((deadline - now).min(Duration::from_millis(1)));
         }
     }
 
@@ -1562,6 +1565,18 @@ impl Shared {
             .iter()
             .find(|(e, _)| *e == id)
             .map(|(_, w)| w.clone())
+    }
+
+    /// One round of progress, without waiting, on every endpoint but `except`.
+    fn help(&self, except: u64) {
+        let others: Vec<Arc<Engine>> = lock(&self.endpoints)
+            .iter()
+            .filter(|(id, _)| *id != except)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        for engine in others {
+            engine.progress(Duration::ZERO);
+        }
     }
 
     /// Sends these unmaps through the endpoints that own their peers; `wait` for the

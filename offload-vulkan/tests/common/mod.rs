@@ -176,7 +176,7 @@ pub fn bytes_of(words: &[u32]) -> Vec<u8> {
 }
 
 /// The Vulkan backend with the validation layer on: the same platform behind its own type,
-/// so a runtime can open it through `PlatformEntry::of::<Validated>()` (the runtime opens
+/// so a runtime can open it through `PlatformEntry::with_ipc::<Validated>()` (the runtime opens
 /// platforms with default options, which take validation from the environment).
 pub struct Validated(pub VulkanPlatform);
 

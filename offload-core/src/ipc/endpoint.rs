@@ -8,14 +8,16 @@
 //! write goes through a per-peer outbox flushed without blocking, so two processes that
 //! both send never deadlock on full socket buffers.
 //!
-//! Lock order: the cache, then the endpoint's state, then the generation. Answers that
-//! concern the cache are read under the state lock and applied after it is released.
+//! Lock order: the cache, then the endpoint's state, then the generation. Answers and
+//! deaths that concern the cache are read under the state lock and applied after it is
+//! released; code that may run while a send holds the cache stashes them instead, for the
+//! send (or the next round of progress) to apply once the cache is free.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,8 +35,9 @@ use crate::sync::lock;
 /// Numbers endpoints within this process (const-initialised).
 static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
 
-/// Messages a peer may have queued before a sender waits for it to read.
-const OUTBOX_LIMIT: usize = 4096;
+/// How long a send waits for its peer to take its message (the peer reads whenever it
+/// calls into its endpoint) before it gives up with an error.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Packets read from one peer per round of progress, so one peer cannot starve the rest.
 const READ_BATCH: usize = 256;
 /// One-shot deliveries to one peer not yet answered, at most (each carries a descriptor,
@@ -42,6 +45,10 @@ const READ_BATCH: usize = 256;
 const ONE_SHOT_WINDOW: u32 = 64;
 /// The longest one round of progress waits in `poll` (others may be waiting to take over).
 const POLL_SLICE: Duration = Duration::from_millis(20);
+/// How long a waiting round of progress polls without sleeping first. Waking a sleeping
+/// process costs 20–75 µs on the project's VMs (DESIGN.md); an answer that comes within
+/// this window is seen at once, the way MPI progress engines poll before they block.
+const SPIN: Duration = Duration::from_micros(50);
 
 fn ipc_error(call: &'static str, reason: impl Into<String>) -> Error {
     Error::Ipc {
@@ -76,6 +83,8 @@ struct Peer {
     unacked: Vec<(u32, u32)>,
     /// One-shots sent to it and not yet answered.
     one_shots: u32,
+    /// Deliveries (`Map`, `Use`, `OneShot`) sent to it and not yet answered.
+    unanswered: u64,
 }
 
 /// A delivery a peer sent, not yet taken by `recv`: its memory is mapped only then, so a
@@ -133,10 +142,14 @@ struct Engine {
     /// Held by whoever is making progress.
     progress: Mutex<()>,
     state: Mutex<State>,
-    /// Signalled after every round of progress and every view dropped.
+    /// Signalled after every round of progress and every view dropped, when `waiting` says
+    /// someone waits on it (a signal is a system call).
     changed: Condvar,
+    waiting: AtomicUsize,
     unmap_timeout: Duration,
     closed: AtomicBool,
+    /// Cache news learnt where the cache may be held (see the module docs).
+    stashed: Mutex<Vec<CacheNews>>,
 }
 
 /// A peer's buffer range, received: a view of the mapping its memory has in this process,
@@ -271,8 +284,10 @@ impl IpcEndpoint {
                     deliveries: VecDeque::new(),
                 }),
                 changed: Condvar::new(),
+                waiting: AtomicUsize::new(0),
                 unmap_timeout: Duration::from_millis(generation.config.ipc_unmap_timeout_ms),
                 closed: AtomicBool::new(false),
+                stashed: Mutex::new(Vec::new()),
             });
             generation
                 .ipc
@@ -334,8 +349,9 @@ impl IpcEndpoint {
     /// Sends `len` bytes at `offset` of `buffer` to `peer`, with a `tag` it receives too.
     /// `buffer` must be exportable memory (`Device::alloc_exportable`) of this runtime.
     /// The first send of an allocation to a peer exports it (once for all peers) and the
-    /// peer maps it; later sends carry only the range (I2). Returns once the message is
-    /// queued; a peer that is gone is `Error::Ipc`.
+    /// peer maps it; later sends carry only the range (I2). Returns once the message is in
+    /// the peer's socket (waiting, and reading answers, while the peer's queue is full; a
+    /// peer that reads nothing for 30 s is an error); a peer that is gone is `Error::Ipc`.
     ///
     /// ```
     /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
@@ -407,6 +423,51 @@ impl IpcEndpoint {
                 return Ok(None);
             }
             self.engine.progress(deadline - now);
+        }
+    }
+
+    /// Waits until `peer` answered every send so far (it dropped the views, or could not
+    /// deliver), making progress meanwhile: after this, the memory sent may be written
+    /// again without the peer seeing it change under a view. `Error::Ipc` if the peer is
+    /// gone or `timeout` passes first.
+    ///
+    /// ```
+    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
+    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
+    /// let peer = a.connect(b.name())?;
+    /// let buf = dev.alloc_exportable(8, MemKind::Device)?;
+    /// a.send(peer, &buf, 0, 8, 0)?;
+    /// drop(b.recv()?); // the receiver is done with it
+    /// a.wait_answered(peer, std::time::Duration::from_secs(1))?;
+    /// buf.write(0, &[1; 8])?; // no view of it is alive any more
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn wait_answered(&self, peer: PeerId, timeout: Duration) -> Result<()> {
+        const CALL: &str = "IpcEndpoint::wait_answered";
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.engine.check_open(CALL)?;
+            let left = {
+                let state = lock(&self.engine.state);
+                match state.peers.iter().find(|p| p.id == peer) {
+                    Some(p) if p.alive => p.unanswered,
+                    _ => return Err(self.engine.gone(peer, CALL)),
+                }
+            };
+            if left == 0 {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ipc_error(
+                    CALL,
+                    format!("{peer} has {left} sends unanswered"),
+                ));
+            }
+            self.engine.generation.ipc.help(self.engine.id);
+            self.engine.progress((deadline - now).min(POLL_SLICE));
         }
     }
 
@@ -527,6 +588,15 @@ impl Resource for Engine {
 }
 
 impl Engine {
+    /// Wakes the threads waiting for a round of progress, if any.
+    fn signal(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            // Taking the lock orders this after a waiter's registration and its wait.
+            drop(lock(&self.state));
+            self.changed.notify_all();
+        }
+    }
+
     fn check_open(&self, call: &'static str) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(if self.generation.is_live() {
@@ -560,6 +630,7 @@ impl Engine {
             mappings: Vec::new(),
             unacked: Vec::new(),
             one_shots: 0,
+            unanswered: 0,
         };
         peer.outbox.push_back(
             Message::Hello {
@@ -603,9 +674,9 @@ impl Engine {
                 ),
             ));
         }
-        // Take in what peers answered, so entries they are done with can be reused, and
-        // wait while too many one-shots to this peer are unanswered.
-        self.progress(Duration::ZERO);
+        // Wait while too many one-shots to this peer are unanswered. (What peers answered
+        // is taken in by every round of progress; a send that finds the cache busy makes
+        // one before it falls back to a one-shot.)
         self.one_shot_window(to, CALL)?;
         let at = self.at(to);
         let offset = (buffer.offset_in_allocation() + offset) as u64;
@@ -677,10 +748,15 @@ impl Engine {
                 Plan::OneShot => (self.one_shot(whole(buffer)?, tag, offset, len), Vec::new()),
             };
             let queued = self.queue(unmaps, to, message);
-            if let Err(e) = queued {
+            if queued.is_err() {
+                // The peer is gone: what `plan` counted for it must not pin the entry.
                 cache.forget_peer(at);
-                return Err(e);
             }
+            drop(cache);
+            // What the queueing learnt (a peer that died under it) is applied now that the
+            // cache is free.
+            self.generation.ipc.apply_stashed();
+            queued?;
             break;
         }
         self.drain_outbox(to, CALL)
@@ -766,20 +842,22 @@ impl Engine {
         if matches!(message, Message::OneShot { .. }) {
             peer.one_shots += 1;
         }
+        peer.unanswered += 1;
         peer.outbox.push_back(message.encode());
         flush(peer, &mut news);
         let gone = !peer.alive;
         drop(state);
-        self.apply(news);
+        self.stash(news);
         if gone {
             return Err(self.gone(to, "IpcEndpoint::send"));
         }
         Ok(())
     }
 
-    /// Waits (making progress) while `to`'s outbox is over its limit.
+    /// Waits (making progress, so answers coming back are read) until everything queued to
+    /// `to` is in its socket: a send returns once its message left this process.
     fn drain_outbox(&self, to: PeerId, call: &'static str) -> Result<()> {
-        let deadline = Instant::now() + self.unmap_timeout.max(Duration::from_secs(1));
+        let deadline = Instant::now() + SEND_TIMEOUT;
         loop {
             let backlog = {
                 let state = lock(&self.state);
@@ -788,7 +866,7 @@ impl Engine {
                     _ => return Err(self.gone(to, call)),
                 }
             };
-            if backlog <= OUTBOX_LIMIT {
+            if backlog == 0 {
                 return Ok(());
             }
             let now = Instant::now();
@@ -824,11 +902,14 @@ impl Engine {
                 }
             }
             drop(state);
-            self.apply(news);
+            // A send may hold the cache here (it evicted an entry another endpoint's peers
+            // mapped): stash, not apply.
+            self.stash(news);
         }
         if !wait {
             return;
         }
+        self.apply_stashed();
         let deadline = Instant::now() + self.unmap_timeout;
         loop {
             let waiting: Vec<PeerId> = {
@@ -888,13 +969,13 @@ impl Engine {
                 flush(p, &mut news);
             }
             drop(state);
-            self.apply(news);
+            self.finish_dead(news);
             closing
         };
         if let Some(m) = closing {
             self.close_mapping(m);
         }
-        self.changed.notify_all();
+        self.signal();
     }
 
     /// Closes a mapping: its allocation is forgotten and freed, and its views answer
@@ -915,9 +996,11 @@ impl Engine {
     /// and answer, flush. If another thread is making progress, waits for its round instead.
     fn progress(&self, wait: Duration) {
         let Ok(_turn) = self.progress.try_lock() else {
-            let state = lock(&self.state);
             if !wait.is_zero() {
+                let state = lock(&self.state);
+                self.waiting.fetch_add(1, Ordering::SeqCst);
                 let _ = self.changed.wait_timeout(state, wait.min(POLL_SLICE));
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
             }
             return;
         };
@@ -931,6 +1014,26 @@ impl Engine {
                 .map(|p| (p.id, p.socket.clone(), !p.outbox.is_empty()))
                 .collect()
         };
+        // One peer and nothing to write (a ping-pong): try its socket directly while
+        // spinning, so an answer costs one read and no poll.
+        if let [(id, socket, false)] = sockets.as_slice() {
+            if !wait.is_zero() {
+                let until = Instant::now() + SPIN.min(wait);
+                loop {
+                    match socket::recv(socket.as_fd()) {
+                        Ok(None) => {}
+                        read => {
+                            self.finish_round(Some((*id, read)), Vec::new(), false);
+                            return;
+                        }
+                    }
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
         let mut fds = Vec::with_capacity(sockets.len() + 1);
         fds.push(PollFd::new(&self.listener, PollFlags::IN));
         for (_, socket, writing) in &sockets {
@@ -940,12 +1043,26 @@ impl Engine {
             }
             fds.push(PollFd::new(&**socket, flags));
         }
-        let timeout = wait.min(POLL_SLICE);
-        let timeout = rustix::event::Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
         };
-        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        let mut ready = rustix::event::poll(&mut fds, Some(&zero)).unwrap_or(0);
+        if ready == 0 && !wait.is_zero() {
+            let spin_until = Instant::now() + SPIN.min(wait);
+            while ready == 0 && Instant::now() < spin_until {
+                std::hint::spin_loop();
+                ready = rustix::event::poll(&mut fds, Some(&zero)).unwrap_or(0);
+            }
+            if ready == 0 {
+                let timeout = wait.min(POLL_SLICE);
+                let timeout = rustix::event::Timespec {
+                    tv_sec: timeout.as_secs() as i64,
+                    tv_nsec: i64::from(timeout.subsec_nanos()),
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+            }
+        }
         let ready: Vec<(PeerId, PollFlags)> = sockets
             .iter()
             .zip(&fds[1..])
@@ -957,11 +1074,27 @@ impl Engine {
         if listening {
             self.accept_all();
         }
+        self.finish_round(None, ready, true);
+    }
+
+    /// The second half of a round of progress: handle a packet read while spinning, or read
+    /// the peers `poll` found ready; flush; close what died; wake waiters.
+    fn finish_round(
+        &self,
+        spun: Option<(PeerId, std::io::Result<Option<socket::Packet>>)>,
+        ready: Vec<(PeerId, PollFlags)>,
+        flush_all: bool,
+    ) {
         let mut news = Vec::new();
         let mut closing = Vec::new();
-        let mut delivered = false;
         {
             let mut state = lock(&self.state);
+            if let Some((id, read)) = spun {
+                if let Some(index) = state.peers.iter().position(|p| p.id == id && p.alive) {
+                    self.take_packet(&mut state, index, read, &mut news, &mut closing);
+                    flush(&mut state.peers[index], &mut news);
+                }
+            }
             for (id, revents) in ready {
                 if revents.is_empty() {
                     continue;
@@ -970,17 +1103,19 @@ impl Engine {
                     continue;
                 };
                 if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
-                    delivered |= self.read_peer(&mut state, index, &mut news, &mut closing);
+                    self.read_peer(&mut state, index, &mut news, &mut closing);
                 }
                 flush(&mut state.peers[index], &mut news);
             }
-            // Also flush outboxes that filled while we polled.
-            for peer in state
-                .peers
-                .iter_mut()
-                .filter(|p| p.alive && !p.outbox.is_empty())
-            {
-                flush(peer, &mut news);
+            if flush_all {
+                // Also flush outboxes that filled while we polled.
+                for peer in state
+                    .peers
+                    .iter_mut()
+                    .filter(|p| p.alive && !p.outbox.is_empty())
+                {
+                    flush(peer, &mut news);
+                }
             }
             state.peers.retain(|p| p.alive || !p.mappings.is_empty());
         }
@@ -988,8 +1123,8 @@ impl Engine {
             self.close_mapping(m);
         }
         self.finish_dead(news);
-        let _ = delivered;
-        self.changed.notify_all();
+        self.apply_stashed();
+        self.signal();
     }
 
     fn accept_all(&self) {
@@ -1019,42 +1154,57 @@ impl Engine {
         let mut delivered = false;
         for _ in 0..READ_BATCH {
             let socket = state.peers[index].socket.clone();
-            let packet = match socket::recv(socket.as_fd()) {
-                Ok(Some(packet)) => packet,
-                Ok(None) => break,
-                Err(_) => {
-                    kill(&mut state.peers[index], news);
-                    closing.extend(std::mem::take(&mut state.peers[index].mappings));
-                    break;
-                }
-            };
-            let message = if packet.truncated {
-                Err(wire::WireError::Oversized)
-            } else {
-                wire::decode(&packet.bytes, packet.fds)
-            };
-            let message = match message {
-                Ok(m) => m,
-                Err(_) => {
-                    // Malformed, forged or oversized: counted, and the peer is cut off
-                    // (its descriptors were closed with the packet).
-                    stats::REJECTED.fetch_add(1, Ordering::Relaxed);
-                    kill(&mut state.peers[index], news);
-                    closing.extend(std::mem::take(&mut state.peers[index].mappings));
-                    break;
-                }
-            };
-            match self.handle(state, index, message, news, closing) {
-                Ok(d) => delivered |= d,
-                Err(()) => {
-                    stats::REJECTED.fetch_add(1, Ordering::Relaxed);
-                    kill(&mut state.peers[index], news);
-                    closing.extend(std::mem::take(&mut state.peers[index].mappings));
-                    break;
-                }
+            match self.take_packet(state, index, socket::recv(socket.as_fd()), news, closing) {
+                Some(d) => delivered |= d,
+                None => break,
             }
         }
         delivered
+    }
+
+    /// Handles what one read of peer `index` gave: `None` when there is nothing more to
+    /// read from it now (no packet, or it was cut off), else whether a delivery came.
+    fn take_packet(
+        &self,
+        state: &mut State,
+        index: usize,
+        read: std::io::Result<Option<socket::Packet>>,
+        news: &mut Vec<CacheNews>,
+        closing: &mut Vec<Mapping>,
+    ) -> Option<bool> {
+        let cut_off = |state: &mut State, news: &mut Vec<CacheNews>, rejected: bool| {
+            if rejected {
+                stats::REJECTED.fetch_add(1, Ordering::Relaxed);
+            }
+            kill(&mut state.peers[index], news);
+            std::mem::take(&mut state.peers[index].mappings)
+        };
+        let packet = match read {
+            Ok(Some(packet)) => packet,
+            Ok(None) => return None,
+            Err(_) => {
+                closing.extend(cut_off(state, news, false));
+                return None;
+            }
+        };
+        let message = if packet.truncated {
+            Err(wire::WireError::Oversized)
+        } else {
+            wire::decode(&packet.bytes, packet.fds)
+        };
+        // Malformed, forged or oversized: counted, and the peer is cut off (its
+        // descriptors were closed with the packet).
+        let Ok(message) = message else {
+            closing.extend(cut_off(state, news, true));
+            return None;
+        };
+        match self.handle(state, index, message, news, closing) {
+            Ok(delivered) => Some(delivered),
+            Err(()) => {
+                closing.extend(cut_off(state, news, true));
+                None
+            }
+        }
     }
 
     /// Handles one well-formed message from peer `index`: `Err` for a protocol violation.
@@ -1179,6 +1329,8 @@ impl Engine {
             Message::Failed {
                 entry, generation, ..
             } => {
+                let peer = &mut state.peers[index];
+                peer.unanswered = peer.unanswered.saturating_sub(1);
                 if entry == ONE_SHOT {
                     let peer = &mut state.peers[index];
                     peer.one_shots = peer.one_shots.saturating_sub(1);
@@ -1187,6 +1339,8 @@ impl Engine {
                 }
             }
             Message::Done { entry, generation } => {
+                let peer = &mut state.peers[index];
+                peer.unanswered = peer.unanswered.saturating_sub(1);
                 if entry == ONE_SHOT {
                     let peer = &mut state.peers[index];
                     peer.one_shots = peer.one_shots.saturating_sub(1);
@@ -1424,6 +1578,19 @@ impl Engine {
         self.generation.ipc.endpoint(self.id).unwrap_or_default()
     }
 
+    /// Keeps cache news for later (the caller may hold the cache).
+    fn stash(&self, news: Vec<CacheNews>) {
+        if !news.is_empty() {
+            lock(&self.stashed).extend(news);
+        }
+    }
+
+    /// Applies stashed news (the cache must not be held), closing dead peers' mappings.
+    fn apply_stashed(&self) {
+        let news = std::mem::take(&mut *lock(&self.stashed));
+        self.finish_dead(news);
+    }
+
     /// Applies what peers answered to the cache.
     fn apply(&self, news: Vec<CacheNews>) {
         if news.is_empty() {
@@ -1445,6 +1612,9 @@ impl Engine {
 
     /// Cache news, then the mappings of dead peers are closed.
     fn finish_dead(&self, news: Vec<CacheNews>) {
+        if news.is_empty() {
+            return; // nobody died in this round (a death always brings news)
+        }
         self.apply(news);
         let closing: Vec<Mapping> = {
             let mut state = lock(&self.state);
@@ -1489,7 +1659,7 @@ impl Engine {
         drop(peers);
         self.generation.ipc.remove_endpoint(self.id);
         let _ = std::fs::remove_file(&self.path);
-        self.changed.notify_all();
+        self.signal();
         Ok(())
     }
 }
@@ -1567,8 +1737,24 @@ impl Shared {
             .map(|(_, w)| w.clone())
     }
 
+    /// Applies the news every endpoint stashed (the cache must not be held).
+    fn apply_stashed(&self) {
+        let engines: Vec<Arc<Engine>> = lock(&self.endpoints)
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        for engine in engines {
+            engine.apply_stashed();
+        }
+    }
+
     /// One round of progress, without waiting, on every endpoint but `except`.
     fn help(&self, except: u64) {
+        let endpoints = lock(&self.endpoints);
+        if endpoints.len() < 2 {
+            return;
+        }
+        drop(endpoints);
         let others: Vec<Arc<Engine>> = lock(&self.endpoints)
             .iter()
             .filter(|(id, _)| *id != except)

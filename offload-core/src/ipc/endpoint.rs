@@ -599,13 +599,18 @@ impl Engine {
 
     fn check_open(&self, call: &'static str) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(if self.generation.is_live() {
-                ipc_error(call, "the endpoint is closed")
-            } else {
-                Error::ShutDown
-            });
+            return Err(self.closed_error(call));
         }
         Ok(())
+    }
+
+    /// The error of a call on a closed endpoint: `ShutDown` if its runtime ended.
+    fn closed_error(&self, call: &'static str) -> Error {
+        if self.generation.is_live() && !self.generation.is_closing() {
+            ipc_error(call, "the endpoint is closed")
+        } else {
+            Error::ShutDown
+        }
     }
 
     fn at(&self, peer: PeerId) -> PeerRef {
@@ -803,6 +808,10 @@ impl Engine {
     }
 
     fn gone(&self, id: PeerId, call: &'static str) -> Error {
+        // Closed under the call (by its runtime's shutdown): say that, not the peer.
+        if self.closed.load(Ordering::SeqCst) {
+            return self.closed_error(call);
+        }
         ipc_error(
             call,
             format!(
@@ -984,11 +993,17 @@ impl Engine {
         if !m.one_shot {
             stats::cached_mapping_closed();
         }
-        let _ = self.generation.with_live(|live| {
+        // Forgotten and freed under the generation's lock, as `Buffer::free` does: a
+        // teardown in between would find it in no registry and deinitialise its platform
+        // with it still allocated.
+        let freed = match self.generation.with_live(|live| {
             live.forget(Kind::Buffer, m.key);
-            Ok(())
-        });
-        let freed = m.buffer.revoke();
+            Ok(m.buffer.revoke())
+        }) {
+            Ok(freed) => freed,
+            // The runtime is ending: its teardown frees what is listed; this one too.
+            Err(_) => m.buffer.revoke(),
+        };
         self.generation.defer(freed);
     }
 

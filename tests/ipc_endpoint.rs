@@ -116,7 +116,19 @@ struct Peer {
 
 impl Peer {
     fn spawn(kind: BackendKind, role: &str, wrapper: &[&str]) -> Peer {
-        let exe = std::env::current_exe().unwrap();
+        let mut exe = std::env::current_exe().unwrap();
+        if !wrapper.is_empty() {
+            // Another user may not reach the build directory: run a copy of this binary
+            // from a directory everyone can read.
+            let dir = std::env::temp_dir().join(format!("offload-test-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let copy = dir.join("ipc_endpoint");
+            std::fs::copy(&exe, &copy).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+            exe = copy;
+        }
         let mut command = match wrapper {
             [] => Command::new(&exe),
             [first, rest @ ..] => {
@@ -721,8 +733,11 @@ fn a_peer_of_another_user_is_refused() {
         "the child refused the root connection too"
     );
     assert!(endpoint.peers().is_empty());
-    drop(endpoint);
+    drop((endpoint, child));
     rt.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("offload-test-{}", std::process::id())),
+    );
 }
 
 /// Sends one raw packet (with descriptors) on a socket of our own.

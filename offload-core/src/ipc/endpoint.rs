@@ -112,6 +112,64 @@ enum Pending {
     },
 }
 
+impl Pending {
+    /// The delivery a `Map`, `Use` or `OneShot` makes, with its tag.
+    fn of(message: Message) -> Option<(u64, Pending)> {
+        Some(match message {
+            Message::Map {
+                entry,
+                generation,
+                tag,
+                offset,
+                len,
+                handle,
+            } => (
+                tag,
+                Pending::Map {
+                    entry,
+                    generation,
+                    offset,
+                    len,
+                    handle,
+                },
+            ),
+            Message::Use {
+                entry,
+                generation,
+                mapping,
+                tag,
+                offset,
+                len,
+            } => (
+                tag,
+                Pending::Use {
+                    entry,
+                    generation,
+                    mapping,
+                    offset,
+                    len,
+                },
+            ),
+            Message::OneShot {
+                sequence,
+                tag,
+                offset,
+                len,
+                handle,
+            } => (
+                tag,
+                Pending::OneShot {
+                    sequence,
+                    offset,
+                    len,
+                    handle,
+                },
+            ),
+            _ => return None,
+        })
+    }
+}
+
 struct Delivery {
     peer: PeerId,
     tag: u64,
@@ -1244,71 +1302,15 @@ impl Engine {
         let reply = |state: &mut State, m: Message| state.peers[index].outbox.push_back(m.encode());
         match message {
             Message::Hello { .. } => return Err(()), // a second one
-            Message::Map {
-                entry,
-                generation,
-                tag,
-                offset,
-                len,
-                handle,
-            } => {
-                if entry == ONE_SHOT {
-                    return Err(());
+            Message::Map { entry, .. } if entry == ONE_SHOT => return Err(()),
+            Message::Map { .. } | Message::Use { .. } | Message::OneShot { .. } => {
+                if let Some((tag, what)) = Pending::of(message) {
+                    state.deliveries.push_back(Delivery {
+                        peer: peer_id,
+                        tag,
+                        what,
+                    });
                 }
-                let what = Pending::Map {
-                    entry,
-                    generation,
-                    offset,
-                    len,
-                    handle,
-                };
-                state.deliveries.push_back(Delivery {
-                    peer: peer_id,
-                    tag,
-                    what,
-                });
-                return Ok(true);
-            }
-            Message::Use {
-                entry,
-                generation,
-                mapping,
-                tag,
-                offset,
-                len,
-            } => {
-                let what = Pending::Use {
-                    entry,
-                    generation,
-                    mapping,
-                    offset,
-                    len,
-                };
-                state.deliveries.push_back(Delivery {
-                    peer: peer_id,
-                    tag,
-                    what,
-                });
-                return Ok(true);
-            }
-            Message::OneShot {
-                sequence,
-                tag,
-                offset,
-                len,
-                handle,
-            } => {
-                let what = Pending::OneShot {
-                    sequence,
-                    offset,
-                    len,
-                    handle,
-                };
-                state.deliveries.push_back(Delivery {
-                    peer: peer_id,
-                    tag,
-                    what,
-                });
                 return Ok(true);
             }
             Message::Unmap {

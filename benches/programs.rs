@@ -8,6 +8,8 @@
 //!   device's `launch`/`sync` directly; `direct` calls the kernel's function pointer, taken
 //!   with `dlsym` from the same image opened by the dynamic loader. **Goal: offload − direct
 //!   ≤ 2 µs.**
+//! * `noop_enqueue_vs_backend`: the same launch without the `sync`: what `launch` itself
+//!   costs now that it only enqueues (Q1). **Goal: ≤ 1 µs median.**
 //! * `add_one_1024_blocks`: `add_one` over 1,024 blocks of 256 threads (n = 262,144
 //!   `u32`s). `offload` runs the blocks on the device's worker threads plus the caller (one
 //!   device, the `OFFLOAD_HOST_DEVICES` default); `direct_1_thread` calls the kernel 1,024
@@ -123,6 +125,26 @@ fn launch(c: &mut Criterion) {
             raw_dev.sync(&raw_queue).expect("raw sync")
         },
     );
+    // Enqueue only (Q1): `launch` returns once the work is queued; the executor drains the
+    // queue meanwhile, and both queues are synced after.
+    paired(
+        c,
+        "noop_enqueue_vs_backend",
+        ("offload", "raw_backend"),
+        SAMPLES,
+        || {
+            queue
+                .launch(&noop, black_box(one_block), &[])
+                .expect("launch")
+        },
+        || {
+            raw_dev
+                .launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args)
+                .expect("raw launch")
+        },
+    );
+    queue.sync().expect("sync");
+    raw_dev.sync(&raw_queue).expect("raw sync");
     let args: [*mut c_void; 0] = [];
     let direct_launch = Launch {
         grid: [1, 1, 1],

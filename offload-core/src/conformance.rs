@@ -83,7 +83,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
@@ -1447,17 +1447,49 @@ enum Op {
         via_endpoint: bool,
         byte: u8,
     },
-    /// Free a buffer: `free()` or drop.
-    Free { buffer: u8, explicit: bool },
-    /// Write `data` at `offset % (len + 9)` (or near `usize::MAX` if `huge`).
+    /// Free a buffer: `free()` or drop. Unless `racing`, first sync and compare it with
+    /// the model; `racing` frees it while queued work may still use it (Q1: the release
+    /// waits for, or defers behind, that work).
+    Free {
+        buffer: u8,
+        explicit: bool,
+        racing: bool,
+    },
+    /// Write `data` at `offset % (len + 9)` (or near `usize::MAX` if `huge`): queued on the
+    /// first or `second` queue (`via_queue`), or from the host, which must order after the
+    /// queued work on the buffer (Q1).
     Write {
         buffer: u8,
         offset: u16,
         data: Vec<u8>,
         huge: bool,
         via_queue: bool,
+        second: bool,
     },
-    /// Read `len` bytes at `offset % (len + 9)` (or near `usize::MAX` if `huge`).
+    /// Queue a fill of `len % 65` bytes at `offset % (size + 9)` with `pattern` (1–16
+    /// bytes; a length it does not divide must be `InvalidArgument`).
+    Fill {
+        buffer: u8,
+        offset: u16,
+        len: u16,
+        pattern: Vec<u8>,
+        second: bool,
+    },
+    /// Queue a copy of `len % 65` bytes between two buffers (or two ranges of one, which
+    /// must not overlap).
+    Copy {
+        src: u8,
+        dst: u8,
+        src_offset: u16,
+        dst_offset: u16,
+        len: u16,
+        second: bool,
+    },
+    /// Queue a host function that checks it runs after every host function enqueued
+    /// before it, on either queue.
+    HostFn { second: bool },
+    /// Read `len` bytes at `offset % (len + 9)` (or near `usize::MAX` if `huge`): through
+    /// the first queue, or from the host, which must see the queued work (Q1).
     Read {
         buffer: u8,
         offset: u16,
@@ -1469,8 +1501,8 @@ enum Op {
     Load { shared: bool },
     /// Drop a module handle (shared program), or `unload()` it (own program).
     Unload { module: u8 },
-    /// Launch a kernel of a held module on a buffer; `n` is taken modulo the buffer's
-    /// words + 1; `cached` reuses a `Kernel` looked up before.
+    /// Launch a kernel of a held module on a buffer, on the first or `second` queue; `n` is
+    /// taken modulo the buffer's words + 1; `cached` reuses a `Kernel` looked up before.
     Launch {
         module: u8,
         kernel: KernelKind,
@@ -1480,8 +1512,10 @@ enum Op {
         grid: u8,
         block: u8,
         cached: bool,
+        second: bool,
     },
-    /// `Queue::sync`, or record an event and sync it.
+    /// Sync both queues (`Queue::sync`, or the first through an event), then check that
+    /// they are idle, the event complete, and every host function ran in order.
     Sync { event: bool },
 }
 
@@ -1493,6 +1527,10 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ];
     let size = prop_oneof![1 => Just(0u16), 24 => 1u16..=256];
     let huge = proptest::bool::weighted(0.05);
+    let pattern = prop_oneof![
+        (0usize..5).prop_flat_map(|k| vec(any::<u8>(), 1usize << k)),
+        vec(any::<u8>(), 1..=16),
+    ];
     prop_oneof![
         3 => any::<bool>().prop_map(|clone| Op::Init { clone }),
         2 => any::<bool>().prop_map(|verify| Op::Shutdown { verify }),
@@ -1502,21 +1540,30 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(buffer, offset, len, via_endpoint, byte)| Op::Share {
                 buffer, offset, len, via_endpoint, byte,
             }),
-        2 => (any::<u8>(), any::<bool>())
-            .prop_map(|(buffer, explicit)| Op::Free { buffer, explicit }),
-        5 => (any::<u8>(), any::<u16>(), vec(any::<u8>(), 0..=32), huge, any::<bool>())
-            .prop_map(|(buffer, offset, data, huge, via_queue)| Op::Write {
-                buffer, offset, data, huge, via_queue,
+        2 => (any::<u8>(), any::<bool>(), any::<bool>())
+            .prop_map(|(buffer, explicit, racing)| Op::Free { buffer, explicit, racing }),
+        5 => (any::<u8>(), any::<u16>(), vec(any::<u8>(), 0..=32), huge, any::<bool>(), any::<bool>())
+            .prop_map(|(buffer, offset, data, huge, via_queue, second)| Op::Write {
+                buffer, offset, data, huge, via_queue, second,
             }),
+        3 => (any::<u8>(), any::<u16>(), any::<u16>(), pattern, any::<bool>())
+            .prop_map(|(buffer, offset, len, pattern, second)| Op::Fill {
+                buffer, offset, len, pattern, second,
+            }),
+        3 => (any::<u8>(), any::<u8>(), any::<u16>(), any::<u16>(), any::<u16>(), any::<bool>())
+            .prop_map(|(src, dst, src_offset, dst_offset, len, second)| Op::Copy {
+                src, dst, src_offset, dst_offset, len, second,
+            }),
+        2 => any::<bool>().prop_map(|second| Op::HostFn { second }),
         5 => (any::<u8>(), any::<u16>(), 0u8..=64, huge, any::<bool>())
             .prop_map(|(buffer, offset, len, huge, via_queue)| Op::Read {
                 buffer, offset, len, huge, via_queue,
             }),
         3 => any::<bool>().prop_map(|shared| Op::Load { shared }),
         2 => any::<u8>().prop_map(|module| Op::Unload { module }),
-        8 => (any::<u8>(), kernel, any::<u8>(), any::<u16>(), any::<u32>(), 1u8..=4, 1u8..=64, any::<bool>())
-            .prop_map(|(module, kernel, buffer, n, value, grid, block, cached)| Op::Launch {
-                module, kernel, buffer, n, value, grid, block, cached,
+        8 => (any::<u8>(), kernel, any::<u8>(), any::<u16>(), any::<u32>(), 1u8..=4, 1u8..=64, (any::<bool>(), any::<bool>()))
+            .prop_map(|(module, kernel, buffer, n, value, grid, block, (cached, second))| Op::Launch {
+                module, kernel, buffer, n, value, grid, block, cached, second,
             }),
         3 => any::<bool>().prop_map(|event| Op::Sync { event }),
     ]
@@ -1539,8 +1586,17 @@ struct Held<P> {
     generation: u64,
     dev: Device,
     queue: Queue,
+    /// A second queue of the same device: work on one queue after work on the other waits
+    /// for an event of the other first, so the model stays sequential.
+    queue2: Queue,
     /// Two endpoints, the first connected to the second (made at the first send).
     ipc: Option<(IpcEndpoint, IpcEndpoint, PeerId)>,
+}
+
+impl<P> Held<P> {
+    fn q(&self, i: usize) -> &Queue {
+        if i == 0 { &self.queue } else { &self.queue2 }
+    }
 }
 
 struct BufferModel {
@@ -1567,8 +1623,10 @@ struct Worker<'a, P> {
     held: Option<Held<P>>,
     buffers: Vec<BufferModel>,
     modules: Vec<ModuleSlot>,
-    /// Launches may be running (no sync since).
-    pending: bool,
+    /// Work may be queued on each queue (no sync since).
+    pending: [bool; 2],
+    /// Host functions this thread enqueued, ran, and whether one ran out of order.
+    host_fns: (u64, Arc<AtomicU64>, Arc<AtomicBool>),
     /// The generation in which this thread counts as a holder of the shared module.
     registered: Option<u64>,
 }
@@ -1593,7 +1651,8 @@ impl<'a, P: Platforms> Worker<'a, P> {
             held: None,
             buffers: Vec::new(),
             modules: Vec::new(),
-            pending: false,
+            pending: [false; 2],
+            host_fns: Default::default(),
             registered: None,
         }
     }
@@ -1632,11 +1691,56 @@ impl<'a, P: Platforms> Worker<'a, P> {
     }
 
     fn sync_if_pending(&mut self) -> Check {
-        if let (true, Some(h)) = (self.pending, &self.held) {
-            ok("Queue::sync", h.queue.sync())?;
+        if let Some(h) = &self.held {
+            for (i, q) in [&h.queue, &h.queue2].into_iter().enumerate() {
+                if self.pending[i] {
+                    ok("Queue::sync", q.sync())?;
+                }
+            }
         }
-        self.pending = false;
+        self.pending = [false; 2];
+        self.check_host_fns()
+    }
+
+    /// With both queues synced: every host function enqueued ran, each after the ones
+    /// enqueued before it.
+    fn check_host_fns(&self) -> Check {
+        let (issued, ran, out_of_order) = &self.host_fns;
+        ensure!(
+            !out_of_order.load(Ordering::SeqCst),
+            "Q1: a host function ran before one enqueued earlier (same or other queue, \
+             ordered by an event)"
+        );
+        let ran = ran.load(Ordering::SeqCst);
+        ensure!(
+            ran == *issued,
+            "Q1: {ran} of {issued} host functions had run when both queues were synced"
+        );
         Ok(())
+    }
+
+    /// The queue for work on queue `second`, after making it wait for the other queue's
+    /// pending work through an event (so the model stays sequential).
+    fn queue_for(&mut self, second: bool) -> Check<usize> {
+        let (i, j) = if second { (1, 0) } else { (0, 1) };
+        if self.pending[j] {
+            if let Some(h) = &self.held {
+                let (qi, qj) = if second {
+                    (&h.queue2, &h.queue)
+                } else {
+                    (&h.queue, &h.queue2)
+                };
+                let e = ok("Queue::record", qj.record())?;
+                ensure!(
+                    e.queue_id() == qj.id(),
+                    "Event::queue_id is {}, recorded on queue {}",
+                    e.queue_id(),
+                    qj.id()
+                );
+                ok("Queue::wait for the other queue's event", qi.wait(&e))?;
+            }
+        }
+        Ok(i)
     }
 
     fn step(&mut self, op: &Op) -> Check {
@@ -1688,13 +1792,19 @@ impl<'a, P: Platforms> Worker<'a, P> {
                 via_endpoint,
                 byte,
             } => self.share(buffer, offset, len, via_endpoint, byte),
-            Op::Free { buffer, explicit } => {
+            Op::Free {
+                buffer,
+                explicit,
+                racing,
+            } => {
                 if self.held.is_none() || self.buffers.is_empty() {
                     return Ok(());
                 }
-                self.sync_if_pending()?;
                 let index = usize::from(buffer) % self.buffers.len();
-                self.verify(index)?;
+                if !racing {
+                    self.sync_if_pending()?;
+                    self.verify(index)?;
+                }
                 let b = self.buffers.remove(index);
                 if explicit {
                     ok("Buffer::free", b.buffer.free())?;
@@ -1707,11 +1817,17 @@ impl<'a, P: Platforms> Worker<'a, P> {
                 ref data,
                 huge,
                 via_queue,
+                second,
             } => {
-                let Some(h) = &self.held else { return Ok(()) };
-                if self.buffers.is_empty() {
+                if self.held.is_none() || self.buffers.is_empty() {
                     return Ok(());
                 }
+                let q = if via_queue {
+                    self.queue_for(second)?
+                } else {
+                    0
+                };
+                let Some(h) = &self.held else { return Ok(()) };
                 let index = usize::from(buffer) % self.buffers.len();
                 let b = &mut self.buffers[index];
                 let offset = resolve_offset(offset, huge, b.model.len());
@@ -1720,8 +1836,8 @@ impl<'a, P: Platforms> Worker<'a, P> {
                     data.len(),
                     b.model.len()
                 );
-                let r = if via_queue || self.pending {
-                    h.queue.write(&b.buffer, offset, data)
+                let r = if via_queue {
+                    h.q(q).write(&b.buffer, offset, data)
                 } else {
                     b.buffer.write(offset, data)
                 };
@@ -1730,9 +1846,47 @@ impl<'a, P: Platforms> Worker<'a, P> {
                 }
                 ok(what, r)?;
                 b.model[offset..offset + data.len()].copy_from_slice(data);
-                if via_queue || self.pending {
-                    self.pending = false;
+                if via_queue {
+                    self.pending[q] = true;
                 }
+                Ok(())
+            }
+            Op::Fill {
+                buffer,
+                offset,
+                len,
+                ref pattern,
+                second,
+            } => self.fill(buffer, offset, len, pattern, second),
+            Op::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                len,
+                second,
+            } => self.copy(src, dst, (src_offset, dst_offset), len, second),
+            Op::HostFn { second } => {
+                if self.held.is_none() {
+                    return Ok(());
+                }
+                let q = self.queue_for(second)?;
+                let Some(h) = &self.held else { return Ok(()) };
+                let (issued, ran, out_of_order) = &mut self.host_fns;
+                let (n, ran, out_of_order) = (*issued, ran.clone(), out_of_order.clone());
+                ok(
+                    "Queue::enqueue_host_fn",
+                    h.q(q).enqueue_host_fn(move || {
+                        if ran
+                            .compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_err()
+                        {
+                            out_of_order.store(true, Ordering::SeqCst);
+                        }
+                    }),
+                )?;
+                self.host_fns.0 += 1;
+                self.pending[q] = true;
                 Ok(())
             }
             Op::Read {
@@ -1754,7 +1908,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
                     "read of {len} bytes at {offset} from buffer {index} ({} bytes)",
                     b.model.len()
                 );
-                let use_queue = via_queue || self.pending;
+                let use_queue = via_queue;
                 let r = if use_queue {
                     h.queue.read(&b.buffer, offset, &mut out)
                 } else {
@@ -1766,7 +1920,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
                 ok(&what, r)?;
                 same_bytes(&what, &out, &b.model[offset..offset + out.len()])?;
                 if use_queue {
-                    self.pending = false;
+                    self.pending[0] = false;
                 }
                 Ok(())
             }
@@ -1781,17 +1935,35 @@ impl<'a, P: Platforms> Worker<'a, P> {
                 grid,
                 block,
                 cached,
-            } => self.launch(module, kernel, buffer, n, value, (grid, block), cached),
+                second,
+            } => {
+                if self.held.is_none() {
+                    return Ok(());
+                }
+                let q = self.queue_for(second)?;
+                self.launch(module, kernel, buffer, n, value, (grid, block), cached, q)
+            }
             Op::Sync { event } => {
                 let Some(h) = &self.held else { return Ok(()) };
                 if event {
                     let e = ok("Queue::record", h.queue.record())?;
                     ok("Event::sync", e.sync())?;
+                    ensure!(
+                        ok("Event::is_complete", e.is_complete())?,
+                        "Event::is_complete is false after Event::sync"
+                    );
                 } else {
                     ok("Queue::sync", h.queue.sync())?;
                 }
-                self.pending = false;
-                Ok(())
+                ok("Queue::sync", h.queue2.sync())?;
+                for q in [&h.queue, &h.queue2] {
+                    ensure!(
+                        ok("Queue::is_idle", q.is_idle())?,
+                        "Queue::is_idle is false after the queue was synced"
+                    );
+                }
+                self.pending = [false; 2];
+                self.check_host_fns()
             }
         }
     }
@@ -1824,12 +1996,14 @@ impl<'a, P: Platforms> Worker<'a, P> {
         let rt = ok("Offload::init", Offload::<Ready, P>::init())?;
         let dev = first_device(&rt)?;
         let queue = ok("Device::queue", dev.queue())?;
+        let queue2 = ok("Device::queue", dev.queue())?;
         let generation = rt.generation();
         self.held = Some(Held {
             rt,
             generation,
             dev,
             queue,
+            queue2,
             ipc: None,
         });
         Ok(())
@@ -1969,7 +2143,8 @@ impl<'a, P: Platforms> Worker<'a, P> {
         if self.held.is_none() || self.modules.is_empty() {
             return Ok(());
         }
-        self.sync_if_pending()?;
+        // No sync: unloading while launches of the module are queued must wait for (or
+        // defer behind) them.
         let index = usize::from(module) % self.modules.len();
         if self.modules[index].shared {
             let slot = self.modules.remove(index);
@@ -2000,6 +2175,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
         value: u32,
         (grid, block): (u8, u8),
         cached: bool,
+        q: usize,
     ) -> Check {
         let Some(h) = &self.held else { return Ok(()) };
         if self.modules.is_empty() {
@@ -2052,7 +2228,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
             kind.name(),
             target.map_or(String::new(), |i| format!(" on buffer {i}"))
         );
-        let r = h.queue.launch(&kernel, dims(grid, block), &args);
+        let r = h.q(q).launch(&kernel, dims(grid, block), &args);
         drop(args);
         if slot.unloaded {
             return invalid_arg(format!("{what} (its module was unloaded)"), r);
@@ -2066,7 +2242,76 @@ impl<'a, P: Platforms> Worker<'a, P> {
                 u64::from(grid) * u64::from(block),
             );
         }
-        self.pending = true;
+        self.pending[q] = true;
+        Ok(())
+    }
+
+    /// `Op::Fill`.
+    fn fill(&mut self, buffer: u8, offset: u16, len: u16, pattern: &[u8], second: bool) -> Check {
+        if self.held.is_none() || self.buffers.is_empty() {
+            return Ok(());
+        }
+        let q = self.queue_for(second)?;
+        let Some(h) = &self.held else { return Ok(()) };
+        let index = usize::from(buffer) % self.buffers.len();
+        let b = &mut self.buffers[index];
+        let offset = usize::from(offset) % (b.model.len() + 9);
+        let len = usize::from(len) % 65;
+        let what = format!(
+            "queued fill of {len} bytes at {offset} of buffer {index} ({} bytes) with a \
+             {}-byte pattern",
+            b.model.len(),
+            pattern.len()
+        );
+        let r = h.q(q).fill(&b.buffer, offset, len, pattern);
+        if !in_range(offset, len, b.model.len()) || len % pattern.len() != 0 {
+            return invalid_arg(what, r);
+        }
+        ok(what, r)?;
+        for (byte, p) in b.model[offset..offset + len]
+            .iter_mut()
+            .zip(pattern.iter().cycle())
+        {
+            *byte = *p;
+        }
+        self.pending[q] = true;
+        Ok(())
+    }
+
+    /// `Op::Copy`.
+    fn copy(&mut self, src: u8, dst: u8, offsets: (u16, u16), len: u16, second: bool) -> Check {
+        if self.held.is_none() || self.buffers.is_empty() {
+            return Ok(());
+        }
+        let q = self.queue_for(second)?;
+        let Some(h) = &self.held else { return Ok(()) };
+        let (s, d) = (
+            usize::from(src) % self.buffers.len(),
+            usize::from(dst) % self.buffers.len(),
+        );
+        let (ss, ds) = (self.buffers[s].model.len(), self.buffers[d].model.len());
+        let so = usize::from(offsets.0) % (ss + 9);
+        let dof = usize::from(offsets.1) % (ds + 9);
+        let len = usize::from(len) % 65;
+        let what = format!(
+            "queued copy of {len} bytes from {so} of buffer {s} ({ss} bytes) to {dof} of \
+             buffer {d} ({ds} bytes)"
+        );
+        let r = h.q(q).copy(
+            &self.buffers[s].buffer,
+            so,
+            &self.buffers[d].buffer,
+            dof,
+            len,
+        );
+        let overlap = s == d && so.abs_diff(dof) < len;
+        if !in_range(so, len, ss) || !in_range(dof, len, ds) || overlap {
+            return invalid_arg(what, r);
+        }
+        ok(what, r)?;
+        let bytes = self.buffers[s].model[so..so + len].to_vec();
+        self.buffers[d].model[dof..dof + len].copy_from_slice(&bytes);
+        self.pending[q] = true;
         Ok(())
     }
 
@@ -2097,6 +2342,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
             generation,
             dev,
             queue,
+            queue2,
             ipc,
         } = held;
         let down = ok("Offload::shutdown", rt.shutdown())?;
@@ -2106,7 +2352,8 @@ impl<'a, P: Platforms> Worker<'a, P> {
             "Offload<Shutdown>::generation is {}, the reference was of generation {generation}",
             down.generation()
         );
-        self.pending = false;
+        self.pending = [false; 2];
+        self.host_fns = Default::default();
         let buffers = std::mem::take(&mut self.buffers);
         let modules = std::mem::take(&mut self.modules);
 
@@ -2124,6 +2371,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
             stale("Buffer::write", b.buffer.write(0, &[0xA5]))?;
         }
         stale("Queue::sync", queue.sync())?;
+        stale("Queue::sync of the second queue", queue2.sync())?;
         stale("Device::alloc", dev.alloc(8, MemKind::Device))?;
         stale("Device::queue", dev.queue())?;
         for slot in &modules {

@@ -31,12 +31,13 @@ mod elf;
 mod memory;
 mod pool;
 mod program;
+mod stream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use offload_core::hal::{self, KernelOf};
+use offload_core::hal::{self, HostFn, KernelOf};
 use offload_core::{
     BackendKind, Config, DeviceInfo, Dims, Error, KernelArg, MemKind, ParamKind, PlatformEntry,
     Result,
@@ -57,7 +58,7 @@ pub mod fixtures {
 
 static OPENED: AtomicUsize = AtomicUsize::new(0);
 static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
-static LIVE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static LIVE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// Process-wide counts of what the host backend did.
 ///
@@ -114,9 +115,9 @@ pub struct HostPlatform {
 
 /// What a platform's devices share with it.
 #[derive(Debug, Default)]
-struct Shared {
-    /// Allocations of this platform not yet freed; deinit reports any as leaked.
-    live: AtomicUsize,
+pub(crate) struct Shared {
+    /// Allocations of this platform not yet released; deinit reports any as leaked.
+    pub(crate) live: AtomicUsize,
     /// Machine memory, read at the first allocation or `info` (not at open: open is on the
     /// init path, which must stay cheap).
     memory: OnceLock<u64>,
@@ -149,12 +150,6 @@ impl Shared {
             }
             id
         })
-    }
-
-    fn counted(&self, buffer: HostBuffer) -> HostBuffer {
-        self.live.fetch_add(1, Ordering::SeqCst);
-        LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
-        buffer
     }
 }
 
@@ -192,9 +187,10 @@ impl std::fmt::Debug for HostDevice {
     }
 }
 
-/// A host queue. Launches run to completion before `launch` returns, in order.
+/// A host queue: an in-order stream run by its own executor thread (see stream.rs);
+/// `launch` and the other enqueues return once the work is queued.
 pub struct HostQueue {
-    pool: Arc<pool::LazyPool>,
+    stream: stream::Stream,
 }
 
 impl std::fmt::Debug for HostQueue {
@@ -203,9 +199,35 @@ impl std::fmt::Debug for HostQueue {
     }
 }
 
-/// A host event: the time it was recorded (all earlier work had finished then).
-#[derive(Debug)]
-pub struct HostEvent(Instant);
+/// A host event: completes when the work queued before it has finished, and holds the time
+/// it did.
+pub struct HostEvent {
+    stream: Arc<stream::StreamCore>,
+    ticket: u64,
+    time: Arc<OnceLock<Instant>>,
+}
+
+impl std::fmt::Debug for HostEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostEvent")
+            .field("ticket", &self.ticket)
+            .field("complete", &self.stream.reached(self.ticket))
+            .finish()
+    }
+}
+
+impl HostEvent {
+    /// When the work before the event finished; waits for it first.
+    fn time(&self) -> Result<Instant> {
+        self.stream.wait(self.ticket);
+        self.time.get().copied().ok_or_else(|| Error::Driver {
+            backend: BackendKind::Host,
+            call: "Event::elapsed_since",
+            code: -1,
+            message: "the event completed without a time (its queue was destroyed first)".into(),
+        })
+    }
+}
 
 impl HostPlatform {
     /// Allocations of this platform not yet freed.
@@ -294,26 +316,31 @@ impl hal::Device for HostDevice {
         }
         let buffer =
             HostBuffer::new(size).ok_or_else(|| oom(size, "the allocator refused".into()))?;
-        Ok(self.shared.counted(buffer))
+        Ok(buffer.counted(self.shared.clone()))
     }
 
+    /// Releases the buffer, or defers the release behind queued work that uses it (Q1).
     fn free(&self, buffer: HostBuffer) -> Result<()> {
         drop(buffer);
-        self.shared.live.fetch_sub(1, Ordering::SeqCst);
-        LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
 
     fn read(&self, buffer: &HostBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.read(offset, dst)
+        buffer.mem.check("Buffer::read", offset, dst.len())?;
+        buffer.mem.uses.wait();
+        buffer.mem.read(offset, dst)
     }
 
     fn write(&self, buffer: &mut HostBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.write(offset, src)
+        buffer.mem.check("Buffer::write", offset, src.len())?;
+        buffer.mem.uses.wait();
+        buffer.mem.write(offset, src)
     }
 
     fn fill(&self, buffer: &mut HostBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        buffer.fill(offset, len, value)
+        buffer.mem.check("Buffer::fill", offset, len)?;
+        buffer.mem.uses.wait();
+        buffer.mem.fill(offset, len, &[value])
     }
 
     fn copy(
@@ -324,11 +351,18 @@ impl hal::Device for HostDevice {
         d: usize,
         len: usize,
     ) -> Result<()> {
-        dst.copy_from(d, src, so, len)
+        src.mem.check("Buffer::copy_from", so, len)?;
+        dst.mem.check("Buffer::copy_from", d, len)?;
+        src.mem.uses.wait();
+        dst.mem.uses.wait();
+        dst.mem.copy_from(d, &src.mem, so, len)
     }
 
     fn copy_within(&self, buffer: &mut HostBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        buffer.copy_within(so, d, len)
+        buffer.mem.check("Buffer::copy_from", so, len)?;
+        buffer.mem.check("Buffer::copy_from", d, len)?;
+        buffer.mem.uses.wait();
+        buffer.mem.copy_from(d, &buffer.mem, so, len)
     }
 
     fn load(&self, image: &[u8]) -> Result<HostModule> {
@@ -337,12 +371,20 @@ impl hal::Device for HostDevice {
 
     fn queue(&self) -> Result<HostQueue> {
         Ok(HostQueue {
-            pool: self.pool.clone(),
+            stream: stream::Stream::new(self.pool.clone()),
         })
     }
 
-    fn destroy_queue(&self, _queue: HostQueue) -> Result<()> {
-        Ok(())
+    /// Drains the queue's work and joins its executor (L4). From one of the queue's own
+    /// host functions it cannot wait; the executor drains it after the function returns.
+    fn destroy_queue(&self, queue: HostQueue) -> Result<()> {
+        if queue.stream.core.on_runner() {
+            drop(queue);
+            return Ok(());
+        }
+        let result = queue.stream.core.sync("Queue::destroy");
+        drop(queue);
+        result
     }
 
     fn launch(
@@ -352,10 +394,11 @@ impl hal::Device for HostDevice {
         dims: &Dims,
         args: &[KernelArg<'_, HostBuffer>],
     ) -> Result<()> {
+        const CALL: &str = "Queue::launch";
         // Checked again here: the raw API is safe too, and native code trusts these.
         if args.len() != kernel.params.len() {
             return Err(Error::InvalidArgument {
-                call: "Queue::launch",
+                call: CALL,
                 reason: format!(
                     "host kernel takes {} arguments, {} given",
                     kernel.params.len(),
@@ -364,11 +407,13 @@ impl hal::Device for HostDevice {
             });
         }
         let mut values = Vec::with_capacity(args.len());
+        let mut memory = Vec::new();
         for (i, (arg, param)) in args.iter().zip(&kernel.params).enumerate() {
             let mut value = [0u8; 8];
             match (arg, param) {
                 (KernelArg::Buffer(b), ParamKind::Buffer) => {
-                    value.copy_from_slice(&(b.as_ptr() as usize).to_ne_bytes())
+                    value.copy_from_slice(&(b.mem.as_ptr() as usize).to_ne_bytes());
+                    memory.push(b.mem.clone());
                 }
                 (KernelArg::Scalar(bytes), ParamKind::Scalar(n))
                     if bytes.len() == *n && *n <= 8 =>
@@ -377,37 +422,178 @@ impl hal::Device for HostDevice {
                 }
                 _ => {
                     return Err(Error::InvalidArgument {
-                        call: "Queue::launch",
+                        call: CALL,
                         reason: format!("host kernel argument {i} should be {param:?}"),
                     });
                 }
             }
             values.push(value);
         }
+        let core = &queue.stream.core;
+        let uses: Vec<Arc<memory::Memory>> = memory.clone();
+        let ticket = core.enqueue(
+            CALL,
+            stream::Command::Launch {
+                function: kernel.function,
+                values,
+                grid: dims.grid,
+                block: dims.block,
+                memory,
+                code: kernel.loaded.clone(),
+            },
+        )?;
+        for m in &uses {
+            m.uses.add(core, ticket);
+        }
+        kernel.loaded.uses.add(core, ticket);
+        Ok(())
+    }
+
+    fn enqueue_write(
+        &self,
+        queue: &HostQueue,
+        buffer: &HostBuffer,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        const CALL: &str = "Queue::write";
+        buffer.mem.check(CALL, offset, data.len())?;
+        let core = &queue.stream.core;
+        let memory = buffer.mem.clone();
+        let ticket = core.enqueue(
+            CALL,
+            stream::Command::Write {
+                memory,
+                offset,
+                data,
+            },
+        )?;
+        buffer.mem.uses.add(core, ticket);
+        Ok(())
+    }
+
+    fn enqueue_fill(
+        &self,
+        queue: &HostQueue,
+        buffer: &HostBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        const CALL: &str = "Queue::fill";
+        buffer.mem.check(CALL, offset, len)?;
+        if pattern.is_empty() || len % pattern.len() != 0 {
+            return Err(invalid(
+                CALL,
+                format!(
+                    "a {}-byte pattern cannot fill {len} bytes exactly",
+                    pattern.len()
+                ),
+            ));
+        }
+        let core = &queue.stream.core;
+        let ticket = core.enqueue(
+            CALL,
+            stream::Command::Fill {
+                memory: buffer.mem.clone(),
+                offset,
+                len,
+                pattern: pattern.to_vec(),
+            },
+        )?;
+        buffer.mem.uses.add(core, ticket);
+        Ok(())
+    }
+
+    fn enqueue_copy(
+        &self,
+        queue: &HostQueue,
+        src: &HostBuffer,
+        src_offset: usize,
+        dst: &HostBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Queue::copy";
+        src.mem.check(CALL, src_offset, len)?;
+        dst.mem.check(CALL, dst_offset, len)?;
+        let core = &queue.stream.core;
+        let ticket = core.enqueue(
+            CALL,
+            stream::Command::Copy {
+                src: src.mem.clone(),
+                src_offset,
+                dst: dst.mem.clone(),
+                dst_offset,
+                len,
+            },
+        )?;
+        src.mem.uses.add(core, ticket);
+        dst.mem.uses.add(core, ticket);
+        Ok(())
+    }
+
+    fn enqueue_host_fn(&self, queue: &HostQueue, f: HostFn) -> Result<()> {
         queue
-            .pool
-            .run(kernel.function, values, dims.grid, dims.block);
+            .stream
+            .core
+            .enqueue("Queue::enqueue_host_fn", stream::Command::HostFn(f))
+            .map(drop)
+    }
+
+    fn sync(&self, queue: &HostQueue) -> Result<()> {
+        queue.stream.core.sync("Queue::sync")
+    }
+
+    fn is_idle(&self, queue: &HostQueue) -> Result<bool> {
+        let core = &queue.stream.core;
+        Ok(core.reached(core.last()))
+    }
+
+    fn record(&self, queue: &HostQueue) -> Result<HostEvent> {
+        let core = &queue.stream.core;
+        let time = Arc::new(OnceLock::new());
+        let last = core.last();
+        let ticket = if core.reached(last) {
+            // Nothing queued: the event is complete now.
+            let _ = time.set(Instant::now());
+            last
+        } else {
+            core.enqueue("Queue::record", stream::Command::Record(time.clone()))?
+        };
+        Ok(HostEvent {
+            stream: core.clone(),
+            ticket,
+            time,
+        })
+    }
+
+    fn wait_event(&self, queue: &HostQueue, event: &HostEvent) -> Result<()> {
+        let core = &queue.stream.core;
+        if Arc::ptr_eq(core, &event.stream) || event.stream.reached(event.ticket) {
+            return Ok(()); // in order, or already done
+        }
+        core.enqueue(
+            "Queue::wait",
+            stream::Command::Wait {
+                stream: event.stream.clone(),
+                ticket: event.ticket,
+            },
+        )
+        .map(drop)
+    }
+
+    fn sync_event(&self, event: &HostEvent) -> Result<()> {
+        event.stream.wait(event.ticket);
         Ok(())
     }
 
-    fn sync(&self, _queue: &HostQueue) -> Result<()> {
-        Ok(()) // launches complete before they return
-    }
-
-    fn record(&self, _queue: &HostQueue) -> Result<HostEvent> {
-        Ok(HostEvent(Instant::now()))
-    }
-
-    fn wait_event(&self, _queue: &HostQueue, _event: &HostEvent) -> Result<()> {
-        Ok(())
-    }
-
-    fn sync_event(&self, _event: &HostEvent) -> Result<()> {
-        Ok(())
+    fn is_complete(&self, event: &HostEvent) -> Result<bool> {
+        Ok(event.stream.reached(event.ticket))
     }
 
     fn elapsed(&self, start: &HostEvent, end: &HostEvent) -> Result<Duration> {
-        Ok(end.0.saturating_duration_since(start.0))
+        Ok(end.time()?.saturating_duration_since(start.time()?))
     }
 
     fn destroy_event(&self, _event: HostEvent) -> Result<()> {
@@ -432,7 +618,7 @@ impl hal::Ipc for HostDevice {
         }
         let buffer = HostBuffer::exportable(size)
             .map_err(|e| oom(size, format!("memfd_create/ftruncate/mmap: {e}")))?;
-        Ok(self.shared.counted(buffer))
+        Ok(buffer.counted(self.shared.clone()))
     }
 
     fn export(&self, buffer: &HostBuffer) -> Result<hal::Exported> {
@@ -471,7 +657,15 @@ impl hal::Ipc for HostDevice {
             return Err(bad("size 0"));
         }
         let buffer = HostBuffer::import(fd, size)?;
-        Ok(self.shared.counted(buffer))
+        Ok(buffer.counted(self.shared.clone()))
+    }
+}
+
+/// `Error::InvalidArgument` for `call`.
+pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        call,
+        reason: reason.into(),
     }
 }
 

@@ -1,19 +1,27 @@
 //! Host memory: one zeroed, aligned heap allocation per buffer, or, for memory other
 //! processes may map, a sealed memfd mapped shared (see [`HostBuffer::exportable`]).
 //!
-//! All access goes through raw-pointer copies; no Rust reference to the bytes is ever
-//! formed, so kernels (C code) may hold pointers into them. Reads take `&self`, mutation
-//! takes `&mut self`, so the borrow checker rules out two threads racing on the same bytes
-//! through this API, with no lock. Every method checks its range before touching memory,
-//! whatever the caller checked.
+//! The bytes are device memory, not Rust memory: no Rust reference to them is ever formed,
+//! every access is a raw copy, and kernels (C code) hold pointers into them. A buffer is an
+//! `Arc` of its [`Memory`]: queued work holds the memory too, so `free` defers the release
+//! behind the queued work that uses it (Q1), and [`Uses`] records that work so that a host
+//! read, write, fill or copy waits for it first. Every method checks its range before
+//! touching memory, whatever the caller checked.
+//!
+//! Like device memory on a GPU, bytes that queued work and the host (or two queues) touch
+//! without ordering between them hold unspecified values; no access leaves the allocation.
 
 use std::alloc::Layout;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use offload_core::{BackendKind, Error, Result};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
+
+use crate::stream::Uses;
 
 /// Alignment of every host allocation, in bytes.
 pub const ALIGNMENT: usize = 64;
@@ -32,20 +40,31 @@ enum Backing {
     Shared { fd: Option<OwnedFd> },
 }
 
-/// An allocation of the host backend.
+/// One allocation: released when the buffer and every queued command using it are gone.
 #[derive(Debug)]
-pub struct HostBuffer {
+pub(crate) struct Memory {
     ptr: NonNull<u8>,
     len: usize,
     backing: Backing,
+    /// The queued work that uses these bytes.
+    pub(crate) uses: Uses,
+    /// The platform whose live count this allocation is in (decremented at release).
+    owner: Option<Arc<crate::Shared>>,
 }
 
-// SAFETY: the buffer owns its allocation exclusively (like a `Box<[u8]>`); moving it to
+// SAFETY: the memory owns its allocation exclusively (like a `Box<[u8]>`); moving it to
 // another thread moves that ownership.
-unsafe impl Send for HostBuffer {}
-// SAFETY: through `&HostBuffer` the bytes are only read; every write needs `&mut`, so
-// concurrent `&HostBuffer` users never race with a writer.
-unsafe impl Sync for HostBuffer {}
+unsafe impl Send for Memory {}
+// SAFETY: shared access only ever copies bytes through raw pointers inside the allocation
+// (checked ranges); no `&`/`&mut` to the bytes exists, and the allocation itself is
+// released only in `drop`, when no other owner is left.
+unsafe impl Sync for Memory {}
+
+/// An allocation of the host backend.
+#[derive(Debug)]
+pub struct HostBuffer {
+    pub(crate) mem: Arc<Memory>,
+}
 
 fn out_of_range(call: &'static str, offset: usize, len: usize, size: usize) -> Error {
     Error::InvalidArgument {
@@ -58,6 +77,18 @@ fn out_of_range(call: &'static str, offset: usize, len: usize, size: usize) -> E
 }
 
 impl HostBuffer {
+    fn wrap(ptr: NonNull<u8>, len: usize, backing: Backing) -> HostBuffer {
+        HostBuffer {
+            mem: Arc::new(Memory {
+                ptr,
+                len,
+                backing,
+                uses: Uses::default(),
+                owner: None,
+            }),
+        }
+    }
+
     /// A zeroed allocation of `size` (> 0) bytes, or `None` if the allocator refuses.
     pub(crate) fn new(size: usize) -> Option<HostBuffer> {
         if size == 0 {
@@ -66,11 +97,11 @@ impl HostBuffer {
         let layout = Layout::from_size_align(size, ALIGNMENT).ok()?;
         // SAFETY: `layout` has a non-zero size (checked above).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        Some(HostBuffer {
-            ptr: NonNull::new(ptr)?,
-            len: size,
-            backing: Backing::Heap(layout),
-        })
+        Some(HostBuffer::wrap(
+            NonNull::new(ptr)?,
+            size,
+            Backing::Heap(layout),
+        ))
     }
 
     /// A zeroed allocation of `size` (> 0) bytes that another process can map: a memfd,
@@ -83,11 +114,11 @@ impl HostBuffer {
         rustix::fs::ftruncate(&fd, size as u64)?;
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
         let ptr = map_shared(&fd, size)?;
-        Ok(HostBuffer {
+        Ok(HostBuffer::wrap(
             ptr,
-            len: size,
-            backing: Backing::Shared { fd: Some(fd) },
-        })
+            size,
+            Backing::Shared { fd: Some(fd) },
+        ))
     }
 
     /// Maps `size` bytes of another process's exportable allocation, after checking that
@@ -123,16 +154,22 @@ impl HostBuffer {
             reason: format!("mmap: {e}"),
         })?;
         drop(fd); // the mapping keeps the memory
-        Ok(HostBuffer {
-            ptr,
-            len: size,
-            backing: Backing::Shared { fd: None },
-        })
+        Ok(HostBuffer::wrap(ptr, size, Backing::Shared { fd: None }))
+    }
+
+    /// Counts the buffer as live on `owner` until its memory is released.
+    pub(crate) fn counted(mut self, owner: Arc<crate::Shared>) -> HostBuffer {
+        owner.live.fetch_add(1, Ordering::SeqCst);
+        crate::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        if let Some(mem) = Arc::get_mut(&mut self.mem) {
+            mem.owner = Some(owner);
+        }
+        self
     }
 
     /// The memfd of an exportable allocation (`None` for heap or imported memory).
     pub(crate) fn memfd(&self) -> Option<&OwnedFd> {
-        match &self.backing {
+        match &self.mem.backing {
             Backing::Shared { fd } => fd.as_ref(),
             Backing::Heap(_) => None,
         }
@@ -151,7 +188,7 @@ impl HostBuffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len
     }
 
     /// Always false: host buffers are never empty.
@@ -167,26 +204,29 @@ impl HostBuffer {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.len == 0
     }
+}
 
+impl Memory {
     /// Base address, for kernel arguments.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
-    fn check(&self, call: &'static str, offset: usize, len: usize) -> Result<()> {
+    /// Checks that `offset..offset + len` lies inside the allocation.
+    pub(crate) fn check(&self, call: &'static str, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.len() => Ok(()),
-            _ => Err(out_of_range(call, offset, len, self.len())),
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(out_of_range(call, offset, len, self.len)),
         }
     }
 
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check("Buffer::read", offset, dst.len())?;
         // SAFETY: offset + dst.len() <= len (checked), so the source range lies inside our
-        // allocation; `dst` is a Rust slice, which cannot alias our allocation (we never hand
-        // out references to it); writers need `&mut self`, so none runs now.
+        // allocation; `dst` is a Rust slice, which cannot alias our allocation (no reference
+        // to it is ever handed out).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
@@ -197,48 +237,62 @@ impl HostBuffer {
         Ok(())
     }
 
-    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check("Buffer::write", offset, src.len())?;
         // SAFETY: the destination range lies inside our allocation (checked); `src` cannot
-        // alias it (see `read`); `&mut self` excludes every other access.
+        // alias it (see `read`).
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
         };
         Ok(())
     }
 
-    pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
+    /// Fills `len` bytes at `offset` with `pattern` repeated (`len` a multiple of its
+    /// length, which is not zero).
+    pub(crate) fn fill(&self, offset: usize, len: usize, pattern: &[u8]) -> Result<()> {
         self.check("Buffer::fill", offset, len)?;
-        // SAFETY: the range lies inside our allocation (checked); `&mut self` excludes every
-        // other access.
-        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), value, len) };
-        Ok(())
-    }
-
-    pub(crate) fn copy_from(
-        &mut self,
-        d: usize,
-        src: &HostBuffer,
-        so: usize,
-        len: usize,
-    ) -> Result<()> {
-        src.check("Buffer::copy_from", so, len)?;
-        self.check("Buffer::copy_from", d, len)?;
-        // SAFETY: both ranges lie inside their allocations (checked); `self` is borrowed
-        // mutably and `src` shared, so they are different allocations and cannot overlap,
-        // and nobody else writes either.
+        if pattern.is_empty() || len % pattern.len() != 0 {
+            return Err(Error::InvalidArgument {
+                call: "Queue::fill",
+                reason: format!(
+                    "a {}-byte pattern cannot fill {len} bytes exactly",
+                    pattern.len()
+                ),
+            });
+        }
+        let base = self.ptr.as_ptr();
+        if let [byte] = pattern {
+            // SAFETY: the range lies inside our allocation (checked).
+            unsafe { std::ptr::write_bytes(base.add(offset), *byte, len) };
+            return Ok(());
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        // One copy of the pattern, then double the filled prefix until the range is full.
+        // SAFETY: `pattern.len() <= len` (a non-zero multiple), so the first copy lies inside
+        // the checked range; each doubling copies `n <= len - filled` bytes from the filled
+        // prefix to just after it, both inside the range and not overlapping.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.ptr.as_ptr().add(so), self.ptr.as_ptr().add(d), len)
-        };
+            std::ptr::copy_nonoverlapping(pattern.as_ptr(), base.add(offset), pattern.len());
+            let mut filled = pattern.len();
+            while filled < len {
+                let n = filled.min(len - filled);
+                std::ptr::copy_nonoverlapping(base.add(offset), base.add(offset + filled), n);
+                filled += n;
+            }
+        }
         Ok(())
     }
 
-    pub(crate) fn copy_within(&mut self, so: usize, d: usize, len: usize) -> Result<()> {
-        self.check("Buffer::copy_from", so, len)?;
-        self.check("Buffer::copy_from", d, len)?;
-        // SAFETY: both ranges lie inside our allocation (checked); `ptr::copy` allows them
-        // to overlap; `&mut self` excludes every other access.
-        unsafe { std::ptr::copy(self.ptr.as_ptr().add(so), self.ptr.as_ptr().add(d), len) };
+    /// Copies `len` bytes from `src` at `so` to `self` at `d`; the two may be the same
+    /// allocation, with overlapping ranges.
+    pub(crate) fn copy_from(&self, d: usize, src: &Memory, so: usize, len: usize) -> Result<()> {
+        src.check("Queue::copy", so, len)?;
+        self.check("Queue::copy", d, len)?;
+        // SAFETY: both ranges lie inside their allocations (checked); `ptr::copy` allows
+        // them to overlap (when `src` is `self`).
+        unsafe { std::ptr::copy(src.ptr.as_ptr().add(so), self.ptr.as_ptr().add(d), len) };
         Ok(())
     }
 }
@@ -261,17 +315,21 @@ fn map_shared(fd: &OwnedFd, len: usize) -> std::io::Result<NonNull<u8>> {
     NonNull::new(ptr.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))
 }
 
-impl Drop for HostBuffer {
+impl Drop for Memory {
     fn drop(&mut self) {
         match &self.backing {
             // SAFETY: `ptr` came from `alloc_zeroed(layout)` and is freed only here, once.
             Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
             Backing::Shared { .. } => {
                 // SAFETY: `ptr` is the start of our own mapping of `len` bytes, unmapped only
-                // here, once; nothing refers into it any more (we own it exclusively). A
-                // failure would leave a mapping behind, never unmap anything else.
+                // here, once; no owner is left to refer into it. A failure would leave a
+                // mapping behind, never unmap anything else.
                 let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
             }
+        }
+        if let Some(owner) = &self.owner {
+            owner.live.fetch_sub(1, Ordering::SeqCst);
+            crate::LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

@@ -38,7 +38,7 @@ struct Range {
 /// blocks from the others' (so a worker that wakes late costs nothing but its share).
 /// Handing out single blocks from one shared counter instead measured 0.96x on two cores
 /// for 1,024 blocks: the blocks, and the cache lines under them, changed cores each launch.
-struct Job {
+pub(crate) struct Job {
     function: KernelFn,
     /// `args[i]` of the kernel ABI: addresses into `values`.
     pointers: Vec<usize>,
@@ -102,8 +102,10 @@ impl Job {
         unsafe { (self.function)(self.pointers.as_ptr() as *const *mut c_void, &launch) };
     }
 
-    /// Runs participant `me`'s range, then whatever is left of the others'.
-    fn run_blocks(&self, me: usize) {
+    /// Runs participant `me`'s range (any index: it is taken modulo the participants),
+    /// then whatever is left of the others'. A thread waiting for the launch (a queue's
+    /// `sync`) helps this way too.
+    pub(crate) fn run_blocks(&self, me: usize) {
         let parts = self.ranges.len();
         let mut ran = 0;
         for k in 0..parts {
@@ -266,13 +268,15 @@ impl LazyPool {
         lock(&self.0).is_some()
     }
 
-    /// Runs a launch to completion.
+    /// Runs a launch to completion. A launch of several blocks is shown to `publish`
+    /// while it runs (then `None`), so that threads waiting for it can take blocks too.
     pub(crate) fn run(
         &self,
         function: KernelFn,
         values: Vec<[u8; 8]>,
         grid: [u32; 3],
         block: [u32; 3],
+        publish: impl Fn(Option<Arc<Job>>),
     ) {
         let total = grid.iter().map(|&g| u64::from(g)).product::<u64>();
         if total == 0 {
@@ -283,9 +287,16 @@ impl LazyPool {
             Job::new(function, values, grid, block, 1).run_blocks(0);
             return;
         };
+        let alone = |values| {
+            let job = Arc::new(Job::new(function, values, grid, block, 2));
+            publish(Some(job.clone()));
+            job.run_blocks(0);
+            wait_done(&job);
+            publish(None);
+        };
         // Another queue's launch has the workers: run this one here rather than wait.
         let Ok(_busy) = pool.busy.try_lock() else {
-            Job::new(function, values, grid, block, 1).run_blocks(0);
+            alone(values);
             return;
         };
         let job = Arc::new(Job::new(
@@ -295,6 +306,7 @@ impl LazyPool {
             block,
             pool.workers.len() + 1,
         ));
+        publish(Some(job.clone()));
         {
             let mut state = lock(&pool.shared.state);
             state.job = Some(job.clone());
@@ -303,11 +315,17 @@ impl LazyPool {
         }
         pool.shared.wake.notify_all();
         job.run_blocks(0);
-        // Workers may still be running their last blocks.
-        while !job.done() {
-            std::hint::spin_loop();
-            std::thread::yield_now();
-        }
+        wait_done(&job);
+        publish(None);
         lock(&pool.shared.state).job = None;
+    }
+}
+
+/// Waits until every block of `job` has run (workers or helpers may still be running
+/// their last ones); yields, so a helper that lost its core gets it back.
+fn wait_done(job: &Job) {
+    while !job.done() {
+        std::hint::spin_loop();
+        std::thread::yield_now();
     }
 }

@@ -19,6 +19,7 @@ use offload_core::hal;
 use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
 
 use crate::elf::{self, SymbolKind};
+use crate::stream::Uses;
 
 /// The C signature of a host kernel (see include/offload_host.h).
 pub(crate) type KernelFn = unsafe extern "C" fn(args: *const *mut c_void, launch: *const Launch);
@@ -44,6 +45,8 @@ pub(crate) struct Loaded {
     library: libloading::os::unix::Library,
     _memfd: File,
     image: elf::Image,
+    /// Queued launches of its kernels: global reads and writes wait for them.
+    pub(crate) uses: Uses,
 }
 
 impl Drop for Loaded {
@@ -69,8 +72,8 @@ impl std::fmt::Debug for HostModule {
 pub struct HostKernel {
     pub(crate) function: KernelFn,
     pub(crate) params: Vec<ParamKind>,
-    /// Keeps the code mapped while the kernel exists.
-    _loaded: Arc<Loaded>,
+    /// Keeps the code mapped while the kernel exists (and while launches of it are queued).
+    pub(crate) loaded: Arc<Loaded>,
 }
 
 impl std::fmt::Debug for HostKernel {
@@ -127,6 +130,7 @@ pub(crate) fn load(image: &[u8]) -> Result<HostModule> {
             library,
             _memfd: file,
             image: parsed,
+            uses: Uses::default(),
         }),
     })
 }
@@ -200,7 +204,7 @@ impl hal::Program for HostModule {
         Ok(HostKernel {
             function,
             params,
-            _loaded: loaded.clone(),
+            loaded: loaded.clone(),
         })
     }
 
@@ -220,6 +224,7 @@ impl hal::Program for HostModule {
         const CALL: &str = "Module::read_global";
         let (address, size, _) = self.writable_global(CALL, name)?;
         check(CALL, name, size, offset, dst.len())?;
+        self.loaded.uses.wait();
         // SAFETY: the range lies inside the symbol's `size` bytes (checked), which stay mapped
         // while the module is loaded (`&self`).
         unsafe { std::ptr::copy_nonoverlapping(address.add(offset), dst.as_mut_ptr(), dst.len()) };
@@ -236,6 +241,7 @@ impl hal::Program for HostModule {
             });
         }
         check(CALL, name, size, offset, src.len())?;
+        self.loaded.uses.wait();
         // SAFETY: the range lies inside the symbol's bytes (checked), in a writable section
         // (checked), mapped while the module is loaded.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), address.add(offset), src.len()) };

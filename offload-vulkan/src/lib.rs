@@ -166,6 +166,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod batch;
 mod device;
 mod error;
 mod info;
@@ -175,13 +176,14 @@ mod program;
 mod queue;
 mod spirv;
 mod transfer;
+mod usage;
 mod validation;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use offload_core::hal::{self, KernelOf};
+use offload_core::hal::{self, HostFn, KernelOf};
 use offload_core::{
     BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind,
     PlatformEntry, Result,
@@ -228,6 +230,7 @@ pub(crate) static LIVE_PIPELINES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LIVE_QUEUES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LIVE_EVENTS: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LAUNCHES: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static SUBMISSIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// Process-wide counts of what the Vulkan backend did.
 ///
@@ -261,8 +264,11 @@ pub struct VulkanStats {
     pub live_queues: usize,
     /// Events not yet destroyed.
     pub live_events: usize,
-    /// Kernel launches submitted.
+    /// Kernel launches recorded.
     pub launches: usize,
+    /// Batches of queued work submitted (`vkQueueSubmit`s of queues; consecutive launches
+    /// and copies on one queue share one).
+    pub submissions: usize,
 }
 
 /// Reads the process-wide counters.
@@ -285,6 +291,7 @@ pub fn stats() -> VulkanStats {
         live_queues: LIVE_QUEUES.load(Ordering::SeqCst),
         live_events: LIVE_EVENTS.load(Ordering::SeqCst),
         launches: LAUNCHES.load(Ordering::SeqCst),
+        submissions: SUBMISSIONS.load(Ordering::SeqCst),
     }
 }
 
@@ -687,8 +694,8 @@ impl hal::Device for VulkanDevice {
     }
 
     fn free(&self, buffer: VulkanBuffer) -> Result<()> {
-        // Launches that use it may still run: wait, then destroy (dropping waits too, but
-        // could only ignore an error).
+        // Queued work that uses it may still run: submit it and wait, then destroy
+        // (dropping waits too, but could only ignore an error).
         let waited = buffer.wait_unused("Buffer::free");
         drop(buffer);
         waited
@@ -758,8 +765,55 @@ impl hal::Device for VulkanDevice {
         queue.launch(kernel, dims, args)
     }
 
+    fn enqueue_write(
+        &self,
+        queue: &VulkanQueue,
+        buffer: &VulkanBuffer,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        queue.enqueue_write(buffer, offset, &data)
+    }
+
+    fn enqueue_fill(
+        &self,
+        queue: &VulkanQueue,
+        buffer: &VulkanBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        queue.enqueue_fill(buffer, offset, len, pattern)
+    }
+
+    fn enqueue_copy(
+        &self,
+        queue: &VulkanQueue,
+        src: &VulkanBuffer,
+        src_offset: usize,
+        dst: &VulkanBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        queue.enqueue_copy(src, src_offset, dst, dst_offset, len)
+    }
+
+    /// Submits and waits for the queue's work, then runs `f` on the calling thread (a
+    /// `VkQueue` has no host callbacks): the order holds, but the call blocks.
+    fn enqueue_host_fn(&self, queue: &VulkanQueue, f: HostFn) -> Result<()> {
+        queue.enqueue_host_fn(f)
+    }
+
     fn sync(&self, queue: &VulkanQueue) -> Result<()> {
         queue.sync()
+    }
+
+    fn is_idle(&self, queue: &VulkanQueue) -> Result<bool> {
+        queue.is_idle()
+    }
+
+    fn is_complete(&self, event: &VulkanEvent) -> Result<bool> {
+        queue::is_complete(event)
     }
 
     fn record(&self, queue: &VulkanQueue) -> Result<VulkanEvent> {

@@ -10,13 +10,14 @@
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use ash::vk;
 use offload_core::{BackendKind, Error, MemKind, Result, hal::Exported};
 
 use crate::device::DeviceContext;
 use crate::error::{At, check_range, invalid, map_vk_err, out_of_memory};
+use crate::usage::Usage;
 
 /// What an allocation is for; decides its memory type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -451,10 +452,10 @@ pub struct VulkanBuffer {
     /// Whether it may be exported (made by `alloc_exportable`; never an import).
     exportable: bool,
     device: Arc<DeviceContext>,
-    /// The timeline value of the last launch that used it (0: none). Every host access,
-    /// and freeing it, waits for that value first: GPU work never sees memory change or
-    /// disappear under it, and the host never reads what a kernel has not finished writing.
-    last_use: AtomicU64,
+    /// The queued work that uses it. Every host access, and freeing it, first submits and
+    /// waits for that work: GPU work never sees memory change or disappear under it, and
+    /// the host never reads what queued work has not finished writing (Q1).
+    usage: Arc<Usage>,
 }
 
 // SAFETY: the buffer owns its Vulkan objects exclusively (like a `Box<[u8]>` owns its bytes);
@@ -463,8 +464,8 @@ pub struct VulkanBuffer {
 unsafe impl Send for VulkanBuffer {}
 // SAFETY: through `&VulkanBuffer` the host only reads the bytes (memcpy out of the mapping,
 // or a GPU copy out of the buffer under the queue mutex); every host write needs `&mut`.
-// Kernels launched with `&VulkanBuffer` write it on the device, not through Rust references,
-// and every host access first waits for the launches submitted before it (`last_use`).
+// Queued work on `&VulkanBuffer` writes it on the device, not through Rust references, and
+// every host access first submits and waits for the work queued before it (`usage`).
 unsafe impl Sync for VulkanBuffer {}
 
 impl VulkanBuffer {
@@ -536,7 +537,7 @@ impl VulkanBuffer {
             kind,
             exportable,
             device,
-            last_use: AtomicU64::new(0),
+            usage: Arc::default(),
         }
     }
 
@@ -571,15 +572,14 @@ impl VulkanBuffer {
         self.raw.buffer
     }
 
-    /// Notes that the submission with timeline value `value` uses this buffer.
-    pub(crate) fn used_by(&self, value: u64) {
-        self.last_use.fetch_max(value, Ordering::AcqRel);
+    /// The queued work that uses this buffer.
+    pub(crate) fn usage(&self) -> &Arc<Usage> {
+        &self.usage
     }
 
-    /// Waits until no submitted GPU work uses this buffer any more.
+    /// Submits the queued work that uses this buffer and waits until none runs any more.
     pub(crate) fn wait_unused(&self, call: &'static str) -> Result<()> {
-        self.device
-            .wait_for(self.last_use.load(Ordering::Acquire), call)
+        self.usage.wait(&self.device, call)
     }
 
     /// Size in bytes.
@@ -784,11 +784,10 @@ impl VulkanBuffer {
 
 impl Drop for VulkanBuffer {
     fn drop(&mut self) {
-        // Launches that use it may still run: wait for them (`Device::free` waited already
-        // and reported an error; here one can only be ignored, after waiting idle).
-        let _ = self
-            .device
-            .wait_for_or_idle(*self.last_use.get_mut(), "Buffer::free");
+        // Queued work that uses it may still run: submit and wait for it (`Device::free`
+        // waited already and reported an error; here one can only be ignored, after waiting
+        // idle).
+        self.usage.wait_or_idle(&self.device, "Buffer::free");
         // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
         // transfer that used it completed before its call returned, and every launch that
         // used it has finished (waited above), so no GPU work on it is pending; it is

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ash::vk;
@@ -24,6 +24,7 @@ use offload_core::{BackendKind, Error, ParamKind, Result};
 use crate::device::DeviceContext;
 use crate::error::{At, invalid, map_vk_err};
 use crate::spirv::{self, EntryPoint, Reflection, SpirvVersion, WorkgroupSize};
+use crate::usage::Usage;
 
 /// A pipeline made for a block size other than the declared one, with the shader module it
 /// was made from when that is a patched copy.
@@ -48,8 +49,8 @@ pub(crate) struct ModuleInner {
     reflection: Reflection,
     shader: vk::ShaderModule,
     entries: Vec<Mutex<Option<EntryObjects>>>,
-    /// The timeline value of the last launch of one of its kernels.
-    pub(crate) last_use: AtomicU64,
+    /// The queued launches of its kernels.
+    pub(crate) usage: Arc<Usage>,
 }
 
 impl std::fmt::Debug for ModuleInner {
@@ -514,7 +515,7 @@ pub(crate) fn load(device: Arc<DeviceContext>, image: &[u8]) -> Result<VulkanMod
             reflection,
             shader,
             entries,
-            last_use: AtomicU64::new(0),
+            usage: Arc::default(),
         }),
     })
 }
@@ -575,18 +576,15 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
 /// still live, then when the last one goes).
 pub(crate) fn unload(module: VulkanModule) -> Result<()> {
     let inner = &module.inner;
-    let waited = inner
-        .device
-        .wait_for(inner.last_use.load(Ordering::Acquire), "Module::unload");
+    let waited = inner.usage.wait(&inner.device, "Module::unload");
     drop(module);
     waited
 }
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        let _ = self
-            .device
-            .wait_for_or_idle(*self.last_use.get_mut(), "Module::unload");
+        // Batches that use it hold it, so by now they have run: this returns at once.
+        self.usage.wait_or_idle(&self.device, "Module::unload");
         let dev = &self.device.raw;
         for entry in &mut self.entries {
             let objects = entry

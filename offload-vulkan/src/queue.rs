@@ -1,15 +1,20 @@
-//! Queues, launches and events on Vulkan.
+//! Queues, launches, queued copies and events on Vulkan.
 //!
-//! A [`VulkanQueue`] is an in-order stream of work recorded into its own command pool and
-//! submitted to the device's one compute `VkQueue`. Each submission (a launch, or an event's
-//! timestamp) is a *batch*: a command buffer and a descriptor pool, reused once the device's
-//! timeline has passed the value the batch signalled. Every batch starts with a barrier
-//! against all earlier work on the `VkQueue` and ends with one that makes its writes visible
-//! to the host and to transfers, so work is ordered without further care, across queues too.
+//! A [`VulkanQueue`] is an in-order stream of work on one device, submitted to the
+//! device's one compute `VkQueue`. Work is *batched* (Q1): launches, queued writes, fills
+//! and copies are recorded into the queue's open batch (one command buffer) and return; the
+//! batch is submitted when something needs it — a sync, an event, `is_idle`, a host access
+//! to (or free of) a buffer it uses, the unload of a module it uses — or when it holds
+//! [`DEPTH`] commands. Inside a batch, a command that uses a buffer an earlier command of
+//! the batch used comes after a barrier; independent commands share one. Every batch starts
+//! with a barrier against all earlier work on the `VkQueue` and ends with one that makes
+//! its writes visible to the host and to transfers, so submitted work is ordered across
+//! queues too, and an event (which submits its queue's batch) orders another queue's later
+//! work after it.
 //!
-//! What a launch uses is stamped with its timeline value: the module, so unloading it waits;
-//! every buffer, so host copies and frees wait ([`crate::memory`]); the queue, so `sync`
-//! waits. An [`VulkanEvent`] is a timeline value plus a timestamp query.
+//! What a batch uses is noted in each buffer's and module's [`Usage`]: its open batch
+//! until it is submitted, then its timeline value. An [`VulkanEvent`] is a timeline value
+//! plus a timestamp query.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,42 +22,67 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use ash::vk;
-use offload_core::{Dims, KernelArg, ParamKind, Result};
+use offload_core::hal::HostFn;
+use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
+use crate::batch::Batch;
 use crate::device::DeviceContext;
-use crate::error::{At, invalid, map_vk_err};
-use crate::memory::VulkanBuffer;
-use crate::program::VulkanKernel;
+use crate::error::{At, check_range, invalid, map_vk_err};
+use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
+use crate::program::{ModuleInner, VulkanKernel};
+use crate::usage::Usage;
 
-/// Batches a queue may have in flight before a launch waits for the oldest.
+/// Batches a queue may have in flight before a new one waits for the oldest.
 const MAX_IN_FLIGHT: usize = 32;
 
-/// One submission's command buffer and descriptor pool.
-#[derive(Debug)]
-struct Batch {
-    commands: vk::CommandBuffer,
-    descriptors: vk::DescriptorPool,
-    /// Storage-buffer descriptors `descriptors` holds (0: no pool yet).
-    capacity: u32,
-    /// Whether a set was allocated from `descriptors` since its last reset.
-    used: bool,
-    /// The timeline value its last submission signals.
-    value: u64,
+/// Commands an open batch takes before it is submitted without being asked.
+pub const DEPTH: u32 = 256;
+
+/// The most bytes a queued write records into the command buffer itself
+/// (`vkCmdUpdateBuffer`); larger or unaligned writes go through staging memory.
+const INLINE_WRITE: usize = 65536;
+
+/// The batch being recorded.
+struct Open {
+    batch: Batch,
+    commands: u32,
+    /// Buffers used by commands since the last barrier.
+    touched: Vec<vk::Buffer>,
+    /// The usages of everything its commands use, stamped when it is submitted.
+    usages: Vec<Arc<Usage>>,
 }
 
-#[derive(Debug)]
 struct QueueInner {
     pool: vk::CommandPool,
     idle: Vec<Batch>,
     in_flight: VecDeque<Batch>,
+    open: Option<Open>,
     /// A timeline value the next submission waits for (`wait_event`); 0: none.
     wait: u64,
 }
 
+/// A queue's state, shared with the usages that name it (so a host access can submit its
+/// open batch).
+pub(crate) struct QueueShared {
+    device: Arc<DeviceContext>,
+    inner: Mutex<QueueInner>,
+    /// The timeline value of this queue's last submission.
+    last: AtomicU64,
+}
+
+impl std::fmt::Debug for QueueShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VulkanQueue")
+            .field("last", &self.last.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
 /// An in-order stream of work on one Vulkan device.
 ///
-/// Made by [`Device::queue`](offload_core::hal::Device::queue). Launches are recorded and submitted at once;
-/// `sync` waits for the last of them. Dropping it (or `destroy_queue`) waits for its work.
+/// Made by [`Device::queue`](offload_core::hal::Device::queue). Work is recorded into
+/// batches and submitted when something needs it (see the module docs); `sync` submits and
+/// waits. Dropping it (or `destroy_queue`) submits and waits for its work.
 ///
 /// ```
 /// use offload_core::hal::{Device as _, Platform as _, Program as _};
@@ -72,10 +102,7 @@ struct QueueInner {
 /// ```
 #[derive(Debug)]
 pub struct VulkanQueue {
-    device: Arc<DeviceContext>,
-    inner: Mutex<QueueInner>,
-    /// The timeline value of this queue's last submission.
-    last: AtomicU64,
+    shared: Arc<QueueShared>,
 }
 
 /// A point in a queue's work: a timeline value and, where the queue writes timestamps, a
@@ -157,40 +184,13 @@ impl Drop for VulkanEvent {
     }
 }
 
-impl VulkanQueue {
-    /// Creates a queue (a command pool) on `device`.
-    pub(crate) fn new(device: Arc<DeviceContext>) -> Result<VulkanQueue> {
-        const CALL: &str = "Device::queue";
-        device.timeline(CALL)?;
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(device.queue_family)
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        // SAFETY: the device is live and the family is the one its queue was made from.
-        let pool = unsafe { device.raw.create_command_pool(&info, None) }
-            .map_err(|e| map_vk_err(At::new(CALL, "vkCreateCommandPool"), e))?;
-        crate::LIVE_QUEUES.fetch_add(1, Ordering::SeqCst);
-        Ok(VulkanQueue {
-            device,
-            inner: Mutex::new(QueueInner {
-                pool,
-                idle: Vec::new(),
-                in_flight: VecDeque::new(),
-                wait: 0,
-            }),
-            last: AtomicU64::new(0),
-        })
-    }
-
-    pub(crate) fn device(&self) -> &Arc<DeviceContext> {
-        &self.device
-    }
-
+impl QueueShared {
     fn lock(&self) -> MutexGuard<'_, QueueInner> {
         // Each step under the lock is one driver call or a push/pop: never half-done.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A batch whose last submission has finished, or a new one.
+    /// A batch whose last submission has finished (recycled), or a new one.
     fn batch(&self, inner: &mut QueueInner, call: &'static str) -> Result<Batch> {
         while let Some(front) = inner.in_flight.front() {
             let full = inner.in_flight.len() >= MAX_IN_FLIGHT && inner.idle.is_empty();
@@ -199,7 +199,9 @@ impl VulkanQueue {
             } else if !self.device.is_complete(front.value, call)? {
                 break;
             }
-            if let Some(done) = inner.in_flight.pop_front() {
+            if let Some(mut done) = inner.in_flight.pop_front() {
+                // SAFETY: its submission finished (checked or waited above).
+                unsafe { done.recycle(&self.device) };
                 inner.idle.push(done);
             }
         }
@@ -219,164 +221,246 @@ impl VulkanQueue {
                 vk::Result::ERROR_UNKNOWN,
             )
         })?;
-        Ok(Batch {
-            commands,
-            descriptors: vk::DescriptorPool::null(),
-            capacity: 0,
-            used: false,
-            value: 0,
-        })
+        Ok(Batch::new(commands))
     }
 
-    /// A descriptor set of `layout` for `count` storage buffers, from the batch's pool.
-    fn descriptor_set(
-        &self,
-        batch: &mut Batch,
-        layout: vk::DescriptorSetLayout,
-        count: u32,
-        call: &'static str,
-    ) -> Result<vk::DescriptorSet> {
-        let dev = &self.device.raw;
-        if batch.capacity < count {
-            if batch.descriptors != vk::DescriptorPool::null() {
-                // SAFETY: the batch's last submission finished; no set of the pool is in use.
-                unsafe { dev.destroy_descriptor_pool(batch.descriptors, None) };
-                batch.descriptors = vk::DescriptorPool::null();
-                batch.capacity = 0;
+    /// The open batch, begun (with its leading barrier) if there was none.
+    fn open<'a>(&self, inner: &'a mut QueueInner, call: &'static str) -> Result<&'a mut Open> {
+        if inner.open.is_none() {
+            let batch = self.batch(inner, call)?;
+            let cb = batch.commands;
+            let begin = vk::CommandBufferBeginInfo::default()
+                .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            // SAFETY: the command buffer is not pending (its last submission finished, or it
+            // was never submitted); its pool allows resetting it on begin; we hold the
+            // pool's lock.
+            if let Err(e) = unsafe { self.device.raw.begin_command_buffer(cb, &begin) } {
+                inner.idle.push(batch);
+                return Err(map_vk_err(At::new(call, "vkBeginCommandBuffer"), e));
             }
-            let capacity = count.max(8);
-            let sizes = [vk::DescriptorPoolSize::default()
-                .ty(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(capacity)];
-            let info = vk::DescriptorPoolCreateInfo::default()
-                .max_sets(1)
-                .pool_sizes(&sizes);
-            // SAFETY: the device is live; `info` lives across the call.
-            batch.descriptors = unsafe { dev.create_descriptor_pool(&info, None) }
-                .map_err(|e| map_vk_err(At::new(call, "vkCreateDescriptorPool"), e))?;
-            batch.capacity = capacity;
-            batch.used = false;
-        } else if batch.used {
-            // SAFETY: the batch's last submission finished; no set of the pool is in use.
-            unsafe {
-                dev.reset_descriptor_pool(batch.descriptors, vk::DescriptorPoolResetFlags::empty())
-            }
-            .map_err(|e| map_vk_err(At::new(call, "vkResetDescriptorPool"), e))?;
-            batch.used = false;
+            barrier(
+                &self.device,
+                cb,
+                (
+                    vk::PipelineStageFlags::ALL_COMMANDS,
+                    vk::AccessFlags::MEMORY_WRITE,
+                ),
+                (
+                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                    vk::AccessFlags::SHADER_READ
+                        | vk::AccessFlags::SHADER_WRITE
+                        | vk::AccessFlags::TRANSFER_READ
+                        | vk::AccessFlags::TRANSFER_WRITE,
+                ),
+            );
+            inner.open = Some(Open {
+                batch,
+                commands: 0,
+                touched: Vec::new(),
+                usages: Vec::new(),
+            });
         }
-        let layouts = [layout];
-        let info = vk::DescriptorSetAllocateInfo::default()
-            .descriptor_pool(batch.descriptors)
-            .set_layouts(&layouts);
-        // SAFETY: pool and layout are live; the pool holds one set of `capacity >= count`
-        // storage buffers and is empty (fresh or reset).
-        let sets = unsafe { dev.allocate_descriptor_sets(&info) }
-            .map_err(|e| map_vk_err(At::new(call, "vkAllocateDescriptorSets"), e))?;
-        batch.used = true;
-        sets.first().copied().ok_or_else(|| {
-            map_vk_err(
-                At::new(call, "vkAllocateDescriptorSets"),
-                vk::Result::ERROR_UNKNOWN,
-            )
-        })
+        inner
+            .open
+            .as_mut()
+            .ok_or_else(|| invalid(call, "the vulkan queue lost its open batch"))
     }
 
-    /// Records `record` into a batch between the ordering barriers and submits it. Returns
-    /// the timeline value it signals.
-    fn submit(
-        &self,
+    /// Records one command into the open batch: a barrier first if it uses a buffer an
+    /// earlier command of the batch used, then `record`; notes its buffers (and module)
+    /// as used by the batch. Submits the batch once it holds [`DEPTH`] commands.
+    fn record(
+        self: &Arc<Self>,
         call: &'static str,
-        record: impl FnOnce(&mut Batch) -> Result<()>,
-    ) -> Result<u64> {
+        buffers: &[&VulkanBuffer],
+        module: Option<&Arc<ModuleInner>>,
+        record: impl FnOnce(&mut Batch, vk::CommandBuffer) -> Result<()>,
+    ) -> Result<()> {
         let mut inner = self.lock();
-        let mut batch = self.batch(&mut inner, call)?;
-        let recorded = self.record_into(&mut batch, call, record);
-        let submitted = recorded.and_then(|()| {
+        let open = self.open(&mut inner, call)?;
+        let cb = open.batch.commands;
+        if buffers
+            .iter()
+            .any(|b| open.touched.contains(&b.vk_buffer()))
+        {
+            let work = (
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+            );
+            let next = (
+                work.0,
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE,
+            );
+            barrier(&self.device, cb, work, next);
+            open.touched.clear();
+        }
+        record(&mut open.batch, cb)?;
+        if let Some(module) = module {
+            open.batch.hold(module);
+        }
+        open.touched.extend(buffers.iter().map(|b| b.vk_buffer()));
+        let usages = buffers
+            .iter()
+            .map(|b| b.usage())
+            .chain(module.map(|m| &m.usage));
+        for usage in usages {
+            if !open.usages.iter().any(|u| Arc::ptr_eq(u, usage)) {
+                usage.opened_by(self);
+                open.usages.push(usage.clone());
+            }
+        }
+        open.commands += 1;
+        if open.commands >= DEPTH {
+            self.submit(&mut inner, call)?;
+        }
+        Ok(())
+    }
+
+    /// Submits the open batch, if any (with its trailing barrier). On failure the batch's
+    /// commands are dropped, never run, and the error says so.
+    fn submit(&self, inner: &mut QueueInner, call: &'static str) -> Result<()> {
+        let Some(open) = inner.open.take() else {
+            return Ok(());
+        };
+        let Open {
+            mut batch, usages, ..
+        } = open;
+        let cb = batch.commands;
+        barrier(
+            &self.device,
+            cb,
+            (
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+            ),
+            (
+                vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::TRANSFER,
+                vk::AccessFlags::HOST_READ
+                    | vk::AccessFlags::HOST_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE,
+            ),
+        );
+        // SAFETY: the command buffer is recording.
+        let ended = unsafe { self.device.raw.end_command_buffer(cb) }
+            .map_err(|e| map_vk_err(At::new(call, "vkEndCommandBuffer"), e));
+        let submitted = ended.and_then(|()| {
             // SAFETY: the command buffer was just recorded (executable, not pending: its last
-            // submission finished); what it uses lives until the value is reached: pipelines
-            // and layouts by the module's `last_use`, buffers by theirs, descriptor sets by
-            // the batch, which is reused only after the value.
+            // submission finished); what it uses lives until the value is reached: modules
+            // and staging memory by the batch, which is recycled only after the value,
+            // buffers by their usages (every host access, free and drop waits for them).
             unsafe {
                 self.device
-                    .submit_timeline(std::slice::from_ref(&batch.commands), inner.wait, call)
+                    .submit_timeline(std::slice::from_ref(&cb), inner.wait, call)
             }
         });
+        let me: *const QueueShared = self;
         match submitted {
             Ok(value) => {
                 inner.wait = 0;
                 batch.value = value;
                 inner.in_flight.push_back(batch);
                 self.last.store(value, Ordering::Release);
-                Ok(value)
+                for usage in usages {
+                    usage.submitted(me, value);
+                }
+                crate::SUBMISSIONS.fetch_add(1, Ordering::Relaxed);
+                Ok(())
             }
             Err(e) => {
-                // Not submitted: the batch is free again (recording resets it).
+                for usage in usages {
+                    usage.submitted(me, 0);
+                }
+                // SAFETY: never submitted; beginning it again resets it.
+                unsafe { batch.recycle(&self.device) };
                 inner.idle.push(batch);
-                Err(e)
+                Err(Error::Driver {
+                    backend: BackendKind::Vulkan,
+                    call,
+                    code: -1,
+                    message: format!(
+                        "the queued work since the last submission was dropped, not run: {e}"
+                    ),
+                })
             }
         }
     }
 
-    fn record_into(
-        &self,
-        batch: &mut Batch,
-        call: &'static str,
-        record: impl FnOnce(&mut Batch) -> Result<()>,
-    ) -> Result<()> {
-        let dev = &self.device.raw;
-        let cb = batch.commands;
-        let begin = vk::CommandBufferBeginInfo::default()
-            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        // SAFETY: the command buffer is not pending (its last submission finished, or it was
-        // never submitted); its pool allows resetting it on begin; we hold the pool's lock.
-        unsafe { dev.begin_command_buffer(cb, &begin) }
-            .map_err(|e| map_vk_err(At::new(call, "vkBeginCommandBuffer"), e))?;
-        let before = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_WRITE,
-            )];
-        // SAFETY: the command buffer is recording.
-        unsafe {
-            dev.cmd_pipeline_barrier(
-                cb,
-                vk::PipelineStageFlags::ALL_COMMANDS,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::DependencyFlags::empty(),
-                &before,
-                &[],
-                &[],
-            )
-        };
-        record(batch)?;
-        let after = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::HOST_READ
-                    | vk::AccessFlags::HOST_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE,
-            )];
-        // SAFETY: the command buffer is recording.
-        unsafe {
-            dev.cmd_pipeline_barrier(
-                cb,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::TRANSFER,
-                vk::DependencyFlags::empty(),
-                &after,
-                &[],
-                &[],
-            )
-        };
-        // SAFETY: the command buffer is recording.
-        unsafe { dev.end_command_buffer(cb) }
-            .map_err(|e| map_vk_err(At::new(call, "vkEndCommandBuffer"), e))
+    /// Submits the open batch, if any.
+    pub(crate) fn flush(&self, call: &'static str) -> Result<()> {
+        let mut inner = self.lock();
+        self.submit(&mut inner, call)
+    }
+}
+
+impl VulkanQueue {
+    /// Creates a queue (a command pool) on `device`.
+    pub(crate) fn new(device: Arc<DeviceContext>) -> Result<VulkanQueue> {
+        const CALL: &str = "Device::queue";
+        device.timeline(CALL)?;
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(device.queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: the device is live and the family is the one its queue was made from.
+        let pool = unsafe { device.raw.create_command_pool(&info, None) }
+            .map_err(|e| map_vk_err(At::new(CALL, "vkCreateCommandPool"), e))?;
+        crate::LIVE_QUEUES.fetch_add(1, Ordering::SeqCst);
+        Ok(VulkanQueue {
+            shared: Arc::new(QueueShared {
+                device,
+                inner: Mutex::new(QueueInner {
+                    pool,
+                    idle: Vec::new(),
+                    in_flight: VecDeque::new(),
+                    open: None,
+                    wait: 0,
+                }),
+                last: AtomicU64::new(0),
+            }),
+        })
     }
 
-    /// Records and submits a dispatch of `kernel`.
+    pub(crate) fn device(&self) -> &Arc<DeviceContext> {
+        &self.shared.device
+    }
+
+    /// Commands recorded and not yet submitted (for tests of batching).
+    ///
+    /// ```
+    /// # use offload_core::hal::{Device as _, Platform as _};
+    /// # use offload_core::{Config, MemKind};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// # let dev = vk.devices().remove(0);
+    /// let queue = dev.queue()?;
+    /// let buf = dev.alloc(16, MemKind::Device)?;
+    /// dev.enqueue_fill(&queue, &buf, 0, 16, &[7])?;
+    /// assert_eq!(queue.unsubmitted(), 1);
+    /// dev.sync(&queue)?;
+    /// assert_eq!(queue.unsubmitted(), 0);
+    /// # dev.free(buf)?;
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn unsubmitted(&self) -> u32 {
+        self.shared.lock().open.as_ref().map_or(0, |o| o.commands)
+    }
+
+    fn check_device(&self, call: &'static str, buffers: &[&VulkanBuffer]) -> Result<()> {
+        if buffers
+            .iter()
+            .any(|b| !Arc::ptr_eq(b.device(), &self.shared.device))
+        {
+            return Err(invalid(
+                call,
+                "the vulkan buffer is on another device than the queue",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records a dispatch of `kernel` into the open batch.
     pub(crate) fn launch(
         &self,
         kernel: &VulkanKernel,
@@ -384,9 +468,10 @@ impl VulkanQueue {
         args: &[KernelArg<'_, VulkanBuffer>],
     ) -> Result<()> {
         const CALL: &str = "Queue::launch";
+        let device = &self.shared.device;
         let entry = kernel.entry_point();
         let name = &entry.name;
-        if !Arc::ptr_eq(&kernel.module.device, &self.device) {
+        if !Arc::ptr_eq(&kernel.module.device, device) {
             return Err(invalid(
                 CALL,
                 format!("vulkan kernel `{name}` is loaded on another device than the queue"),
@@ -403,14 +488,14 @@ impl VulkanQueue {
                 ),
             ));
         }
-        let limits = &self.device.limits;
+        let limits = &device.limits;
         let mut buffers: Vec<&VulkanBuffer> = Vec::with_capacity(entry.bindings.len());
         let mut push = vec![0u8; entry.push_size as usize];
         let mut leaves = entry.push.iter();
         for (i, (arg, param)) in args.iter().zip(&kernel.params).enumerate() {
             match (arg, param) {
                 (KernelArg::Buffer(b), ParamKind::Buffer) => {
-                    if !Arc::ptr_eq(b.device(), &self.device) {
+                    if !Arc::ptr_eq(b.device(), device) {
                         return Err(invalid(
                             CALL,
                             format!(
@@ -456,95 +541,290 @@ impl VulkanQueue {
         if dims.grid.contains(&0) {
             return Ok(()); // no workgroups: nothing to run
         }
-        let dev = &self.device.raw;
-        let value = self.submit(CALL, |batch| {
-            let cb = batch.commands;
-            // SAFETY (all calls below): the command buffer is recording; the pipeline, its
-            // layout and the set layout are live (the kernel holds its module); the set was
-            // allocated with that layout; the push range lies inside the layout's range.
-            unsafe { dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipeline) };
-            if let Some(set_layout) = kernel.set_layout {
-                let count = entry.bindings.len() as u32;
-                let set = self.descriptor_set(batch, set_layout, count, CALL)?;
-                let infos: Vec<vk::DescriptorBufferInfo> = buffers
-                    .iter()
-                    .map(|b| {
-                        vk::DescriptorBufferInfo::default()
-                            .buffer(b.vk_buffer())
-                            .offset(0)
-                            .range(vk::WHOLE_SIZE)
-                    })
-                    .collect();
-                let writes: Vec<vk::WriteDescriptorSet<'_>> = entry
-                    .bindings
-                    .iter()
-                    .zip(&infos)
-                    .map(|(&binding, info)| {
-                        vk::WriteDescriptorSet::default()
-                            .dst_set(set)
-                            .dst_binding(binding)
-                            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                            .buffer_info(std::slice::from_ref(info))
-                    })
-                    .collect();
-                // SAFETY: the set is not in use by the device (fresh from a reset pool);
-                // every buffer is a live storage buffer of this device whose whole size is
-                // within maxStorageBufferRange (checked).
-                unsafe { dev.update_descriptor_sets(&writes, &[]) };
-                // SAFETY: see above.
-                unsafe {
-                    dev.cmd_bind_descriptor_sets(
-                        cb,
-                        vk::PipelineBindPoint::COMPUTE,
-                        kernel.layout,
-                        0,
-                        &[set],
-                        &[],
-                    )
+        let dev = &device.raw;
+        self.shared
+            .record(CALL, &buffers, Some(&kernel.module), |batch, cb| {
+                let set = match kernel.set_layout {
+                    Some(layout) => {
+                        let count = entry.bindings.len() as u32;
+                        Some(batch.descriptor_set(device, layout, count, CALL)?)
+                    }
+                    None => None,
                 };
-            }
-            if !push.is_empty() {
-                // SAFETY: see above; `push` is the layout's whole range.
-                unsafe {
-                    dev.cmd_push_constants(
-                        cb,
-                        kernel.layout,
-                        vk::ShaderStageFlags::COMPUTE,
-                        0,
-                        &push,
-                    )
-                };
-            }
-            let [x, y, z] = dims.grid;
-            // SAFETY: see above; the counts are within maxComputeWorkGroupCount (checked).
-            unsafe { dev.cmd_dispatch(cb, x, y, z) };
-            Ok(())
-        })?;
-        kernel.module.last_use.fetch_max(value, Ordering::AcqRel);
-        for b in buffers {
-            b.used_by(value);
-        }
+                // SAFETY (all calls below): the command buffer is recording; the pipeline, its
+                // layout and the set layout are live (the batch holds the module until it has
+                // run); the set was allocated with that layout; the push range lies inside the
+                // layout's range.
+                unsafe { dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipeline) };
+                if let Some(set) = set {
+                    let infos: Vec<vk::DescriptorBufferInfo> = buffers
+                        .iter()
+                        .map(|b| {
+                            vk::DescriptorBufferInfo::default()
+                                .buffer(b.vk_buffer())
+                                .offset(0)
+                                .range(vk::WHOLE_SIZE)
+                        })
+                        .collect();
+                    let writes: Vec<vk::WriteDescriptorSet<'_>> = entry
+                        .bindings
+                        .iter()
+                        .zip(&infos)
+                        .map(|(&binding, info)| {
+                            vk::WriteDescriptorSet::default()
+                                .dst_set(set)
+                                .dst_binding(binding)
+                                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                                .buffer_info(std::slice::from_ref(info))
+                        })
+                        .collect();
+                    // SAFETY: the set is fresh (not in use by the device); every buffer is a
+                    // live storage buffer of this device whose whole size is within
+                    // maxStorageBufferRange (checked).
+                    unsafe { dev.update_descriptor_sets(&writes, &[]) };
+                    // SAFETY: see above.
+                    unsafe {
+                        dev.cmd_bind_descriptor_sets(
+                            cb,
+                            vk::PipelineBindPoint::COMPUTE,
+                            kernel.layout,
+                            0,
+                            &[set],
+                            &[],
+                        )
+                    };
+                }
+                if !push.is_empty() {
+                    // SAFETY: see above; `push` is the layout's whole range.
+                    unsafe {
+                        dev.cmd_push_constants(
+                            cb,
+                            kernel.layout,
+                            vk::ShaderStageFlags::COMPUTE,
+                            0,
+                            &push,
+                        )
+                    };
+                }
+                let [x, y, z] = dims.grid;
+                // SAFETY: see above; the counts are within maxComputeWorkGroupCount (checked).
+                unsafe { dev.cmd_dispatch(cb, x, y, z) };
+                Ok(())
+            })?;
         crate::LAUNCHES.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Waits for everything submitted on this queue.
-    pub(crate) fn sync(&self) -> Result<()> {
-        self.device
-            .wait_for(self.last.load(Ordering::Acquire), "Queue::sync")
+    /// Records a write of `data` into `buffer` at `offset`: inside the command buffer when
+    /// it is small and 4-byte aligned, through staging memory otherwise.
+    pub(crate) fn enqueue_write(
+        &self,
+        buffer: &VulkanBuffer,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        const CALL: &str = "Queue::write";
+        self.check_device(CALL, &[buffer])?;
+        check_range(CALL, offset, data.len(), buffer.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let device = &self.shared.device;
+        let dev = &device.raw;
+        if offset % 4 == 0 && data.len() % 4 == 0 && data.len() <= INLINE_WRITE {
+            return self.shared.record(CALL, &[buffer], None, |_, cb| {
+                // SAFETY: the command buffer is recording; the range lies inside the buffer
+                // (checked), is 4-byte aligned and at most 65536 bytes; the buffer was made
+                // with TRANSFER_DST.
+                unsafe { dev.cmd_update_buffer(cb, buffer.vk_buffer(), offset as u64, data) };
+                Ok(())
+            });
+        }
+        let staging = RawAllocation::new(
+            device,
+            data.len() as u64,
+            Placement::Staging,
+            Source::Fresh,
+            CALL,
+        )?;
+        let Some(ptr) = staging.mapped else {
+            // SAFETY: never used by any command.
+            unsafe { staging.destroy(dev) };
+            device.allocations.fetch_sub(1, Ordering::SeqCst);
+            return Err(invalid(CALL, "the device's staging memory is not mappable"));
+        };
+        // SAFETY: the mapping holds `data.len()` bytes (the allocation's size); nothing else
+        // uses the fresh allocation.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len()) };
+        let source = staging.buffer;
+        let mut staging = Some(staging);
+        let recorded = self.shared.record(CALL, &[buffer], None, |batch, cb| {
+            let region = vk::BufferCopy::default()
+                .src_offset(0)
+                .dst_offset(offset as u64)
+                .size(data.len() as u64);
+            // SAFETY: the command buffer is recording; both ranges lie inside their buffers
+            // (checked; the staging buffer is exactly as long); the batch keeps the staging
+            // memory until it has run.
+            unsafe { dev.cmd_copy_buffer(cb, source, buffer.vk_buffer(), &[region]) };
+            if let Some(s) = staging.take() {
+                batch.hold_staging(s);
+            }
+            Ok(())
+        });
+        if let Some(s) = staging.take() {
+            // SAFETY: not recorded into any command buffer.
+            unsafe { s.destroy(dev) };
+            device.allocations.fetch_sub(1, Ordering::SeqCst);
+        }
+        recorded
     }
 
-    /// Records an event after the work submitted so far.
+    /// Records a fill of `len` bytes of `buffer` at `offset` with `pattern` repeated:
+    /// `vkCmdFillBuffer` where the pattern repeats into 4 bytes and the range is 4-byte
+    /// aligned, a queued write of the expanded pattern otherwise.
+    pub(crate) fn enqueue_fill(
+        &self,
+        buffer: &VulkanBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        const CALL: &str = "Queue::fill";
+        self.check_device(CALL, &[buffer])?;
+        check_range(CALL, offset, len, buffer.len())?;
+        if pattern.is_empty() || len % pattern.len() != 0 {
+            return Err(invalid(
+                CALL,
+                format!(
+                    "a {}-byte pattern cannot fill {len} bytes exactly",
+                    pattern.len()
+                ),
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let word = match pattern.len() {
+            1 | 2 | 4 => {
+                let mut w = [0u8; 4];
+                for (i, b) in w.iter_mut().enumerate() {
+                    *b = pattern[i % pattern.len()];
+                }
+                Some(u32::from_ne_bytes(w))
+            }
+            _ => None,
+        };
+        match word {
+            Some(word) if offset % 4 == 0 && len % 4 == 0 => {
+                let dev = &self.shared.device.raw;
+                self.shared.record(CALL, &[buffer], None, |_, cb| {
+                    // SAFETY: the command buffer is recording; the range lies inside the
+                    // buffer (checked) and is 4-byte aligned; TRANSFER_DST usage.
+                    unsafe {
+                        dev.cmd_fill_buffer(cb, buffer.vk_buffer(), offset as u64, len as u64, word)
+                    };
+                    Ok(())
+                })
+            }
+            _ => {
+                let expanded: Vec<u8> = pattern.iter().copied().cycle().take(len).collect();
+                self.enqueue_write(buffer, offset, &expanded)
+            }
+        }
+    }
+
+    /// Records a copy between two buffers of this device (two ranges of one must not
+    /// overlap).
+    pub(crate) fn enqueue_copy(
+        &self,
+        src: &VulkanBuffer,
+        src_offset: usize,
+        dst: &VulkanBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Queue::copy";
+        self.check_device(CALL, &[src, dst])?;
+        check_range(CALL, src_offset, len, src.len())?;
+        check_range(CALL, dst_offset, len, dst.len())?;
+        let same = src.vk_buffer() == dst.vk_buffer();
+        if same && src_offset.abs_diff(dst_offset) < len {
+            return Err(invalid(
+                CALL,
+                "the source and destination ranges of one vulkan buffer overlap",
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let dev = &self.shared.device.raw;
+        let buffers: &[&VulkanBuffer] = if same { &[src] } else { &[src, dst] };
+        self.shared.record(CALL, buffers, None, |_, cb| {
+            let region = vk::BufferCopy::default()
+                .src_offset(src_offset as u64)
+                .dst_offset(dst_offset as u64)
+                .size(len as u64);
+            // SAFETY: the command buffer is recording; both ranges lie inside their buffers
+            // and do not overlap (checked); TRANSFER_SRC/DST usage.
+            unsafe { dev.cmd_copy_buffer(cb, src.vk_buffer(), dst.vk_buffer(), &[region]) };
+            Ok(())
+        })
+    }
+
+    /// Runs `f` once the work enqueued before it has finished: submits, waits, and runs it
+    /// on the calling thread, so work enqueued after it comes after it. (Blocking: a
+    /// `VkQueue` has no host callbacks; see the README.)
+    pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
+        const CALL: &str = "Queue::enqueue_host_fn";
+        self.sync_as(CALL)?;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string payload".into());
+            Error::Callback {
+                callback: CALL,
+                source: format!("the host function panicked: {message}").into(),
+            }
+        })
+    }
+
+    fn sync_as(&self, call: &'static str) -> Result<()> {
+        self.shared.flush(call)?;
+        self.shared
+            .device
+            .wait_for(self.shared.last.load(Ordering::Acquire), call)
+    }
+
+    /// Submits, then waits for everything enqueued on this queue.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.sync_as("Queue::sync")
+    }
+
+    /// Submits, then says whether everything enqueued has finished.
+    pub(crate) fn is_idle(&self) -> Result<bool> {
+        const CALL: &str = "Queue::is_idle";
+        self.shared.flush(CALL)?;
+        self.shared
+            .device
+            .is_complete(self.shared.last.load(Ordering::Acquire), CALL)
+    }
+
+    /// Records an event after the work enqueued so far, and submits it.
     pub(crate) fn record(&self) -> Result<VulkanEvent> {
         const CALL: &str = "Queue::record";
-        let dev = &self.device.raw;
-        if self.device.limits.timestamp_valid_bits == 0 {
+        let device = &self.shared.device;
+        let dev = &device.raw;
+        if device.limits.timestamp_valid_bits == 0 {
             // No timestamps on this queue: the event is the queue's last value.
+            let mut inner = self.shared.lock();
+            self.shared.submit(&mut inner, CALL)?;
             crate::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
-            let pending_wait = self.lock().wait;
             return Ok(VulkanEvent {
-                device: self.device.clone(),
-                value: self.last.load(Ordering::Acquire).max(pending_wait),
+                device: device.clone(),
+                value: self.shared.last.load(Ordering::Acquire).max(inner.wait),
                 query: None,
                 observed: OnceLock::new(),
             });
@@ -555,47 +835,45 @@ impl VulkanQueue {
         // SAFETY: the device is live; `info` lives across the call.
         let pool = unsafe { dev.create_query_pool(&info, None) }
             .map_err(|e| map_vk_err(At::new(CALL, "vkCreateQueryPool"), e))?;
-        let submitted = self.submit(CALL, |batch| {
+        let submitted = self.shared.record(CALL, &[], None, |_, cb| {
             // SAFETY: the command buffer is recording; the pool is live with one query, which
             // is reset before it is written; the queue family has timestamp bits.
             unsafe {
-                dev.cmd_reset_query_pool(batch.commands, pool, 0, 1);
-                dev.cmd_write_timestamp(
-                    batch.commands,
-                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                    pool,
-                    0,
-                );
+                dev.cmd_reset_query_pool(cb, pool, 0, 1);
+                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, 0);
             }
             Ok(())
         });
+        let submitted = submitted.and_then(|()| self.shared.flush(CALL));
         match submitted {
-            Ok(value) => {
+            Ok(()) => {
                 crate::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
                 Ok(VulkanEvent {
-                    device: self.device.clone(),
-                    value,
+                    device: device.clone(),
+                    value: self.shared.last.load(Ordering::Acquire),
                     query: Some(pool),
                     observed: OnceLock::new(),
                 })
             }
             Err(e) => {
-                // SAFETY: not submitted: no work uses the pool.
+                // SAFETY: not submitted (the batch that recorded it was dropped): no work
+                // uses the pool.
                 unsafe { dev.destroy_query_pool(pool, None) };
                 Err(e)
             }
         }
     }
 
-    /// Makes the next submission of this queue wait for `event`.
+    /// Makes the next submission of this queue wait for `event` (which was submitted when
+    /// it was recorded).
     pub(crate) fn wait_event(&self, event: &VulkanEvent) -> Result<()> {
-        if !Arc::ptr_eq(&event.device, &self.device) {
+        if !Arc::ptr_eq(&event.device, &self.shared.device) {
             return Err(invalid(
                 "Queue::wait",
                 "the vulkan event is of another device than the queue",
             ));
         }
-        let mut inner = self.lock();
+        let mut inner = self.shared.lock();
         inner.wait = inner.wait.max(event.value);
         Ok(())
     }
@@ -632,21 +910,59 @@ fn check_dims(dims: &Dims, limits: &crate::info::Limits, name: &str) -> Result<(
 
 impl Drop for VulkanQueue {
     fn drop(&mut self) {
+        // Submit what is recorded: dropping a queue drains it (L4).
+        let _ = self.shared.flush("Queue::drop");
+    }
+}
+
+impl Drop for QueueShared {
+    fn drop(&mut self) {
+        let me: *const QueueShared = self;
+        let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = inner.open.take() {
+            // Not submitted (the flush failed): its commands never run.
+            for usage in open.usages {
+                usage.submitted(me, 0);
+            }
+            // SAFETY: never submitted.
+            unsafe { open.batch.destroy(&self.device) };
+        }
         let _ = self
             .device
             .wait_for_or_idle(*self.last.get_mut(), "Queue::drop");
-        let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let dev = &self.device.raw;
         for b in inner.idle.drain(..).chain(inner.in_flight.drain(..)) {
-            if b.descriptors != vk::DescriptorPool::null() {
-                // SAFETY: every submission of the queue finished (waited above).
-                unsafe { dev.destroy_descriptor_pool(b.descriptors, None) };
-            }
+            // SAFETY: every submission of the queue finished (waited above).
+            unsafe { b.destroy(&self.device) };
         }
         // SAFETY: as above; destroying the pool frees its command buffers.
-        unsafe { dev.destroy_command_pool(inner.pool, None) };
+        unsafe { self.device.raw.destroy_command_pool(inner.pool, None) };
         crate::LIVE_QUEUES.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Records a memory barrier from `src` (stages, accesses) to `dst`.
+fn barrier(
+    device: &DeviceContext,
+    cb: vk::CommandBuffer,
+    src: (vk::PipelineStageFlags, vk::AccessFlags),
+    dst: (vk::PipelineStageFlags, vk::AccessFlags),
+) {
+    let barrier = [vk::MemoryBarrier::default()
+        .src_access_mask(src.1)
+        .dst_access_mask(dst.1)];
+    // SAFETY: the command buffer is recording (callers hold its queue's lock between
+    // begin and end).
+    unsafe {
+        device.raw.cmd_pipeline_barrier(
+            cb,
+            src.0,
+            dst.0,
+            vk::DependencyFlags::empty(),
+            &barrier,
+            &[],
+            &[],
+        )
+    };
 }
 
 /// Elapsed device time from `start` to `end` (both completed first).
@@ -688,4 +1004,15 @@ pub(crate) fn destroy_event(event: VulkanEvent) -> Result<()> {
     let waited = event.device.wait_for(event.value, "Event::drop");
     drop(event);
     waited
+}
+
+/// Whether an event has completed, without waiting.
+pub(crate) fn is_complete(event: &VulkanEvent) -> Result<bool> {
+    let done = event
+        .device
+        .is_complete(event.value, "Event::is_complete")?;
+    if done {
+        event.observed.get_or_init(Instant::now);
+    }
+    Ok(done)
 }

@@ -101,16 +101,35 @@ pub(crate) trait DynQueue: Send + Sync {
         dims: &Dims,
         args: &[KernelArg<'_, dyn DynBuffer>],
     ) -> Result<()>;
+    fn enqueue_write(&self, buffer: &dyn DynBuffer, offset: usize, data: Vec<u8>) -> Result<()>;
+    fn enqueue_fill(
+        &self,
+        buffer: &dyn DynBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()>;
+    fn enqueue_copy(
+        &self,
+        src: &dyn DynBuffer,
+        src_offset: usize,
+        dst: &dyn DynBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+    fn enqueue_host_fn(&self, f: hal::HostFn) -> Result<()>;
     fn sync(&self) -> Result<()>;
+    fn is_idle(&self) -> Result<bool>;
     fn record(&self) -> Result<Box<dyn DynEvent>>;
     fn wait(&self, event: &dyn DynEvent) -> Result<()>;
-    /// Syncs, then destroys the queue.
+    /// Drains, then destroys the queue.
     fn destroy(self: Box<Self>) -> Result<()>;
 }
 
 /// An event with its type erased, together with its device.
 pub(crate) trait DynEvent: Send + Sync {
     fn sync(&self) -> Result<()>;
+    fn is_complete(&self) -> Result<bool>;
     fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration>;
     fn as_any(&self) -> &dyn Any;
     fn destroy(self: Box<Self>) -> Result<()>;
@@ -375,6 +394,10 @@ struct ErasedQueue<P: hal::Platform> {
 }
 
 impl<P: hal::Platform> ErasedQueue<P> {
+    fn buffer(b: &dyn DynBuffer) -> Result<&BufferOf<P>> {
+        Ok(&downcast::<ErasedBuffer<P>>(b.as_any(), P::KIND, "buffer")?.raw)
+    }
+
     fn typed<'a>(arg: &KernelArg<'a, dyn DynBuffer>) -> Result<KernelArg<'a, BufferOf<P>>> {
         Ok(match *arg {
             KernelArg::Buffer(b) => {
@@ -406,8 +429,52 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
         }
     }
 
+    fn enqueue_write(&self, buffer: &dyn DynBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
+        let buffer = Self::buffer(buffer)?;
+        hal::Device::enqueue_write(&self.device.raw, &self.raw, buffer, offset, data)
+    }
+
+    fn enqueue_fill(
+        &self,
+        buffer: &dyn DynBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        let buffer = Self::buffer(buffer)?;
+        hal::Device::enqueue_fill(&self.device.raw, &self.raw, buffer, offset, len, pattern)
+    }
+
+    fn enqueue_copy(
+        &self,
+        src: &dyn DynBuffer,
+        src_offset: usize,
+        dst: &dyn DynBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let (src, dst) = (Self::buffer(src)?, Self::buffer(dst)?);
+        hal::Device::enqueue_copy(
+            &self.device.raw,
+            &self.raw,
+            src,
+            src_offset,
+            dst,
+            dst_offset,
+            len,
+        )
+    }
+
+    fn enqueue_host_fn(&self, f: hal::HostFn) -> Result<()> {
+        hal::Device::enqueue_host_fn(&self.device.raw, &self.raw, f)
+    }
+
     fn sync(&self) -> Result<()> {
         hal::Device::sync(&self.device.raw, &self.raw)
+    }
+
+    fn is_idle(&self) -> Result<bool> {
+        hal::Device::is_idle(&self.device.raw, &self.raw)
     }
 
     fn record(&self) -> Result<Box<dyn DynEvent>> {
@@ -424,14 +491,8 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
 
     fn destroy(self: Box<Self>) -> Result<()> {
         let ErasedQueue { device, raw } = *self;
-        let synced = hal::Device::sync(&device.raw, &raw);
-        let destroyed = hal::Device::destroy_queue(&device.raw, raw);
-        Error::join(
-            [synced.err(), destroyed.err()]
-                .into_iter()
-                .flatten()
-                .collect(),
-        )
+        // The backend drains the queue first (see `hal::Device::destroy_queue`).
+        hal::Device::destroy_queue(&device.raw, raw)
     }
 }
 
@@ -443,6 +504,10 @@ struct ErasedEvent<P: hal::Platform> {
 impl<P: hal::Platform> DynEvent for ErasedEvent<P> {
     fn sync(&self) -> Result<()> {
         hal::Device::sync_event(&self.device.raw, &self.raw)
+    }
+
+    fn is_complete(&self) -> Result<bool> {
+        hal::Device::is_complete(&self.device.raw, &self.raw)
     }
 
     fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration> {

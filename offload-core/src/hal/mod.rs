@@ -75,6 +75,9 @@ pub trait Platform: Send + Sync + Sized + 'static {
 /// The kernel type of device `D`'s programs.
 pub type KernelOf<D> = <<D as Device>::Program as Program>::Kernel;
 
+/// A host function enqueued on a queue ([`Device::enqueue_host_fn`]).
+pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
+
 /// One device: its memory, queues and events, and the images loaded on it.
 ///
 /// Buffers, queues and events are plain associated types; the device's methods act on
@@ -162,7 +165,9 @@ pub trait Device: Send + Sync + Sized + 'static {
     /// Creates a queue.
     fn queue(&self) -> Result<Self::Queue>;
 
-    /// Destroys a queue (after `sync`).
+    /// Destroys a queue once the work enqueued on it has finished: it waits for that work,
+    /// or defers the destruction behind it (L4: nothing enqueued is dropped). An error of
+    /// that work not yet reported (a host function's panic) is returned here.
     fn destroy_queue(&self, queue: Self::Queue) -> Result<()>;
 
     /// Enqueues a kernel launch. Arguments match [`Program::params`] (checked by the core),
@@ -176,8 +181,48 @@ pub trait Device: Send + Sync + Sized + 'static {
         args: &[KernelArg<'_, Self::Buffer>],
     ) -> Result<()>;
 
+    /// Enqueues a copy of `data` into `buffer` at `offset` (the range is checked), after the
+    /// work enqueued on `queue` so far. Returns once enqueued (Q1).
+    fn enqueue_write(
+        &self,
+        queue: &Self::Queue,
+        buffer: &Self::Buffer,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()>;
+
+    /// Enqueues filling `len` bytes of `buffer` at `offset` with `pattern` repeated (`len` is
+    /// a multiple of the pattern's length, which is not zero; checked).
+    fn enqueue_fill(
+        &self,
+        queue: &Self::Queue,
+        buffer: &Self::Buffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()>;
+
+    /// Enqueues a copy of `len` bytes between two buffers of this device (or two
+    /// non-overlapping ranges of one; checked).
+    fn enqueue_copy(
+        &self,
+        queue: &Self::Queue,
+        src: &Self::Buffer,
+        src_offset: usize,
+        dst: &Self::Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Enqueues a host function: it runs once the work enqueued before it has finished, and
+    /// the work enqueued after it waits for it (liboffload's `olLaunchHostFunction`).
+    fn enqueue_host_fn(&self, queue: &Self::Queue, f: HostFn) -> Result<()>;
+
     /// Waits until all work enqueued on `queue` so far has finished.
     fn sync(&self, queue: &Self::Queue) -> Result<()>;
+
+    /// Whether all work enqueued on `queue` so far has finished, without waiting.
+    fn is_idle(&self, queue: &Self::Queue) -> Result<bool>;
 
     /// Records an event after the work enqueued on `queue` so far.
     fn record(&self, queue: &Self::Queue) -> Result<Self::Event>;
@@ -187,6 +232,9 @@ pub trait Device: Send + Sync + Sized + 'static {
 
     /// Blocks until `event` has completed.
     fn sync_event(&self, event: &Self::Event) -> Result<()>;
+
+    /// Whether `event` has completed, without waiting.
+    fn is_complete(&self, event: &Self::Event) -> Result<bool>;
 
     /// Time between two completed events.
     fn elapsed(&self, start: &Self::Event, end: &Self::Event) -> Result<Duration>;
@@ -417,8 +465,51 @@ macro_rules! no_compute {
         ) -> $crate::Result<()> {
             queue.absurd()
         }
+        fn enqueue_write(
+            &self,
+            queue: &$crate::hal::Never,
+            _buffer: &Self::Buffer,
+            _offset: usize,
+            _data: ::std::vec::Vec<u8>,
+        ) -> $crate::Result<()> {
+            queue.absurd()
+        }
+        fn enqueue_fill(
+            &self,
+            queue: &$crate::hal::Never,
+            _buffer: &Self::Buffer,
+            _offset: usize,
+            _len: usize,
+            _pattern: &[u8],
+        ) -> $crate::Result<()> {
+            queue.absurd()
+        }
+        fn enqueue_copy(
+            &self,
+            queue: &$crate::hal::Never,
+            _src: &Self::Buffer,
+            _src_offset: usize,
+            _dst: &Self::Buffer,
+            _dst_offset: usize,
+            _len: usize,
+        ) -> $crate::Result<()> {
+            queue.absurd()
+        }
+        fn enqueue_host_fn(
+            &self,
+            queue: &$crate::hal::Never,
+            _f: $crate::hal::HostFn,
+        ) -> $crate::Result<()> {
+            queue.absurd()
+        }
         fn sync(&self, queue: &$crate::hal::Never) -> $crate::Result<()> {
             queue.absurd()
+        }
+        fn is_idle(&self, queue: &$crate::hal::Never) -> $crate::Result<bool> {
+            queue.absurd()
+        }
+        fn is_complete(&self, event: &$crate::hal::Never) -> $crate::Result<bool> {
+            event.absurd()
         }
         fn record(&self, queue: &$crate::hal::Never) -> $crate::Result<$crate::hal::Never> {
             queue.absurd()

@@ -398,7 +398,12 @@ impl Buffer {
 
     /// Checks `len` bytes at `offset` of this handle and gives their offset in the
     /// allocation.
-    fn check_range(&self, call: &'static str, offset: usize, len: usize) -> Result<usize> {
+    pub(crate) fn check_range(
+        &self,
+        call: &'static str,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.offset + offset),
             _ => Err(Error::invalid(

@@ -302,7 +302,8 @@ impl Queue {
         self.entry.with(|q| q.sync())
     }
 
-    /// Copies `src` into `buffer` at `offset`, after the work enqueued so far.
+    /// Enqueues a copy of `src` into `buffer` at `offset`, after the work enqueued so far;
+    /// returns once enqueued (Q1). `src` is copied first, so it need not outlive the call.
     ///
     /// ```
     /// # use offload_core::{MemKind, reference::Offload};
@@ -317,12 +318,15 @@ impl Queue {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn write(&self, buffer: &Buffer, offset: usize, src: &[u8]) -> Result<()> {
-        self.check_buffer("Queue::write", buffer)?;
-        self.sync()?;
-        buffer.write(offset, src)
+        const CALL: &str = "Queue::write";
+        self.with_buffers(CALL, &[(buffer, offset, src.len())], |q, raws, at| {
+            q.enqueue_write(raws[0], at[0], src.to_vec())
+        })
     }
 
-    /// Copies from `buffer` at `offset` into `dst`, after the work enqueued so far.
+    /// Copies from `buffer` at `offset` into `dst` once the work enqueued so far has
+    /// finished: it waits (a queued read into a slice the caller gets back at once could
+    /// not be sound).
     ///
     /// ```
     /// # use offload_core::{MemKind, reference::Offload};
@@ -340,15 +344,53 @@ impl Queue {
         buffer.read(offset, dst)
     }
 
-    /// Copies between buffers of this queue's device, after the work enqueued so far.
+    /// Enqueues filling `len` bytes of `buffer` at `offset` with `pattern` repeated: any
+    /// non-empty pattern (1, 2, 4, 8, 16 bytes or another size) whose length divides `len`
+    /// (liboffload's `olMemFill`); `InvalidArgument` otherwise.
+    ///
+    /// ```
+    /// # use offload_core::{MemKind, reference::Offload};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let buf = dev.alloc(8, MemKind::Device)?;
+    /// let q = dev.queue()?;
+    /// q.fill(&buf, 0, 8, &0xA1B2u16.to_le_bytes())?;
+    /// let mut out = [0u8; 8];
+    /// q.read(&buf, 0, &mut out)?;
+    /// assert_eq!(out, [0xB2, 0xA1, 0xB2, 0xA1, 0xB2, 0xA1, 0xB2, 0xA1]);
+    /// assert!(q.fill(&buf, 0, 7, &[1, 2]).is_err()); // 2 does not divide 7
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn fill(&self, buffer: &Buffer, offset: usize, len: usize, pattern: &[u8]) -> Result<()> {
+        const CALL: &str = "Queue::fill";
+        if pattern.is_empty() || len % pattern.len() != 0 {
+            return Err(mismatch(
+                CALL,
+                format!(
+                    "a {}-byte pattern cannot fill {len} bytes exactly",
+                    pattern.len()
+                ),
+            ));
+        }
+        self.with_buffers(CALL, &[(buffer, offset, len)], |q, raws, at| {
+            q.enqueue_fill(raws[0], at[0], len, pattern)
+        })
+    }
+
+    /// Enqueues a copy of `len` bytes from `src` at `src_offset` into `dst` at `dst_offset`,
+    /// both buffers of this queue's device (two ranges of one buffer must not overlap).
     ///
     /// ```
     /// # use offload_core::{MemKind, reference::Offload};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let (a, b) = (dev.alloc(4, MemKind::Device)?, dev.alloc(4, MemKind::Device)?);
-    /// a.write(0, &[5; 4])?;
-    /// dev.queue()?.copy(&a, 0, &b, 0, 4)?;
+    /// let q = dev.queue()?;
+    /// q.write(&a, 0, &[5; 4])?;
+    /// q.copy(&a, 0, &b, 0, 4)?;
+    /// let mut out = [0u8; 4];
+    /// q.read(&b, 0, &mut out)?;
+    /// assert_eq!(out, [5; 4]);
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn copy(
@@ -359,10 +401,96 @@ impl Queue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        self.check_buffer("Queue::copy", src)?;
-        self.check_buffer("Queue::copy", dst)?;
-        self.sync()?;
-        dst.copy_from(dst_offset, src, src_offset, len)
+        const CALL: &str = "Queue::copy";
+        let ranges = [(src, src_offset, len), (dst, dst_offset, len)];
+        self.with_buffers(CALL, &ranges, |q, raws, at| {
+            if std::ptr::addr_eq(raws[0], raws[1]) && at[0].abs_diff(at[1]) < len {
+                return Err(mismatch(
+                    CALL,
+                    format!("the ranges at {} and {} of {dst} overlap", at[0], at[1]),
+                ));
+            }
+            q.enqueue_copy(raws[0], at[0], raws[1], at[1], len)
+        })
+    }
+
+    /// Enqueues `f`: it runs once the work enqueued before it has finished, and work
+    /// enqueued after it waits for it (liboffload's `olLaunchHostFunction`). It runs on a
+    /// thread of offload's choosing; it must not block on this queue.
+    ///
+    /// ```
+    /// # use offload_core::reference::Offload;
+    /// # let rt = Offload::init()?;
+    /// let q = rt.devices()?[0].queue()?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// q.enqueue_host_fn(move || tx.send(42).unwrap())?;
+    /// q.sync()?;
+    /// assert_eq!(rx.recv().unwrap(), 42);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn enqueue_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        self.entry.with(|q| q.enqueue_host_fn(Box::new(f)))
+    }
+
+    /// Whether all work enqueued so far has finished, without waiting.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let q = rt.devices()?[0].queue()?;
+    /// q.sync()?;
+    /// assert!(q.is_idle()?);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn is_idle(&self) -> Result<bool> {
+        self.entry.with(|q| q.is_idle())
+    }
+
+    /// A number that identifies this queue among the live queues of its runtime; an
+    /// event's [`Event::queue_id`] names the queue it was recorded on.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let q = rt.devices()?[0].queue()?;
+    /// assert_eq!(q.record()?.queue_id(), q.id());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn id(&self) -> u64 {
+        slotmap::Key::data(&self.key).as_ffi()
+    }
+
+    /// Runs `f` on the backend queue and the buffers of `ranges` (each checked: of this
+    /// queue's device, the range inside it), locked exclusively in address order, each
+    /// once, with each range's offset in its allocation.
+    fn with_buffers<T>(
+        &self,
+        call: &'static str,
+        ranges: &[(&Buffer, usize, usize)],
+        f: impl FnOnce(&dyn DynQueue, &[&dyn DynBuffer], &[usize]) -> Result<T>,
+    ) -> Result<T> {
+        for (buffer, _, _) in ranges {
+            self.check_buffer(call, buffer)?;
+        }
+        let mut at = Vec::with_capacity(ranges.len());
+        for (buffer, offset, len) in ranges {
+            at.push(buffer.check_range(call, *offset, *len)?);
+        }
+        self.entry.with(|q| {
+            let mut order: Vec<&Buffer> = ranges.iter().map(|r| r.0).collect();
+            order.sort_by_key(|b| b.entry_ptr());
+            order.dedup_by_key(|b| b.entry_ptr());
+            let guards: Vec<RwLockWriteGuard<'_, Option<Allocation>>> =
+                order.iter().map(|b| b.lock_exclusive()).collect();
+            let mut raws: Vec<&dyn DynBuffer> = Vec::with_capacity(ranges.len());
+            for (buffer, _, _) in ranges {
+                let i = order
+                    .iter()
+                    .position(|b| b.entry_ptr() == buffer.entry_ptr())
+                    .unwrap_or(0);
+                let allocation = guards[i].as_ref().ok_or_else(|| buffer.gone(call))?;
+                raws.push(allocation.raw());
+            }
+            f(q, &raws, &at)
+        })
     }
 
     fn check_buffer(&self, call: &'static str, buffer: &Buffer) -> Result<()> {
@@ -400,6 +528,7 @@ impl Queue {
                 generation: self.generation.clone(),
                 key,
                 entry,
+                queue: self.id(),
             })
         })
     }
@@ -516,6 +645,8 @@ pub struct Event {
     generation: Arc<Generation>,
     key: ResourceKey,
     entry: Arc<Entry<dyn DynEvent>>,
+    /// The queue it was recorded on ([`Queue::id`]).
+    queue: u64,
 }
 
 impl Event {
@@ -528,6 +659,32 @@ impl Event {
     /// ```
     pub fn sync(&self) -> Result<()> {
         self.entry.with(|e| e.sync())
+    }
+
+    /// Whether the work before the event has finished, without waiting.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let q = rt.devices()?[0].queue()?;
+    /// let e = q.record()?;
+    /// e.sync()?;
+    /// assert!(e.is_complete()?);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn is_complete(&self) -> Result<bool> {
+        self.entry.with(|e| e.is_complete())
+    }
+
+    /// The id of the queue the event was recorded on ([`Queue::id`]).
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let q = rt.devices()?[0].queue()?;
+    /// assert_eq!(q.record()?.queue_id(), q.id());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn queue_id(&self) -> u64 {
+        self.queue
     }
 
     /// Device time from `start` to this event (both completed).

@@ -16,10 +16,15 @@
 //! ```
 //!
 //! Thread `i` of a launch is `block_id.x * block.x + thread.x` (one dimension).
+//!
+//! Queued work is recorded and runs later (queue.rs): at a sync, an event, or a host access
+//! to the device's memory or globals.
+
+mod queue;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crate::erased::{PlatformEntry, Platforms};
@@ -30,6 +35,9 @@ use crate::hal::{
 };
 use crate::runtime::config::Config;
 use crate::sync::{lock, read, write};
+
+use queue::{Pending, Queues, Work};
+pub use queue::{RefEvent, RefQueue};
 
 /// Memory each reference device claims to have: 1 GiB.
 pub const DEVICE_MEMORY: u64 = 1 << 30;
@@ -53,13 +61,40 @@ pub struct Reference {
     devices: usize,
     /// Allocations not yet freed, shared with the devices.
     live: Arc<AtomicUsize>,
+    /// Whether host accesses run the queued work first (only [`Unordered`] says no).
+    ordered: bool,
 }
 
 /// A reference device.
-#[derive(Debug)]
 pub struct RefDevice {
     ordinal: usize,
     live: Arc<AtomicUsize>,
+    queues: Arc<Queues>,
+    ordered: bool,
+}
+
+impl std::fmt::Debug for RefDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RefDevice")
+            .field("ordinal", &self.ordinal)
+            .field("ordered", &self.ordered)
+            .finish()
+    }
+}
+
+impl RefDevice {
+    /// Runs the device's queued work before a host access (unless [`Unordered`]).
+    fn host_access(&self) {
+        if self.ordered {
+            self.queues.flush_all();
+        }
+    }
+}
+
+impl RefBuffer {
+    fn len(&self) -> usize {
+        read(&self.bytes).len()
+    }
 }
 
 /// A reference allocation: its bytes, shared with the buffers that imported it in this
@@ -103,12 +138,12 @@ impl Reference {
 
 fn range(
     call: &'static str,
-    buf: &[u8],
+    size: usize,
     offset: usize,
     len: usize,
 ) -> Result<std::ops::Range<usize>> {
     match offset.checked_add(len) {
-        Some(end) if end <= buf.len() => Ok(offset..end),
+        Some(end) if end <= size => Ok(offset..end),
         _ => Err(Error::invalid(
             call,
             "reference backend: range outside buffer",
@@ -124,6 +159,7 @@ impl hal::Platform for Reference {
         Ok(Reference {
             devices: config.host_devices,
             live: Arc::new(AtomicUsize::new(0)),
+            ordered: true,
         })
     }
 
@@ -136,6 +172,8 @@ impl hal::Platform for Reference {
             .map(|ordinal| RefDevice {
                 ordinal,
                 live: self.live.clone(),
+                queues: Arc::default(),
+                ordered: self.ordered,
             })
             .collect()
     }
@@ -204,22 +242,25 @@ impl hal::Device for RefDevice {
     }
 
     fn read(&self, buffer: &RefBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.host_access();
         let bytes = read(&buffer.bytes);
-        let r = range("Buffer::read", &bytes, offset, dst.len())?;
+        let r = range("Buffer::read", bytes.len(), offset, dst.len())?;
         dst.copy_from_slice(&bytes[r]);
         Ok(())
     }
 
     fn write(&self, buffer: &mut RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let r = range("Buffer::write", &bytes, offset, src.len())?;
+        let r = range("Buffer::write", bytes.len(), offset, src.len())?;
         bytes[r].copy_from_slice(src);
         Ok(())
     }
 
     fn fill(&self, buffer: &mut RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let r = range("Buffer::fill", &bytes, offset, len)?;
+        let r = range("Buffer::fill", bytes.len(), offset, len)?;
         bytes[r].fill(value);
         Ok(())
     }
@@ -232,66 +273,164 @@ impl hal::Device for RefDevice {
         d: usize,
         len: usize,
     ) -> Result<()> {
+        self.host_access();
         if Arc::ptr_eq(&src.bytes, &dst.bytes) {
             // An import of the same memory: one lock, overlapping ranges allowed.
             return self.copy_within(dst, so, d, len);
         }
         let src = read(&src.bytes);
         let mut dst = bytes_mut(dst);
-        let s = range("Buffer::copy_from", &src, so, len)?;
-        let t = range("Buffer::copy_from", &dst, d, len)?;
+        let s = range("Buffer::copy_from", src.len(), so, len)?;
+        let t = range("Buffer::copy_from", dst.len(), d, len)?;
         dst[t].copy_from_slice(&src[s]);
         Ok(())
     }
 
     fn copy_within(&self, buffer: &mut RefBuffer, so: usize, d: usize, len: usize) -> Result<()> {
+        self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let s = range("Buffer::copy_from", &bytes, so, len)?;
-        range("Buffer::copy_from", &bytes, d, len)?;
+        let s = range("Buffer::copy_from", bytes.len(), so, len)?;
+        range("Buffer::copy_from", bytes.len(), d, len)?;
         bytes.copy_within(s, d);
         Ok(())
     }
 
     fn load(&self, image: &[u8]) -> Result<RefModule> {
-        parse(image)
+        let mut module = parse(image)?;
+        module.queues = self.ordered.then(|| self.queues.clone());
+        Ok(module)
     }
 
     fn queue(&self) -> Result<RefQueue> {
-        Ok(RefQueue)
+        let pending = Arc::new(Pending::default());
+        self.queues.add(&pending);
+        Ok(RefQueue { pending })
     }
 
-    fn destroy_queue(&self, _queue: RefQueue) -> Result<()> {
+    /// Runs the queue's recorded work (L4: destroying a queue drains it).
+    fn destroy_queue(&self, queue: RefQueue) -> Result<()> {
+        queue.pending.flush();
         Ok(())
     }
 
     fn launch(
         &self,
-        _queue: &RefQueue,
+        queue: &RefQueue,
         kernel: &KernelOf<Self>,
         dims: &Dims,
         args: &[KernelArg<'_, RefBuffer>],
     ) -> Result<()> {
-        run(kernel, dims, args)
-    }
-
-    fn sync(&self, _queue: &RefQueue) -> Result<()> {
+        queue.pending.push(prepare(kernel, dims, args)?);
         Ok(())
     }
 
-    fn record(&self, _queue: &RefQueue) -> Result<RefEvent> {
-        Ok(RefEvent(Instant::now()))
-    }
-
-    fn wait_event(&self, _queue: &RefQueue, _event: &RefEvent) -> Result<()> {
+    fn enqueue_write(
+        &self,
+        queue: &RefQueue,
+        buffer: &RefBuffer,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        let r = range("Queue::write", buffer.len(), offset, data.len())?;
+        let bytes = buffer.bytes.clone();
+        queue
+            .pending
+            .push(Box::new(move || write(&bytes)[r].copy_from_slice(&data)));
         Ok(())
     }
 
-    fn sync_event(&self, _event: &RefEvent) -> Result<()> {
+    fn enqueue_fill(
+        &self,
+        queue: &RefQueue,
+        buffer: &RefBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        let r = range("Queue::fill", buffer.len(), offset, len)?;
+        if pattern.is_empty() || len % pattern.len() != 0 {
+            return Err(Error::invalid(
+                "Queue::fill",
+                "the pattern's length must divide the length filled",
+            ));
+        }
+        let (bytes, pattern) = (buffer.bytes.clone(), pattern.to_vec());
+        queue.pending.push(Box::new(move || {
+            for (byte, p) in write(&bytes)[r].iter_mut().zip(pattern.iter().cycle()) {
+                *byte = *p;
+            }
+        }));
         Ok(())
+    }
+
+    fn enqueue_copy(
+        &self,
+        queue: &RefQueue,
+        src: &RefBuffer,
+        src_offset: usize,
+        dst: &RefBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let s = range("Queue::copy", src.len(), src_offset, len)?;
+        let t = range("Queue::copy", dst.len(), dst_offset, len)?;
+        let (from, to) = (src.bytes.clone(), dst.bytes.clone());
+        queue.pending.push(Box::new(move || {
+            if Arc::ptr_eq(&from, &to) {
+                write(&to).copy_within(s, t.start);
+            } else {
+                let from = read(&from);
+                write(&to)[t].copy_from_slice(&from[s]);
+            }
+        }));
+        Ok(())
+    }
+
+    fn enqueue_host_fn(&self, queue: &RefQueue, f: hal::HostFn) -> Result<()> {
+        queue.pending.push(f);
+        Ok(())
+    }
+
+    fn sync(&self, queue: &RefQueue) -> Result<()> {
+        queue.pending.flush();
+        Ok(())
+    }
+
+    fn is_idle(&self, queue: &RefQueue) -> Result<bool> {
+        Ok(queue.pending.is_idle())
+    }
+
+    fn record(&self, queue: &RefQueue) -> Result<RefEvent> {
+        let at = Arc::new(OnceLock::new());
+        let mark = at.clone();
+        queue.pending.push(Box::new(move || {
+            let _ = mark.set(Instant::now());
+        }));
+        Ok(RefEvent {
+            at,
+            queue: Arc::downgrade(&queue.pending),
+        })
+    }
+
+    /// Runs the event's queue up to (and past) the event now: running earlier work early
+    /// keeps every order.
+    fn wait_event(&self, _queue: &RefQueue, event: &RefEvent) -> Result<()> {
+        event.sync();
+        Ok(())
+    }
+
+    fn sync_event(&self, event: &RefEvent) -> Result<()> {
+        event.sync();
+        Ok(())
+    }
+
+    fn is_complete(&self, event: &RefEvent) -> Result<bool> {
+        Ok(event.at.get().is_some())
     }
 
     fn elapsed(&self, start: &RefEvent, end: &RefEvent) -> Result<Duration> {
-        Ok(end.0.saturating_duration_since(start.0))
+        let (start, end) = (start.sync(), end.sync());
+        Ok(end.saturating_duration_since(start))
     }
 
     fn destroy_event(&self, _event: RefEvent) -> Result<()> {
@@ -403,10 +542,28 @@ pub fn fixture_image() -> Vec<u8> {
 }
 
 /// A loaded reference program.
-#[derive(Debug)]
 pub struct RefModule {
     kernels: Vec<String>,
     globals: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    /// The device's queues, run before a global is read or written (queued `read_global`
+    /// launches read them); `None` when [`Unordered`].
+    queues: Option<Arc<Queues>>,
+}
+
+impl std::fmt::Debug for RefModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RefModule")
+            .field("kernels", &self.kernels)
+            .finish()
+    }
+}
+
+impl RefModule {
+    fn host_access(&self) {
+        if let Some(queues) = &self.queues {
+            queues.flush_all();
+        }
+    }
 }
 
 /// A kernel of a reference program.
@@ -417,14 +574,6 @@ pub struct RefKernel {
     /// The module's globals, for `read_global`.
     globals: Arc<Mutex<HashMap<String, Vec<u8>>>>,
 }
-
-/// A reference queue: work runs when it is enqueued.
-#[derive(Debug)]
-pub struct RefQueue;
-
-/// A reference event: when it was recorded.
-#[derive(Debug)]
-pub struct RefEvent(Instant);
 
 fn invalid_binary(reason: impl Into<String>) -> Error {
     Error::InvalidBinary {
@@ -464,6 +613,7 @@ fn parse(image: &[u8]) -> Result<RefModule> {
     Ok(RefModule {
         kernels,
         globals: Arc::new(Mutex::new(globals)),
+        queues: None,
     })
 }
 
@@ -515,21 +665,23 @@ impl hal::Program for RefModule {
     }
 
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.host_access();
         let globals = lock(&self.globals);
         let g = globals
             .get(name)
             .ok_or_else(|| symbol("Module::read_global", name))?;
-        let r = range("Module::read_global", g, offset, dst.len())?;
+        let r = range("Module::read_global", g.len(), offset, dst.len())?;
         dst.copy_from_slice(&g[r]);
         Ok(())
     }
 
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        self.host_access();
         let mut globals = lock(&self.globals);
         let g = globals
             .get_mut(name)
             .ok_or_else(|| symbol("Module::write_global", name))?;
-        let r = range("Module::write_global", g, offset, src.len())?;
+        let r = range("Module::write_global", g.len(), offset, src.len())?;
         g[r].copy_from_slice(src);
         Ok(())
     }
@@ -539,8 +691,8 @@ impl hal::Program for RefModule {
     }
 }
 
-/// Runs a launch of a built-in kernel, there and then.
-fn run(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -> Result<()> {
+/// A launch of a built-in kernel, checked now, to run when its queue runs.
+fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -> Result<Work> {
     let threads = u64::from(dims.grid[0]) * u64::from(dims.block[0]);
     let scalar = |i: usize| match args.get(i) {
         Some(KernelArg::Scalar(b)) if b.len() == 4 => Ok(u32_at(b)),
@@ -550,14 +702,14 @@ fn run(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -> Re
         )),
     };
     let buffer = |i: usize| match args.get(i) {
-        Some(KernelArg::Buffer(b)) => Ok(*b),
+        Some(KernelArg::Buffer(b)) => Ok(b.bytes.clone()),
         _ => Err(Error::invalid(
             "Queue::launch",
             format!("argument {i} is not a buffer"),
         )),
     };
     match kernel.name.as_str() {
-        "noop" => Ok(()),
+        "noop" => Ok(Box::new(|| {})),
         "add_one" | "fill" => {
             let buf = buffer(0)?;
             let (value, n) = if kernel.name == "fill" {
@@ -565,21 +717,24 @@ fn run(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -> Re
             } else {
                 (None, scalar(1)?)
             };
-            let mut bytes = write(&buf.bytes);
-            let count = u64::from(n).min(threads).min((bytes.len() / 4) as u64) as usize;
-            for word in bytes.chunks_exact_mut(4).take(count) {
-                let v = value.unwrap_or_else(|| u32_at(word).wrapping_add(1));
-                word.copy_from_slice(&v.to_ne_bytes());
-            }
-            Ok(())
+            Ok(Box::new(move || {
+                let mut bytes = write(&buf);
+                let count = u64::from(n).min(threads).min((bytes.len() / 4) as u64) as usize;
+                for word in bytes.chunks_exact_mut(4).take(count) {
+                    let v = value.unwrap_or_else(|| u32_at(word).wrapping_add(1));
+                    word.copy_from_slice(&v.to_ne_bytes());
+                }
+            }))
         }
         "read_global" => {
             let buf = buffer(0)?;
-            let g = lock(&kernel.globals).get("g").cloned().unwrap_or_default();
-            let mut bytes = write(&buf.bytes);
-            let n = g.len().min(bytes.len());
-            bytes[..n].copy_from_slice(&g[..n]);
-            Ok(())
+            let globals = kernel.globals.clone();
+            Ok(Box::new(move || {
+                let g = lock(&globals).get("g").cloned().unwrap_or_default();
+                let mut bytes = write(&buf);
+                let n = g.len().min(bytes.len());
+                bytes[..n].copy_from_slice(&g[..n]);
+            }))
         }
         other => Err(symbol("Queue::launch", other)),
     }
@@ -603,3 +758,59 @@ impl Platforms for Only {
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 pub type Offload<S = crate::Ready> = crate::Offload<S, Only>;
+
+/// The reference backend with one ordering deliberately broken: host reads and writes do
+/// not wait for queued work. It exists to show that the conformance suite catches a backend
+/// that breaks Q1 (offload-core's conformance test runs the suite on it and expects a
+/// failure); never use it for anything else.
+///
+/// ```
+/// use offload_core::hal::{Device, Platform};
+/// use offload_core::{Config, MemKind, reference::Unordered};
+/// let platform = Unordered::open(&Config::default())?;
+/// let dev = platform.devices().remove(0);
+/// let mut buf = dev.alloc(4, MemKind::Device)?;
+/// let q = dev.queue()?;
+/// dev.enqueue_write(&q, &buf, 0, vec![7; 4])?;
+/// let mut out = [0u8; 4];
+/// dev.read(&buf, 0, &mut out)?;
+/// assert_eq!(out, [0; 4]); // the queued write has not run: the broken ordering
+/// dev.destroy_queue(q)?;
+/// # dev.free(buf)?;
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Unordered(Reference);
+
+impl hal::Platform for Unordered {
+    type Device = RefDevice;
+    const KIND: BackendKind = BackendKind::Reference;
+
+    fn open(config: &Config) -> Result<Self> {
+        let mut reference = Reference::open(config)?;
+        reference.ordered = false;
+        Ok(Unordered(reference))
+    }
+
+    fn name(&self) -> String {
+        "reference-unordered".into()
+    }
+
+    fn devices(&self) -> Vec<RefDevice> {
+        self.0.devices()
+    }
+
+    fn deinit(&self) -> Result<()> {
+        self.0.deinit()
+    }
+}
+
+/// Platforms of the broken-ordering runtime: [`Unordered`] only.
+#[derive(Debug)]
+pub struct UnorderedOnly;
+
+impl Platforms for UnorderedOnly {
+    fn platforms() -> Vec<PlatformEntry> {
+        vec![PlatformEntry::of::<Unordered>()]
+    }
+}

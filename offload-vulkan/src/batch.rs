@@ -1,0 +1,166 @@
+//! One submission of a queue: a command buffer with what its commands need until the
+//! device has run them — descriptor pools, staging memory for queued writes, and the
+//! modules whose pipelines it binds. A batch is reused once the timeline has passed the
+//! value its last submission signalled; [`Batch::recycle`] lets go of what that submission
+//! held.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ash::vk;
+use offload_core::Result;
+
+use crate::device::DeviceContext;
+use crate::error::{At, map_vk_err};
+use crate::memory::RawAllocation;
+use crate::program::ModuleInner;
+
+/// Descriptor sets one pool holds, and storage-buffer descriptors.
+const POOL_SETS: u32 = 64;
+const POOL_DESCRIPTORS: u32 = 512;
+
+/// A descriptor pool and what is left in it.
+#[derive(Debug)]
+struct Pool {
+    raw: vk::DescriptorPool,
+    sets_left: u32,
+    descriptors_left: u32,
+    /// Descriptors it was made with (a launch with more bindings gets a pool of its own).
+    descriptors: u32,
+}
+
+/// A command buffer and what its recorded commands use.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub(crate) commands: vk::CommandBuffer,
+    pools: Vec<Pool>,
+    /// Staging memory of queued writes, freed when the batch is recycled.
+    staging: Vec<RawAllocation>,
+    /// Modules whose pipelines the commands bind.
+    modules: Vec<Arc<ModuleInner>>,
+    /// The timeline value its last submission signals.
+    pub(crate) value: u64,
+}
+
+// SAFETY: the only non-`Send` members are the staging allocations' mapped pointers, which
+// point into memory the batch owns; they were written once, before the copy out of them
+// was recorded, and are never used again (only the allocation is freed, by its owner).
+unsafe impl Send for Batch {}
+
+impl Batch {
+    pub(crate) fn new(commands: vk::CommandBuffer) -> Batch {
+        Batch {
+            commands,
+            pools: Vec::new(),
+            staging: Vec::new(),
+            modules: Vec::new(),
+            value: 0,
+        }
+    }
+
+    /// Keeps `module` alive until the batch has run.
+    pub(crate) fn hold(&mut self, module: &Arc<ModuleInner>) {
+        if !self.modules.iter().any(|m| Arc::ptr_eq(m, module)) {
+            self.modules.push(module.clone());
+        }
+    }
+
+    /// Keeps `staging` until the batch has run, then frees it.
+    pub(crate) fn hold_staging(&mut self, staging: RawAllocation) {
+        self.staging.push(staging);
+    }
+
+    /// A descriptor set of `layout` for `count` storage buffers.
+    pub(crate) fn descriptor_set(
+        &mut self,
+        device: &DeviceContext,
+        layout: vk::DescriptorSetLayout,
+        count: u32,
+        call: &'static str,
+    ) -> Result<vk::DescriptorSet> {
+        let dev = &device.raw;
+        let fits = |p: &Pool| p.sets_left > 0 && p.descriptors_left >= count;
+        let index = match self.pools.iter().position(fits) {
+            Some(i) => i,
+            None => {
+                let descriptors = POOL_DESCRIPTORS.max(count);
+                let sizes = [vk::DescriptorPoolSize::default()
+                    .ty(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(descriptors)];
+                let info = vk::DescriptorPoolCreateInfo::default()
+                    .max_sets(POOL_SETS)
+                    .pool_sizes(&sizes);
+                // SAFETY: the device is live; `info` lives across the call.
+                let raw = unsafe { dev.create_descriptor_pool(&info, None) }
+                    .map_err(|e| map_vk_err(At::new(call, "vkCreateDescriptorPool"), e))?;
+                self.pools.push(Pool {
+                    raw,
+                    sets_left: POOL_SETS,
+                    descriptors_left: descriptors,
+                    descriptors,
+                });
+                self.pools.len() - 1
+            }
+        };
+        let pool = &mut self.pools[index];
+        let layouts = [layout];
+        let info = vk::DescriptorSetAllocateInfo::default()
+            .descriptor_pool(pool.raw)
+            .set_layouts(&layouts);
+        // SAFETY: pool and layout are live; the pool has a set and `count` storage-buffer
+        // descriptors left (counted), and only this batch (behind its queue's lock) uses it.
+        let sets = unsafe { dev.allocate_descriptor_sets(&info) }
+            .map_err(|e| map_vk_err(At::new(call, "vkAllocateDescriptorSets"), e))?;
+        pool.sets_left -= 1;
+        pool.descriptors_left -= count;
+        sets.first().copied().ok_or_else(|| {
+            map_vk_err(
+                At::new(call, "vkAllocateDescriptorSets"),
+                vk::Result::ERROR_UNKNOWN,
+            )
+        })
+    }
+
+    /// Lets go of what the last submission held: resets the descriptor pools, frees the
+    /// staging memory, releases the modules.
+    ///
+    /// # Safety
+    /// The batch's last submission must have finished, or it was never submitted.
+    pub(crate) unsafe fn recycle(&mut self, device: &DeviceContext) {
+        for pool in &mut self.pools {
+            if pool.sets_left < POOL_SETS {
+                // SAFETY: no set of the pool is in use (the submission finished). An error
+                // here (only out of host memory) leaves the pool as it was: still valid,
+                // counted full, so later launches take a new pool.
+                let reset = unsafe {
+                    device
+                        .raw
+                        .reset_descriptor_pool(pool.raw, vk::DescriptorPoolResetFlags::empty())
+                };
+                if reset.is_ok() {
+                    pool.sets_left = POOL_SETS;
+                    pool.descriptors_left = pool.descriptors;
+                }
+            }
+        }
+        for staging in self.staging.drain(..) {
+            // SAFETY: the submission that read it finished; nothing else uses it.
+            unsafe { staging.destroy(&device.raw) };
+            device.allocations.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.modules.clear();
+    }
+
+    /// Destroys the batch's own objects (the command buffer goes with its pool).
+    ///
+    /// # Safety
+    /// As for [`Batch::recycle`]; the batch must not be used afterwards.
+    pub(crate) unsafe fn destroy(mut self, device: &DeviceContext) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.recycle(device) };
+        for pool in self.pools.drain(..) {
+            // SAFETY: as above; each pool is destroyed once.
+            unsafe { device.raw.destroy_descriptor_pool(pool.raw, None) };
+        }
+    }
+}

@@ -67,13 +67,13 @@ impl<const ID: usize, const FF: bool> hal::Device for TestDevice<ID, FF> {
     type Event = Never;
 
     fn info(&self) -> Result<DeviceInfo> {
-        Ok(DeviceInfo {
-            name: format!("test{ID}"),
-            vendor: "test".into(),
-            backend: BackendKind::Reference,
-            memory: 1 << 20,
-            compute_units: 1,
-        })
+        Ok(DeviceInfo::new(
+            format!("test{ID}"),
+            "test",
+            BackendKind::Reference,
+            1 << 20,
+            1,
+        ))
     }
     fn alloc(&self, size: usize, _: MemKind) -> Result<Self::Buffer> {
         Ok(vec![0; size])
@@ -110,6 +110,9 @@ impl<const ID: usize, const FF: bool> hal::Device for TestDevice<ID, FF> {
     }
     fn copy_within(&self, _: &mut Self::Buffer, _: usize, _: usize, _: usize) -> Result<()> {
         Err(driver_error("copy_within", ID))
+    }
+    fn with_mapped(&self, _: &mut Self::Buffer, _: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        Err(driver_error("with_mapped", ID))
     }
     no_compute!(BackendKind::Reference, load);
 }

@@ -45,7 +45,8 @@ pub use erased::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};
 pub use hal::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind};
 pub use handles::{
-    Arg, Buffer, CallbackError, Device, Event, Kernel, Module, Program, Queue, Scalar,
+    Arg, Buffer, CallbackError, Device, Event, Kernel, Module, Program, Queue, STAGING_CHUNK,
+    Scalar,
 };
 pub use runtime::config::{Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS};
 pub use runtime::generation::Unavailable;

@@ -56,7 +56,7 @@ mod ffi;
 use offload_core::{BackendKind, DeviceInfo, PlatformEntry, Result};
 use offload_driver::{Counters, Opened, driver_not_found};
 
-use crate::ffi::{CUDA_ERROR_NO_DEVICE, CuDevice};
+use crate::ffi::{CUDA_ERROR_NO_DEVICE, CuDevice, sys};
 
 /// The backend family this crate implements.
 ///
@@ -201,13 +201,33 @@ impl offload_driver::Driver for CudaDriver {
         let driver = &self.driver;
         let info = |failure: offload_driver::Failure| failure.into_error(BACKEND, "Device::info");
         let multiprocessors = driver.multiprocessor_count(device).map_err(info)?;
-        Ok(DeviceInfo {
-            name: driver.device_name(device).map_err(info)?,
-            vendor: "NVIDIA".into(),
-            backend: BackendKind::Cuda,
-            memory: driver.total_memory(device).map_err(info)?,
-            compute_units: u32::try_from(multiprocessors).unwrap_or(0),
-        })
+        let mut properties = DeviceInfo::new(
+            driver.device_name(device).map_err(info)?,
+            "NVIDIA",
+            BackendKind::Cuda,
+            driver.total_memory(device).map_err(info)?,
+            u32::try_from(multiprocessors).unwrap_or(0),
+        );
+        // Properties the driver does not answer stay `None`.
+        let get = |attribute| {
+            driver
+                .attribute(device, attribute)
+                .ok()
+                .and_then(|v| u32::try_from(v).ok())
+        };
+        let three = |first| Some([get(first)?, get(first + 1)?, get(first + 2)?]);
+        properties.vendor_id = Some(0x10DE);
+        properties.driver_version = driver
+            .driver_version()
+            .map(|v| format!("{}.{}", v / 1000, v % 1000 / 10));
+        properties.max_block_threads = get(sys::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+        properties.max_block = three(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+        properties.max_grid = three(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+        properties.shared_memory =
+            get(sys::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK).map(u64::from);
+        properties.clock_mhz = get(sys::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).map(|khz| khz / 1000);
+        properties.address_bits = Some(64);
+        Ok(properties)
     }
 
     fn counters() -> &'static Counters {

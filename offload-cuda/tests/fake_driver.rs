@@ -58,6 +58,20 @@ fn the_runtime_lists_the_devices_and_deinitialises() {
 }
 
 #[test]
+fn typed_properties_are_what_the_driver_answers_and_none_where_it_does_not() {
+    let Some(dir) = FAKE.build("full", "libcuda.so.1", &[]) else {
+        return;
+    };
+    // The fake answers every attribute but the clock rate.
+    assert_eq!(
+        FAKE.run(&dir, "properties", &[]),
+        "vendor_id=Some(4318) driver=Some(\"12.4\") block_threads=Some(1024) \
+         block=Some([1024, 1024, 64]) grid=Some([2147483647, 65535, 65535]) alloc=None \
+         shared=Some(49152) bits=Some(64) clock=None"
+    );
+}
+
+#[test]
 fn a_failing_init_or_no_device_is_driver_not_found() {
     let Some(dir) = FAKE.build("absent", "libcuda.so.1", &[]) else {
         return;

@@ -34,13 +34,7 @@ use crate::failure::memory_unsupported;
 ///         "libfake.so"
 ///     }
 ///     fn device_info(&self, handle: u8) -> Result<DeviceInfo> {
-///         Ok(DeviceInfo {
-///             name: format!("Fake {handle}"),
-///             vendor: "Fake".into(),
-///             backend: Self::KIND,
-///             memory: 1 << 30,
-///             compute_units: 1,
-///         })
+///         Ok(DeviceInfo::new(format!("Fake {handle}"), "Fake", Self::KIND, 1 << 30, 1))
 ///     }
 ///     fn counters() -> &'static Counters {
 ///         &COUNTERS
@@ -347,6 +341,10 @@ impl<D: Driver> hal::Device for Device<D> {
     }
 
     fn copy_within(&self, buffer: &mut Never, _: usize, _: usize, _: usize) -> Result<()> {
+        buffer.absurd()
+    }
+
+    fn with_mapped(&self, buffer: &mut Never, _: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         buffer.absurd()
     }
 

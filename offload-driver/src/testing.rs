@@ -103,7 +103,8 @@ impl FakeDriver {
     }
 
     /// The child side, for the test binary's `child` test: in a child, runs its case
-    /// (`open`: [`open_platform`], `runtime`: [`through_runtime`]) and prints what it saw
+    /// (`open`: [`open_platform`], `runtime`: [`through_runtime`], `properties`:
+    /// [`properties`]) and prints what it saw
     /// as `RESULT <text>`; outside one, does nothing.
     ///
     /// ```no_run
@@ -124,6 +125,7 @@ impl FakeDriver {
         let result = match case.as_str() {
             "open" => open_platform::<B>(stats),
             "runtime" => through_runtime::<B>(entry(), stats),
+            "properties" => properties::<B>(),
             other => format!("unknown case {other}"),
         };
         println!("RESULT {result}");
@@ -166,6 +168,38 @@ pub fn open_platform<B: Platform>(stats: fn() -> Stats) -> String {
         stats.opened,
         stats.deinitialised
     )
+}
+
+/// Opens platform `B` and lists the first device's typed properties (`None` for what the
+/// driver did not report).
+///
+/// ```no_run
+/// # type CudaPlatform = offload_core::reference::Reference;
+/// println!("{}", offload_driver::testing::properties::<CudaPlatform>());
+/// ```
+pub fn properties<B: Platform>() -> String {
+    let platform = match B::open(&Config::default()) {
+        Ok(platform) => platform,
+        Err(e) => return format!("error {e:?}"),
+    };
+    let text = match platform.devices().remove(0).info() {
+        Ok(i) => format!(
+            "vendor_id={:?} driver={:?} block_threads={:?} block={:?} grid={:?} \
+             alloc={:?} shared={:?} bits={:?} clock={:?}",
+            i.vendor_id,
+            i.driver_version,
+            i.max_block_threads,
+            i.max_block,
+            i.max_grid,
+            i.max_alloc,
+            i.shared_memory,
+            i.address_bits,
+            i.clock_mhz
+        ),
+        Err(e) => format!("error {e:?}"),
+    };
+    let _ = platform.deinit();
+    text
 }
 
 /// Starts a runtime with only `entry` (platform `B`) and uses its devices: the platform's

@@ -223,13 +223,15 @@ impl offload_driver::Driver for HipDriver {
         let driver = &self.driver;
         let info = |failure: Failure| failure.into_error(BACKEND, "Device::info");
         let multiprocessors = driver.multiprocessor_count(ordinal).map_err(info)?;
-        Ok(DeviceInfo {
-            name: driver.device_name(device).map_err(info)?,
-            vendor: "AMD".into(),
-            backend: BackendKind::Hip,
-            memory: driver.total_memory(device).map_err(info)?,
-            compute_units: u32::try_from(multiprocessors).unwrap_or(0),
-        })
+        let mut properties = DeviceInfo::new(
+            driver.device_name(device).map_err(info)?,
+            "AMD",
+            BackendKind::Hip,
+            driver.total_memory(device).map_err(info)?,
+            u32::try_from(multiprocessors).unwrap_or(0),
+        );
+        properties.vendor_id = Some(0x1002);
+        Ok(properties)
     }
 
     fn counters() -> &'static Counters {

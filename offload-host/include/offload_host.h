@@ -1,5 +1,6 @@
 /*
- * offload host kernel ABI, version 1.
+ * offload host kernel ABI, version 2 (version 1 plus the shared-memory fields at the end
+ * of offload_launch: a version-1 kernel, which never reads them, runs unchanged).
  *
  * A host program is an ELF shared object for the machine it runs on (x86-64 or AArch64
  * Linux). A kernel is an exported C function
@@ -31,6 +32,9 @@ typedef struct offload_launch {
     uint32_t grid[3];     /* blocks in the grid, per dimension */
     uint32_t block[3];    /* threads per block, per dimension */
     uint32_t block_id[3]; /* the block this call runs */
+    uint32_t shared_size; /* bytes of dynamic shared memory (Dims::shared_memory) */
+    void *shared;         /* this block's shared memory, 64-byte aligned, contents undefined
+                             at the start of the block; NULL when shared_size is 0 */
 } offload_launch;
 
 #define OFFLOAD_EXPORT __attribute__((visibility("default")))
@@ -46,6 +50,9 @@ typedef struct offload_launch {
 /* Argument i as a buffer of `type`, or as a scalar of `type`. */
 #define OFFLOAD_BUFFER(type, i) ((type *)(*(void *const *)args[i]))
 #define OFFLOAD_SCALAR(type, i) (*(const type *)args[i])
+
+/* This block's dynamic shared memory as an array of `type`. */
+#define OFFLOAD_SHARED(type) ((type *)launch->shared)
 
 /* The global index of thread t of this block along x. */
 #define OFFLOAD_INDEX_X(t) ((uint64_t)launch->block_id[0] * launch->block[0] + (t))

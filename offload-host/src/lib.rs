@@ -44,7 +44,7 @@ use offload_core::{
 };
 
 pub use memory::{ALIGNMENT, HostBuffer, MEMFD_NAME};
-pub use program::{HostKernel, HostModule, PARAMS_PREFIX};
+pub use program::{HostKernel, HostModule, MAX_SHARED_MEMORY, PARAMS_PREFIX};
 
 /// Test kernels compiled from `fixtures/kernels.c` (feature `fixtures`): `add_one`, `fill`,
 /// `noop`, `read_global`, a writable global `g` and a const `read_only_constant`.
@@ -123,6 +123,8 @@ pub(crate) struct Shared {
     memory: OnceLock<u64>,
     /// The kernel's boot id, read at the first IPC use: the host devices' UUIDs.
     boot_id: OnceLock<[u8; 16]>,
+    /// The devices' properties, read at the first `info`.
+    info: OnceLock<DeviceInfo>,
 }
 
 impl Shared {
@@ -130,6 +132,46 @@ impl Shared {
         *self.memory.get_or_init(|| {
             let info = rustix::system::sysinfo();
             (info.totalram as u64).saturating_mul(u64::from(info.mem_unit.max(1)))
+        })
+    }
+
+    /// What every host device of this platform says about itself (the name is the CPU
+    /// model; `info` adds the device's ordinal).
+    fn info(&self) -> &DeviceInfo {
+        self.info.get_or_init(|| {
+            let cpu = CpuInfo::read();
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let memory = self.memory();
+            let mut info = DeviceInfo::new(
+                cpu.model
+                    .unwrap_or_else(|| std::env::consts::ARCH.to_string()),
+                cpu.vendor
+                    .clone()
+                    .unwrap_or_else(|| std::env::consts::ARCH.to_string()),
+                BackendKind::Host,
+                memory,
+                u32::try_from(cores).unwrap_or(u32::MAX),
+            );
+            info.vendor_id = match cpu.vendor.as_deref() {
+                Some("GenuineIntel") => Some(0x8086),
+                Some("AuthenticAMD") => Some(0x1022),
+                _ => None,
+            };
+            let uname = rustix::system::uname();
+            info.driver_version = Some(format!(
+                "offload-host {} on Linux {}",
+                env!("CARGO_PKG_VERSION"),
+                uname.release().to_string_lossy()
+            ));
+            // A host kernel runs its block's threads itself: any size, any grid.
+            info.max_block_threads = Some(u32::MAX);
+            info.max_block = Some([u32::MAX; 3]);
+            info.max_grid = Some([u32::MAX; 3]);
+            info.max_alloc = Some(memory);
+            info.shared_memory = Some(u64::from(program::MAX_SHARED_MEMORY));
+            info.address_bits = Some(usize::BITS);
+            info.clock_mhz = cpu.mhz;
+            info
         })
     }
 
@@ -298,15 +340,11 @@ impl hal::Device for HostDevice {
     type Queue = HostQueue;
     type Event = HostEvent;
 
+    /// Read from the system once per platform (`/proc/cpuinfo`, `uname`), then copied.
     fn info(&self) -> Result<DeviceInfo> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(DeviceInfo {
-            name: format!("host cpu {}", self.ordinal),
-            vendor: cpu_vendor().unwrap_or_else(|| std::env::consts::ARCH.to_string()),
-            backend: BackendKind::Host,
-            memory: self.shared.memory(),
-            compute_units: u32::try_from(cores).unwrap_or(u32::MAX),
-        })
+        let mut info = self.shared.info().clone();
+        info.name = format!("host cpu {} ({})", self.ordinal, info.name);
+        Ok(info)
     }
 
     fn alloc(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
@@ -369,6 +407,24 @@ impl hal::Device for HostDevice {
         program::load(image)
     }
 
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        program::validate(image)
+    }
+
+    /// Host memory, touched in place; not memory shared with other processes (they could
+    /// write it under the slice).
+    fn with_mapped(&self, buffer: &mut HostBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        let bytes = buffer.exclusive_bytes().ok_or_else(|| Error::Unsupported {
+            backend: BackendKind::Host,
+            call: "Buffer::with_mapped",
+            reason: "the buffer's memory is shared with other processes (IPC): copy \
+                     it with read and write instead"
+                .into(),
+        })?;
+        f(bytes);
+        Ok(())
+    }
+
     fn queue(&self) -> Result<HostQueue> {
         Ok(HostQueue {
             stream: stream::Stream::new(self.pool.clone()),
@@ -395,6 +451,17 @@ impl hal::Device for HostDevice {
         args: &[KernelArg<'_, HostBuffer>],
     ) -> Result<()> {
         const CALL: &str = "Queue::launch";
+        if dims.shared_memory > program::MAX_SHARED_MEMORY {
+            return Err(invalid(
+                CALL,
+                format!(
+                    "{} bytes of shared memory per block; the host allows {} \
+                     (DeviceInfo::shared_memory)",
+                    dims.shared_memory,
+                    program::MAX_SHARED_MEMORY
+                ),
+            ));
+        }
         // Checked again here: the raw API is safe too, and native code trusts these.
         if args.len() != kernel.params.len() {
             return Err(Error::InvalidArgument {
@@ -436,8 +503,7 @@ impl hal::Device for HostDevice {
             stream::Command::Launch {
                 function: kernel.function,
                 values,
-                grid: dims.grid,
-                block: dims.block,
+                dims: *dims,
                 memory,
                 code: kernel.loaded.clone(),
             },
@@ -669,11 +735,29 @@ pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-/// The CPU vendor from /proc/cpuinfo, if the kernel says.
-fn cpu_vendor() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    text.lines()
-        .find(|l| l.starts_with("vendor_id") || l.starts_with("CPU implementer"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(|v| v.trim().to_string())
+/// What /proc/cpuinfo says about the first CPU, where it says it.
+struct CpuInfo {
+    vendor: Option<String>,
+    model: Option<String>,
+    mhz: Option<u32>,
+}
+
+impl CpuInfo {
+    fn read() -> CpuInfo {
+        let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |names: &[&str]| {
+            text.lines()
+                .find(|l| names.iter().any(|n| l.starts_with(n)))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        CpuInfo {
+            vendor: field(&["vendor_id", "CPU implementer"]),
+            model: field(&["model name", "Model"]),
+            mhz: field(&["cpu MHz"])
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|mhz| mhz.round() as u32),
+        }
+    }
 }

@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use offload_core::Dims;
+
 use crate::program::{KernelFn, Launch};
 
 /// A contiguous run of block indices, on a cache line of its own so participants taking
@@ -44,8 +46,7 @@ pub(crate) struct Job {
     pointers: Vec<usize>,
     /// Keeps the argument values alive (and at stable addresses) for the job.
     _values: Vec<[u8; 8]>,
-    grid: [u32; 3],
-    block: [u32; 3],
+    dims: Dims,
     total: u64,
     ranges: Vec<Range>,
     finished: Finished,
@@ -54,15 +55,14 @@ pub(crate) struct Job {
 #[repr(align(64))]
 struct Finished(AtomicU64);
 
+/// 64 bytes, 64-byte aligned: the unit of a block's shared memory.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
 impl Job {
-    fn new(
-        function: KernelFn,
-        values: Vec<[u8; 8]>,
-        grid: [u32; 3],
-        block: [u32; 3],
-        participants: usize,
-    ) -> Job {
-        let total = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+    fn new(function: KernelFn, values: Vec<[u8; 8]>, dims: Dims, participants: usize) -> Job {
+        let total = dims.blocks();
         let parts = participants.max(1) as u64;
         let ranges = (0..parts)
             .map(|k| Range {
@@ -74,30 +74,39 @@ impl Job {
             function,
             pointers: values.iter().map(|v| v.as_ptr() as usize).collect(),
             _values: values,
-            grid,
-            block,
+            dims,
             total,
             ranges,
             finished: Finished(AtomicU64::new(0)),
         }
     }
 
-    fn run_block(&self, index: u64) {
-        let (gx, gy) = (u64::from(self.grid[0]), u64::from(self.grid[1]));
+    /// Runs block `index` with `scratch` as its shared memory (at least
+    /// `dims.shared_memory` bytes, or empty when that is 0).
+    fn run_block(&self, index: u64, scratch: &mut [Line]) {
+        let grid = self.dims.grid;
+        let (gx, gy) = (u64::from(grid[0]), u64::from(grid[1]));
         let launch = Launch {
-            grid: self.grid,
-            block: self.block,
+            grid,
+            block: self.dims.block,
             // The quotients fit: each is below its u32 grid dimension.
             block_id: [
                 (index % gx) as u32,
                 ((index / gx) % gy) as u32,
                 (index / (gx * gy)) as u32,
             ],
+            shared_size: self.dims.shared_memory,
+            shared: if scratch.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                scratch.as_mut_ptr().cast()
+            },
         };
         // SAFETY: the kernel ABI (include/offload_host.h): `pointers` holds one valid
         // pointer per declared parameter (the count and kinds were checked against the
         // kernel's `offload_params_` string), each to 8 bytes owned by this job, which
-        // outlives the call; `launch` is a valid `offload_launch`. The kernel's code
+        // outlives the call; `launch` is a valid `offload_launch` whose `shared` points to
+        // `shared_size` bytes this thread alone uses during the call. The kernel's code
         // stays mapped: the caller holds the kernel, which holds its library.
         unsafe { (self.function)(self.pointers.as_ptr() as *const *mut c_void, &launch) };
     }
@@ -108,6 +117,9 @@ impl Job {
     pub(crate) fn run_blocks(&self, me: usize) {
         let parts = self.ranges.len();
         let mut ran = 0;
+        // This thread's shared memory, reused by every block it runs.
+        let lines = (self.dims.shared_memory as usize).div_ceil(64);
+        let mut scratch = vec![Line([0; 64]); lines];
         for k in 0..parts {
             let range = &self.ranges[(me + k) % parts];
             loop {
@@ -115,7 +127,7 @@ impl Job {
                 if index >= range.end {
                     break;
                 }
-                self.run_block(index);
+                self.run_block(index, &mut scratch);
                 ran += 1;
             }
         }
@@ -274,21 +286,20 @@ impl LazyPool {
         &self,
         function: KernelFn,
         values: Vec<[u8; 8]>,
-        grid: [u32; 3],
-        block: [u32; 3],
+        dims: Dims,
         publish: impl Fn(Option<Arc<Job>>),
     ) {
-        let total = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+        let total = dims.blocks();
         if total == 0 {
             return;
         }
         let pool = if total > 1 { self.get() } else { None };
         let Some(pool) = pool else {
-            Job::new(function, values, grid, block, 1).run_blocks(0);
+            Job::new(function, values, dims, 1).run_blocks(0);
             return;
         };
         let alone = |values| {
-            let job = Arc::new(Job::new(function, values, grid, block, 2));
+            let job = Arc::new(Job::new(function, values, dims, 2));
             publish(Some(job.clone()));
             job.run_blocks(0);
             wait_done(&job);
@@ -299,13 +310,7 @@ impl LazyPool {
             alone(values);
             return;
         };
-        let job = Arc::new(Job::new(
-            function,
-            values,
-            grid,
-            block,
-            pool.workers.len() + 1,
-        ));
+        let job = Arc::new(Job::new(function, values, dims, pool.workers.len() + 1));
         publish(Some(job.clone()));
         {
             let mut state = lock(&pool.shared.state);

@@ -24,14 +24,20 @@ use crate::stream::Uses;
 /// The C signature of a host kernel (see include/offload_host.h).
 pub(crate) type KernelFn = unsafe extern "C" fn(args: *const *mut c_void, launch: *const Launch);
 
-/// `offload_launch` of include/offload_host.h.
+/// `offload_launch` of include/offload_host.h (ABI version 2).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Launch {
     pub(crate) grid: [u32; 3],
     pub(crate) block: [u32; 3],
     pub(crate) block_id: [u32; 3],
+    pub(crate) shared_size: u32,
+    pub(crate) shared: *mut c_void,
 }
+
+/// The most dynamic shared memory a host launch may ask for, per block (each thread that
+/// runs blocks has one such scratch area per launch).
+pub const MAX_SHARED_MEMORY: u32 = 1 << 20;
 
 /// Prefix of the symbol that declares a kernel's parameters.
 pub const PARAMS_PREFIX: &str = "offload_params_";
@@ -107,6 +113,17 @@ fn io(call: &'static str, what: &str, e: impl std::fmt::Display) -> Error {
         code: -1,
         message: format!("{what}: {e}"),
     }
+}
+
+/// Checks that `image` is a loadable host program, without loading it.
+pub(crate) fn validate(image: &[u8]) -> Result<()> {
+    elf::validate(image)
+        .map(drop)
+        .map_err(|reason| Error::InvalidBinary {
+            backend: BackendKind::Host,
+            call: "Device::validate",
+            reason,
+        })
 }
 
 pub(crate) fn load(image: &[u8]) -> Result<HostModule> {
@@ -210,6 +227,33 @@ impl hal::Program for HostModule {
 
     fn params(kernel: &HostKernel) -> &[ParamKind] {
         &kernel.params
+    }
+
+    /// Exported functions that declare their parameters (`offload_params_<name>`).
+    fn kernels(&self) -> Vec<String> {
+        let symbols = &self.loaded.image.symbols;
+        symbols
+            .iter()
+            .filter(|s| s.kind == SymbolKind::Function)
+            .filter(|s| {
+                let declared = format!("{PARAMS_PREFIX}{}", s.name);
+                symbols
+                    .iter()
+                    .any(|p| p.kind == SymbolKind::Object && p.name == declared)
+            })
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Exported data objects other than the parameter declarations.
+    fn globals(&self) -> Vec<String> {
+        self.loaded
+            .image
+            .symbols
+            .iter()
+            .filter(|s| s.kind == SymbolKind::Object && !s.name.starts_with(PARAMS_PREFIX))
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {

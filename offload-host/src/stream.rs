@@ -29,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use offload_core::hal::HostFn;
-use offload_core::{BackendKind, Error, Result};
+use offload_core::{BackendKind, Dims, Error, Result};
 
 use crate::memory::Memory;
 use crate::pool::{Job, LazyPool};
@@ -44,8 +44,7 @@ pub(crate) enum Command {
     Launch {
         function: KernelFn,
         values: Vec<[u8; 8]>,
-        grid: [u32; 3],
-        block: [u32; 3],
+        dims: Dims,
         memory: Vec<Arc<Memory>>,
         code: Arc<Loaded>,
     },
@@ -269,12 +268,11 @@ impl StreamCore {
             Command::Launch {
                 function,
                 values,
-                grid,
-                block,
+                dims,
                 memory,
                 code,
             } => {
-                self.pool.run(function, values, grid, block, |job| {
+                self.pool.run(function, values, dims, |job| {
                     self.helpable.store(job.is_some(), Ordering::Release);
                     *lock(&self.running) = job;
                 });

@@ -173,6 +173,8 @@ pub struct VulkanDeviceInfo {
     pub max_workgroup_count: [u32; 3],
     /// `maxPushConstantsSize`, in bytes.
     pub max_push_constants_size: u32,
+    /// `maxComputeSharedMemorySize`: workgroup memory a shader may declare, in bytes.
+    pub max_shared_memory: u32,
     /// `maxStorageBufferRange`, in bytes.
     pub max_storage_buffer_range: u32,
     /// The queue family offload submits to (the first one with `VK_QUEUE_COMPUTE_BIT`).
@@ -425,6 +427,7 @@ pub(crate) unsafe fn query(
             max_workgroup_invocations: limits.max_compute_work_group_invocations,
             max_workgroup_count: limits.max_compute_work_group_count,
             max_push_constants_size: limits.max_push_constants_size,
+            max_shared_memory: limits.max_compute_shared_memory_size,
             max_storage_buffer_range: limits.max_storage_buffer_range,
             compute_queue_family,
             timestamp_valid_bits,

@@ -674,13 +674,27 @@ impl hal::Device for VulkanDevice {
     type Event = VulkanEvent;
 
     fn info(&self) -> Result<DeviceInfo> {
-        Ok(DeviceInfo {
-            name: self.info.name.clone(),
-            vendor: self.info.vendor.clone(),
-            backend: BackendKind::Vulkan,
-            memory: self.info.device_local_memory,
-            compute_units: self.info.compute_units,
-        })
+        let v = &self.info;
+        let mut info = DeviceInfo::new(
+            v.name.clone(),
+            v.vendor.clone(),
+            BackendKind::Vulkan,
+            v.device_local_memory,
+            v.compute_units,
+        );
+        info.vendor_id = Some(v.vendor_id);
+        info.driver_version = Some(if v.driver_info.is_empty() {
+            v.driver_version_text.clone()
+        } else {
+            format!("{} ({})", v.driver_info, v.driver_version_text)
+        });
+        info.max_block_threads = Some(v.max_workgroup_invocations);
+        info.max_block = Some(v.max_workgroup_size);
+        info.max_grid = Some(v.max_workgroup_count);
+        info.max_alloc = Some(v.max_allocation_size.min(v.max_buffer_size));
+        info.shared_memory = Some(u64::from(v.max_shared_memory));
+        // Vulkan reports neither an address width nor a clock.
+        Ok(info)
     }
 
     fn alloc(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
@@ -734,8 +748,19 @@ impl hal::Device for VulkanDevice {
         buffer.copy_within(src_offset, dst_offset, len)
     }
 
+    /// Host-visible memory (always `MemKind::Host`/`Shared`; `Device` where the device's
+    /// memory is host-visible, as on lavapipe), not shared with other processes.
+    fn with_mapped(&self, buffer: &mut VulkanBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        f(buffer.mapped_bytes()?);
+        Ok(())
+    }
+
     fn load(&self, image: &[u8]) -> Result<VulkanModule> {
         program::load(self.context()?.clone(), image)
+    }
+
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        program::validate(self.context()?, image)
     }
 
     fn queue(&self) -> Result<VulkanQueue> {
@@ -875,6 +900,16 @@ impl hal::Program for VulkanModule {
 
     fn params(kernel: &VulkanKernel) -> &[ParamKind] {
         &kernel.params
+    }
+
+    /// The `GLCompute` entry points.
+    fn kernels(&self) -> Vec<String> {
+        self.entry_points().map(str::to_string).collect()
+    }
+
+    /// None: SPIR-V for Vulkan has no host-reachable globals.
+    fn globals(&self) -> Vec<String> {
+        Vec::new()
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {

@@ -451,6 +451,8 @@ pub struct VulkanBuffer {
     kind: MemKind,
     /// Whether it may be exported (made by `alloc_exportable`; never an import).
     exportable: bool,
+    /// Whether another process may map its memory (exportable, or imported).
+    shared: bool,
     device: Arc<DeviceContext>,
     /// The queued work that uses it. Every host access, and freeing it, first submits and
     /// waits for that work: GPU work never sees memory change or disappear under it, and
@@ -486,7 +488,9 @@ impl VulkanBuffer {
             (Source::Fresh, "Device::alloc")
         };
         let raw = RawAllocation::new(&device, size as u64, placement, source, call)?;
-        Ok(Self::counted(device, raw, size, kind, exportable))
+        Ok(Self::counted(
+            device, raw, size, kind, exportable, exportable,
+        ))
     }
 
     /// Maps memory another process exported (see [`VulkanBuffer::export`] for the payload).
@@ -519,7 +523,14 @@ impl VulkanBuffer {
         };
         // Imported memory is mapped where it is host-visible, like device memory.
         let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, CALL)?;
-        Ok(Self::counted(device, raw, size, MemKind::Device, false))
+        Ok(Self::counted(
+            device,
+            raw,
+            size,
+            MemKind::Device,
+            false,
+            true,
+        ))
     }
 
     fn counted(
@@ -528,6 +539,7 @@ impl VulkanBuffer {
         len: usize,
         kind: MemKind,
         exportable: bool,
+        shared: bool,
     ) -> Self {
         device.platform_live.fetch_add(1, Ordering::SeqCst);
         crate::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
@@ -536,6 +548,7 @@ impl VulkanBuffer {
             len,
             kind,
             exportable,
+            shared,
             device,
             usage: Arc::default(),
         }
@@ -645,6 +658,34 @@ impl VulkanBuffer {
     /// ```
     pub fn is_mapped(&self) -> bool {
         self.raw.mapped.is_some()
+    }
+
+    /// The bytes in place, after the queued work that uses them: memory the host maps,
+    /// which no other process can map.
+    pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
+        const CALL: &str = "Buffer::with_mapped";
+        let unsupported = |reason: &str| Error::Unsupported {
+            backend: BackendKind::Vulkan,
+            call: CALL,
+            reason: reason.into(),
+        };
+        let Some(ptr) = self.raw.mapped else {
+            return Err(unsupported(
+                "the buffer's memory is not host-visible (allocate MemKind::Host to map it)",
+            ));
+        };
+        if self.shared {
+            return Err(unsupported(
+                "the buffer's memory is shared with other processes (IPC): copy it with \
+                 read and write instead",
+            ));
+        }
+        self.wait_unused(CALL)?;
+        // SAFETY: the mapping covers the whole allocation (at least `len` bytes) for the
+        // buffer's life and is host-coherent; `&mut self` excludes every other host access,
+        // no GPU work uses the buffer (waited above, and none can be queued while the
+        // borrow lives), and no other process maps it (not exportable, not imported).
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), self.len) })
     }
 
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {

@@ -498,6 +498,16 @@ fn destroy_shader_module(device: &DeviceContext, shader: vk::ShaderModule) {
     crate::LIVE_SHADER_MODULES.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Validates and reflects `image` for `device` as `load` does, without loading it.
+pub(crate) fn validate(device: &DeviceContext, image: &[u8]) -> Result<()> {
+    spirv::reflect(
+        image,
+        SpirvVersion::for_vulkan(device.api),
+        "Device::validate",
+    )
+    .map(drop)
+}
+
 /// Validates `image` for `device` and loads it.
 pub(crate) fn load(device: Arc<DeviceContext>, image: &[u8]) -> Result<VulkanModule> {
     const CALL: &str = "Program::load";

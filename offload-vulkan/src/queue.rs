@@ -537,6 +537,17 @@ impl VulkanQueue {
             }
         }
         check_dims(dims, limits, name)?;
+        if dims.shared_memory > 0 {
+            return Err(Error::Unsupported {
+                backend: BackendKind::Vulkan,
+                call: CALL,
+                reason: format!(
+                    "vulkan kernel `{name}`: dynamic shared memory ({} bytes): a Vulkan compute \
+                     shader declares its workgroup memory with a fixed size",
+                    dims.shared_memory
+                ),
+            });
+        }
         let pipeline = kernel.pipeline_for(dims.block, CALL)?;
         if dims.grid.contains(&0) {
             return Ok(()); // no workgroups: nothing to run

@@ -37,6 +37,25 @@ fn device_info_comes_from_the_driver() {
         assert!(vinfo.max_allocation_size > 0);
         assert!(vinfo.used_api_version <= vinfo.api_version);
         assert!(vinfo.used_api_version.minor >= 1 || vinfo.used_api_version.major > 1);
+        // The typed properties are the driver's limits.
+        assert_eq!(info.vendor_id, Some(vinfo.vendor_id));
+        assert_eq!(
+            info.max_block_threads,
+            Some(vinfo.max_workgroup_invocations)
+        );
+        assert_eq!(info.max_block, Some(vinfo.max_workgroup_size));
+        assert_eq!(info.max_grid, Some(vinfo.max_workgroup_count));
+        assert!(
+            info.shared_memory.is_some_and(|s| s >= 16384),
+            "Vulkan's minimum"
+        );
+        assert!(info.max_alloc.is_some_and(|a| a > 0));
+        assert!(info.driver_version.is_some());
+        assert_eq!(
+            (info.address_bits, info.clock_mhz),
+            (None, None),
+            "not in Vulkan"
+        );
     }
     let lavapipe = devices.iter().find(|d| {
         let i = d.vulkan_info();

@@ -733,3 +733,163 @@ fn teardown_with_work_in_flight_is_clean() {
     assert_eq!(after.live_queues, before.live_queues);
     assert_no_validation_errors("teardown_with_work_in_flight_is_clean");
 }
+
+/// Q1 on Vulkan: launches and queued copies are recorded into one batch and submitted when
+/// something needs them (a sync, a host access, an event), in order, with the barriers
+/// the validation layer asks for; queued fills take every pattern size, queued writes
+/// every size and alignment.
+#[test]
+fn queued_work_is_batched_and_ordered() {
+    let _serial = serial();
+    let Some(platforms) = both_paths_validated("queued_work_is_batched_and_ordered") else {
+        return;
+    };
+    for (path, vk) in platforms {
+        let dev = vk.devices().remove(0);
+        let module = dev.load(&kernels()).unwrap();
+        let k_add = module.kernel("add_one").unwrap();
+        let q = dev.queue().unwrap();
+        let n = 4096usize;
+        let buf = dev.alloc(4 * n, MemKind::Device).unwrap();
+        let other = dev.alloc(4 * n, MemKind::Host).unwrap();
+        let grid = Dims::grid([(n / 64) as u32, 1, 1]).block([64, 1, 1]);
+
+        // Ten launches and a fill: recorded, not submitted, until the sync.
+        let before = stats().submissions;
+        dev.enqueue_fill(&q, &buf, 0, 4 * n, &[0]).unwrap();
+        for _ in 0..10 {
+            add_one(&dev, &q, &k_add, &buf, n as u32, grid);
+        }
+        assert_eq!(q.unsubmitted(), 11, "{path}");
+        assert_eq!(stats().submissions, before, "{path}: nothing submitted yet");
+        dev.sync(&q).unwrap();
+        assert_eq!(stats().submissions, before + 1, "{path}: one submission");
+        assert!(read_words(&dev, &buf).iter().all(|&w| w == 10), "{path}");
+
+        // A host read submits the batch that uses the buffer, and sees its work.
+        add_one(&dev, &q, &k_add, &buf, n as u32, grid);
+        dev.enqueue_copy(&q, &buf, 0, &other, 0, 4 * n).unwrap();
+        assert_eq!(q.unsubmitted(), 2);
+        assert!(read_words(&dev, &other).iter().all(|&w| w == 11), "{path}");
+        assert_eq!(q.unsubmitted(), 0, "{path}: the read submitted the batch");
+
+        // Fills with every pattern size, at odd offsets, against a model.
+        let mut model = vec![0u8; 4 * n];
+        dev.enqueue_fill(&q, &buf, 0, 4 * n, &[0]).unwrap();
+        let patterns: [&[u8]; 6] = [
+            &[0xA1],
+            &[1, 2],
+            &[1, 2, 3, 4],
+            &[8, 7, 6, 5, 4, 3, 2, 1],
+            &[16; 16],
+            &[3, 1, 4],
+        ];
+        for (i, pattern) in patterns.iter().enumerate() {
+            let offset = 1 + i * 517;
+            let len = pattern.len() * (50 + i);
+            dev.enqueue_fill(&q, &buf, offset, len, pattern).unwrap();
+            for (b, p) in model[offset..offset + len]
+                .iter_mut()
+                .zip(pattern.iter().cycle())
+            {
+                *b = *p;
+            }
+        }
+        // Writes: inline (small, aligned), staged (unaligned, and over 64 KiB).
+        let small: Vec<u8> = (0..64).collect();
+        dev.enqueue_write(&q, &buf, 8192, small.clone()).unwrap();
+        model[8192..8256].copy_from_slice(&small);
+        let odd: Vec<u8> = (0..77).map(|x| x * 3).collect();
+        dev.enqueue_write(&q, &buf, 9001, odd.clone()).unwrap();
+        model[9001..9078].copy_from_slice(&odd);
+        // A copy inside the buffer, after them.
+        dev.enqueue_copy(&q, &buf, 0, &buf, 12000, 1000).unwrap();
+        let moved = model[..1000].to_vec();
+        model[12000..13000].copy_from_slice(&moved);
+        let mut got = vec![0u8; 4 * n];
+        dev.read(&buf, 0, &mut got).unwrap();
+        assert!(
+            got == model,
+            "{path}: queued fills, writes and copy in order"
+        );
+        assert!(matches!(
+            dev.enqueue_copy(&q, &buf, 0, &buf, 10, 100),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            dev.enqueue_fill(&q, &buf, 0, 7, &[1, 2]),
+            Err(Error::InvalidArgument { .. })
+        ));
+        let big: Vec<u8> = (0..70_000u32).map(|x| x as u8).collect();
+        let large = dev.alloc(big.len(), MemKind::Device).unwrap();
+        dev.enqueue_write(&q, &large, 0, big.clone()).unwrap();
+        let mut back = vec![0u8; big.len()];
+        dev.read(&large, 0, &mut back).unwrap();
+        assert!(back == big, "{path}: a staged 70,000-byte queued write");
+
+        // A host function runs after the work before it (on Vulkan: at once, blocking).
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        add_one(
+            &dev,
+            &q,
+            &k_add,
+            &buf,
+            1,
+            Dims::grid([1, 1, 1]).block([64, 1, 1]),
+        );
+        let flag = seen.clone();
+        dev.enqueue_host_fn(&q, Box::new(move || *flag.lock().unwrap() = Some(())))
+            .unwrap();
+        assert!(seen.lock().unwrap().is_some());
+        assert!(dev.is_idle(&q).unwrap());
+
+        // Dynamic shared memory: Vulkan declares workgroup memory in the shader.
+        let n4 = (n as u32).to_ne_bytes();
+        assert!(matches!(
+            dev.launch(
+                &q,
+                &k_add,
+                &grid.shared_memory(256),
+                &[KernelArg::Buffer(&buf), u32s(&n4)]
+            ),
+            Err(Error::Unsupported { .. })
+        ));
+        dev.destroy_queue(q).unwrap();
+        for b in [buf, other, large] {
+            dev.free(b).unwrap();
+        }
+        drop(k_add);
+        module.unload().unwrap();
+        close(vk);
+    }
+    assert_no_validation_errors("queued_work_is_batched_and_ordered");
+}
+
+/// `validate` checks an image as `load` would without loading it; a module lists its
+/// entry points and (on Vulkan) no globals.
+#[test]
+fn validate_and_symbols() {
+    let _serial = serial();
+    let Some(vk) = open_validated("validate_and_symbols") else {
+        return;
+    };
+    let dev = vk.devices().remove(0);
+    let created = stats().shader_modules_created;
+    dev.validate(&kernels()).unwrap();
+    match dev.validate(b"not SPIR-V at all") {
+        Err(Error::InvalidBinary { call, .. }) => assert_eq!(call, "Device::validate"),
+        other => panic!("expected InvalidBinary, got {other:?}"),
+    }
+    assert_eq!(
+        stats().shader_modules_created,
+        created,
+        "validate made nothing"
+    );
+    let module = dev.load(&kernels()).unwrap();
+    let names = module.kernels();
+    assert!(names.iter().any(|k| k == "add_one") && names.iter().any(|k| k == "fill"));
+    assert!(module.globals().is_empty());
+    module.unload().unwrap();
+    close(vk);
+    assert_no_validation_errors("validate_and_symbols");
+}

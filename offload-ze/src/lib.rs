@@ -214,16 +214,18 @@ impl offload_driver::Driver for ZeDriver {
         let driver = &self.driver;
         let info = |failure: Failure| failure.into_error(BACKEND, "Device::info");
         let description = driver.describe(device).map_err(info)?;
-        Ok(DeviceInfo {
-            name: description.name,
-            vendor: match description.vendor_id {
+        let mut properties = DeviceInfo::new(
+            description.name,
+            match description.vendor_id {
                 INTEL => "Intel".into(),
                 other => format!("PCI vendor {other:#06x}"),
             },
-            backend: BackendKind::Ze,
-            memory: driver.total_memory(device).map_err(info)?,
-            compute_units: u32::try_from(description.execution_units).unwrap_or(u32::MAX),
-        })
+            BackendKind::Ze,
+            driver.total_memory(device).map_err(info)?,
+            u32::try_from(description.execution_units).unwrap_or(u32::MAX),
+        );
+        properties.vendor_id = Some(description.vendor_id);
+        Ok(properties)
     }
 
     fn counters() -> &'static Counters {

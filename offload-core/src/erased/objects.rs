@@ -10,7 +10,7 @@
 
 use std::any::Any;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -51,6 +51,7 @@ pub(crate) trait DynDevice: Send + Sync {
     fn info(&self) -> Result<DeviceInfo>;
     fn alloc(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>>;
     fn load(self: Arc<Self>, image: &[u8]) -> Result<Box<dyn DynProgram>>;
+    fn validate(&self, image: &[u8]) -> Result<()>;
     fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>>;
     /// IPC (`Error::Unsupported` where the backend has none): the device's identity.
     fn uuid(&self) -> Result<[u8; 16]>;
@@ -64,6 +65,7 @@ pub(crate) trait DynBuffer: Send + Sync {
     fn write(&mut self, offset: usize, src: &[u8]) -> Result<()>;
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
     fn copy_within(&mut self, src_offset: usize, dst_offset: usize, len: usize) -> Result<()>;
+    fn with_mapped(&mut self, f: &mut dyn FnMut(&mut [u8])) -> Result<()>;
     fn copy_from(
         &mut self,
         dst_offset: usize,
@@ -81,6 +83,8 @@ pub(crate) trait DynBuffer: Send + Sync {
 /// A loaded program with its type erased, together with its device.
 pub(crate) trait DynProgram: Send + Sync {
     fn kernel(&self, name: &str) -> Result<Box<dyn DynKernel>>;
+    fn kernels(&self) -> Vec<String>;
+    fn globals(&self) -> Vec<String>;
     fn global(&self, name: &str) -> Result<GlobalInfo>;
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()>;
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()>;
@@ -214,6 +218,7 @@ impl<P: hal::Platform> DynPlatform for Erased<P> {
                 Arc::new(ErasedDevice::<P> {
                     raw: device,
                     ipc: self.ipc,
+                    info: OnceLock::new(),
                 }) as Arc<dyn DynDevice>
             })
             .collect()
@@ -228,6 +233,8 @@ impl<P: hal::Platform> DynPlatform for Erased<P> {
 struct ErasedDevice<P: hal::Platform> {
     raw: DeviceOf<P>,
     ipc: Option<IpcFns<DeviceOf<P>>>,
+    /// The device's properties, asked of the backend once (its first successful `info`).
+    info: OnceLock<DeviceInfo>,
 }
 
 impl<P: hal::Platform> ErasedDevice<P> {
@@ -238,7 +245,11 @@ impl<P: hal::Platform> ErasedDevice<P> {
 
 impl<P: hal::Platform> DynDevice for ErasedDevice<P> {
     fn info(&self) -> Result<DeviceInfo> {
-        hal::Device::info(&self.raw)
+        if let Some(info) = self.info.get() {
+            return Ok(info.clone());
+        }
+        let info = hal::Device::info(&self.raw)?;
+        Ok(self.info.get_or_init(|| info).clone())
     }
 
     fn alloc(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>> {
@@ -253,6 +264,10 @@ impl<P: hal::Platform> DynDevice for ErasedDevice<P> {
             raw: hal::Device::load(&self.raw, image)?,
             _device: self,
         }))
+    }
+
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        hal::Device::validate(&self.raw, image)
     }
 
     fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>> {
@@ -306,6 +321,10 @@ impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
         hal::Device::copy_within(&self.device.raw, &mut self.raw, src_offset, dst_offset, len)
     }
 
+    fn with_mapped(&mut self, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        hal::Device::with_mapped(&self.device.raw, &mut self.raw, f)
+    }
+
     fn copy_from(
         &mut self,
         dst_offset: usize,
@@ -351,6 +370,14 @@ impl<P: hal::Platform> DynProgram for ErasedProgram<P> {
             raw: hal::Program::kernel(&self.raw, name)?,
             platform: PhantomData,
         }))
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        hal::Program::kernels(&self.raw)
+    }
+
+    fn globals(&self) -> Vec<String> {
+        hal::Program::globals(&self.raw)
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {

@@ -158,9 +158,19 @@ pub trait Device: Send + Sync + Sized + 'static {
         len: usize,
     ) -> Result<()>;
 
+    /// Runs `f` on the buffer's bytes in place, where the host can touch them directly
+    /// (host memory, or memory the driver maps), after the queued work that uses the
+    /// buffer; `Error::Unsupported` where it cannot (unmappable device memory, or memory
+    /// another process may write). Nothing else can use the buffer meanwhile (`&mut`).
+    fn with_mapped(&self, buffer: &mut Self::Buffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()>;
+
     /// Validates `image` and loads it. A corrupt or foreign image is
     /// `Error::InvalidBinary` and never reaches the driver.
     fn load(&self, image: &[u8]) -> Result<Self::Program>;
+
+    /// Checks that `image` is a program this device could load, without loading it
+    /// (liboffload's `olIsValidBinary`): `Ok`, or `Error::InvalidBinary` saying why.
+    fn validate(&self, image: &[u8]) -> Result<()>;
 
     /// Creates a queue.
     fn queue(&self) -> Result<Self::Queue>;
@@ -268,6 +278,12 @@ pub trait Program: Send + Sync + Sized + 'static {
     /// The kernel's parameters, in order, as the image declares them.
     fn params(kernel: &Self::Kernel) -> &[ParamKind];
 
+    /// The names of the program's kernels, in the image's order.
+    fn kernels(&self) -> Vec<String>;
+
+    /// The names of the program's globals the host can reach, in the image's order.
+    fn globals(&self) -> Vec<String>;
+
     /// Address and size of a global variable; a missing one is `Error::SymbolNotFound`.
     fn global(&self, name: &str) -> Result<GlobalInfo>;
 
@@ -348,7 +364,13 @@ impl Device for Never {
     fn copy_within(&self, _: &mut Never, _: usize, _: usize, _: usize) -> Result<()> {
         self.absurd()
     }
+    fn with_mapped(&self, _: &mut Never, _: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        self.absurd()
+    }
     fn load(&self, _: &[u8]) -> Result<Never> {
+        self.absurd()
+    }
+    fn validate(&self, _: &[u8]) -> Result<()> {
         self.absurd()
     }
     crate::no_compute!(BackendKind::Reference);
@@ -377,6 +399,12 @@ impl Program for Never {
     }
     fn params(kernel: &Never) -> &[ParamKind] {
         kernel.absurd()
+    }
+    fn kernels(&self) -> Vec<String> {
+        self.absurd()
+    }
+    fn globals(&self) -> Vec<String> {
+        self.absurd()
     }
     fn global(&self, _: &str) -> Result<GlobalInfo> {
         self.absurd()
@@ -408,8 +436,7 @@ impl Program for Never {
 ///     type Queue = Never;
 ///     type Event = Never;
 ///     fn info(&self) -> Result<DeviceInfo> {
-///         Ok(DeviceInfo { name: "bytes".into(), vendor: "example".into(),
-///                         backend: BackendKind::Reference, memory: 1 << 20, compute_units: 1 })
+///         Ok(DeviceInfo::new("bytes", "example", BackendKind::Reference, 1 << 20, 1))
 ///     }
 ///     fn alloc(&self, size: usize, _: MemKind) -> Result<Vec<u8>> { Ok(vec![0; size]) }
 ///     fn free(&self, _: Vec<u8>) -> Result<()> { Ok(()) }
@@ -428,6 +455,9 @@ impl Program for Never {
 ///     fn copy_within(&self, b: &mut Vec<u8>, so: usize, o: usize, len: usize) -> Result<()> {
 ///         b.copy_within(so..so + len, o); Ok(())
 ///     }
+///     fn with_mapped(&self, b: &mut Vec<u8>, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+///         f(b); Ok(())
+///     }
 ///     no_compute!(BackendKind::Reference, load);
 /// }
 /// assert!(matches!(Bytes.queue(), Err(offload_core::Error::Unsupported { .. })));
@@ -440,6 +470,13 @@ macro_rules! no_compute {
             Err($crate::Error::Unsupported {
                 backend: $kind,
                 call: "Program::load",
+                reason: "this backend has no programs yet".into(),
+            })
+        }
+        fn validate(&self, _image: &[u8]) -> $crate::Result<()> {
+            Err($crate::Error::Unsupported {
+                backend: $kind,
+                call: "Device::validate",
                 reason: "this backend has no programs yet".into(),
             })
         }

@@ -101,20 +101,22 @@ pub enum MemKind {
     Shared,
 }
 
-/// What a device says about itself.
+/// What a device says about itself: typed properties, read from the driver once per
+/// runtime (the core caches them at the first query). A property the backend's driver
+/// does not report is `None`.
+///
+/// Made with [`DeviceInfo::new`]; backends then set the optional properties (the struct
+/// is `#[non_exhaustive]`, so new properties can be added without breaking anyone).
 ///
 /// ```
 /// use offload_core::{BackendKind, DeviceInfo};
-/// let info = DeviceInfo {
-///     name: "cpu0".into(),
-///     vendor: "example".into(),
-///     backend: BackendKind::Host,
-///     memory: 1 << 30,
-///     compute_units: 4,
-/// };
+/// let mut info = DeviceInfo::new("cpu0", "example", BackendKind::Host, 1 << 30, 4);
+/// info.max_block_threads = Some(1024);
 /// assert_eq!(info.compute_units, 4);
+/// assert_eq!(info.max_grid, None); // not reported
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// Human-readable device name.
     pub name: String,
@@ -126,22 +128,83 @@ pub struct DeviceInfo {
     pub memory: u64,
     /// Parallel compute units (cores, SMs, CUs, EUs).
     pub compute_units: u32,
+    /// The vendor's PCI id (0x10DE NVIDIA, 0x1002 AMD GPUs, 0x1022 AMD CPUs, 0x8086
+    /// Intel, 0x10005 Mesa for lavapipe), where the driver or the CPU says.
+    pub vendor_id: Option<u32>,
+    /// The driver's version, as the driver words it.
+    pub driver_version: Option<String>,
+    /// Most threads in one block (work-group), all dimensions together.
+    pub max_block_threads: Option<u32>,
+    /// Most threads in one block per dimension.
+    pub max_block: Option<[u32; 3]>,
+    /// Most blocks in a grid per dimension.
+    pub max_grid: Option<[u32; 3]>,
+    /// Largest single allocation, in bytes.
+    pub max_alloc: Option<u64>,
+    /// Shared (work-group, local) memory one block can use, in bytes: the limit of a
+    /// launch's dynamic shared memory where the backend has it.
+    pub shared_memory: Option<u64>,
+    /// Width of a device address, in bits.
+    pub address_bits: Option<u32>,
+    /// Clock rate, in MHz.
+    pub clock_mhz: Option<u32>,
 }
 
-/// Launch geometry: a grid of blocks, each of `block` threads (CUDA's terms).
+impl DeviceInfo {
+    /// A device's info with the properties every backend knows; the others `None`.
+    ///
+    /// ```
+    /// use offload_core::{BackendKind, DeviceInfo};
+    /// let info = DeviceInfo::new("gpu", "acme", BackendKind::Vulkan, 1 << 32, 16);
+    /// assert_eq!((info.name.as_str(), info.vendor_id), ("gpu", None));
+    /// ```
+    pub fn new(
+        name: impl Into<String>,
+        vendor: impl Into<String>,
+        backend: BackendKind,
+        memory: u64,
+        compute_units: u32,
+    ) -> DeviceInfo {
+        DeviceInfo {
+            name: name.into(),
+            vendor: vendor.into(),
+            backend,
+            memory,
+            compute_units,
+            vendor_id: None,
+            driver_version: None,
+            max_block_threads: None,
+            max_block: None,
+            max_grid: None,
+            max_alloc: None,
+            shared_memory: None,
+            address_bits: None,
+            clock_mhz: None,
+        }
+    }
+}
+
+/// Launch geometry: a grid of blocks, each of `block` threads (CUDA's terms), and the
+/// dynamic shared memory each block gets.
 ///
 /// ```
 /// use offload_core::Dims;
-/// let d = Dims::grid([16, 1, 1]).block([64, 1, 1]);
+/// let d = Dims::grid([16, 1, 1]).block([64, 1, 1]).shared_memory(256);
 /// assert_eq!(d.blocks(), 16);
 /// assert_eq!(d.threads_per_block(), 64);
+/// assert_eq!(d.shared_memory, 256);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Dims {
     /// Blocks in each dimension.
     pub grid: [u32; 3],
     /// Threads per block in each dimension.
     pub block: [u32; 3],
+    /// Bytes of dynamic shared (work-group) memory each block gets, up to the device's
+    /// [`DeviceInfo::shared_memory`]; 0 for none. A backend without dynamic shared memory
+    /// refuses a launch that asks for some with `Error::Unsupported`.
+    pub shared_memory: u32,
 }
 
 impl Dims {
@@ -154,7 +217,19 @@ impl Dims {
         Dims {
             grid,
             block: [1, 1, 1],
+            shared_memory: 0,
         }
+    }
+
+    /// Sets the bytes of dynamic shared memory each block gets.
+    ///
+    /// ```
+    /// let d = offload_core::Dims::grid([1, 1, 1]).shared_memory(1024);
+    /// assert_eq!(d.shared_memory, 1024);
+    /// ```
+    pub fn shared_memory(mut self, bytes: u32) -> Self {
+        self.shared_memory = bytes;
+        self
     }
 
     /// Sets the threads per block.

@@ -23,6 +23,9 @@ use crate::ipc::{self, IpcHandle};
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Live, Resource, ResourceKey};
 use crate::sync::{read, write};
 
+/// Bytes a copy between two devices stages through host memory at a time.
+pub const STAGING_CHUNK: usize = 8 << 20;
+
 /// Source of allocation ids: unique among the allocations of this process, never reused
 /// (const-initialised, so it starts over with the library; the IPC process token tells
 /// loads apart).
@@ -499,8 +502,9 @@ impl Buffer {
     }
 
     /// Copies `len` bytes from `src` at `src_offset` into this buffer at `dst_offset`.
-    /// Both buffers must be on the same device (`InvalidArgument` otherwise); `src` may be
-    /// this buffer, with overlapping ranges.
+    /// `src` may be this buffer, with overlapping ranges. Between devices (of one
+    /// platform or two) the copy is staged through host memory, in chunks of
+    /// [`STAGING_CHUNK`] bytes; buffers of different runtimes are `InvalidArgument`.
     ///
     /// ```
     /// use offload_core::MemKind;
@@ -530,15 +534,19 @@ impl Buffer {
                 raw.copy_within(from, to, len)
             });
         }
-        if !Arc::ptr_eq(&self.generation, &src.generation) || self.entry.device != src.entry.device
-        {
+        if !Arc::ptr_eq(&self.generation, &src.generation) {
             // A buffer of a finished generation is shut down whatever else is wrong.
             src.with_raw(CALL, |_| Ok(()))?;
             self.with_raw(CALL, |_| Ok(()))?;
             return Err(Error::invalid(
                 CALL,
-                format!("source {src} and destination {self} are on different devices"),
+                format!("source {src} and destination {self} are of different runtimes"),
             ));
+        }
+        if self.entry.device != src.entry.device {
+            src.check_range(CALL, src_offset, len)?;
+            self.check_range(CALL, dst_offset, len)?;
+            return self.copy_staged(dst_offset, src, src_offset, len);
         }
         let from = src.check_range(CALL, src_offset, len)?;
         let to = self.check_range(CALL, dst_offset, len)?;
@@ -554,6 +562,56 @@ impl Buffer {
         let s = src_guard.as_ref().ok_or_else(|| src.gone(CALL))?;
         let d = dst_guard.as_mut().ok_or_else(|| self.gone(CALL))?;
         d.raw.copy_from(to, &*s.raw, from, len)
+    }
+
+    /// Runs `f` on the buffer's bytes in place, where the host can reach them directly —
+    /// host memory, or device memory the driver maps — after the work queued on the
+    /// buffer; no copy is made. `Error::Unsupported` where the backend cannot (memory the
+    /// host cannot map, or memory shared with other processes): use `read`/`write` then.
+    /// Queued work and other host accesses to the buffer wait until `f` returns.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let buf = dev.alloc(4, offload_core::MemKind::Host)?;
+    /// buf.with_mapped(|bytes| bytes.copy_from_slice(&[1, 2, 3, 4]))?;
+    /// let sum = buf.with_mapped(|bytes| bytes.iter().map(|&b| u32::from(b)).sum::<u32>())?;
+    /// assert_eq!(sum, 10);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn with_mapped<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        const CALL: &str = "Buffer::with_mapped";
+        let (start, len) = (self.check_range(CALL, 0, self.len())?, self.len());
+        let mut f = Some(f);
+        let mut out = None;
+        self.with_raw_mut(CALL, |raw| {
+            raw.with_mapped(&mut |bytes| {
+                if let (Some(f), Some(view)) = (f.take(), bytes.get_mut(start..start + len)) {
+                    out = Some(f(view));
+                }
+            })
+        })?;
+        out.ok_or_else(|| Error::invalid(CALL, format!("{self} lies outside its allocation")))
+    }
+
+    /// A copy between buffers of two devices through host memory: each chunk is read
+    /// (after the queued work on `src`) and written (after the queued work on `self`).
+    pub(crate) fn copy_staged(
+        &self,
+        dst_offset: usize,
+        src: &Buffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let mut chunk = vec![0u8; len.min(STAGING_CHUNK)];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(STAGING_CHUNK);
+            src.read(src_offset + done, &mut chunk[..n])?;
+            self.write(dst_offset + done, &chunk[..n])?;
+            done += n;
+        }
+        Ok(())
     }
 
     /// Frees the memory now and returns any error. After shutdown it returns

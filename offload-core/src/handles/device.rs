@@ -126,6 +126,23 @@ impl Device {
         Buffer::import(self, handle)
     }
 
+    /// Checks that `image` is a program this device could load, without loading it
+    /// (liboffload's `olIsValidBinary`): `Ok`, or `Error::InvalidBinary` saying why
+    /// (`Error::Unsupported` on a backend without programs).
+    ///
+    /// ```
+    /// use offload_core::{Error, reference};
+    /// let rt = reference::Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// dev.validate(&reference::fixture_image())?;
+    /// assert!(matches!(dev.validate(b"junk"), Err(Error::InvalidBinary { .. })));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn validate(&self, image: &[u8]) -> Result<()> {
+        self.generation
+            .with_live(|live| live.device(self.key)?.validate(image))
+    }
+
     /// Creates a queue on this device.
     ///
     /// ```

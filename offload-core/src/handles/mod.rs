@@ -13,7 +13,7 @@ mod device;
 mod program;
 mod queue;
 
-pub use buffer::Buffer;
+pub use buffer::{Buffer, STAGING_CHUNK};
 pub(crate) use buffer::{BufferEntry, Origin, ViewOwner, import_entry};
 pub use device::Device;
 pub use program::{CallbackError, Kernel, Module, Program};

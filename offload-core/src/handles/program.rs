@@ -497,6 +497,34 @@ impl Module {
         })
     }
 
+    /// The names of the module's kernels (liboffload's `olIterateSymbols`, kernels).
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert!(m.kernels()?.iter().any(|k| k == "add_one"));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn kernels(&self) -> Result<Vec<String>> {
+        self.with_loaded("Module::kernels", |l| Ok(l.raw.kernels()))
+    }
+
+    /// The names of the module's globals the host can read or write.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert_eq!(m.globals()?, ["g"]);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn globals(&self) -> Result<Vec<String>> {
+        self.with_loaded("Module::globals", |l| Ok(l.raw.globals()))
+    }
+
     /// Device address and size of a global variable.
     ///
     /// ```

@@ -377,8 +377,14 @@ impl Queue {
         })
     }
 
-    /// Enqueues a copy of `len` bytes from `src` at `src_offset` into `dst` at `dst_offset`,
-    /// both buffers of this queue's device (two ranges of one buffer must not overlap).
+    /// Enqueues a copy of `len` bytes from `src` at `src_offset` into `dst` at `dst_offset`
+    /// (two ranges of one buffer must not overlap).
+    ///
+    /// Both on this queue's device: queued on the device. One of them on another device
+    /// (of this platform or another) is staged through host memory: from another device,
+    /// `src` is read now (after the work queued on it) and the write into `dst` is queued
+    /// here; to another device, this queue is synced and `dst` written now. Neither on this
+    /// queue's device, or a buffer of another runtime, is `InvalidArgument`.
     ///
     /// ```
     /// # use offload_core::{MemKind, reference::Offload};
@@ -402,6 +408,22 @@ impl Queue {
         len: usize,
     ) -> Result<()> {
         const CALL: &str = "Queue::copy";
+        let here =
+            |b: &Buffer| b.same_generation(&self.generation) && b.device_key() == self.entry.device;
+        let of_runtime = |b: &Buffer| b.same_generation(&self.generation);
+        if of_runtime(src) && of_runtime(dst) && here(src) != here(dst) {
+            src.check_range(CALL, src_offset, len)?;
+            dst.check_range(CALL, dst_offset, len)?;
+            if here(dst) {
+                let mut staged = vec![0u8; len];
+                src.read(src_offset, &mut staged)?;
+                return self.with_buffers(CALL, &[(dst, dst_offset, len)], |q, raws, at| {
+                    q.enqueue_write(raws[0], at[0], staged)
+                });
+            }
+            self.sync()?;
+            return dst.copy_staged(dst_offset, src, src_offset, len);
+        }
         let ranges = [(src, src_offset, len), (dst, dst_offset, len)];
         self.with_buffers(CALL, &ranges, |q, raws, at| {
             if std::ptr::addr_eq(raws[0], raws[1]) && at[0].abs_diff(at[1]) < len {

@@ -198,13 +198,17 @@ impl hal::Device for RefDevice {
     type Event = RefEvent;
 
     fn info(&self) -> Result<DeviceInfo> {
-        Ok(DeviceInfo {
-            name: format!("reference device {}", self.ordinal),
-            vendor: "offload".into(),
-            backend: BackendKind::Reference,
-            memory: DEVICE_MEMORY,
-            compute_units: 1,
-        })
+        let mut info = DeviceInfo::new(
+            format!("reference device {}", self.ordinal),
+            "offload",
+            BackendKind::Reference,
+            DEVICE_MEMORY,
+            1,
+        );
+        info.driver_version = Some(env!("CARGO_PKG_VERSION").into());
+        info.max_grid = Some([u32::MAX; 3]);
+        info.max_alloc = Some(DEVICE_MEMORY);
+        Ok(info)
     }
 
     fn alloc(&self, size: usize, _kind: MemKind) -> Result<RefBuffer> {
@@ -292,6 +296,18 @@ impl hal::Device for RefDevice {
         let s = range("Buffer::copy_from", bytes.len(), so, len)?;
         range("Buffer::copy_from", bytes.len(), d, len)?;
         bytes.copy_within(s, d);
+        Ok(())
+    }
+
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        parse(image).map(drop)
+    }
+
+    /// The bytes are host memory: always mappable (an exportable or imported buffer
+    /// too: the reference backend shares memory only within this process, under its lock).
+    fn with_mapped(&self, buffer: &mut RefBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        self.host_access();
+        f(&mut bytes_mut(buffer));
         Ok(())
     }
 
@@ -653,6 +669,16 @@ impl hal::Program for RefModule {
         kernel.params
     }
 
+    fn kernels(&self) -> Vec<String> {
+        self.kernels.clone()
+    }
+
+    fn globals(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.globals).keys().cloned().collect();
+        names.sort();
+        names
+    }
+
     fn global(&self, name: &str) -> Result<GlobalInfo> {
         let globals = lock(&self.globals);
         let g = globals
@@ -693,6 +719,13 @@ impl hal::Program for RefModule {
 
 /// A launch of a built-in kernel, checked now, to run when its queue runs.
 fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -> Result<Work> {
+    if dims.shared_memory > 0 {
+        return Err(Error::Unsupported {
+            backend: BackendKind::Reference,
+            call: "Queue::launch",
+            reason: "the reference kernels use no dynamic shared memory".into(),
+        });
+    }
     let threads = u64::from(dims.grid[0]) * u64::from(dims.block[0]);
     let scalar = |i: usize| match args.get(i) {
         Some(KernelArg::Scalar(b)) if b.len() == 4 => Ok(u32_at(b)),

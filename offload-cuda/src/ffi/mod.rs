@@ -5,7 +5,7 @@
 //! nothing: which failures mean "no CUDA here" is the platform's call (`crate::open`), and
 //! how a failure reads as an offload error is `offload_driver::Failure`'s.
 
-mod sys;
+pub(crate) mod sys;
 
 use std::ffi::{c_char, c_int};
 
@@ -82,15 +82,20 @@ impl Driver {
 
     /// `cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)`.
     pub(crate) fn multiprocessor_count(&self, device: CuDevice) -> Result<c_int, Failure> {
+        self.attribute(device, sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+    }
+
+    /// `cuDeviceGetAttribute(attribute)`.
+    pub(crate) fn attribute(
+        &self,
+        device: CuDevice,
+        attribute: sys::CuDeviceAttribute,
+    ) -> Result<c_int, Failure> {
         let mut value: c_int = 0;
-        // SAFETY: `value` is a valid, writable int; the attribute is a documented one.
-        let code = unsafe {
-            (self.functions.cu_device_get_attribute)(
-                &mut value,
-                sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                device,
-            )
-        };
+        // SAFETY: `value` is a valid, writable int; an attribute the driver does not know
+        // is an error code, never a write elsewhere.
+        let code =
+            unsafe { (self.functions.cu_device_get_attribute)(&mut value, attribute, device) };
         self.check("cuDeviceGetAttribute", code).map(|()| value)
     }
 

@@ -22,6 +22,16 @@ pub(crate) const CUDA_SUCCESS: CuResult = 0;
 pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = 100;
 /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
 pub(crate) const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: CuDeviceAttribute = 16;
+/// `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
+pub(crate) const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CuDeviceAttribute = 1;
+/// `CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X` (Y and Z follow: 3, 4).
+pub(crate) const CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: CuDeviceAttribute = 2;
+/// `CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X` (Y and Z follow: 6, 7).
+pub(crate) const CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: CuDeviceAttribute = 5;
+/// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK`, in bytes.
+pub(crate) const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: CuDeviceAttribute = 8;
+/// `CU_DEVICE_ATTRIBUTE_CLOCK_RATE`, in kHz.
+pub(crate) const CU_DEVICE_ATTRIBUTE_CLOCK_RATE: CuDeviceAttribute = 13;
 
 /// Names of the `CUresult` codes the calls here can return, for drivers without
 /// `cuGetErrorName` (it exists since CUDA 6.0, so this is a fallback only).

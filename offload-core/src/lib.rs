@@ -15,7 +15,7 @@
 //!
 //! Users depend on the facade crate `offload`, which picks the backends by cargo feature.
 //! The core is safe code; drivers and FFI live in the backend crates. The only `unsafe` here
-//! is the registration of the exit hook with the C library. [`reference`] is a complete
+//! is the registration of the exit hook with the C library. [`reference`](mod@reference) is a complete
 //! in-memory backend (the test oracle and the documentation's backend).
 //!
 //! ```

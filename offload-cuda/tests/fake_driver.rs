@@ -1,10 +1,10 @@
 //! The CUDA platform against a stand-in driver: the paths a machine without CUDA never takes
 //! (devices found and described, init failures, no device, driver errors, a missing symbol).
 //!
-//! `tests/fixtures/fake_cuda.c` is compiled here with the system C compiler into a private
-//! directory as `libcuda.so.1`; each case runs in a child process (this test binary again)
-//! with that directory first on `LD_LIBRARY_PATH`, which the dynamic loader reads only at
-//! process start. Without a C compiler the tests print SKIP, except under `CI=true`.
+//! offload-driver's `fake/fake_cuda.c` is compiled here with the system C compiler into a
+//! private directory as `libcuda.so.1`; each case runs in a child process (this test binary
+//! again) with that directory first on `LD_LIBRARY_PATH`, which the dynamic loader reads only
+//! at process start. Without a C compiler the tests print SKIP, except under `CI=true`.
 
 use offload_cuda::CudaPlatform;
 use offload_driver::testing::FakeDriver;
@@ -12,7 +12,10 @@ use offload_driver::testing::FakeDriver;
 /// The stand-in driver, built and run by offload-driver's harness.
 const FAKE: FakeDriver = FakeDriver {
     case_var: "OFFLOAD_CUDA_FAKE_CASE",
-    source: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake_cuda.c"),
+    source: concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../offload-driver/fake/fake_cuda.c"
+    ),
     build_dir: env!("CARGO_TARGET_TMPDIR"),
     prefix: "fake-cuda",
 };
@@ -32,8 +35,7 @@ fn devices_are_found_and_described() {
         FAKE.run(&dir, "open", &[]),
         "name=CUDA 12.4 \
          devices=[Fake GPU 0|NVIDIA|1073741824|110; Fake GPU 1|NVIDIA|2147483648|111] \
-         alloc=cuda: Device::alloc: unsupported: memory is not implemented for cuda yet \
-         opened=1 deinitialised=1"
+         alloc=ok opened=1 deinitialised=1"
     );
 }
 
@@ -45,9 +47,8 @@ fn the_runtime_lists_the_devices_and_deinitialises() {
     let result = FAKE.run(&dir, "runtime", &[]);
     assert!(
         result.starts_with(
-            "platform=CUDA 12.4 devices=[\"Fake GPU 0\", \"Fake GPU 1\"] \
-             alloc=cuda: Device::alloc: unsupported: memory is not implemented for cuda yet \
-             load=cuda: Program::load: unsupported: "
+            "platform=CUDA 12.4 devices=[\"Fake GPU 0\", \"Fake GPU 1\"] alloc=ok \
+             load=cuda: Program::load: invalid binary: "
         ),
         "{result}"
     );

@@ -121,6 +121,28 @@ impl Counters {
         }
     }
 
+    /// Counts a platform opened (for backends with a platform of their own).
+    ///
+    /// ```
+    /// let c = offload_driver::Counters::new();
+    /// c.opened();
+    /// assert_eq!(c.stats().opened, 1);
+    /// ```
+    pub fn opened(&self) {
+        self.opened.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts a platform deinitialised.
+    ///
+    /// ```
+    /// let c = offload_driver::Counters::new();
+    /// c.deinitialised();
+    /// assert_eq!(c.stats().deinitialised, 1);
+    /// ```
+    pub fn deinitialised(&self) {
+        self.deinitialised.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Reads the counts.
     ///
     /// ```

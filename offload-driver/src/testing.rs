@@ -4,11 +4,17 @@
 //! that directory first on `LD_LIBRARY_PATH`, which the dynamic loader reads only at
 //! process start. Without a C compiler the tests print SKIP, except under `CI=true`.
 //!
+//! The fakes live in `offload-driver/fake/`: `fake_common.h` (object registry, violation
+//! log, call counters, failure injection) and `fake_cuda.c`, a protocol-checking libcuda
+//! over host memory. [`FakeHooks`] reads a loaded fake's violations and counters.
+//!
 //! Test support: its failures are test failures, so it panics where a test would.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::missing_panics_doc)]
 
+use std::ffi::{CStr, CString, c_char, c_int, c_ulong};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offload_core::{Config, MemKind, NoPlatforms, Offload, PlatformEntry, Program, Uninit};
 
@@ -53,17 +59,28 @@ impl FakeDriver {
     /// }
     /// ```
     pub fn build(&self, variant: &str, file: &str, defines: &[&str]) -> Option<PathBuf> {
+        static BUILDS: AtomicUsize = AtomicUsize::new(0);
         let dir = Path::new(self.build_dir).join(format!("{}-{variant}", self.prefix));
         std::fs::create_dir_all(&dir).unwrap();
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        // Built under a name of its own and renamed into place, so that tests building the
+        // same variant at once never let a child load a half-written library.
+        let partial = dir.join(format!(
+            ".{file}.{}.{}",
+            std::process::id(),
+            BUILDS.fetch_add(1, Ordering::Relaxed)
+        ));
         let built = Command::new(&cc)
             .args(["-shared", "-fPIC", "-o"])
-            .arg(dir.join(file))
+            .arg(&partial)
             .arg(self.source)
             .args(defines.iter().map(|d| format!("-D{d}")))
             .status();
         match built {
-            Ok(status) if status.success() => Some(dir),
+            Ok(status) if status.success() => {
+                std::fs::rename(&partial, dir.join(file)).unwrap();
+                Some(dir)
+            }
             other => {
                 let why = format!("cannot build the fake {file} with `{cc}`: {other:?}");
                 assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
@@ -133,8 +150,8 @@ impl FakeDriver {
 }
 
 /// Opens platform `B` directly and describes what it found: its name, every device's
-/// `name|vendor|memory|compute units`, what `alloc` answered, and the counters after
-/// `deinit`.
+/// `name|vendor|memory|compute units`, what `alloc` answered (`ok`, the buffer freed at
+/// once, or the error), and the counters after `deinit`.
 ///
 /// ```no_run
 /// # type CudaPlatform = offload_core::reference::Reference;
@@ -155,8 +172,11 @@ pub fn open_platform<B: Platform>(stats: fn() -> Stats) -> String {
     }
     let first = platform.devices().remove(0);
     let alloc = match first.alloc(64, MemKind::Device) {
-        Ok(_) => panic!("alloc succeeded on a memory-less platform"),
-        Err(e) => e,
+        Ok(buffer) => {
+            first.free(buffer).unwrap();
+            "ok".to_string()
+        }
+        Err(e) => e.to_string(),
     };
     drop(first);
     platform.deinit().unwrap();
@@ -203,7 +223,8 @@ pub fn properties<B: Platform>() -> String {
 }
 
 /// Starts a runtime with only `entry` (platform `B`) and uses its devices: the platform's
-/// name, the devices' names, what `alloc` and `Program::load` answered, and whether
+/// name, the devices' names, what `alloc` (`ok` or the error) and `Program::load` of 16
+/// zero bytes answered, and whether
 /// shutdown was the last and the counters after it.
 ///
 /// ```no_run
@@ -224,7 +245,13 @@ pub fn through_runtime<B: Platform>(entry: PlatformEntry, stats: fn() -> Stats) 
     let platforms = rt.platforms().unwrap();
     let devices = rt.devices().unwrap();
     let names: Vec<String> = devices.iter().map(|d| d.info().unwrap().name).collect();
-    let alloc = devices[0].alloc(64, MemKind::Device).unwrap_err();
+    let alloc = match devices[0].alloc(64, MemKind::Device) {
+        Ok(buffer) => {
+            buffer.free().unwrap();
+            "ok".to_string()
+        }
+        Err(e) => e.to_string(),
+    };
     let load = Program::new([0u8; 16]).load(&devices[0]).unwrap_err();
     assert!(devices.iter().all(|d| d.backend() == B::KIND));
     drop(devices);
@@ -238,4 +265,154 @@ pub fn through_runtime<B: Platform>(entry: PlatformEntry, stats: fn() -> Stats) 
         stats.opened,
         stats.deinitialised
     )
+}
+
+/// The test hooks of a fake driver that this process has loaded (`<prefix>_violations`,
+/// `<prefix>_clear_violations`, `<prefix>_fail`, `<prefix>_calls`, `<prefix>_live`; see the
+/// top of `offload-driver/fake/fake_cuda.c`), found by opening the fake again under the
+/// library name the backend loaded it by: `dlopen` of a loaded soname returns that library.
+///
+/// ```no_run
+/// use offload_driver::testing::FakeHooks;
+/// // SAFETY: in a child of the fake-driver harness, libcuda.so.1 is offload's fake.
+/// let fake = unsafe { FakeHooks::open("libcuda.so.1", "fake_cuda") };
+/// // ... drive the backend ...
+/// assert_eq!(fake.violations(), Vec::<String>::new());
+/// assert_eq!(fake.live("alloc"), 0);
+/// ```
+pub struct FakeHooks {
+    violations: unsafe extern "C" fn(*mut c_char, usize) -> c_int,
+    clear: unsafe extern "C" fn(),
+    fail: unsafe extern "C" fn(*const c_char, c_int, c_int),
+    calls: unsafe extern "C" fn(*const c_char) -> c_ulong,
+    live: unsafe extern "C" fn(*const c_char) -> c_int,
+    /// Keeps the fake loaded while the hooks are in use.
+    _library: libloading::Library,
+}
+
+impl std::fmt::Debug for FakeHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeHooks").finish_non_exhaustive()
+    }
+}
+
+/// Room for the whole violation log (64 messages of at most 320 bytes, joined).
+const VIOLATIONS_TEXT: usize = 64 * 1024;
+
+#[allow(unsafe_code)]
+impl FakeHooks {
+    /// Opens `library` (loading it if this process has not yet) and finds the hooks named
+    /// `<prefix>_...`; panics if it has none.
+    ///
+    /// # Safety
+    ///
+    /// `library` must be one of offload's fake drivers (this harness built it, and the
+    /// dynamic loader finds it under that name), whose hooks have the C signatures listed at
+    /// the top of `offload-driver/fake/fake_cuda.c`; opening it runs its initialisers.
+    ///
+    /// ```no_run
+    /// # use offload_driver::testing::FakeHooks;
+    /// // SAFETY: in a child of the fake-driver harness, libcuda.so.1 is offload's fake.
+    /// let fake = unsafe { FakeHooks::open("libcuda.so.1", "fake_cuda") };
+    /// assert_eq!(fake.live("context"), 0);
+    /// ```
+    pub unsafe fn open(library: &str, prefix: &str) -> FakeHooks {
+        // SAFETY: the caller promises that `library` is a fake driver, whose initialisers
+        // only read its FAKE_* environment variables.
+        let library = unsafe { libloading::Library::new(library) }
+            .unwrap_or_else(|e| panic!("cannot open the fake {library}: {e}"));
+        macro_rules! hook {
+            ($name:literal) => {{
+                let symbol = format!("{prefix}_{}\0", $name);
+                // SAFETY: the caller promises the hook has this signature (the field's type).
+                *unsafe { library.get(symbol.as_bytes()) }
+                    .unwrap_or_else(|e| panic!("the fake has no hook {symbol}: {e}"))
+            }};
+        }
+        FakeHooks {
+            violations: hook!("violations"),
+            clear: hook!("clear_violations"),
+            fail: hook!("fail"),
+            calls: hook!("calls"),
+            live: hook!("live"),
+            _library: library,
+        }
+    }
+
+    /// The violations recorded so far, oldest first (after 64, a last message says how many
+    /// more there were).
+    ///
+    /// ```no_run
+    /// # use offload_driver::testing::FakeHooks;
+    /// # let fake: FakeHooks = unimplemented!();
+    /// for message in fake.violations() {
+    ///     eprintln!("protocol violation: {message}");
+    /// }
+    /// ```
+    pub fn violations(&self) -> Vec<String> {
+        let mut text = vec![0u8; VIOLATIONS_TEXT];
+        // SAFETY: the hook writes at most `text.len()` bytes, NUL-terminated, into `text`.
+        let count = unsafe { (self.violations)(text.as_mut_ptr().cast(), text.len()) };
+        if count == 0 {
+            return Vec::new();
+        }
+        let text = CStr::from_bytes_until_nul(&text).unwrap().to_string_lossy();
+        text.split("; ").map(str::to_string).collect()
+    }
+
+    /// Forgets the violations recorded so far.
+    ///
+    /// ```no_run
+    /// # use offload_driver::testing::FakeHooks;
+    /// # let fake: FakeHooks = unimplemented!();
+    /// fake.clear();
+    /// assert!(fake.violations().is_empty());
+    /// ```
+    pub fn clear(&self) {
+        // SAFETY: the hook takes no arguments.
+        unsafe { (self.clear)() }
+    }
+
+    /// Makes the `nth` call of `entry` from now on (1: the next one) return `code` instead
+    /// of doing its work.
+    ///
+    /// ```no_run
+    /// # use offload_driver::testing::FakeHooks;
+    /// # let fake: FakeHooks = unimplemented!();
+    /// fake.fail("cuMemAlloc_v2", 1, 2); // the next allocation: CUDA_ERROR_OUT_OF_MEMORY
+    /// ```
+    pub fn fail(&self, entry: &str, nth: i32, code: i32) {
+        let entry = CString::new(entry).unwrap();
+        // SAFETY: `entry` is a NUL-terminated string that outlives the call.
+        unsafe { (self.fail)(entry.as_ptr(), nth, code) }
+    }
+
+    /// How many times `entry` has been called in this process.
+    ///
+    /// ```no_run
+    /// # use offload_driver::testing::FakeHooks;
+    /// # let fake: FakeHooks = unimplemented!();
+    /// assert_eq!(fake.calls("cuInit"), 1);
+    /// ```
+    pub fn calls(&self, entry: &str) -> u64 {
+        let entry = CString::new(entry).unwrap();
+        // SAFETY: `entry` is a NUL-terminated string that outlives the call.
+        let calls = unsafe { (self.calls)(entry.as_ptr()) };
+        #[allow(clippy::useless_conversion)] // c_ulong is u32 on some targets
+        u64::from(calls)
+    }
+
+    /// How many objects of `kind` are alive: "alloc", "host", "module", "function",
+    /// "global", "stream", "event", "ipc" or "context".
+    ///
+    /// ```no_run
+    /// # use offload_driver::testing::FakeHooks;
+    /// # let fake: FakeHooks = unimplemented!();
+    /// assert_eq!((fake.live("alloc"), fake.live("module")), (0, 0));
+    /// ```
+    pub fn live(&self, kind: &str) -> i32 {
+        let kind = CString::new(kind).unwrap();
+        // SAFETY: `kind` is a NUL-terminated string that outlives the call.
+        unsafe { (self.live)(kind.as_ptr()) }
+    }
 }

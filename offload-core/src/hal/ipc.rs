@@ -26,7 +26,7 @@ pub struct Exported {
 
 impl Exported {
     /// The most payload bytes a handle carries.
-    pub const MAX_PAYLOAD: usize = 64;
+    pub const MAX_PAYLOAD: usize = 128;
 }
 
 /// A device that can export its memory to another process and import another process's.

@@ -19,7 +19,7 @@
 //! | 40 | 8 | allocation size |
 //! | 48 | 8 | offset of the range this handle names |
 //! | 56 | 8 | length of that range |
-//! | 64 | 2 | payload length (≤ 64) |
+//! | 64 | 2 | payload length (≤ 128: a CUDA, HIP or Level Zero IPC handle is 64 bytes by itself) |
 //! | 66 | 2 | reserved (0) |
 //! | 68 | n | the backend's payload |
 

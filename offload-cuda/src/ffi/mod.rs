@@ -5,6 +5,7 @@
 //! nothing: which failures mean "no CUDA here" is the platform's call (`crate::open`), and
 //! how a failure reads as an offload error is `offload_driver::Failure`'s.
 
+pub(crate) mod calls;
 pub(crate) mod sys;
 
 use std::ffi::{c_char, c_int};

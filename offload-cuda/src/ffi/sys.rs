@@ -5,9 +5,7 @@
 //! own), in the style of ash's loaders. A required symbol that is missing is an error naming
 //! it; an optional one is `None`. Nothing here calls the driver.
 
-#[cfg(test)]
-use std::ffi::c_void;
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 
 /// `CUresult`: a C enum, `int`-sized.
 pub(crate) type CuResult = c_int;
@@ -15,6 +13,71 @@ pub(crate) type CuResult = c_int;
 pub(crate) type CuDevice = c_int;
 /// `CUdevice_attribute`: a C enum, `int`-sized.
 pub(crate) type CuDeviceAttribute = c_int;
+/// `CUdeviceptr`: a device address (`unsigned long long` on 64-bit hosts).
+pub(crate) type CuDevicePtr = u64;
+/// `CUcontext`, an opaque handle.
+pub(crate) type CuContext = *mut c_void;
+/// `CUmodule`, an opaque handle.
+pub(crate) type CuModule = *mut c_void;
+/// `CUfunction`, an opaque handle.
+pub(crate) type CuFunction = *mut c_void;
+/// `CUstream`, an opaque handle (null: the legacy default stream, which offload never uses).
+pub(crate) type CuStream = *mut c_void;
+/// `CUevent`, an opaque handle.
+pub(crate) type CuEvent = *mut c_void;
+/// `CUjit_option`: a C enum, `int`-sized.
+pub(crate) type CuJitOption = c_int;
+/// `CUpointer_attribute`: a C enum, `int`-sized.
+pub(crate) type CuPointerAttribute = c_int;
+/// `CUhostFn`: `void (*)(void *userData)`.
+pub(crate) type CuHostFn = unsafe extern "C" fn(*mut c_void);
+
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value to `cuIpcOpenMemHandle`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CuIpcMemHandle {
+    pub(crate) reserved: [u8; 64],
+}
+
+/// `CUuuid`: 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CuUuid {
+    pub(crate) bytes: [u8; 16],
+}
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
+/// `CUDA_ERROR_INVALID_IMAGE`: the driver refused a module image.
+pub(crate) const CUDA_ERROR_INVALID_IMAGE: CuResult = 200;
+/// `CUDA_ERROR_ALREADY_MAPPED`: an IPC handle is already open in this context.
+pub(crate) const CUDA_ERROR_ALREADY_MAPPED: CuResult = 208;
+/// `CUDA_ERROR_NO_BINARY_FOR_GPU`.
+pub(crate) const CUDA_ERROR_NO_BINARY_FOR_GPU: CuResult = 209;
+/// `CUDA_ERROR_INVALID_PTX`.
+pub(crate) const CUDA_ERROR_INVALID_PTX: CuResult = 218;
+/// `CUDA_ERROR_NOT_READY`: a stream or event query found work still running.
+pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
+
+/// `CU_STREAM_NON_BLOCKING`: a stream that does not synchronise with the legacy default
+/// stream.
+pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 1;
+/// `CU_EVENT_DEFAULT`: an event that records timing.
+pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
+/// `CU_MEM_ATTACH_GLOBAL`: managed memory any stream may access.
+pub(crate) const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
+/// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
+pub(crate) const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
+/// `CU_JIT_ERROR_LOG_BUFFER`: where the JIT writes its error log.
+pub(crate) const CU_JIT_ERROR_LOG_BUFFER: CuJitOption = 5;
+/// `CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES`: that buffer's size (in), the log's length (out).
+pub(crate) const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: CuJitOption = 6;
+/// `CU_POINTER_ATTRIBUTE_BUFFER_ID`: a process-unique id of the allocation.
+pub(crate) const CU_POINTER_ATTRIBUTE_BUFFER_ID: CuPointerAttribute = 7;
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` (MINOR is 76).
+pub(crate) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CuDeviceAttribute = 75;
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
+pub(crate) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CuDeviceAttribute = 76;
 
 /// `CUDA_SUCCESS`.
 pub(crate) const CUDA_SUCCESS: CuResult = 0;
@@ -45,6 +108,17 @@ pub(crate) const KNOWN_RESULTS: &[(CuResult, &str)] = &[
     (35, "CUDA_ERROR_INSUFFICIENT_DRIVER"),
     (36, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"),
     (46, "CUDA_ERROR_DEVICE_UNAVAILABLE"),
+    (200, "CUDA_ERROR_INVALID_IMAGE"),
+    (201, "CUDA_ERROR_INVALID_CONTEXT"),
+    (208, "CUDA_ERROR_ALREADY_MAPPED"),
+    (209, "CUDA_ERROR_NO_BINARY_FOR_GPU"),
+    (218, "CUDA_ERROR_INVALID_PTX"),
+    (400, "CUDA_ERROR_INVALID_HANDLE"),
+    (500, "CUDA_ERROR_NOT_FOUND"),
+    (600, "CUDA_ERROR_NOT_READY"),
+    (700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    (701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"),
+    (719, "CUDA_ERROR_LAUNCH_FAILED"),
     (100, "CUDA_ERROR_NO_DEVICE"),
     (101, "CUDA_ERROR_INVALID_DEVICE"),
     (102, "CUDA_ERROR_DEVICE_NOT_LICENSED"),
@@ -65,8 +139,80 @@ offload_driver::functions! {
         cu_device_total_mem = "cuDeviceTotalMem_v2": fn(*mut usize, CuDevice) -> CuResult;
         cu_device_get_attribute =
             "cuDeviceGetAttribute": fn(*mut c_int, CuDeviceAttribute, CuDevice) -> CuResult;
+        cu_device_primary_ctx_retain =
+            "cuDevicePrimaryCtxRetain": fn(*mut CuContext, CuDevice) -> CuResult;
+        cu_device_primary_ctx_release =
+            "cuDevicePrimaryCtxRelease_v2": fn(CuDevice) -> CuResult;
+        cu_ctx_set_current = "cuCtxSetCurrent": fn(CuContext) -> CuResult;
+        cu_ctx_get_current = "cuCtxGetCurrent": fn(*mut CuContext) -> CuResult;
+        cu_mem_alloc = "cuMemAlloc_v2": fn(*mut CuDevicePtr, usize) -> CuResult;
+        cu_mem_free = "cuMemFree_v2": fn(CuDevicePtr) -> CuResult;
+        cu_mem_alloc_host = "cuMemAllocHost_v2": fn(*mut *mut c_void, usize) -> CuResult;
+        cu_mem_free_host = "cuMemFreeHost": fn(*mut c_void) -> CuResult;
+        cu_memcpy_htod = "cuMemcpyHtoD_v2": fn(CuDevicePtr, *const c_void, usize) -> CuResult;
+        cu_memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CuDevicePtr, usize) -> CuResult;
+        cu_memcpy_dtod = "cuMemcpyDtoD_v2": fn(CuDevicePtr, CuDevicePtr, usize) -> CuResult;
+        cu_memcpy_htod_async = "cuMemcpyHtoDAsync_v2":
+            fn(CuDevicePtr, *const c_void, usize, CuStream) -> CuResult;
+        cu_memcpy_dtod_async = "cuMemcpyDtoDAsync_v2":
+            fn(CuDevicePtr, CuDevicePtr, usize, CuStream) -> CuResult;
+        cu_memset_d8 = "cuMemsetD8_v2": fn(CuDevicePtr, u8, usize) -> CuResult;
+        cu_memset_d8_async = "cuMemsetD8Async": fn(CuDevicePtr, u8, usize, CuStream) -> CuResult;
+        cu_memset_d16_async =
+            "cuMemsetD16Async": fn(CuDevicePtr, u16, usize, CuStream) -> CuResult;
+        cu_memset_d32_async =
+            "cuMemsetD32Async": fn(CuDevicePtr, u32, usize, CuStream) -> CuResult;
+        cu_stream_create = "cuStreamCreate": fn(*mut CuStream, c_uint) -> CuResult;
+        cu_stream_destroy = "cuStreamDestroy_v2": fn(CuStream) -> CuResult;
+        cu_stream_synchronize = "cuStreamSynchronize": fn(CuStream) -> CuResult;
+        cu_stream_query = "cuStreamQuery": fn(CuStream) -> CuResult;
+        cu_stream_wait_event = "cuStreamWaitEvent": fn(CuStream, CuEvent, c_uint) -> CuResult;
+        cu_event_create = "cuEventCreate": fn(*mut CuEvent, c_uint) -> CuResult;
+        cu_event_record = "cuEventRecord": fn(CuEvent, CuStream) -> CuResult;
+        cu_event_synchronize = "cuEventSynchronize": fn(CuEvent) -> CuResult;
+        cu_event_query = "cuEventQuery": fn(CuEvent) -> CuResult;
+        cu_event_elapsed_time =
+            "cuEventElapsedTime": fn(*mut c_float, CuEvent, CuEvent) -> CuResult;
+        cu_event_destroy = "cuEventDestroy_v2": fn(CuEvent) -> CuResult;
+        cu_module_load_data_ex = "cuModuleLoadDataEx": fn(
+            *mut CuModule,
+            *const c_void,
+            c_uint,
+            *mut CuJitOption,
+            *mut *mut c_void
+        ) -> CuResult;
+        cu_module_unload = "cuModuleUnload": fn(CuModule) -> CuResult;
+        cu_module_get_function =
+            "cuModuleGetFunction": fn(*mut CuFunction, CuModule, *const c_char) -> CuResult;
+        cu_module_get_global = "cuModuleGetGlobal_v2":
+            fn(*mut CuDevicePtr, *mut usize, CuModule, *const c_char) -> CuResult;
+        cu_launch_kernel = "cuLaunchKernel": fn(
+            CuFunction,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            CuStream,
+            *mut *mut c_void,
+            *mut *mut c_void
+        ) -> CuResult;
+        cu_pointer_get_attribute = "cuPointerGetAttribute":
+            fn(*mut c_void, CuPointerAttribute, CuDevicePtr) -> CuResult;
     }
     optional {
+        cu_launch_host_func =
+            "cuLaunchHostFunc": fn(CuStream, CuHostFn, *mut c_void) -> CuResult;
+        cu_mem_alloc_managed =
+            "cuMemAllocManaged": fn(*mut CuDevicePtr, usize, c_uint) -> CuResult;
+        cu_device_get_uuid = "cuDeviceGetUuid": fn(*mut CuUuid, CuDevice) -> CuResult;
+        cu_ipc_get_mem_handle =
+            "cuIpcGetMemHandle": fn(*mut CuIpcMemHandle, CuDevicePtr) -> CuResult;
+        cu_ipc_open_mem_handle = "cuIpcOpenMemHandle_v2":
+            fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
+        cu_ipc_close_mem_handle = "cuIpcCloseMemHandle": fn(CuDevicePtr) -> CuResult;
         cu_driver_get_version = "cuDriverGetVersion": fn(*mut c_int) -> CuResult;
         cu_get_error_name = "cuGetErrorName": fn(CuResult, *mut *const c_char) -> CuResult;
         cu_get_error_string = "cuGetErrorString": fn(CuResult, *mut *const c_char) -> CuResult;

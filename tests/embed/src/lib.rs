@@ -21,7 +21,7 @@ pub const ERR_ALREADY_INIT: i32 = -1;
 pub const ERR_NOT_INIT: i32 = -2;
 /// Status: the runtime returned an error.
 pub const ERR_RUNTIME: i32 = -3;
-/// Status: the runtime has no host device.
+/// Status: the runtime has no host device (or none of the backend asked for).
 pub const ERR_NO_HOST_DEVICE: i32 = -4;
 /// Status: the bytes read back differ from the bytes written.
 pub const ERR_MISMATCH: i32 = -5;
@@ -105,7 +105,12 @@ pub extern "C" fn offload_embed_work() -> i32 {
 }
 
 fn launch(rt: &Offload, image: &[u8]) -> offload::Result<i32> {
-    let Some(dev) = host_device(rt)? else {
+    launch_on(rt, BackendKind::Host, image)
+}
+
+/// Runs `add_one` of `image` over 64 blocks on the first device of `backend`, and checks.
+fn launch_on(rt: &Offload, backend: BackendKind, image: &[u8]) -> offload::Result<i32> {
+    let Some(dev) = rt.devices()?.into_iter().find(|d| d.backend() == backend) else {
         return Ok(ERR_NO_HOST_DEVICE);
     };
     let add_one = offload::Program::new(image).load(&dev)?.kernel("add_one")?;
@@ -141,6 +146,24 @@ pub unsafe extern "C" fn offload_embed_launch(image: *const u8, len: usize) -> i
     match runtime().as_ref() {
         None => ERR_NOT_INIT,
         Some(rt) => launch(rt, image).unwrap_or(ERR_RUNTIME),
+    }
+}
+
+/// [`offload_embed_launch`] on the first CUDA device (a program of the CUDA backend, e.g.
+/// PTX). [`ERR_NO_HOST_DEVICE`] when there is none.
+///
+/// # Safety
+/// `image` must point to `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_embed_launch_cuda(image: *const u8, len: usize) -> i32 {
+    if image.is_null() {
+        return ERR_RUNTIME;
+    }
+    // SAFETY: as in `offload_embed_launch`.
+    let image = unsafe { std::slice::from_raw_parts(image, len) };
+    match runtime().as_ref() {
+        None => ERR_NOT_INIT,
+        Some(rt) => launch_on(rt, BackendKind::Cuda, image).unwrap_or(ERR_RUNTIME),
     }
 }
 

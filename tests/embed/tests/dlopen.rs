@@ -71,6 +71,7 @@ struct Api {
     generation: extern "C" fn() -> u64,
     counter: extern "C" fn() -> u64,
     launch: unsafe extern "C" fn(*const u8, usize) -> i32,
+    launch_cuda: unsafe extern "C" fn(*const u8, usize) -> i32,
 }
 
 /// Loads the library and looks up its exports.
@@ -104,6 +105,9 @@ fn load(path: &Path) -> (Library, Api) {
             launch: *lib
                 .get(b"offload_embed_launch\0")
                 .expect("offload_embed_launch"),
+            launch_cuda: *lib
+                .get(b"offload_embed_launch_cuda\0")
+                .expect("offload_embed_launch_cuda"),
         }
     };
     (lib, api)
@@ -249,6 +253,80 @@ fn exit_hook_runs_at_dlclose() {
     assert!(
         position(&stderr, "child: unmapped") > after,
         "unmapped marker out of order:\n{stderr}"
+    );
+}
+
+/// The protocol-checking fake libcuda (offload-driver/fake), built for the CUDA cycles.
+const FAKE_CUDA: offload_driver::testing::FakeDriver = offload_driver::testing::FakeDriver {
+    case_var: CHILD_ENV,
+    source: concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../offload-driver/fake/fake_cuda.c"
+    ),
+    build_dir: env!("CARGO_TARGET_TMPDIR"),
+    prefix: "embed-fake-cuda",
+};
+
+/// L2 with the CUDA backend on the protocol-checking fake: 200 × (dlopen → init → launch
+/// on the CUDA device → shutdown → dlclose) in a child that finds the fake as libcuda.so.1;
+/// the library unloads every time (the driver stays: it is opened `RTLD_NODELETE`, as a
+/// real libcuda must be), and the fake saw no protocol violation and nothing left alive.
+/// Skipped (printed) where the library was built without the `cuda` feature; `cargo test
+/// --workspace --all-features`, CI's command, builds it with every backend.
+#[test]
+fn dlopen_cycles_on_the_cuda_fake() {
+    let Some(dir) = FAKE_CUDA.build("full", "libcuda.so.1", &[]) else {
+        return;
+    };
+    let result = FAKE_CUDA.run(&dir, "cuda-cycles", &[]);
+    if result == "no cuda backend" {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the embedding library has no CUDA backend"
+        );
+        println!("SKIP dlopen_cycles_on_the_cuda_fake: built without the cuda feature");
+        return;
+    }
+    assert_eq!(result, "cycles=200 violations=[] contexts=0 allocations=0");
+}
+
+/// Child of [`dlopen_cycles_on_the_cuda_fake`] (run by the fake-driver harness, which
+/// reads its `RESULT` line); does nothing in a normal run.
+#[test]
+fn child() {
+    if !is_child("cuda-cycles") {
+        return;
+    }
+    let path = lib_path();
+    let image = offload_cuda::fixtures::KERNELS;
+    let mut done = 0;
+    for cycle in 0..CYCLES {
+        let (lib, api) = load(&path);
+        assert_eq!((api.init)(), 0, "cycle {cycle}: offload_embed_init");
+        // SAFETY: `image` is a live slice of `image.len()` bytes.
+        let launched = unsafe { (api.launch_cuda)(image.as_ptr(), image.len()) };
+        if launched == -4 {
+            println!("RESULT no cuda backend");
+            return;
+        }
+        assert_eq!(launched, 0, "cycle {cycle}: offload_embed_launch_cuda");
+        assert_eq!((api.shutdown)(), 0, "cycle {cycle}: offload_embed_shutdown");
+        close(lib, api);
+        let left = mappings(&path);
+        assert!(
+            left.is_empty(),
+            "cycle {cycle}: still mapped: {}",
+            left.join("\n")
+        );
+        done += 1;
+    }
+    // SAFETY: in this child, libcuda.so.1 is the fake the parent built.
+    let fake = unsafe { offload_driver::testing::FakeHooks::open("libcuda.so.1", "fake_cuda") };
+    println!(
+        "RESULT cycles={done} violations={:?} contexts={} allocations={}",
+        fake.violations(),
+        fake.live("context"),
+        fake.live("alloc")
     );
 }
 

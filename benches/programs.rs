@@ -107,9 +107,7 @@ fn launch(c: &mut Criterion) {
 
     let one_block = Dims::grid([1, 1, 1]);
     let offload_noop = || {
-        queue
-            .launch(&noop, black_box(one_block), &[])
-            .expect("launch");
+        unsafe { queue.launch(&noop, black_box(one_block), &[]) }.expect("launch");
         queue.sync().expect("sync")
     };
     paired(
@@ -119,8 +117,7 @@ fn launch(c: &mut Criterion) {
         SAMPLES,
         offload_noop,
         || {
-            raw_dev
-                .launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args)
+            unsafe { raw_dev.launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args) }
                 .expect("raw launch");
             raw_dev.sync(&raw_queue).expect("raw sync")
         },
@@ -132,14 +129,9 @@ fn launch(c: &mut Criterion) {
         "noop_enqueue_vs_backend",
         ("offload", "raw_backend"),
         SAMPLES,
+        || unsafe { queue.launch(&noop, black_box(one_block), &[]) }.expect("launch"),
         || {
-            queue
-                .launch(&noop, black_box(one_block), &[])
-                .expect("launch")
-        },
-        || {
-            raw_dev
-                .launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args)
+            unsafe { raw_dev.launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args) }
                 .expect("raw launch")
         },
     );
@@ -168,7 +160,7 @@ fn launch(c: &mut Criterion) {
     let buf = dev.alloc(4 * N as usize, MemKind::Device).expect("alloc");
     let dims = Dims::grid([BLOCKS, 1, 1]).block([THREADS, 1, 1]);
     let args = [Arg::buffer(&buf), Arg::scalar(&N)];
-    queue.launch(&add_one, dims, &args).expect("launch add_one");
+    unsafe { queue.launch(&add_one, dims, &args) }.expect("launch add_one");
     queue.sync().expect("sync");
     let mut out = vec![0u8; 4 * N as usize];
     buf.read(0, &mut out).expect("read");
@@ -207,9 +199,7 @@ fn launch(c: &mut Criterion) {
         ("offload", "direct_1_thread"),
         SAMPLES,
         || {
-            queue
-                .launch(&add_one, black_box(dims), &args)
-                .expect("launch");
+            unsafe { queue.launch(&add_one, black_box(dims), &args) }.expect("launch");
             queue.sync().expect("sync")
         },
         || run_direct(black_box(&mut host)),

@@ -65,11 +65,13 @@ fn round(round: u32) -> Result<(), Error> {
         let words = (N / 4) as u32;
         let queue = dev.queue()?;
         let start = queue.record()?;
-        queue.launch(
-            &add_one,
-            Dims::grid([words / 256, 1, 1]).block([256, 1, 1]),
-            &[Arg::buffer(&dst), Arg::scalar(&words)],
-        )?;
+        unsafe {
+            queue.launch(
+                &add_one,
+                Dims::grid([words / 256, 1, 1]).block([256, 1, 1]),
+                &[Arg::buffer(&dst), Arg::scalar(&words)],
+            )
+        }?;
         let end = queue.record()?;
         queue.read(&dst, 0, &mut back)?;
         for (i, word) in back.chunks_exact(4).enumerate() {
@@ -96,7 +98,7 @@ fn round(round: u32) -> Result<(), Error> {
     );
     if let Some(buf) = kept {
         match buf.write(0, &[0; 64]) {
-            Err(Error::ShutDown) => println!("  a buffer kept past shutdown says: ShutDown"),
+            Err(Error::ShutDown { .. }) => println!("  a buffer kept past shutdown says: ShutDown"),
             other => panic!("expected ShutDown, got {other:?}"),
         }
     }

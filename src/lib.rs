@@ -13,7 +13,7 @@
 //! use offload::{BackendKind, MemKind, Offload};
 //!
 //! let rt = Offload::init()?;
-//! let dev = rt.devices()?.into_iter().find(|d| d.backend() == BackendKind::Host).unwrap();
+//! let dev = rt.device(BackendKind::Host)?; // or rt.devices()? for every device
 //! let buf = dev.alloc(4096, MemKind::Device)?;
 //! buf.write(0, &[1u8; 4096])?;
 //! let mut out = vec![0u8; 4096];
@@ -44,17 +44,46 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `OFFLOAD_BACKENDS` | backends to open, e.g. `host,vulkan`; one whose driver is missing makes `init` fail | every compiled-in backend whose driver is found |
+//! | `OFFLOAD_BACKENDS` | backends to open, e.g. `host,vulkan`; one whose driver is missing makes `init` fail; a list with no name (`,`) is an error, an empty value counts as unset | every compiled-in backend whose driver is found |
 //! | `OFFLOAD_IPC_CACHE_SIZE` | entries in the sender-side IPC cache (0 disables) | 16 |
 //! | `OFFLOAD_HOST_DEVICES` | CPU devices of the host backend | 1 |
+//!
+//! [`Offload::config`](offload_core::Offload::config) shows the configuration in force. A
+//! plain `Offload::init()` while a runtime is live shares it whatever its configuration; a
+//! builder that sets something explicitly (`backends`, `host_devices`, `ipc_cache_size`)
+//! that differs from what is in force gets `Error::InvalidArgument` from `start()` naming
+//! both, instead of silently getting the other configuration:
+//!
+//! ```
+//! use offload::{BackendKind, Error, Offload};
+//! let first = Offload::builder().backends([BackendKind::Host]).start()?;
+//! let e = Offload::builder().backends([BackendKind::Vulkan]).start().unwrap_err();
+//! assert!(matches!(e, Error::InvalidArgument { .. }));
+//! assert!(e.to_string().contains("backends: asked [vulkan], in force [host]"), "{e}");
+//! // What is in force can always be asked for.
+//! let second = Offload::builder().backends(first.config()?.backends.unwrap()).start()?;
+//! assert_eq!(second.generation(), first.generation());
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
+//! ## Shutdown
+//!
+//! `shutdown()` gives back the reference whatever happens: `Ok` holds the
+//! `Offload<Shutdown>`, and so does the [`ShutdownError`] of `Err`, with the errors of the
+//! steps that failed. [`was_last`](offload_core::Offload::was_last) says whether the
+//! runtime was deinitialised. `rt.shutdown()?` works in a function returning
+//! [`Result`]. Initialisation and shutdown are logged with `tracing` (targets
+//! `offload::init`, `offload::generation`, `offload::shutdown`) for the subscriber the
+//! application installs.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub use offload_core::{
-    Arg, BackendKind, Buffer, CallbackError, Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo,
-    Dims, Error, Event, GlobalInfo, Kernel, KernelArg, MemKind, Module, ParamKind, PlatformEntry,
-    PlatformInfo, Platforms, Program, Queue, Ready, Result, Scalar, Shutdown, Unavailable, Uninit,
-    hal, ipc, no_compute, take_unreported_errors,
+    Arg, BackendKind, Buffer, BufferView, CallbackError, Config, DEFAULT_IPC_CACHE_SIZE, Device,
+    DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, KernelArg, MemKind, Module, ParamKind,
+    PlatformEntry, PlatformInfo, Platforms, Program, Queue, Ready, Result, Scalar, ScalarType,
+    Shutdown, TypedBuffer, Unavailable, Uninit, args, bytemuck, hal, ipc, no_compute,
+    take_unreported_errors,
 };
 
 /// The host backend crate, for its counters and raw platform type.
@@ -130,6 +159,29 @@ impl Platforms for Builtin {
 /// # Ok::<(), offload::Error>(())
 /// ```
 pub type Offload<S = Ready> = offload_core::Offload<S, Builtin>;
+
+/// A [`shutdown`](offload_core::Offload::shutdown) that met errors, holding the shut-down
+/// runtime ([`was_last`](offload_core::ShutdownError::was_last) says whether it was
+/// deinitialised) and the errors. `?` turns it into an [`Error`].
+///
+/// ```
+/// use offload::{Offload, ShutdownError};
+/// fn close(rt: Offload) -> Result<bool, ShutdownError> {
+///     let down = rt.shutdown()?;
+///     Ok(down.was_last())
+/// }
+/// match close(Offload::init()?) {
+///     Ok(deinitialised) => println!("deinitialised: {deinitialised}"),
+///     Err(e) => {
+///         eprintln!("{e}");
+///         for error in e.errors() {
+///             eprintln!("  {error}");
+///         }
+///     }
+/// }
+/// # Ok::<(), offload::Error>(())
+/// ```
+pub type ShutdownError = offload_core::ShutdownError<Builtin>;
 
 /// The README's examples, compiled and run as doctests so they stay true.
 #[doc = include_str!("../README.md")]

@@ -8,7 +8,7 @@ use offload::{BackendKind, Error, MemKind, Offload};
 
 fn shut_down<T: std::fmt::Debug>(what: &str, result: offload::Result<T>) {
     match result {
-        Err(Error::ShutDown) => {}
+        Err(Error::ShutDown { .. }) => {}
         other => panic!("{what} after shutdown gave {other:?}, not Error::ShutDown"),
     }
 }
@@ -89,7 +89,7 @@ fn handles_stay_shut_down_from_other_threads() {
                 loop {
                     match buf.write(0, &data).and_then(|()| buf.read(0, &mut out)) {
                         Ok(()) => assert!(out.iter().all(|&x| x < 4)),
-                        Err(Error::ShutDown) => return,
+                        Err(Error::ShutDown { .. }) => return,
                         Err(e) => panic!("unexpected {e}"),
                     }
                 }

@@ -77,7 +77,7 @@ fn out_of_range_copies_are_invalid_arguments() {
                 let text = e.to_string();
                 assert!(text.contains("Buffer::"), "{what}: {text}");
                 assert!(
-                    text.contains("host buffer"),
+                    text.contains("host device buffer"),
                     "{what} names the object: {text}"
                 );
             }
@@ -105,7 +105,7 @@ fn a_copy_between_devices_is_checked_and_staged() {
     for result in [b.copy_from(0, &a, 1, 16), b.copy_from(1, &a, 0, 16)] {
         match result {
             Err(e @ Error::InvalidArgument { .. }) => {
-                assert!(e.to_string().contains("host buffer"), "{e}")
+                assert!(e.to_string().contains("host device buffer"), "{e}")
             }
             other => panic!("an out-of-range cross-device copy gave {other:?}"),
         }

@@ -7,7 +7,18 @@ mod common;
 
 use std::process::Command;
 
-use offload::{BackendKind, Offload};
+use offload::{BackendKind, Error, Offload};
+
+/// The variant's name (`Debug` of `Error` prints its message, not the variant).
+fn variant(e: &Error) -> &'static str {
+    match e {
+        Error::InvalidArgument { .. } => "InvalidArgument",
+        Error::DriverNotFound { .. } => "DriverNotFound",
+        Error::Unsupported { .. } => "Unsupported",
+        Error::Driver { .. } => "Driver",
+        _ => "other",
+    }
+}
 
 /// Runs the `child` test of this binary with `vars` set; returns its stdout.
 fn run_child(case: &str, vars: &[(&str, &str)]) -> String {
@@ -57,7 +68,7 @@ fn child() {
                         .count()
                 )
             }
-            Err(e) => format!("error {e:?}"),
+            Err(e) => format!("error {} {e}", variant(&e)),
         },
         "builder-wins" => {
             let rt = Offload::builder().ipc_cache_size(2).start().unwrap();
@@ -126,7 +137,7 @@ fn bad_or_missing_backends_are_typed_errors() {
     } else {
         "error Unsupported"
     };
-    assert!(r.starts_with(expected) && r.contains("Cuda"), "{r}");
+    assert!(r.starts_with(expected) && r.contains("cuda"), "{r}");
 }
 
 #[test]
@@ -137,14 +148,32 @@ fn first_init_fixes_the_configuration() {
         .host_devices(2)
         .start()
         .unwrap();
-    let second = Offload::builder()
-        .ipc_cache_size(7)
-        .backends([BackendKind::Host])
-        .start()
-        .unwrap();
+    // Asking for nothing explicit shares the configuration in force.
+    let second = Offload::init().unwrap();
     let c = second.config().unwrap();
     assert_eq!((c.ipc_cache_size, c.host_devices, c.backends), (3, 2, None));
     assert_eq!(first.generation(), second.generation());
+    // Asking explicitly for other settings is an error that names them (issue 11.6),
+    // not a silent share; asking for what is in force shares.
+    let e = Offload::builder()
+        .ipc_cache_size(7)
+        .host_devices(2)
+        .start()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("ipc_cache_size: asked 7, in force 3"),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("host_devices"), "{e}");
+    let third = Offload::builder()
+        .ipc_cache_size(3)
+        .host_devices(2)
+        .start()
+        .unwrap();
+    assert_eq!(third.generation(), first.generation());
+    third.shutdown().unwrap();
     second.shutdown().unwrap();
     first.shutdown().unwrap();
     // After the last shutdown, the next init configures afresh.

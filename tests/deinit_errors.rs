@@ -142,7 +142,7 @@ fn shutdown_runs_every_step_and_returns_every_error() {
     let leaked_on_purpose = devices[0].alloc(16, MemKind::Device).unwrap();
     let healthy = devices[1].alloc(16, MemKind::Device).unwrap();
 
-    let errors = match rt.shutdown() {
+    let errors = match rt.shutdown().map_err(Error::from) {
         Err(Error::Multiple(errors)) => errors,
         other => panic!("expected Error::Multiple, got {other:?}"),
     };
@@ -168,7 +168,10 @@ fn shutdown_runs_every_step_and_returns_every_error() {
     assert_eq!(count(&DEINITS, 0), d0 + 1);
     assert_eq!(count(&DEINITS, 1), d1 + 1);
     assert_eq!(count(&DEINITS, 2), d2 + 1);
-    assert!(matches!(healthy.read(0, &mut [0; 4]), Err(Error::ShutDown)));
+    assert!(matches!(
+        healthy.read(0, &mut [0; 4]),
+        Err(Error::ShutDown { .. })
+    ));
     drop((leaked_on_purpose, healthy));
 
     // The next generation starts clean.
@@ -186,7 +189,7 @@ fn drop_errors_are_returned_by_the_next_shutdown() {
         .unwrap();
     let buf = rt.devices().unwrap()[0].alloc(4, MemKind::Device).unwrap();
     drop(buf); // its free fails: nobody to tell yet
-    match rt.shutdown() {
+    match rt.shutdown().map_err(Error::from) {
         Err(e @ Error::Driver { .. }) => assert!(e.to_string().contains("free"), "{e}"),
         other => panic!("expected the deferred free error, got {other:?}"),
     }

@@ -274,13 +274,14 @@ fn child_peer() {
                     .unwrap();
                 let queue = dev.queue().unwrap();
                 let words = (view.len() / 4) as u32;
-                queue
-                    .launch(
+                unsafe {
+                    queue.launch(
                         &add_one,
                         Dims::grid([words.div_ceil(64), 1, 1]).block([64, 1, 1]),
                         &[Arg::buffer(view), Arg::scalar(&words)],
                     )
-                    .unwrap();
+                }
+                .unwrap();
                 queue.sync().unwrap();
                 out(format!("DONE {n}"));
             }

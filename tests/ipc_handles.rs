@@ -262,13 +262,14 @@ fn child(kind: &str) {
         .unwrap();
     let queue = dev.queue().unwrap();
     let n = WORDS as u32;
-    queue
-        .launch(
+    unsafe {
+        queue.launch(
             &add_one,
             Dims::grid([n / 64, 1, 1]).block([64, 1, 1]),
             &[Arg::buffer(&view), Arg::scalar(&n)],
         )
-        .unwrap();
+    }
+    .unwrap();
     queue.sync().unwrap();
     drop((add_one, queue, view));
     assert_eq!(offload::ipc::stats().live_imports, 0);

@@ -99,7 +99,7 @@ fn dynamic_shared_memory_is_per_block_and_bounded() {
     let dims = Dims::grid([blocks, 1, 1])
         .block([threads, 1, 1])
         .shared_memory(4 * threads);
-    queue.launch(&reverse, dims, &[Arg::buffer(&buf)]).unwrap();
+    unsafe { queue.launch(&reverse, dims, &[Arg::buffer(&buf)]) }.unwrap();
     let mut out = vec![0u8; 4 * n];
     queue.read(&buf, 0, &mut out).unwrap();
     let got: Vec<u32> = out
@@ -112,7 +112,7 @@ fn dynamic_shared_memory_is_per_block_and_bounded() {
     }
     let too_much = Dims::grid([1, 1, 1]).shared_memory(offload::host::MAX_SHARED_MEMORY + 1);
     assert!(matches!(
-        queue.launch(&reverse, too_much, &[Arg::buffer(&buf)]),
+        unsafe { queue.launch(&reverse, too_much, &[Arg::buffer(&buf)]) },
         Err(Error::InvalidArgument { .. })
     ));
     drop((reverse, module, queue, buf));

@@ -46,13 +46,14 @@ fn launch_returns_before_the_work_runs_and_events_complete_later() {
     let buf = dev.alloc(4 * 64, MemKind::Device).unwrap();
     let queue = dev.queue().unwrap();
     let open = gate(&queue);
-    queue
-        .launch(
+    unsafe {
+        queue.launch(
             &add_one,
             Dims::grid([1, 1, 1]).block([64, 1, 1]),
             &[Arg::buffer(&buf), Arg::scalar(&64u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     let event = queue.record().unwrap();
     assert_eq!(event.queue_id(), queue.id());
     assert!(

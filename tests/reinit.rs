@@ -1,6 +1,7 @@
 //! L2/L3: re-initialisation 1,000 times in one process, each time with fresh state. A
 //! handle from generation N is rejected in generation N+1 with `Error::ShutDown`, even
-//! though a new runtime is live, and dropping it then is harmless.
+//! though a new runtime is live, and dropping it then is harmless. While a generation lives
+//! its configuration is fixed: asking for another is refused, the next generation takes it.
 
 mod common;
 
@@ -23,6 +24,15 @@ fn a_thousand_generations_each_start_fresh() {
         assert!(rt.generation() > last_generation, "generation {i} is new");
         last_generation = rt.generation();
         assert_eq!(rt.config().unwrap().host_devices, wanted);
+        if i % 100 == 0 {
+            // The configuration is fixed while the generation lives: a request for another
+            // is refused (it took no reference), and honoured by the next generation.
+            let refused = Offload::builder().host_devices(wanted + 1).start();
+            assert!(
+                matches!(refused, Err(Error::InvalidArgument { .. })),
+                "generation {i}: {refused:?}"
+            );
+        }
         let devices = rt.devices().unwrap();
         assert_eq!(devices.len(), wanted, "generation {i} has its own devices");
 
@@ -30,13 +40,19 @@ fn a_thousand_generations_each_start_fresh() {
             let old_device: offload::Device = old_device;
             let old_buffer: offload::Buffer = old_buffer;
             let mut out = [0u8; 8];
-            assert!(matches!(old_buffer.read(0, &mut out), Err(Error::ShutDown)));
-            assert!(matches!(old_buffer.write(0, &out), Err(Error::ShutDown)));
+            assert!(matches!(
+                old_buffer.read(0, &mut out),
+                Err(Error::ShutDown { .. })
+            ));
+            assert!(matches!(
+                old_buffer.write(0, &out),
+                Err(Error::ShutDown { .. })
+            ));
             assert!(matches!(
                 old_device.alloc(8, MemKind::Device),
-                Err(Error::ShutDown)
+                Err(Error::ShutDown { .. })
             ));
-            assert!(matches!(old_device.info(), Err(Error::ShutDown)));
+            assert!(matches!(old_device.info(), Err(Error::ShutDown { .. })));
             assert_ne!(old_device, devices[0], "a stale device is not a live one");
             drop(old_buffer);
         }

@@ -38,13 +38,19 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// assert!(e.to_string().contains("host"));
 /// assert!(e.to_string().contains("Device::alloc"));
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The runtime generation that made this handle has been shut down (L3). The handle
     /// stays safe to drop; a new `Offload::init()` gives new handles.
-    #[error("the offload runtime that made this handle has been shut down")]
-    ShutDown,
+    #[error("{}", shut_down_text(call, object))]
+    ShutDown {
+        /// The offload call that was made (empty when the runtime could not tell).
+        call: &'static str,
+        /// The handle it was made on, in the user's words (its label, or its kind and
+        /// size); empty when the runtime could not tell.
+        object: String,
+    },
 
     /// A program image that the backend cannot load: corrupt, truncated or for another
     /// machine. `reason` says which check failed.
@@ -59,7 +65,7 @@ pub enum Error {
     },
 
     /// A kernel or global that the module does not contain.
-    #[error("{backend}: {call}: symbol `{symbol}` not found")]
+    #[error("{backend}: {call}: symbol `{symbol}` not found{}", hint_text(.hint))]
     SymbolNotFound {
         /// Backend of the module.
         backend: BackendKind,
@@ -67,6 +73,8 @@ pub enum Error {
         call: &'static str,
         /// The name that was looked up.
         symbol: String,
+        /// What the module has instead, or how to declare the symbol; empty if nothing.
+        hint: String,
     },
 
     /// The device cannot provide the memory asked for.
@@ -162,6 +170,39 @@ pub enum Error {
     },
 }
 
+fn shut_down_text(call: &str, object: &str) -> String {
+    let what = if object.is_empty() {
+        "this handle".to_string()
+    } else {
+        object.to_string()
+    };
+    let call = if call.is_empty() {
+        String::new()
+    } else {
+        format!("{call}: ")
+    };
+    format!(
+        "{call}{what} belongs to an offload runtime that has been shut down; handles do not \
+         outlive their runtime: make new ones from a new Offload::init()"
+    )
+}
+
+/// `main` returning `Err` prints an error with `{:?}`: it says what `Display` says (the
+/// call, the object and what to do), not the variant's fields.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+fn hint_text(hint: &str) -> String {
+    if hint.is_empty() {
+        String::new()
+    } else {
+        format!(": {hint}")
+    }
+}
+
 fn join(errors: &[Error]) -> String {
     let parts: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     parts.join("; ")
@@ -174,9 +215,10 @@ impl Error {
     /// ```
     /// use offload_core::Error;
     /// assert!(Error::join(vec![]).is_ok());
-    /// let one = Error::join(vec![Error::ShutDown]).unwrap_err();
-    /// assert!(matches!(one, Error::ShutDown));
-    /// let two = Error::join(vec![Error::ShutDown, Error::ShutDown]).unwrap_err();
+    /// let gone = || Error::ShutDown { call: "Buffer::read", object: "buffer \"x\"".into() };
+    /// let one = Error::join(vec![gone()]).unwrap_err();
+    /// assert!(matches!(one, Error::ShutDown { .. }));
+    /// let two = Error::join(vec![gone(), gone()]).unwrap_err();
     /// assert!(matches!(two, Error::Multiple(ref v) if v.len() == 2));
     /// ```
     pub fn join(errors: Vec<Error>) -> crate::Result<()> {
@@ -200,9 +242,10 @@ impl Error {
     ///
     /// ```
     /// use offload_core::Error;
-    /// let e = Error::Multiple(vec![Error::ShutDown, Error::ShutDown]);
+    /// let gone = || Error::ShutDown { call: "Queue::sync", object: "queue \"io\"".into() };
+    /// let e = Error::Multiple(vec![gone(), gone()]);
     /// assert_eq!(e.iter().count(), 2);
-    /// assert_eq!(Error::ShutDown.iter().count(), 1);
+    /// assert_eq!(gone().iter().count(), 1);
     /// ```
     pub fn iter(&self) -> impl Iterator<Item = &Error> {
         let slice: &[Error] = match self {
@@ -210,6 +253,26 @@ impl Error {
             other => std::slice::from_ref(other),
         };
         slice.iter()
+    }
+
+    /// A `ShutDown` error that does not say yet which call and object it is about.
+    pub(crate) fn shut_down() -> Self {
+        Error::ShutDown {
+            call: "",
+            object: String::new(),
+        }
+    }
+
+    /// Names the call and the object in a `ShutDown` that did not say them yet; any
+    /// other error is returned unchanged.
+    pub(crate) fn on(self, call: &'static str, object: &dyn std::fmt::Display) -> Self {
+        match self {
+            Error::ShutDown { call: "", .. } => Error::ShutDown {
+                call,
+                object: object.to_string(),
+            },
+            other => other,
+        }
     }
 
     pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Self {

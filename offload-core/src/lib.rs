@@ -41,15 +41,20 @@ pub mod reference;
 mod runtime;
 mod sync;
 
+/// Plain-old-data element types for [`TypedBuffer`]: derive `Pod` and `Zeroable` for your
+/// own `#[repr(C)]` structs.
+pub use bytemuck;
 pub use erased::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};
-pub use hal::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind};
+pub use hal::{
+    BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind, ScalarType,
+};
 pub use handles::{
-    Arg, Buffer, CallbackError, Device, Event, Kernel, Module, Program, Queue, STAGING_CHUNK,
-    Scalar,
+    Arg, Buffer, BufferView, CallbackError, Device, Event, Kernel, Module, Program, Queue,
+    STAGING_CHUNK, Scalar, TypedBuffer,
 };
 pub use runtime::config::{Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS};
 pub use runtime::generation::Unavailable;
 pub use runtime::lifecycle::{
-    Offload, PlatformInfo, Ready, Shutdown, Uninit, take_unreported_errors,
+    Offload, PlatformInfo, Ready, Shutdown, ShutdownError, Uninit, take_unreported_errors,
 };

@@ -284,7 +284,9 @@ impl hal::Device for CudaDevice {
         synced
     }
 
-    fn launch(
+    // Unverified code runs behind this call: the caller holds the launch contract.
+    #[allow(unsafe_code)]
+    unsafe fn launch(
         &self,
         queue: &CudaQueue,
         kernel: &KernelOf<Self>,

@@ -163,6 +163,7 @@ fn not_found(call: &'static str, name: &str) -> Error {
         backend: BackendKind::Cuda,
         call,
         symbol: name.to_string(),
+        hint: String::new(),
     }
 }
 
@@ -181,7 +182,10 @@ impl CudaModule {
         for (i, p) in entry.params.iter().enumerate() {
             params.push(match (p.pointer, p.size) {
                 (Some(true), _) | (None, 8) => ParamKind::Buffer,
-                (_, 1 | 2 | 4 | 8) => ParamKind::Scalar(p.size as usize),
+                (_, 1 | 2 | 4 | 8) => match p.ty {
+                    Some(ty) => ParamKind::Typed(ty),
+                    None => ParamKind::Scalar(p.size as usize),
+                },
                 (_, size) => {
                     return Err(Error::Unsupported {
                         backend: BackendKind::Cuda,

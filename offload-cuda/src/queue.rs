@@ -231,10 +231,35 @@ impl CudaQueue {
                     value = b.ptr().to_ne_bytes();
                     buffers.push(b);
                 }
-                (KernelArg::Scalar(bytes), ParamKind::Scalar(n))
-                    if bytes.len() == *n && *n <= 8 =>
+                (
+                    KernelArg::Range {
+                        buffer,
+                        offset,
+                        len,
+                    },
+                    ParamKind::Buffer,
+                ) => {
+                    let inside = offset
+                        .checked_add(*len)
+                        .is_some_and(|end| end <= buffer.len());
+                    if !inside {
+                        return Err(invalid(
+                            CALL,
+                            format!(
+                                "argument {i} of cuda kernel `{name}`: bytes {offset}..{} are \
+                                 outside the {}-byte buffer",
+                                *offset as u128 + *len as u128,
+                                buffer.len()
+                            ),
+                        ));
+                    }
+                    value = (buffer.ptr() + *offset as u64).to_ne_bytes();
+                    buffers.push(buffer);
+                }
+                (KernelArg::Scalar(bytes), p)
+                    if p.scalar_size() == Some(bytes.len()) && bytes.len() <= 8 =>
                 {
-                    value[..*n].copy_from_slice(bytes);
+                    value[..bytes.len()].copy_from_slice(bytes);
                 }
                 _ => {
                     return Err(invalid(

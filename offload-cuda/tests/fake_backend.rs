@@ -117,13 +117,14 @@ fn lifecycle_case() -> String {
                     queue
                         .fill(&buf, 0, 1024, &(t + round).to_ne_bytes())
                         .unwrap();
-                    queue
-                        .launch(
+                    unsafe {
+                        queue.launch(
                             &add_one,
                             Dims::grid([4, 1, 1]).block([64, 1, 1]),
                             &[Arg::buffer(&buf), Arg::scalar(&256u32)],
                         )
-                        .unwrap();
+                    }
+                    .unwrap();
                     let mut out = [0u8; 4];
                     queue.read(&buf, 1020, &mut out).unwrap();
                     assert_eq!(u32::from_ne_bytes(out), t + round + 1);

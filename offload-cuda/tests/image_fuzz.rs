@@ -15,11 +15,25 @@ use proptest::prelude::*;
 
 const SM86: (u32, u32) = (8, 6);
 
+/// A parameter; one named `p_<type>` for a typed PTX number has that type.
 fn param(size: u32, align: u32, pointer: Option<bool>, name: &str) -> Param {
+    use offload_core::ScalarType as T;
+    let ty = match name.rsplit('_').next() {
+        Some("u8") => Some(T::U8),
+        Some("s8") => Some(T::I8),
+        Some("u16") => Some(T::U16),
+        Some("s16") => Some(T::I16),
+        Some("u32") => Some(T::U32),
+        Some("s32") => Some(T::I32),
+        Some("f32") => Some(T::F32),
+        Some("f64") => Some(T::F64),
+        _ => None,
+    };
     Param {
         size,
         align,
         pointer,
+        ty,
         name: name.to_owned(),
     }
 }
@@ -145,7 +159,10 @@ fn ptx_every_param_form() {
         i.entries[0].params,
         [
             param(8, 8, Some(true), "add_one_param_0"),
-            param(4, 4, Some(false), "add_one_param_1"),
+            Param {
+                ty: Some(offload_core::ScalarType::U32),
+                ..param(4, 4, Some(false), "add_one_param_1")
+            },
         ]
     );
     assert_eq!(
@@ -312,7 +329,10 @@ fn ptx_as_toolchains_write_it() {
         [
             param(8, 8, None, "_Z6kernelPfS_i_param_0"),
             param(8, 8, None, "_Z6kernelPfS_i_param_1"),
-            param(4, 4, Some(false), "_Z6kernelPfS_i_param_2"),
+            Param {
+                ty: Some(offload_core::ScalarType::U32),
+                ..param(4, 4, Some(false), "_Z6kernelPfS_i_param_2")
+            },
         ]
     );
     assert_eq!(

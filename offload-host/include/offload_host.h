@@ -8,8 +8,11 @@
  *     void name(void *const *args, const offload_launch *launch);
  *
  * together with an exported string `offload_params_<name>` that declares its parameters,
- * one character each: 'b' for a buffer, or '1', '2', '4', '8' for a scalar of that many
- * bytes. offload refuses a kernel without it, and checks every launch against it.
+ * one character each: 'b' for a buffer; a typed scalar, whose type offload checks at each
+ * launch: 'c' int8_t, 'C' uint8_t, 'h' int16_t, 'H' uint16_t, 'i' int32_t, 'I' uint32_t,
+ * 'q' int64_t, 'Q' uint64_t, 'f' float, 'd' double; or '1', '2', '4', '8' for a scalar
+ * known only by its size (any type of that size is accepted). OFFLOAD_KERNEL declares
+ * both. offload refuses a kernel without the string, and checks every launch against it.
  *
  * args[i] points to the value of argument i: for a buffer, to the buffer's base address
  * (so the buffer is `*(T **)args[i]`); for a scalar, to its bytes. The pointers are valid

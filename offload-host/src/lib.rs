@@ -25,6 +25,136 @@
 //! host.deinit()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```
+//!
+//! # Kernel ABI
+//!
+//! A host program is an ELF shared object for the machine it runs on (x86-64 or AArch64
+//! Linux). Each kernel is an exported C function
+//!
+//! ```c
+//! void name(void *const *args, const offload_launch *launch);
+//! ```
+//!
+//! together with an exported string `offload_params_<name>` (the prefix is
+//! [`PARAMS_PREFIX`]) that declares its parameters, one character each. The `OFFLOAD_KERNEL`
+//! macro of `include/offload_host.h` (also [`HEADER`]) declares both. A function exported
+//! without its string is refused by `Module::kernel` (`Error::SymbolNotFound`, with a hint);
+//! a string with any other letter makes `kernel` fail with `Error::InvalidBinary`.
+//!
+//! | letter | parameter ([`ParamKind`]) | C type | accepted argument |
+//! |---|---|---|---|
+//! | `b` | `Buffer` | `T *` | a buffer (or a range of one) of the same device |
+//! | `c` | `Typed(I8)` | `int8_t` | an `i8` only |
+//! | `C` | `Typed(U8)` | `uint8_t` | a `u8` only |
+//! | `h` | `Typed(I16)` | `int16_t` | an `i16` only |
+//! | `H` | `Typed(U16)` | `uint16_t` | a `u16` only |
+//! | `i` | `Typed(I32)` | `int32_t` | an `i32` only |
+//! | `I` | `Typed(U32)` | `uint32_t` | a `u32` only |
+//! | `q` | `Typed(I64)` | `int64_t` | an `i64` only |
+//! | `Q` | `Typed(U64)` | `uint64_t` | a `u64` only |
+//! | `f` | `Typed(F32)` | `float` | an `f32` only |
+//! | `d` | `Typed(F64)` | `double` | an `f64` only |
+//! | `1` `2` `4` `8` | `Scalar(n)` | any type of `n` bytes | any scalar of `n` bytes |
+//!
+//! The typed letters are checked at every launch against the argument's
+//! [`ScalarType`](offload_core::ScalarType): a `'I'` parameter takes `Arg::scalar(&7u32)`,
+//! and an `i32` or `f32` of the same size is `Error::InvalidArgument` before the kernel
+//! runs. The size letters (what kernels declared before the typed ones) take any scalar of
+//! that size. The number of arguments, buffers' devices and ranges are checked too.
+//!
+//! `args[i]` points to the value of argument `i`, valid for the duration of the call only:
+//! for a buffer, to the buffer's base address (the address of its first byte in range; so
+//! the buffer is `*(T **)args[i]`, `OFFLOAD_BUFFER(T, i)`); for a scalar, to its bytes
+//! (`OFFLOAD_SCALAR(T, i)`). `launch` describes the call (ABI version 2):
+//!
+//! ```c
+//! typedef struct offload_launch {
+//!     uint32_t grid[3];     /* blocks in the grid, per dimension (Dims::grid) */
+//!     uint32_t block[3];    /* threads per block, per dimension (Dims::block) */
+//!     uint32_t block_id[3]; /* the block this call runs */
+//!     uint32_t shared_size; /* bytes of dynamic shared memory (Dims::shared_memory) */
+//!     void *shared;         /* this block's shared memory, 64-byte aligned; NULL if 0 */
+//! } offload_launch;
+//! ```
+//!
+//! - **Blocks and threads**: the device calls the kernel once per block of the grid, and the
+//!   kernel runs the block's threads itself, typically a loop over `launch->block[0]` in
+//!   which thread `t` has the global index `block_id[0] * block[0] + t`
+//!   (`OFFLOAD_INDEX_X(t)`). Any grid and block size is accepted. The blocks of one launch
+//!   run concurrently and in no set order: a kernel must not depend on the order of blocks,
+//!   and blocks that write the same memory must synchronise themselves.
+//! - **Threads**: launches on a queue run in order, after the work enqueued before them. A
+//!   launch of one block runs on the thread running the queue; a larger one also on the
+//!   device's worker threads (plain pthreads, started at the first parallel launch and joined
+//!   when the device goes at shutdown), so a kernel must be thread-safe.
+//! - **Shared memory**: `Dims::shared_memory(n)` gives each block `n` bytes of scratch
+//!   memory at `launch->shared` (`OFFLOAD_SHARED(T)`): 64-byte aligned, its contents
+//!   undefined when the block starts, at most [`MAX_SHARED_MEMORY`] (1 MiB, also
+//!   `DeviceInfo::shared_memory`; more is `Error::InvalidArgument`). Kernels built for ABI
+//!   version 1, which has no such fields, run unchanged.
+//! - **Memory safety**: native code is not checked. A kernel must stay inside its buffers:
+//!   offload checks sizes, types and devices, but the code can write anywhere, which is why
+//!   `Queue::launch` is `unsafe`.
+//! - **Images**: validated before `dlopen` (ELF class, machine, every header and segment
+//!   inside the bytes), loaded from a memfd (never a file in `/tmp`) that stays open until
+//!   `dlclose`, and really unmapped at unload. Exported data (`OFFLOAD_GLOBAL`) is reachable
+//!   with `Module::global`, `read_global` and `write_global`; `const` data is read-only.
+//!
+//! A kernel and its build:
+//!
+//! ```c
+//! #include "offload_host.h"
+//! OFFLOAD_KERNEL(add_one, "bI") {            /* (uint32_t *buf, uint32_t n) */
+//!     uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);
+//!     uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);
+//!     for (uint32_t t = 0; t < launch->block[0]; t++) {
+//!         uint64_t i = OFFLOAD_INDEX_X(t);
+//!         if (i < n) buf[i] += 1;
+//!     }
+//! }
+//! ```
+//!
+//! ```text
+//! cc -shared -fPIC -O2 -I offload-host/include kernels.c -o kernels.so
+//! ```
+//!
+//! Loaded and launched through the runtime (here the test kernels of
+//! `fixtures/kernels.c`, feature `fixtures`): the parameter string `"bI"` is
+//! `[Buffer, Typed(U32)]`, so an `i32` count is refused; `shared_reverse` reverses each
+//! block through its shared memory:
+//!
+//! ```standalone_crate
+//! use offload_core::{Arg, Dims, Error, MemKind, Offload, ParamKind, Program, ScalarType};
+//! let rt: Offload = Offload::builder().platform(offload_host::platform()).start()?;
+//! let dev = rt.devices()?.remove(0);
+//! let module = Program::new(offload_host::fixtures::KERNELS).load(&dev)?;
+//! let add_one = module.kernel("add_one")?;
+//! assert_eq!(add_one.params(), [ParamKind::Buffer, ParamKind::Typed(ScalarType::U32)]);
+//!
+//! const N: u32 = 1024;
+//! let buf = dev.alloc(N as usize * 4, MemKind::Device)?;
+//! let queue = dev.queue()?;
+//! let dims = Dims::grid([N / 256, 1, 1]).block([256, 1, 1]);
+//! // SAFETY: refused by the type check before any native code runs.
+//! let wrong = unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&1024i32)]) };
+//! assert!(matches!(wrong, Err(Error::InvalidArgument { .. })));
+//! // SAFETY: add_one writes the first n = N u32s of its buffer, which holds N.
+//! unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&N)]) }?;
+//!
+//! let reverse = module.kernel("shared_reverse")?;
+//! let words: Vec<u8> = (0..N).flat_map(|i| i.to_ne_bytes()).collect();
+//! queue.sync()?;
+//! buf.write(0, &words)?;
+//! // SAFETY: shared_reverse reads and writes block.x u32s per block, N in all (the buffer's
+//! // length), through 4 * block.x bytes of shared memory per block.
+//! unsafe { queue.launch(&reverse, dims.shared_memory(4 * 256), &[Arg::buffer(&buf)]) }?;
+//! queue.sync()?;
+//! let mut first = [0u8; 4];
+//! buf.read(0, &mut first)?;
+//! assert_eq!(u32::from_ne_bytes(first), 255); // block 0, reversed
+//! rt.shutdown()?;
+//! # Ok::<(), offload_core::Error>(())
+//! ```
 #![warn(missing_docs)]
 
 mod elf;
@@ -45,6 +175,37 @@ use offload_core::{
 
 pub use memory::{ALIGNMENT, HostBuffer, MEMFD_NAME};
 pub use program::{HostKernel, HostModule, MAX_SHARED_MEMORY, PARAMS_PREFIX};
+
+/// The C header of the host kernel ABI (`include/offload_host.h`): `OFFLOAD_KERNEL`,
+/// `OFFLOAD_BUFFER`, `OFFLOAD_SCALAR`, the `offload_launch` struct.
+///
+/// A crate with its own host kernels writes it next to them from its build script, so it
+/// compiles them without a path into offload's sources:
+///
+/// ```no_run
+/// // build.rs, with `offload-host` as a build-dependency
+/// use std::{env, fs, path::PathBuf, process::Command};
+///
+/// let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+/// fs::write(out.join("offload_host.h"), offload_host::HEADER).unwrap();
+/// let status = Command::new("cc")
+///     .args(["-shared", "-fPIC", "-O2"])
+///     .arg("-I")
+///     .arg(&out)
+///     .arg("kernels/saxpy.c")
+///     .arg("-o")
+///     .arg(out.join("saxpy.so"))
+///     .status()
+///     .unwrap();
+/// assert!(status.success());
+/// println!("cargo:rerun-if-changed=kernels/saxpy.c");
+/// // src/main.rs then embeds it: include_bytes!(concat!(env!("OUT_DIR"), "/saxpy.so"))
+/// ```
+///
+/// ```
+/// assert!(offload_host::HEADER.contains("#define OFFLOAD_KERNEL(name, params)"));
+/// ```
+pub const HEADER: &str = include_str!("../include/offload_host.h");
 
 /// Test kernels compiled from `fixtures/kernels.c` (feature `fixtures`): `add_one`, `fill`,
 /// `noop`, `read_global`, a writable global `g` and a const `read_only_constant`.
@@ -443,7 +604,8 @@ impl hal::Device for HostDevice {
         result
     }
 
-    fn launch(
+    // Unverified code runs behind this call: the caller holds the launch contract.
+    unsafe fn launch(
         &self,
         queue: &HostQueue,
         kernel: &KernelOf<Self>,
@@ -482,10 +644,23 @@ impl hal::Device for HostDevice {
                     value.copy_from_slice(&(b.mem.as_ptr() as usize).to_ne_bytes());
                     memory.push(b.mem.clone());
                 }
-                (KernelArg::Scalar(bytes), ParamKind::Scalar(n))
-                    if bytes.len() == *n && *n <= 8 =>
+                (
+                    KernelArg::Range {
+                        buffer,
+                        offset,
+                        len,
+                    },
+                    ParamKind::Buffer,
+                ) => {
+                    buffer.mem.check(CALL, *offset, *len)?;
+                    let address = buffer.mem.as_ptr() as usize + offset;
+                    value.copy_from_slice(&address.to_ne_bytes());
+                    memory.push(buffer.mem.clone());
+                }
+                (KernelArg::Scalar(bytes), p)
+                    if p.scalar_size() == Some(bytes.len()) && bytes.len() <= 8 =>
                 {
-                    value[..*n].copy_from_slice(bytes)
+                    value[..bytes.len()].copy_from_slice(bytes)
                 }
                 _ => {
                     return Err(Error::InvalidArgument {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offload_core::hal;
-use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
+use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result, ScalarType};
 
 use crate::elf::{self, SymbolKind};
 use crate::stream::Uses;
@@ -103,6 +103,7 @@ fn not_found(call: &'static str, symbol: &str) -> Error {
         backend: BackendKind::Host,
         call,
         symbol: symbol.to_string(),
+        hint: String::new(),
     }
 }
 
@@ -189,12 +190,23 @@ fn parse_params(kernel: &str, bytes: &[u8]) -> Result<Vec<ParamKind>> {
     text.iter()
         .map(|c| match c {
             b'b' => Ok(ParamKind::Buffer),
+            b'c' => Ok(ParamKind::Typed(ScalarType::I8)),
+            b'C' => Ok(ParamKind::Typed(ScalarType::U8)),
+            b'h' => Ok(ParamKind::Typed(ScalarType::I16)),
+            b'H' => Ok(ParamKind::Typed(ScalarType::U16)),
+            b'i' => Ok(ParamKind::Typed(ScalarType::I32)),
+            b'I' => Ok(ParamKind::Typed(ScalarType::U32)),
+            b'q' => Ok(ParamKind::Typed(ScalarType::I64)),
+            b'Q' => Ok(ParamKind::Typed(ScalarType::U64)),
+            b'f' => Ok(ParamKind::Typed(ScalarType::F32)),
+            b'd' => Ok(ParamKind::Typed(ScalarType::F64)),
             b'1' => Ok(ParamKind::Scalar(1)),
             b'2' => Ok(ParamKind::Scalar(2)),
             b'4' => Ok(ParamKind::Scalar(4)),
             b'8' => Ok(ParamKind::Scalar(8)),
             other => Err(invalid(format!(
-                "`{PARAMS_PREFIX}{kernel}` has `{}`; expected 'b', '1', '2', '4' or '8'",
+                "`{PARAMS_PREFIX}{kernel}` has `{}`; expected 'b' (buffer), a type letter \
+                 (c C h H i I q Q f d) or a size ('1', '2', '4', '8')",
                 char::from(*other)
             ))),
         })
@@ -213,7 +225,19 @@ impl hal::Program for HostModule {
             .filter(|s| s.kind == SymbolKind::Function)
             .ok_or_else(|| not_found(CALL, name))?;
         let params_symbol = format!("{PARAMS_PREFIX}{name}");
-        let params = parse_params(name, loaded.data(CALL, &params_symbol)?)?;
+        let declared = loaded
+            .data(CALL, &params_symbol)
+            .map_err(|_| Error::SymbolNotFound {
+                backend: BackendKind::Host,
+                call: CALL,
+                symbol: name.to_string(),
+                hint: format!(
+                    "the image exports a function `{name}` but not `{params_symbol}`, its \
+                 parameter declaration: define the kernel with OFFLOAD_KERNEL({name}, \"...\") \
+                 from offload_host.h"
+                ),
+            })?;
+        let params = parse_params(name, declared)?;
         let address = loaded.address(CALL, name)?;
         // SAFETY: the symbol is a function (ELF type STT_FUNC) exported under the host
         // kernel ABI, which the image declares by exporting `offload_params_<name>`.

@@ -453,9 +453,7 @@ fn add_one(c: &mut Criterion, words: &[u32]) -> Paired {
     let buf = dev.alloc(WORDS as usize * 4, MemKind::Device).unwrap();
     let dims = Dims::grid([WORDS / BLOCK, 1, 1]).block([BLOCK, 1, 1]);
     let launch = || {
-        queue
-            .launch(&kernel, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
-            .unwrap();
+        unsafe { queue.launch(&kernel, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }.unwrap();
         queue.sync().unwrap();
     };
     launch(); // the first dispatch compiles on lavapipe
@@ -489,8 +487,7 @@ fn dependent_launches(c: &mut Criterion, words: &[u32]) -> Paired {
     let dims = Dims::grid([1, 1, 1]).block([BLOCK, 1, 1]);
     let chain = || {
         for _ in 0..CHAIN {
-            queue
-                .launch(&kernel, dims, &[Arg::buffer(&buf), Arg::scalar(&BLOCK)])
+            unsafe { queue.launch(&kernel, dims, &[Arg::buffer(&buf), Arg::scalar(&BLOCK)]) }
                 .unwrap();
         }
         queue.sync().unwrap();

@@ -177,6 +177,9 @@ pub struct VulkanDeviceInfo {
     pub max_shared_memory: u32,
     /// `maxStorageBufferRange`, in bytes.
     pub max_storage_buffer_range: u32,
+    /// `minStorageBufferOffsetAlignment`: where a range of a buffer passed to a kernel may
+    /// start, in bytes.
+    pub min_storage_buffer_offset_alignment: u64,
     /// The queue family offload submits to (the first one with `VK_QUEUE_COMPUTE_BIT`).
     pub compute_queue_family: u32,
     /// Significant bits of the compute queue's timestamps (`timestampValidBits`); 0 when
@@ -211,6 +214,7 @@ pub(crate) struct Limits {
     pub max_workgroup_count: [u32; 3],
     pub max_push_constants_size: u32,
     pub max_storage_buffer_range: u32,
+    pub min_storage_buffer_offset_alignment: u64,
     pub timestamp_valid_bits: u32,
     pub timestamp_period_ns: f32,
 }
@@ -226,6 +230,7 @@ impl VulkanDeviceInfo {
             max_workgroup_count: self.max_workgroup_count,
             max_push_constants_size: self.max_push_constants_size,
             max_storage_buffer_range: self.max_storage_buffer_range,
+            min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
             timestamp_valid_bits: self.timestamp_valid_bits,
             timestamp_period_ns: self.timestamp_period_ns,
         }
@@ -429,6 +434,7 @@ pub(crate) unsafe fn query(
             max_push_constants_size: limits.max_push_constants_size,
             max_shared_memory: limits.max_compute_shared_memory_size,
             max_storage_buffer_range: limits.max_storage_buffer_range,
+            min_storage_buffer_offset_alignment: limits.min_storage_buffer_offset_alignment,
             compute_queue_family,
             timestamp_valid_bits,
             timestamp_period_ns: limits.timestamp_period,

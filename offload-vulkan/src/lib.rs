@@ -33,19 +33,23 @@
 //!   `VkPipelineCache`). Unloading waits for the module's launches still on the device, then
 //!   destroys the pipelines, layouts and shader module.
 //! - **Arguments**: a kernel's parameters are its storage buffers, then its push constants:
-//!   `[Buffer; b]` followed by one `Scalar(size)` per push-constant member, in declaration
-//!   order (nested structs are flattened into their members; each is placed at the `Offset`
-//!   the shader declares, so naga's and glslang's layouts both work). Buffer argument `i`
-//!   binds, as a storage buffer of its whole size, to the `i`-th storage-buffer binding of
-//!   descriptor set 0 that the entry point uses, in increasing binding number (normally
-//!   bindings `0..b`; `StorageBuffer` variables, or `Uniform` ones whose block is
-//!   `BufferBlock`). So WGSL `@group(0) @binding(0) var<storage, read_write> buf:
-//!   array<u32>;` with `var<immediate> args: Args;` where `struct Args { value: u32, n: u32 }`
-//!   takes `[Buffer, Scalar(4), Scalar(4)]`. Entry points that use other resources (uniform
-//!   buffers, images, samplers, descriptor sets other than 0, arrays of buffers) are
-//!   `Error::Unsupported` from `kernel`, naming what they use. The core checks every launch
-//!   against these parameters (`Error::InvalidArgument`); a buffer larger than the device's
-//!   `maxStorageBufferRange` cannot be bound whole and is `InvalidArgument` too.
+//!   `[Buffer; b]` followed by one scalar per push-constant member, in declaration order
+//!   (nested structs are flattened into their members; each is placed at the `Offset` the
+//!   shader declares, so naga's and glslang's layouts both work). A member of a scalar type
+//!   (8-, 16-, 32- or 64-bit integer, `f32`, `f64`) is `Typed` with its
+//!   [`ScalarType`](offload_core::ScalarType) and takes an argument of exactly that type;
+//!   vectors, matrices, arrays and 16-bit floats are `Scalar(size)` and take any scalar of
+//!   their size. Buffer argument `i` binds (a whole buffer, or a range of one) to the `i`-th
+//!   storage-buffer binding of descriptor set 0 that the entry point uses, in increasing
+//!   binding number (normally bindings `0..b`; `StorageBuffer` variables, or `Uniform` ones
+//!   whose block is `BufferBlock`). So WGSL `@group(0) @binding(0) var<storage, read_write>
+//!   buf: array<u32>;` with `var<immediate> args: Args;` where `struct Args { value: u32,
+//!   n: u32 }` takes `[Buffer, Typed(U32), Typed(U32)]`. Entry points that use other
+//!   resources (uniform buffers, images, samplers, descriptor sets other than 0, arrays of
+//!   buffers) are `Error::Unsupported` from `kernel`, naming what they use. The core checks
+//!   every launch against these parameters (`Error::InvalidArgument`); a buffer larger than
+//!   the device's `maxStorageBufferRange` cannot be bound whole and is `InvalidArgument` too.
+//!   See [Kernel rules](#kernel-rules).
 //! - **Launch geometry**: `Dims::grid` is the `vkCmdDispatch` workgroup count and
 //!   `Dims::block` the workgroup size, exactly as in CUDA: a launch runs `grid × block`
 //!   threads, thread `i` of the x dimension being `global_invocation_id.x`. A launch whose
@@ -120,11 +124,12 @@
 //! ```
 //!
 //! Running a kernel: a WGSL shader compiled to SPIR-V (here with naga), one storage buffer
-//! and two push-constant scalars, so its parameters are `[Buffer, Scalar(4), Scalar(4)]`:
+//! and two `u32` push-constant members, so its parameters are
+//! `[Buffer, Typed(U32), Typed(U32)]`:
 //!
 //! ```
 //! use offload_core::hal::{Device, Platform, Program};
-//! use offload_core::{Config, Dims, KernelArg, MemKind, ParamKind};
+//! use offload_core::{Config, Dims, KernelArg, MemKind, ParamKind, ScalarType};
 //! use offload_vulkan::{VulkanModule, VulkanPlatform};
 //! let Ok(vk) = VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 //! let dev = vk.devices().remove(0);
@@ -145,14 +150,15 @@
 //!
 //! let module = dev.load(&image)?;
 //! let fill = module.kernel("fill")?;
-//! assert_eq!(VulkanModule::params(&fill), [ParamKind::Buffer, ParamKind::Scalar(4), ParamKind::Scalar(4)]);
+//! assert_eq!(VulkanModule::params(&fill), [ParamKind::Buffer, ParamKind::Typed(ScalarType::U32), ParamKind::Typed(ScalarType::U32)]);
 //! let buf = dev.alloc(1000 * 4, MemKind::Device)?;
 //! let queue = dev.queue()?;
 //! let (value, n) = (7u32.to_ne_bytes(), 1000u32.to_ne_bytes());
 //! // 16 workgroups of 64 threads: 1024 threads, of which the first 1000 write.
 //! let dims = Dims::grid([16, 1, 1]).block([64, 1, 1]);
 //! let args = [KernelArg::Buffer(&buf), KernelArg::Scalar(&value), KernelArg::Scalar(&n)];
-//! dev.launch(&queue, &fill, &dims, &args)?;
+//! // SAFETY: `fill` writes n u32s of its buffer, which holds them.
+//! unsafe { dev.launch(&queue, &fill, &dims, &args)? };
 //! let mut out = [0u8; 4];
 //! dev.read(&buf, 999 * 4, &mut out)?; // waits for the launch, which writes the buffer
 //! assert_eq!(u32::from_ne_bytes(out), 7);
@@ -162,6 +168,90 @@
 //! module.unload()?;
 //! drop(dev);
 //! vk.deinit()?;
+//! # Ok::<(), offload_core::Error>(())
+//! ```
+//!
+//! # Kernel rules
+//!
+//! What a Vulkan program must look like and what a launch must pass, in one place (the
+//! bullets above have the details):
+//!
+//! - **Kernels**: every `GLCompute` entry point of a SPIR-V module (1.0 up to the device's
+//!   version) that declares the `Shader` capability.
+//! - **Binding convention**: the parameters are the storage buffers of descriptor set 0, by
+//!   increasing binding number, then the push-constant members, in declaration order
+//!   (nested structs flattened). Buffer argument `i` binds to the `i`-th such binding;
+//!   scalar argument `j` fills the `j`-th member, at the offset the shader declares.
+//!   Anything else the entry point uses (uniform buffers, images, samplers, other sets,
+//!   arrays of buffers) makes it `Error::Unsupported`.
+//! - **Typed push constants**: a scalar member is `ParamKind::Typed`: a `u32` member accepts
+//!   only a `u32` argument (`Arg::scalar(&7u32)`), and an `i32` or `f32` of the same size is
+//!   `Error::InvalidArgument`, as is any other [`ScalarType`](offload_core::ScalarType)
+//!   mismatch. Vector, matrix, array and `f16` members are `ParamKind::Scalar(size)`: any
+//!   scalar of that size.
+//! - **Workgroup vs block**: `Dims::grid` is the workgroup count (`vkCmdDispatch`) and
+//!   `Dims::block` the workgroup size: a launch runs exactly `grid × block` invocations.
+//!   The shader's declared size runs on the kernel's own pipeline; another block size gets
+//!   its own pipeline at its first launch (through specialisation constants or a copy of
+//!   the module with other `LocalSize` literals). A shader whose size is plain constants
+//!   runs only that size, and one that uses workgroup memory no block larger than it
+//!   declares.
+//! - **What offload checks**: at load, the module's structure (size in whole words, magic
+//!   in host byte order, version, id bound, every instruction's word count, capabilities,
+//!   entry points, bindings, push constants), with `Error::InvalidBinary` naming the
+//!   problem; at `kernel`, the resources the entry point uses; at every launch, the number
+//!   of arguments, each one's kind (buffer or scalar) and scalar type or size, that buffers
+//!   are of the launch's device, ranges lie inside their buffers at
+//!   `minStorageBufferOffsetAlignment`, no binding exceeds `maxStorageBufferRange`, and the
+//!   block and grid are within the device's limits (`Error::InvalidArgument`). Offload does
+//!   not ship a full SPIR-V validator: a well-formed but type-incorrect module can still
+//!   crash a driver.
+//! - **Memory**: host copies and frees of a buffer first wait for the queued launches that
+//!   use it.
+//!
+//! The type check, through the runtime (a `u32` push-constant member refuses an `i32`):
+//!
+//! ```standalone_crate
+//! use offload_core::{Arg, Dims, Error, MemKind, Offload, ParamKind, Program, ScalarType};
+//! let started: offload_core::Result<Offload> =
+//!     Offload::builder().platform(offload_vulkan::platform()).start();
+//! let Ok(rt) = started else { return Ok(()) }; // no Vulkan here
+//! let dev = rt.devices()?.remove(0);
+//! let wgsl = "
+//!     struct Args { value: u32, n: u32 }
+//!     @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+//!     var<immediate> args: Args;
+//!     @compute @workgroup_size(64)
+//!     fn fill(@builtin(global_invocation_id) id: vec3<u32>) {
+//!         if id.x < args.n { buf[id.x] = args.value; }
+//!     }";
+//! let m = naga::front::wgsl::parse_str(wgsl).unwrap();
+//! let flags = naga::valid::ValidationFlags::all();
+//! let caps = naga::valid::Capabilities::all();
+//! let info = naga::valid::Validator::new(flags, caps).validate(&m).unwrap();
+//! let words = naga::back::spv::write_vec(&m, &info, &Default::default(), None).unwrap();
+//! let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+//!
+//! let fill = Program::new(&image).load(&dev)?.kernel("fill")?;
+//! let u32_param = ParamKind::Typed(ScalarType::U32);
+//! assert_eq!(fill.params(), [ParamKind::Buffer, u32_param, u32_param]);
+//! let buf = dev.alloc(256 * 4, MemKind::Device)?;
+//! let queue = dev.queue()?;
+//! let dims = Dims::grid([4, 1, 1]).block([64, 1, 1]);
+//! // SAFETY: refused by the type check before anything is submitted.
+//! let wrong = unsafe {
+//!     queue.launch(&fill, dims, &[Arg::buffer(&buf), Arg::scalar(&7i32), Arg::scalar(&256u32)])
+//! };
+//! assert!(matches!(wrong, Err(Error::InvalidArgument { .. })));
+//! // SAFETY: fill writes the first n = 256 u32s of its buffer, which holds 256.
+//! unsafe {
+//!     queue.launch(&fill, dims, &[Arg::buffer(&buf), Arg::scalar(&7u32), Arg::scalar(&256u32)])
+//! }?;
+//! queue.sync()?;
+//! let mut last = [0u8; 4];
+//! buf.read(255 * 4, &mut last)?;
+//! assert_eq!(u32::from_ne_bytes(last), 7);
+//! rt.shutdown()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```
 #![warn(missing_docs)]
@@ -439,7 +529,10 @@ impl VulkanDevice {
     /// the platform was deinitialised.
     fn context(&self) -> Result<&Arc<DeviceContext>> {
         if self.context.deinitialised.load(Ordering::SeqCst) {
-            return Err(Error::ShutDown);
+            return Err(Error::ShutDown {
+                call: "",
+                object: String::new(),
+            });
         }
         Ok(&self.context)
     }
@@ -773,7 +866,8 @@ impl hal::Device for VulkanDevice {
         synced
     }
 
-    fn launch(
+    // Unverified code runs behind this call: the caller holds the launch contract.
+    unsafe fn launch(
         &self,
         queue: &VulkanQueue,
         kernel: &KernelOf<Self>,
@@ -935,6 +1029,7 @@ fn no_global(call: &'static str, name: &str) -> Error {
         backend: BackendKind::Vulkan,
         call,
         symbol: name.to_string(),
+        hint: String::new(),
     }
 }
 

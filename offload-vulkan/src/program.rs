@@ -158,7 +158,7 @@ impl VulkanModule {
 ///
 /// ```
 /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
-/// # use offload_core::{Config, ParamKind};
+/// # use offload_core::{Config, ParamKind, ScalarType};
 /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// # let dev = vk.devices().remove(0);
 /// # let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
@@ -169,7 +169,7 @@ impl VulkanModule {
 /// # let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
 /// let module = dev.load(&image)?;
 /// let add_one = module.kernel("add_one")?;
-/// assert_eq!(offload_vulkan::VulkanModule::params(&add_one), &[ParamKind::Buffer, ParamKind::Scalar(4)]);
+/// assert_eq!(offload_vulkan::VulkanModule::params(&add_one), &[ParamKind::Buffer, ParamKind::Typed(ScalarType::U32)]);
 /// println!("declared workgroup size {:?}", add_one.workgroup_size());
 /// # Ok::<(), offload_core::Error>(())
 /// ```
@@ -544,6 +544,7 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
             backend: BackendKind::Vulkan,
             call: CALL,
             symbol: name.to_string(),
+            hint: String::new(),
         });
     };
     let e = &inner.reflection.entry_points[entry];

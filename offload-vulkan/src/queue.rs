@@ -490,6 +490,8 @@ impl VulkanQueue {
         }
         let limits = &device.limits;
         let mut buffers: Vec<&VulkanBuffer> = Vec::with_capacity(entry.bindings.len());
+        // What each binding sees: (offset, range) of its buffer.
+        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(entry.bindings.len());
         let mut push = vec![0u8; entry.push_size as usize];
         let mut leaves = entry.push.iter();
         for (i, (arg, param)) in args.iter().zip(&kernel.params).enumerate() {
@@ -517,8 +519,53 @@ impl VulkanQueue {
                         ));
                     }
                     buffers.push(b);
+                    ranges.push((0, vk::WHOLE_SIZE));
                 }
-                (KernelArg::Scalar(bytes), ParamKind::Scalar(n)) if bytes.len() == *n => {
+                (
+                    KernelArg::Range {
+                        buffer,
+                        offset,
+                        len,
+                    },
+                    ParamKind::Buffer,
+                ) => {
+                    let (offset, len) = (*offset as u64, *len as u64);
+                    let align = limits.min_storage_buffer_offset_alignment.max(1);
+                    let problem = if !Arc::ptr_eq(buffer.device(), device) {
+                        Some("the buffer is on another device".to_string())
+                    } else if offset
+                        .checked_add(len)
+                        .is_none_or(|e| e > buffer.len() as u64)
+                    {
+                        Some(format!(
+                            "bytes {offset}..{} are outside the {}-byte buffer",
+                            offset as u128 + len as u128,
+                            buffer.len()
+                        ))
+                    } else if offset % align != 0 {
+                        Some(format!(
+                            "a range starting at byte {offset}: this device binds ranges \
+                             at multiples of {align} bytes (minStorageBufferOffsetAlignment)"
+                        ))
+                    } else if len > u64::from(limits.max_storage_buffer_range) || len == 0 {
+                        Some(format!(
+                            "a range of {len} bytes: the device binds 1 to {} bytes \
+                             (maxStorageBufferRange)",
+                            limits.max_storage_buffer_range
+                        ))
+                    } else {
+                        None
+                    };
+                    if let Some(problem) = problem {
+                        return Err(invalid(
+                            CALL,
+                            format!("argument {i} of vulkan kernel `{name}`: {problem}"),
+                        ));
+                    }
+                    buffers.push(buffer);
+                    ranges.push((offset, len));
+                }
+                (KernelArg::Scalar(bytes), p) if p.scalar_size() == Some(bytes.len()) => {
                     let Some(leaf) = leaves.next() else {
                         return Err(invalid(CALL, "more scalars than push-constant members"));
                     };
@@ -570,11 +617,12 @@ impl VulkanQueue {
                 if let Some(set) = set {
                     let infos: Vec<vk::DescriptorBufferInfo> = buffers
                         .iter()
-                        .map(|b| {
+                        .zip(&ranges)
+                        .map(|(b, &(offset, range))| {
                             vk::DescriptorBufferInfo::default()
                                 .buffer(b.vk_buffer())
-                                .offset(0)
-                                .range(vk::WHOLE_SIZE)
+                                .offset(offset)
+                                .range(range)
                         })
                         .collect();
                     let writes: Vec<vk::WriteDescriptorSet<'_>> = entry
@@ -590,8 +638,9 @@ impl VulkanQueue {
                         })
                         .collect();
                     // SAFETY: the set is fresh (not in use by the device); every buffer is a
-                    // live storage buffer of this device whose whole size is within
-                    // maxStorageBufferRange (checked).
+                    // live storage buffer of this device whose whole size, or the range
+                    // bound, is within maxStorageBufferRange, and a range's offset is
+                    // aligned to minStorageBufferOffsetAlignment and inside it (checked).
                     unsafe { dev.update_descriptor_sets(&writes, &[]) };
                     // SAFETY: see above.
                     unsafe {

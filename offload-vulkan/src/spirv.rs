@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use offload_core::{BackendKind, Error, ParamKind, Result};
+use offload_core::{BackendKind, Error, ParamKind, Result, ScalarType};
 
 const MAGIC: u32 = 0x0723_0203;
 /// The universal limit on the id bound (SPIR-V specification, "Universal Limits").
@@ -146,6 +146,8 @@ impl WorkgroupSize {
 pub(crate) struct PushLeaf {
     pub offset: u32,
     pub size: u32,
+    /// Its type, where it is a plain number (checked at launch).
+    pub ty: Option<ScalarType>,
 }
 
 /// What offload needs to know about one `GLCompute` entry point.
@@ -171,7 +173,10 @@ impl EntryPoint {
     /// The parameters: one buffer per binding, then one scalar per push-constant leaf.
     pub(crate) fn params(&self) -> Vec<ParamKind> {
         let buffers = self.bindings.iter().map(|_| ParamKind::Buffer);
-        let scalars = self.push.iter().map(|l| ParamKind::Scalar(l.size as usize));
+        let scalars = self.push.iter().map(|l| match l.ty {
+            Some(ty) => ParamKind::Typed(ty),
+            None => ParamKind::Scalar(l.size as usize),
+        });
         buffers.chain(scalars).collect()
     }
 }
@@ -240,7 +245,8 @@ impl<'a> Inst<'a> {
 #[derive(Clone, Debug)]
 enum Type {
     Bool,
-    Int(u32),
+    /// Width in bits, and whether it is signed.
+    Int(u32, bool),
     Float(u32),
     Vector(u32, u32),
     Matrix(u32, u32),
@@ -889,7 +895,7 @@ impl Walk {
         let id = self.define(inst, 1)?;
         let ty = match op {
             OP_TYPE_BOOL => Type::Bool,
-            OP_TYPE_INT => Type::Int(self.operand(inst, 2)?),
+            OP_TYPE_INT => Type::Int(self.operand(inst, 2)?, self.operand(inst, 3)? != 0),
             OP_TYPE_FLOAT => Type::Float(self.operand(inst, 2)?),
             OP_TYPE_VECTOR => Type::Vector(self.id(inst, 2)?, self.operand(inst, 3)?),
             OP_TYPE_MATRIX => Type::Matrix(self.id(inst, 2)?, self.operand(inst, 3)?),
@@ -1164,10 +1170,32 @@ impl Walk {
                 self.leaves(member, at, out, depth + 1)?;
             } else {
                 let size = self.size_of(member, matrix_stride, 0)?;
-                out.push(PushLeaf { offset: at, size });
+                out.push(PushLeaf {
+                    offset: at,
+                    size,
+                    ty: self.scalar_type(member),
+                });
             }
         }
         Ok(())
+    }
+
+    /// The Rust type of a scalar push-constant member (`None` for vectors, matrices,
+    /// arrays and 16-bit floats: those are declared by size).
+    fn scalar_type(&self, ty: u32) -> Option<ScalarType> {
+        Some(match self.types.get(&ty)? {
+            Type::Int(8, false) => ScalarType::U8,
+            Type::Int(8, true) => ScalarType::I8,
+            Type::Int(16, false) => ScalarType::U16,
+            Type::Int(16, true) => ScalarType::I16,
+            Type::Int(32, false) => ScalarType::U32,
+            Type::Int(32, true) => ScalarType::I32,
+            Type::Int(64, false) => ScalarType::U64,
+            Type::Int(64, true) => ScalarType::I64,
+            Type::Float(32) => ScalarType::F32,
+            Type::Float(64) => ScalarType::F64,
+            _ => return None,
+        })
     }
 
     /// The size in bytes of a push-constant member's type.
@@ -1182,7 +1210,7 @@ impl Walk {
         }
         let too_big = || "a member larger than 4 GiB".to_string();
         match self.types.get(&ty) {
-            Some(Type::Int(w) | Type::Float(w)) if matches!(w, 8 | 16 | 32 | 64) => Ok(w / 8),
+            Some(Type::Int(w, _) | Type::Float(w)) if matches!(w, 8 | 16 | 32 | 64) => Ok(w / 8),
             Some(Type::Vector(c, n)) => self
                 .size_of(*c, None, depth + 1)?
                 .checked_mul(*n)
@@ -1317,8 +1345,16 @@ mod tests {
             assert_eq!(
                 e.push,
                 vec![
-                    PushLeaf { offset: 0, size: 4 },
-                    PushLeaf { offset: 8, size: 4 }
+                    PushLeaf {
+                        offset: 0,
+                        size: 4,
+                        ty: Some(ScalarType::U32)
+                    },
+                    PushLeaf {
+                        offset: 8,
+                        size: 4,
+                        ty: Some(ScalarType::F32)
+                    }
                 ]
             );
             assert_eq!(e.push_size, 12);
@@ -1326,8 +1362,8 @@ mod tests {
                 e.params(),
                 vec![
                     ParamKind::Buffer,
-                    ParamKind::Scalar(4),
-                    ParamKind::Scalar(4)
+                    ParamKind::Typed(ScalarType::U32),
+                    ParamKind::Typed(ScalarType::F32)
                 ]
             );
             assert!(matches!(

@@ -14,7 +14,7 @@ use common::{
     serial, spirv_of, words,
 };
 use offload_core::hal::{Device as _, Platform as _, Program as _};
-use offload_core::{Dims, Error, KernelArg, MemKind, ParamKind};
+use offload_core::{Dims, Error, KernelArg, MemKind, ParamKind, ScalarType};
 use offload_vulkan::{
     VulkanBuffer, VulkanDevice, VulkanKernel, VulkanModule, VulkanPlatform, VulkanQueue, stats,
 };
@@ -38,12 +38,14 @@ fn fill(
     dims: Dims,
 ) {
     let (value, n) = (value.to_ne_bytes(), n.to_ne_bytes());
-    dev.launch(
-        q,
-        k,
-        &dims,
-        &[KernelArg::Buffer(buf), u32s(&value), u32s(&n)],
-    )
+    unsafe {
+        dev.launch(
+            q,
+            k,
+            &dims,
+            &[KernelArg::Buffer(buf), u32s(&value), u32s(&n)],
+        )
+    }
     .unwrap_or_else(|e| panic!("fill {dims:?}: {e}"));
 }
 
@@ -56,7 +58,7 @@ fn add_one(
     dims: Dims,
 ) {
     let n = n.to_ne_bytes();
-    dev.launch(q, k, &dims, &[KernelArg::Buffer(buf), u32s(&n)])
+    unsafe { dev.launch(q, k, &dims, &[KernelArg::Buffer(buf), u32s(&n)]) }
         .unwrap_or_else(|e| panic!("add_one {dims:?}: {e}"));
 }
 
@@ -200,14 +202,14 @@ fn every_spirv_version_reflects_the_same_parameters() {
         let k_noop = module.kernel("noop").unwrap();
         assert_eq!(
             VulkanModule::params(&k_add),
-            [ParamKind::Buffer, ParamKind::Scalar(4)]
+            [ParamKind::Buffer, ParamKind::Typed(ScalarType::U32)]
         );
         assert_eq!(
             VulkanModule::params(&k_fill),
             [
                 ParamKind::Buffer,
-                ParamKind::Scalar(4),
-                ParamKind::Scalar(4)
+                ParamKind::Typed(ScalarType::U32),
+                ParamKind::Typed(ScalarType::U32)
             ]
         );
         assert_eq!(VulkanModule::params(&k_noop), []);
@@ -215,7 +217,7 @@ fn every_spirv_version_reflects_the_same_parameters() {
         let dims = Dims::grid([1, 1, 1]).block([64, 1, 1]);
         fill(&dev, &q, &k_fill, &buf, u32::from(minor) + 10, 60, dims);
         add_one(&dev, &q, &k_add, &buf, 30, dims);
-        dev.launch(&q, &k_noop, &dims, &[]).unwrap();
+        unsafe { dev.launch(&q, &k_noop, &dims, &[]) }.unwrap();
         dev.sync(&q).unwrap();
         let got = read_words(&dev, &buf);
         let v = u32::from(minor) + 10;
@@ -477,7 +479,7 @@ fn mismatched_launches_are_invalid_argument() {
     ];
     let launches = stats().launches;
     for (what, k, args, dims) in &cases {
-        let reason = invalid_argument(dev.launch(&q, k, dims, args), what);
+        let reason = invalid_argument(unsafe { dev.launch(&q, k, dims, args) }, what);
         println!("{what}: {reason}");
     }
     dev.sync(&q).unwrap();
@@ -487,7 +489,7 @@ fn mismatched_launches_are_invalid_argument() {
     // A queue of another platform.
     let other_q = other_dev.queue().unwrap();
     invalid_argument(
-        dev.launch(&other_q, &k_add, &ok, &[b, u32s(&n)]),
+        unsafe { dev.launch(&other_q, &k_add, &ok, &[b, u32s(&n)]) },
         "foreign queue",
     );
 
@@ -576,21 +578,25 @@ fn unsupported_shapes_are_typed_errors() {
     let data: Vec<u32> = (0..128).collect();
     dev.write(&mut buf, 0, &bytes_of(&data)).unwrap();
     let reason = invalid_argument(
-        dev.launch(
-            &q,
-            &k,
-            &Dims::grid([1, 1, 1]).block([128, 1, 1]),
-            &[KernelArg::Buffer(&buf)],
-        ),
+        unsafe {
+            dev.launch(
+                &q,
+                &k,
+                &Dims::grid([1, 1, 1]).block([128, 1, 1]),
+                &[KernelArg::Buffer(&buf)],
+            )
+        },
         "a larger block with workgroup memory",
     );
     assert!(reason.contains("workgroup memory"), "{reason}");
-    dev.launch(
-        &q,
-        &k,
-        &Dims::grid([2, 1, 1]).block([64, 1, 1]),
-        &[KernelArg::Buffer(&buf)],
-    )
+    unsafe {
+        dev.launch(
+            &q,
+            &k,
+            &Dims::grid([2, 1, 1]).block([64, 1, 1]),
+            &[KernelArg::Buffer(&buf)],
+        )
+    }
     .unwrap();
     dev.sync(&q).unwrap();
     let got = read_words(&dev, &buf);
@@ -846,12 +852,14 @@ fn queued_work_is_batched_and_ordered() {
         // Dynamic shared memory: Vulkan declares workgroup memory in the shader.
         let n4 = (n as u32).to_ne_bytes();
         assert!(matches!(
-            dev.launch(
-                &q,
-                &k_add,
-                &grid.shared_memory(256),
-                &[KernelArg::Buffer(&buf), u32s(&n4)]
-            ),
+            unsafe {
+                dev.launch(
+                    &q,
+                    &k_add,
+                    &grid.shared_memory(256),
+                    &[KernelArg::Buffer(&buf), u32s(&n4)],
+                )
+            },
             Err(Error::Unsupported { .. })
         ));
         dev.destroy_queue(q).unwrap();

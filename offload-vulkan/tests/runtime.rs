@@ -82,7 +82,7 @@ fn runtime_lists_vulkan_devices_and_moves_bytes() {
     assert!(down.was_last());
     assert!(matches!(
         kept.write(0, &[1]),
-        Err(offload_core::Error::ShutDown)
+        Err(offload_core::Error::ShutDown { .. })
     ));
     drop(kept);
     assert_all_released("after runtime shutdown");
@@ -114,7 +114,7 @@ fn hundred_runtime_cycles_start_fresh_each_time() {
         assert!(rt.shutdown().unwrap().was_last());
         assert!(matches!(
             buf.read(0, &mut out),
-            Err(offload_core::Error::ShutDown)
+            Err(offload_core::Error::ShutDown { .. })
         ));
         drop(buf);
         assert_all_released("after a cycle");

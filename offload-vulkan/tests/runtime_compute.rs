@@ -74,17 +74,19 @@ fn eight_threads_launch_on_their_own_queues_at_once() {
                 barrier.wait();
                 let block = [64, 32, 128, 16][t as usize % 4];
                 let dims = Dims::grid([WORDS / block, 1, 1]).block([block, 1, 1]);
-                queue
-                    .launch(
+                unsafe {
+                    queue.launch(
                         &fill,
                         dims,
                         &[Arg::buffer(&buf), Arg::scalar(&t), Arg::scalar(&WORDS)],
                     )
-                    .unwrap();
+                }
+                .unwrap();
                 for _ in 0..ROUNDS {
-                    queue
-                        .launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
-                        .unwrap();
+                    unsafe {
+                        queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
+                    }
+                    .unwrap();
                 }
                 queue.sync().unwrap();
                 let got = read_words(&buf);
@@ -116,14 +118,12 @@ fn unload_and_shutdown_with_work_in_flight_are_clean() {
     let module = Program::new(kernels()).load(&dev).unwrap();
     let add_one = module.kernel("add_one").unwrap();
     for _ in 0..6 {
-        queue
-            .launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
-            .unwrap();
+        unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }.unwrap();
     }
     let event = queue.record().unwrap();
     module.unload().unwrap();
     assert!(matches!(
-        queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]),
+        unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) },
         Err(Error::InvalidArgument { .. })
     ));
     drop(add_one);
@@ -135,16 +135,16 @@ fn unload_and_shutdown_with_work_in_flight_are_clean() {
     let add_one = module.kernel("add_one").unwrap();
     let other = dev.alloc(WORDS as usize * 4, MemKind::Host).unwrap();
     for _ in 0..6 {
-        queue
-            .launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
-            .unwrap();
-        queue
-            .launch(&add_one, dims, &[Arg::buffer(&other), Arg::scalar(&WORDS)])
+        unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }.unwrap();
+        unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&other), Arg::scalar(&WORDS)]) }
             .unwrap();
     }
     let down = rt.shutdown().unwrap();
     assert!(down.was_last());
-    assert!(matches!(buf.read(0, &mut [0; 4]), Err(Error::ShutDown)));
+    assert!(matches!(
+        buf.read(0, &mut [0; 4]),
+        Err(Error::ShutDown { .. })
+    ));
     drop((add_one, module, queue, buf, other, event));
     assert_all_released("after shutdown with work in flight");
     assert_no_validation_errors("unload_and_shutdown_with_work_in_flight_are_clean");
@@ -175,16 +175,14 @@ fn hundred_init_load_launch_shutdown_cycles() {
         buf.fill(0, WORDS as usize * 4, 0).unwrap();
         let dims = Dims::grid([WORDS / 64, 1, 1]).block([64, 1, 1]);
         for _ in 0..=cycle % 3 {
-            queue
-                .launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
+            unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }
                 .unwrap();
         }
         let got = read_words(&buf);
         assert!(got.iter().all(|&w| w == cycle % 3 + 1), "cycle {cycle}");
         // Half the cycles shut down with the launches of the last round still in flight.
         if cycle % 2 == 0 {
-            queue
-                .launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
+            unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }
                 .unwrap();
         }
         assert!(rt.shutdown().unwrap().was_last(), "cycle {cycle}");

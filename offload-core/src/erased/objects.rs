@@ -99,7 +99,10 @@ pub(crate) trait DynKernel: Send + Sync {
 
 /// A queue with its type erased, together with its device.
 pub(crate) trait DynQueue: Send + Sync {
-    fn launch(
+    /// # Safety
+    /// The contract of [`hal::Device::launch`].
+    #[allow(unsafe_code)]
+    unsafe fn launch(
         &self,
         kernel: &dyn DynKernel,
         dims: &Dims,
@@ -430,13 +433,23 @@ impl<P: hal::Platform> ErasedQueue<P> {
             KernelArg::Buffer(b) => {
                 KernelArg::Buffer(&downcast::<ErasedBuffer<P>>(b.as_any(), P::KIND, "buffer")?.raw)
             }
+            KernelArg::Range {
+                buffer,
+                offset,
+                len,
+            } => KernelArg::Range {
+                buffer: &downcast::<ErasedBuffer<P>>(buffer.as_any(), P::KIND, "buffer")?.raw,
+                offset,
+                len,
+            },
             KernelArg::Scalar(bytes) => KernelArg::Scalar(bytes),
         })
     }
 }
 
 impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
-    fn launch(
+    #[allow(unsafe_code)]
+    unsafe fn launch(
         &self,
         kernel: &dyn DynKernel,
         dims: &Dims,
@@ -449,10 +462,12 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
             for (slot, arg) in typed.iter_mut().zip(args) {
                 *slot = Self::typed(arg)?;
             }
-            hal::Device::launch(device, &self.raw, kernel, dims, &typed[..args.len()])
+            // SAFETY: our caller took on the launch contract (`DynQueue::launch`).
+            unsafe { hal::Device::launch(device, &self.raw, kernel, dims, &typed[..args.len()]) }
         } else {
             let typed = args.iter().map(Self::typed).collect::<Result<Vec<_>>>()?;
-            hal::Device::launch(device, &self.raw, kernel, dims, &typed)
+            // SAFETY: as above.
+            unsafe { hal::Device::launch(device, &self.raw, kernel, dims, &typed) }
         }
     }
 

@@ -28,7 +28,9 @@ use crate::error::Result;
 use crate::runtime::config::Config;
 
 pub use ipc::{Exported, Ipc};
-pub use types::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind};
+pub use types::{
+    BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind, ScalarType,
+};
 
 /// One platform: an initialised driver with its devices.
 ///
@@ -100,7 +102,8 @@ pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
 /// let queue = dev.queue()?;
 /// let n = 4u32.to_ne_bytes();
 /// let dims = Dims::grid([1, 1, 1]).block([4, 1, 1]);
-/// dev.launch(&queue, &add_one, &dims, &[KernelArg::Buffer(&buf), KernelArg::Scalar(&n)])?;
+/// // SAFETY: the reference add_one touches the first n u32s of its 16-byte buffer.
+/// unsafe { dev.launch(&queue, &add_one, &dims, &[KernelArg::Buffer(&buf), KernelArg::Scalar(&n)])? };
 /// dev.sync(&queue)?;
 /// let mut out = [0u8; 4];
 /// dev.read(&buf, 12, &mut out)?;
@@ -183,7 +186,15 @@ pub trait Device: Send + Sync + Sized + 'static {
     /// Enqueues a kernel launch. Arguments match [`Program::params`] (checked by the core),
     /// and the queue, the kernel and every buffer belong to this device (checked by the
     /// core; a backend whose soundness depends on it checks again).
-    fn launch(
+    ///
+    /// # Safety
+    ///
+    /// This hands control to the kernel's code, which nothing verified: the caller takes
+    /// on the contract of [`Queue::launch`](crate::Queue::launch) — the kernel accesses
+    /// only its arguments, within their bounds, and (on the host) returns without
+    /// unwinding. Implementations check what they can and rely on the rest.
+    #[allow(unsafe_code)]
+    unsafe fn launch(
         &self,
         queue: &Self::Queue,
         kernel: &KernelOf<Self>,
@@ -257,11 +268,11 @@ pub trait Device: Send + Sync + Sized + 'static {
 ///
 /// ```
 /// use offload_core::hal::{Device, Platform, Program};
-/// use offload_core::{Config, ParamKind, reference::{self, RefModule, Reference}};
+/// use offload_core::{Config, ParamKind, ScalarType::U32, reference::{self, RefModule, Reference}};
 /// let platform = Reference::open(&Config::default())?;
 /// let program = platform.devices()[0].load(&reference::fixture_image())?;
 /// let fill = program.kernel("fill")?;
-/// assert_eq!(RefModule::params(&fill), [ParamKind::Buffer, ParamKind::Scalar(4), ParamKind::Scalar(4)]);
+/// assert_eq!(RefModule::params(&fill), [ParamKind::Buffer, ParamKind::Typed(U32), ParamKind::Typed(U32)]);
 /// program.write_global("g", 0, &7u32.to_ne_bytes())?;
 /// assert_eq!(program.global("g")?.size, 4);
 /// drop(fill);
@@ -493,7 +504,8 @@ macro_rules! no_compute {
         fn destroy_queue(&self, queue: $crate::hal::Never) -> $crate::Result<()> {
             queue.absurd()
         }
-        fn launch(
+        #[allow(unsafe_code)]
+        unsafe fn launch(
             &self,
             queue: &$crate::hal::Never,
             _kernel: &$crate::hal::KernelOf<Self>,

@@ -221,6 +221,22 @@ impl Dims {
         }
     }
 
+    /// Threads per block of [`Dims::for_num_elems`].
+    pub const BLOCK_1D: u32 = 256;
+
+    /// A 1-D launch with at least one thread per element: blocks of
+    /// [`Dims::BLOCK_1D`] threads, as many as `n` needs (the last one partly idle, so the
+    /// kernel compares its index with `n`). `n == 0` gives an empty grid.
+    ///
+    /// ```
+    /// let d = offload_core::Dims::for_num_elems(1000);
+    /// assert_eq!((d.grid, d.block), ([4, 1, 1], [256, 1, 1]));
+    /// assert_eq!(offload_core::Dims::for_num_elems(0).blocks(), 0);
+    /// ```
+    pub fn for_num_elems(n: u32) -> Self {
+        Dims::grid([n.div_ceil(Self::BLOCK_1D), 1, 1]).block([Self::BLOCK_1D, 1, 1])
+    }
+
     /// Sets the bytes of dynamic shared memory each block gets.
     ///
     /// ```
@@ -262,25 +278,147 @@ impl Dims {
     }
 }
 
-/// What a kernel parameter is, as the kernel declares it.
+/// The type of a scalar kernel argument or parameter.
 ///
 /// ```
-/// use offload_core::ParamKind;
+/// use offload_core::ScalarType;
+/// assert_eq!(ScalarType::F32.size(), 4);
+/// assert_eq!(ScalarType::U64.to_string(), "u64");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ScalarType {
+    /// `u8`
+    U8,
+    /// `i8`
+    I8,
+    /// `u16`
+    U16,
+    /// `i16`
+    I16,
+    /// `u32`
+    U32,
+    /// `i32`
+    I32,
+    /// `f32`
+    F32,
+    /// `u64`
+    U64,
+    /// `i64`
+    I64,
+    /// `f64`
+    F64,
+}
+
+impl ScalarType {
+    /// Its size in bytes.
+    ///
+    /// ```
+    /// assert_eq!(offload_core::ScalarType::I16.size(), 2);
+    /// ```
+    pub const fn size(self) -> usize {
+        match self {
+            ScalarType::U8 | ScalarType::I8 => 1,
+            ScalarType::U16 | ScalarType::I16 => 2,
+            ScalarType::U32 | ScalarType::I32 | ScalarType::F32 => 4,
+            ScalarType::U64 | ScalarType::I64 | ScalarType::F64 => 8,
+        }
+    }
+
+    /// The Rust name of the type (`"f32"`).
+    ///
+    /// ```
+    /// assert_eq!(offload_core::ScalarType::I8.name(), "i8");
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScalarType::U8 => "u8",
+            ScalarType::I8 => "i8",
+            ScalarType::U16 => "u16",
+            ScalarType::I16 => "i16",
+            ScalarType::U32 => "u32",
+            ScalarType::I32 => "i32",
+            ScalarType::F32 => "f32",
+            ScalarType::U64 => "u64",
+            ScalarType::I64 => "i64",
+            ScalarType::F64 => "f64",
+        }
+    }
+}
+
+impl fmt::Display for ScalarType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a kernel parameter is, as the kernel's image declares it.
+///
+/// ```
+/// use offload_core::{ParamKind, ScalarType};
 /// assert_ne!(ParamKind::Buffer, ParamKind::Scalar(4));
+/// assert_eq!(ParamKind::Typed(ScalarType::F32).scalar_size(), Some(4));
+/// assert_eq!(ParamKind::Typed(ScalarType::F32).to_string(), "an f32");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParamKind {
     /// A buffer (device pointer / storage buffer).
     Buffer,
-    /// A scalar of this many bytes.
+    /// A scalar the image declares by its size only (bytes).
     Scalar(usize),
+    /// A scalar of a declared type: only an argument of that type is accepted.
+    Typed(ScalarType),
 }
 
-/// A launch argument as a backend sees it: its own buffer, or a scalar's bytes.
+impl ParamKind {
+    /// The size of a scalar parameter; `None` for a buffer.
+    ///
+    /// ```
+    /// assert_eq!(offload_core::ParamKind::Buffer.scalar_size(), None);
+    /// ```
+    pub const fn scalar_size(&self) -> Option<usize> {
+        match self {
+            ParamKind::Buffer => None,
+            ParamKind::Scalar(n) => Some(*n),
+            ParamKind::Typed(t) => Some(t.size()),
+        }
+    }
+}
+
+impl fmt::Display for ParamKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamKind::Buffer => f.write_str("a buffer"),
+            ParamKind::Scalar(n) => write!(f, "a {n}-byte scalar"),
+            ParamKind::Typed(t) => {
+                // By the sound of the letter: "an i32", "an f32", "a u32".
+                let article = if t.name().starts_with(['i', 'f']) {
+                    "an"
+                } else {
+                    "a"
+                };
+                write!(f, "{article} {t}")
+            }
+        }
+    }
+}
+
+/// A launch argument as a backend sees it: its own buffer (whole, or a byte range of
+/// it), or a scalar's bytes.
 #[derive(Debug)]
 pub enum KernelArg<'a, B: ?Sized> {
-    /// A buffer of this backend.
+    /// A whole buffer of this backend.
     Buffer(&'a B),
+    /// `len` bytes at `offset` of a buffer of this backend (checked by the core to lie
+    /// inside it): the kernel sees the address of byte `offset`.
+    Range {
+        /// The buffer.
+        buffer: &'a B,
+        /// Where the range starts, in bytes.
+        offset: usize,
+        /// Its length in bytes.
+        len: usize,
+    },
     /// A scalar, in native byte order.
     Scalar(&'a [u8]),
 }

@@ -67,6 +67,8 @@ pub(crate) struct BufferEntry {
     exported: AtomicBool,
     /// Set when the process that exported it unmapped it: calls answer a typed error.
     revoked: AtomicBool,
+    /// The user's name for it ([`Buffer::label`]), for messages.
+    label: RwLock<Option<Arc<str>>>,
     allocation: RwLock<Option<Allocation>>,
 }
 
@@ -112,7 +114,7 @@ impl BufferEntry {
                 reason: "the process that shared this memory unmapped it (freed or evicted)".into(),
             }
         } else {
-            Error::ShutDown
+            Error::shut_down()
         }
     }
 
@@ -134,6 +136,7 @@ impl BufferEntry {
             origin,
             exported: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
+            label: RwLock::new(None),
             allocation: RwLock::new(Some(Allocation { raw })),
         });
         live.register(Kind::Buffer, |_| entry)
@@ -317,9 +320,34 @@ impl Buffer {
         self.offset
     }
 
-    /// Whether this handle covers its whole allocation.
-    pub(crate) fn is_whole(&self) -> bool {
-        self.offset == 0 && self.len == self.entry.size
+    /// Names the buffer, as wgpu's `label:` does: errors and logs call it by this name
+    /// (`buffer "weights" (4096 bytes, host)`) instead of by its kind and size. The label
+    /// belongs to the allocation, so every handle on it shows it.
+    ///
+    /// ```
+    /// # use offload_core::{Error, MemKind, reference::Offload};
+    /// let rt = Offload::init()?;
+    /// let weights = rt.devices()?[0].alloc(64, MemKind::Device)?.label("weights");
+    /// let err = weights.write(60, &[0; 8]).unwrap_err();
+    /// assert!(err.to_string().contains(r#"buffer "weights""#), "{err}");
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn label(self, label: impl Into<String>) -> Self {
+        *write(&self.entry.label) = Some(Arc::from(label.into()));
+        self
+    }
+
+    /// The buffer's label, if it was given one.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let buf = rt.devices()?[0].alloc(4, offload_core::MemKind::Device)?;
+    /// assert_eq!(buf.label_text(), None);
+    /// assert_eq!(buf.label("x").label_text().as_deref(), Some("x"));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn label_text(&self) -> Option<Arc<str>> {
+        read(&self.entry.label).clone()
     }
 
     /// Size in bytes (fixed at allocation; valid after shutdown too).
@@ -396,7 +424,7 @@ impl Buffer {
 
     /// The error of a call on this buffer once its memory is gone.
     pub(crate) fn gone(&self, call: &'static str) -> Error {
-        self.entry.gone(call)
+        self.entry.gone(call).on(call, self)
     }
 
     /// Checks `len` bytes at `offset` of this handle and gives their offset in the
@@ -412,9 +440,8 @@ impl Buffer {
             _ => Err(Error::invalid(
                 call,
                 format!(
-                    "range {offset}..{} is outside {self} ({} bytes)",
+                    "bytes {offset}..{} are outside {self}",
                     offset as u128 + len as u128,
-                    self.len
                 ),
             )),
         }
@@ -429,7 +456,7 @@ impl Buffer {
     ) -> Result<T> {
         let guard = read(&self.entry.allocation);
         let a = guard.as_ref().ok_or_else(|| self.gone(call))?;
-        f(&*a.raw)
+        f(&*a.raw).map_err(|e| e.on(call, self))
     }
 
     /// Runs `f` on the live allocation with exclusive access (the backend gets `&mut`).
@@ -440,7 +467,7 @@ impl Buffer {
     ) -> Result<T> {
         let mut guard = write(&self.entry.allocation);
         let a = guard.as_mut().ok_or_else(|| self.gone(call))?;
-        f(&mut *a.raw)
+        f(&mut *a.raw).map_err(|e| e.on(call, self))
     }
 
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
@@ -656,19 +683,43 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         match self.release() {
-            Ok(()) | Err(Error::ShutDown) => {}
+            Ok(()) | Err(Error::ShutDown { .. }) => {}
             Err(e) => self.generation.defer(Err(e)),
         }
     }
 }
 
+/// In the user's words: `buffer "weights" (4096 bytes, vulkan)` when labelled, else
+/// `a 4096-byte vulkan device buffer`; a view adds where it lies in its allocation.
 impl fmt::Display for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} buffer #{} ({} bytes) of generation {}",
-            self.entry.backend, self.entry.id, self.len, self.generation.id
-        )
+        let kind = match self.entry.kind {
+            MemKind::Device => "device",
+            MemKind::Host => "host-memory",
+            MemKind::Shared => "shared-memory",
+        };
+        match read(&self.entry.label).as_deref() {
+            Some(label) => write!(
+                f,
+                "buffer \"{label}\" ({} bytes, {})",
+                self.len, self.entry.backend
+            )?,
+            None => write!(
+                f,
+                "a {}-byte {} {kind} buffer",
+                self.len, self.entry.backend
+            )?,
+        }
+        if self.len != self.entry.size {
+            write!(
+                f,
+                " (bytes {}..{} of a {}-byte allocation)",
+                self.offset,
+                self.offset + self.len,
+                self.entry.size
+            )?;
+        }
+        Ok(())
     }
 }
 

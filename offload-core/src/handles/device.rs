@@ -166,11 +166,11 @@ impl Eq for Device {}
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} device {:?} of generation {}",
-            self.backend, self.key, self.generation.id
-        )
+        // Its position in `rt.devices()`: devices are listed in discovery order and never
+        // removed within a runtime, and slot 0 of the map is slotmap's sentinel.
+        use slotmap::Key as _;
+        let slot = (self.key.data().as_ffi() & 0xFFFF_FFFF).saturating_sub(1);
+        write!(f, "{} device {slot}", self.backend)
     }
 }
 

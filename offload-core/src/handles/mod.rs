@@ -12,9 +12,11 @@ mod buffer;
 mod device;
 mod program;
 mod queue;
+mod typed;
 
 pub use buffer::{Buffer, STAGING_CHUNK};
 pub(crate) use buffer::{BufferEntry, Origin, ViewOwner, import_entry};
 pub use device::Device;
 pub use program::{CallbackError, Kernel, Module, Program};
 pub use queue::{Arg, Event, Queue, Scalar};
+pub use typed::{BufferView, TypedBuffer};

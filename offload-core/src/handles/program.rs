@@ -42,6 +42,8 @@ struct ProgramInner {
     image: Arc<[u8]>,
     setup: Vec<Callback>,
     teardown: Vec<Callback>,
+    /// The user's name for it ([`Program::label`]), for messages.
+    label: Option<Arc<str>>,
     /// The lock of each (generation, device) this program is loaded on, naming its module
     /// once loaded (P2). Entries go when their module is released.
     slots: Mutex<HashMap<(u64, DeviceKey), Arc<LoadSlot>>>,
@@ -82,9 +84,27 @@ impl Program {
                 image: Arc::from(image.as_ref()),
                 setup: Vec::new(),
                 teardown: Vec::new(),
+                label: None,
                 slots: Mutex::default(),
             }),
         }
+    }
+
+    /// Names the program, as wgpu's `label:` does: errors and logs about its modules and
+    /// kernels call it by this name. Set it before loading, like the callbacks (on a
+    /// program already shared by clones it makes a new program).
+    ///
+    /// ```
+    /// use offload_core::{Program, reference::{self, Offload}};
+    /// let rt = Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let module = Program::new(reference::fixture_image()).label("kernels").load(&dev)?;
+    /// assert!(module.to_string().contains(r#"program "kernels""#), "{module}");
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn label(self, label: impl Into<String>) -> Program {
+        let label: Arc<str> = Arc::from(label.into());
+        self.with(|p| p.label = Some(label))
     }
 
     /// A number that identifies this program.
@@ -118,6 +138,7 @@ impl Program {
             image: self.inner.image.clone(),
             setup: self.inner.setup.clone(),
             teardown: self.inner.teardown.clone(),
+            label: self.inner.label.clone(),
             slots: Mutex::default(),
         };
         f(&mut inner);
@@ -186,7 +207,7 @@ impl Program {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn load(&self, device: &Device) -> Result<Module> {
-        load(self, device)
+        load(self, device).map_err(|e| e.on("Program::load", device))
     }
 }
 
@@ -194,6 +215,7 @@ impl fmt::Debug for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Program")
             .field("id", &self.inner.id)
+            .field("label", &self.inner.label)
             .field("bytes", &self.inner.image.len())
             .field("setup_callbacks", &self.inner.setup.len())
             .field("teardown_callbacks", &self.inner.teardown.len())
@@ -451,8 +473,12 @@ impl Module {
             None if self.entry.unloaded.load(Ordering::SeqCst) => {
                 Err(Error::invalid(call, format!("{self} was unloaded")))
             }
-            None => Err(Error::ShutDown),
+            None => Err(Error::ShutDown {
+                call,
+                object: self.to_string(),
+            }),
         }
+        .map_err(|e| e.on(call, self))
     }
 
     /// Looks up a kernel. A name the module lacks is `Error::SymbolNotFound`.
@@ -463,7 +489,10 @@ impl Module {
     /// # let dev = rt.devices()?.remove(0);
     /// let m = Program::new(reference::fixture_image()).load(&dev)?;
     /// assert!(m.kernel("noop").is_ok());
-    /// assert!(matches!(m.kernel("nope"), Err(offload_core::Error::SymbolNotFound { .. })));
+    /// let err = m.kernel("nope").unwrap_err();
+    /// assert!(matches!(err, offload_core::Error::SymbolNotFound { .. }));
+    /// // The error lists what the module has.
+    /// assert!(err.to_string().contains("add_one"), "{err}");
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
@@ -475,7 +504,28 @@ impl Module {
             if let Some(found) = find(&read(&loaded.kernels)) {
                 return Ok(found);
             }
-            let raw = loaded.raw.kernel(name)?;
+            let raw = loaded.raw.kernel(name).map_err(|e| match e {
+                Error::SymbolNotFound {
+                    backend,
+                    call,
+                    symbol,
+                    hint,
+                } if hint.is_empty() => {
+                    let kernels = loaded.raw.kernels();
+                    let hint = if kernels.is_empty() {
+                        "the module has no kernels".to_string()
+                    } else {
+                        format!("the module's kernels are `{}`", kernels.join("`, `"))
+                    };
+                    Error::SymbolNotFound {
+                        backend,
+                        call,
+                        symbol,
+                        hint,
+                    }
+                }
+                other => other,
+            })?;
             let params: Arc<[ParamKind]> = Arc::from(raw.params());
             let mut kernels = write(&loaded.kernels);
             // Another thread may have resolved it meanwhile: keep one slot per name.
@@ -657,7 +707,7 @@ impl Drop for Module {
     fn drop(&mut self) {
         if self.counted && self.entry.handles.fetch_sub(1, Ordering::SeqCst) == 1 {
             match release(&self.generation, &self.entry, Report::Defer) {
-                Ok(()) | Err(Error::ShutDown) => {}
+                Ok(()) | Err(Error::ShutDown { .. }) => {}
                 Err(e) => self.generation.defer(Err(e)),
             }
         }
@@ -666,11 +716,20 @@ impl Drop for Module {
 
 impl fmt::Display for Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} module {} of program {}",
-            self.entry.backend, self.entry.id, self.entry.program.id
-        )
+        let program = &self.entry.program;
+        match &program.label {
+            Some(label) => write!(
+                f,
+                "the {} module of program \"{label}\"",
+                self.entry.backend
+            ),
+            None => write!(
+                f,
+                "the {} module of a {}-byte program",
+                self.entry.backend,
+                program.image.len()
+            ),
+        }
     }
 }
 
@@ -725,11 +784,11 @@ impl Kernel {
     /// The parameters the kernel declares.
     ///
     /// ```
-    /// # use offload_core::{Program, ParamKind, reference::{self, Offload}};
+    /// # use offload_core::{Program, ParamKind, ScalarType::U32, reference::{self, Offload}};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("fill")?;
-    /// assert_eq!(k.params(), &[ParamKind::Buffer, ParamKind::Scalar(4), ParamKind::Scalar(4)]);
+    /// assert_eq!(k.params(), &[ParamKind::Buffer, ParamKind::Typed(U32), ParamKind::Typed(U32)]);
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn params(&self) -> &[ParamKind] {
@@ -757,6 +816,13 @@ impl fmt::Debug for Kernel {
     }
 }
 
+/// `kernel `saxpy` of the vulkan module of program "blas"`.
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
 /// Another handle to the slot's module, if it is loaded and not on its way out.
 fn revive(generation: &Arc<Generation>, slot: &Weak<ModuleEntry>) -> Option<Module> {
     let entry = slot.upgrade()?;
@@ -780,9 +846,9 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
     let generation = device.generation();
     // Shutdown waits for loads in flight (setup included) before it tears modules down,
     // and loads that start after it began get ShutDown.
-    let _in_flight = generation.begin_load().ok_or(Error::ShutDown)?;
+    let _in_flight = generation.begin_load().ok_or_else(Error::shut_down)?;
     if !generation.is_live() {
-        return Err(Error::ShutDown);
+        return Err(Error::shut_down());
     }
     let slot = {
         let mut slots = lock(&program.inner.slots);
@@ -806,11 +872,21 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
     if let Some(module) = revive(generation, &current) {
         return Ok(module);
     }
+    let _span = tracing::debug_span!(
+        target: "offload::load",
+        "load",
+        program = program.inner.label.as_deref().unwrap_or(""),
+        bytes = program.inner.image.len(),
+        device = %device,
+    )
+    .entered();
     let entry = generation.with_live(|live| {
         let raw = live
             .device(device.key())?
             .clone()
-            .load(&program.inner.image)?;
+            .load(&program.inner.image)
+            .inspect_err(|e| tracing::debug!(target: "offload::load", error = %e, "load failed"))?;
+        tracing::debug!(target: "offload::load", "loaded");
         let (_, entry) = live.register(Kind::Module, |key| {
             Arc::new(ModuleEntry {
                 id: next_id(),
@@ -854,7 +930,7 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
             source,
         }];
         errors.extend(release(generation, &module.entry, Report::Return).err());
-        return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
+        return Err(Error::join(errors).err().unwrap_or_else(Error::shut_down));
     }
     module.entry.set_phase(Phase::Ready);
     if read(&module.entry.state).is_none() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::erased::{DynBuffer, DynEvent, DynQueue};
 use crate::error::{Error, Result};
-use crate::hal::{BackendKind, Dims, KernelArg, ParamKind};
+use crate::hal::{BackendKind, Dims, KernelArg, ParamKind, ScalarType};
 use crate::handles::buffer::Allocation;
 use crate::handles::{Buffer, Device, Kernel};
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
@@ -23,23 +23,45 @@ use crate::sync::read;
 pub(crate) struct Entry<T: ?Sized> {
     device: DeviceKey,
     backend: BackendKind,
+    /// `"queue"` or `"event"`, for messages.
+    what: &'static str,
+    /// The user's name for it ([`Queue::label`]).
+    label: RwLock<Option<Arc<str>>>,
     state: RwLock<Option<Box<T>>>,
 }
 
 impl<T: ?Sized> Entry<T> {
-    fn new(device: DeviceKey, backend: BackendKind, raw: Box<T>) -> Arc<Self> {
+    fn new(device: DeviceKey, backend: BackendKind, what: &'static str, raw: Box<T>) -> Arc<Self> {
         Arc::new(Entry {
             device,
             backend,
+            what,
+            label: RwLock::new(None),
             state: RwLock::new(Some(raw)),
         })
     }
 
     fn with<R>(&self, f: impl FnOnce(&T) -> Result<R>) -> Result<R> {
         let guard = read(&self.state);
-        f(guard.as_ref().ok_or(Error::ShutDown)?)
+        let raw = guard.as_ref().ok_or_else(|| Error::ShutDown {
+            call: "",
+            object: self.to_string(),
+        })?;
+        f(raw)
     }
+}
 
+/// `queue "uploads" (vulkan)` when labelled, else `a vulkan queue`.
+impl<T: ?Sized> fmt::Display for Entry<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match read(&self.label).as_deref() {
+            Some(label) => write!(f, "{} \"{label}\" ({})", self.what, self.backend),
+            None => write!(f, "a {} {}", self.backend, self.what),
+        }
+    }
+}
+
+impl<T: ?Sized> Entry<T> {
     /// The backend object, taken once (waits for calls in flight on it).
     fn take(&self) -> Option<Box<T>> {
         crate::sync::write(&self.state).take()
@@ -85,54 +107,161 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Plain numbers that can be passed by value to a kernel.
+/// Plain numbers that can be passed by value to a kernel, each with its [`ScalarType`]
+/// (checked against the parameter's declared type where the image declares one).
 ///
 /// ```
-/// use offload_core::Arg;
+/// use offload_core::{Arg, ScalarType};
 /// let a = Arg::scalar(&3.5f32);
-/// assert!(matches!(a, Arg::Scalar { len: 4, .. }));
+/// assert!(matches!(a, Arg::Scalar { ty: ScalarType::F32, .. }));
 /// ```
 pub trait Scalar: Copy + sealed::Sealed {
-    /// The value's bytes, in native order, and how many of them there are.
-    fn to_bytes(self) -> ([u8; 8], usize);
+    /// The type's name in kernel signatures.
+    const TYPE: ScalarType;
+    /// The value's bytes, in native order, padded to 8.
+    fn to_bytes(self) -> [u8; 8];
 }
 
 macro_rules! scalars {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $k:ident),*) => {$(
         impl sealed::Sealed for $t {}
         impl Scalar for $t {
-            fn to_bytes(self) -> ([u8; 8], usize) {
+            const TYPE: ScalarType = ScalarType::$k;
+            fn to_bytes(self) -> [u8; 8] {
                 let b = self.to_ne_bytes();
                 let mut out = [0u8; 8];
                 out[..b.len()].copy_from_slice(&b);
-                (out, b.len())
+                out
+            }
+        }
+        impl From<$t> for Arg<'_> {
+            fn from(value: $t) -> Self {
+                Arg::value(value)
             }
         }
     )*};
 }
-scalars!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
+scalars!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32 => I32,
+         i64 => I64, f32 => F32, f64 => F64);
 
-/// One launch argument.
+/// One launch argument: a buffer (whole or a range of it) or a scalar by value.
+///
+/// Anything that converts into an `Arg` can go in [`args!`](crate::args): buffers and
+/// typed buffers by reference, their slices, and numbers by value.
 ///
 /// ```
 /// use offload_core::{Arg, MemKind, reference::Offload};
 /// let rt = Offload::init()?;
 /// let buf = rt.devices()?[0].alloc(16, MemKind::Device)?;
-/// let args = [Arg::buffer(&buf), Arg::scalar(&4u32)];
+/// let args = [Arg::buffer(&buf), Arg::value(4u32)];
 /// assert_eq!(args.len(), 2);
+/// let same = offload_core::args![&buf, 4u32];
+/// assert_eq!(format!("{:?}", same[1]), format!("{:?}", args[1]));
 /// # Ok::<(), offload_core::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub enum Arg<'a> {
-    /// A buffer, passed as its device address.
+    /// A whole buffer, passed as its device address.
     Buffer(&'a Buffer),
-    /// A scalar: the first `len` bytes of `bytes`.
+    /// `len` bytes at `offset` of a buffer, passed as the address of its first byte.
+    Range {
+        /// The buffer.
+        buffer: &'a Buffer,
+        /// Where the range starts, in bytes.
+        offset: usize,
+        /// Its length, in bytes.
+        len: usize,
+    },
+    /// A scalar of type `ty`: the first `ty.size()` bytes of `bytes`.
     Scalar {
         /// The value in native byte order.
         bytes: [u8; 8],
-        /// Its size in bytes.
-        len: usize,
+        /// Its type.
+        ty: ScalarType,
     },
+}
+
+impl fmt::Debug for Arg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arg::Buffer(b) => write!(f, "{b}"),
+            Arg::Range {
+                buffer,
+                offset,
+                len,
+            } => write!(f, "bytes {offset}..{} of {buffer}", offset + len),
+            Arg::Scalar { bytes, ty } => f.write_str(&scalar_text(bytes, *ty)),
+        }
+    }
+}
+
+/// A scalar as its user wrote it: `2u32`, `1.5f32`.
+fn scalar_text(bytes: &[u8; 8], ty: ScalarType) -> String {
+    let b = |n: usize| {
+        let mut a = [0u8; 8];
+        a[..n].copy_from_slice(&bytes[..n]);
+        a
+    };
+    let value = match ty {
+        ScalarType::U8 => bytes[0].to_string(),
+        ScalarType::I8 => (bytes[0] as i8).to_string(),
+        ScalarType::U16 => u16::from_ne_bytes([bytes[0], bytes[1]]).to_string(),
+        ScalarType::I16 => i16::from_ne_bytes([bytes[0], bytes[1]]).to_string(),
+        ScalarType::U32 => u32::from_ne_bytes(four(bytes)).to_string(),
+        ScalarType::I32 => i32::from_ne_bytes(four(bytes)).to_string(),
+        ScalarType::F32 => format!("{:?}", f32::from_ne_bytes(four(bytes))),
+        ScalarType::U64 => u64::from_ne_bytes(b(8)).to_string(),
+        ScalarType::I64 => i64::from_ne_bytes(b(8)).to_string(),
+        ScalarType::F64 => format!("{:?}", f64::from_ne_bytes(b(8))),
+    };
+    format!("{value}{ty}")
+}
+
+fn four(bytes: &[u8; 8]) -> [u8; 4] {
+    [bytes[0], bytes[1], bytes[2], bytes[3]]
+}
+
+impl<'a> Arg<'a> {
+    /// The buffer of a buffer or range argument.
+    pub(crate) fn buffer_of(&self) -> Option<&'a Buffer> {
+        match *self {
+            Arg::Buffer(b) | Arg::Range { buffer: b, .. } => Some(b),
+            Arg::Scalar { .. } => None,
+        }
+    }
+
+    /// The (offset, len) of a range argument.
+    fn byte_range(&self) -> Option<(usize, usize)> {
+        match *self {
+            Arg::Range { offset, len, .. } => Some((offset, len)),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> From<&'a Buffer> for Arg<'a> {
+    fn from(buffer: &'a Buffer) -> Self {
+        Arg::Buffer(buffer)
+    }
+}
+
+/// Launch arguments from anything that converts into an [`Arg`]: buffers and typed
+/// buffers by reference, their slices, numbers by value (the number's Rust type is its
+/// [`ScalarType`], so write `2.0f32`, not `2.0`, where the kernel takes an `f32`).
+///
+/// ```
+/// use offload_core::{MemKind, reference::Offload};
+/// let rt = Offload::init()?;
+/// let buf = rt.devices()?[0].alloc(16, MemKind::Device)?;
+/// let args = offload_core::args![&buf, 4u32, 1.5f32];
+/// assert_eq!(args.len(), 3);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[macro_export]
+macro_rules! args {
+    ($($arg:expr),* $(,)?) => {
+        [$($crate::Arg::from($arg)),*]
+    };
 }
 
 impl<'a> Arg<'a> {
@@ -149,14 +278,46 @@ impl<'a> Arg<'a> {
         Arg::Buffer(buffer)
     }
 
-    /// A scalar argument, by value.
+    /// A scalar argument, from a reference to it (see [`Arg::value`]).
     ///
     /// ```
-    /// assert!(matches!(offload_core::Arg::scalar(&1u64), offload_core::Arg::Scalar { len: 8, .. }));
+    /// use offload_core::{Arg, ScalarType};
+    /// assert!(matches!(Arg::scalar(&1u64), Arg::Scalar { ty: ScalarType::U64, .. }));
     /// ```
     pub fn scalar<T: Scalar>(value: &T) -> Arg<'a> {
-        let (bytes, len) = value.to_bytes();
-        Arg::Scalar { bytes, len }
+        Arg::value(*value)
+    }
+
+    /// A scalar argument, by value: its Rust type is its [`ScalarType`].
+    ///
+    /// ```
+    /// use offload_core::{Arg, ScalarType};
+    /// assert!(matches!(Arg::value(2.5f32), Arg::Scalar { ty: ScalarType::F32, .. }));
+    /// ```
+    pub fn value<T: Scalar>(value: T) -> Arg<'a> {
+        Arg::Scalar {
+            bytes: value.to_bytes(),
+            ty: T::TYPE,
+        }
+    }
+
+    /// `len` bytes of `buffer` at `offset`, as a buffer argument: the kernel sees the
+    /// address of byte `offset`. Checked at launch to lie inside the buffer.
+    ///
+    /// ```
+    /// # use offload_core::{Arg, MemKind, reference::Offload};
+    /// # let rt = Offload::init()?;
+    /// let buf = rt.devices()?[0].alloc(64, MemKind::Device)?;
+    /// let second_half = Arg::range(&buf, 32, 32);
+    /// assert!(matches!(second_half, Arg::Range { offset: 32, .. }));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn range(buffer: &'a Buffer, offset: usize, len: usize) -> Arg<'a> {
+        Arg::Range {
+            buffer,
+            offset,
+            len,
+        }
     }
 }
 
@@ -170,7 +331,8 @@ impl<'a> Arg<'a> {
 /// let add_one = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
 /// let buf = dev.alloc(4 * 64, MemKind::Device)?;
 /// let queue = dev.queue()?;
-/// queue.launch(&add_one, Dims::grid([1, 1, 1]).block([64, 1, 1]), &[Arg::buffer(&buf), Arg::scalar(&64u32)])?;
+/// // SAFETY: add_one adds 1 to the first 64 u32s of its 256-byte buffer.
+/// unsafe { queue.launch(&add_one, Dims::grid([1, 1, 1]).block([64, 1, 1]), &[Arg::buffer(&buf), Arg::value(64u32)])? };
 /// queue.sync()?;
 /// let mut out = [0u8; 4];
 /// buf.read(0, &mut out)?;
@@ -189,10 +351,10 @@ impl Queue {
         let generation = device.generation();
         generation.with_live(|live| {
             if generation.is_closing() {
-                return Err(Error::ShutDown);
+                return Err(Error::shut_down());
             }
             let raw = live.device(device.key())?.clone().queue()?;
-            let entry = Entry::new(device.key(), device.backend(), raw);
+            let entry = Entry::new(device.key(), device.backend(), "queue", raw);
             let (key, entry) = live.register(Kind::Queue, |_| entry)?;
             Ok(Queue {
                 generation: generation.clone(),
@@ -208,6 +370,19 @@ fn mismatch(call: &'static str, reason: String) -> Error {
 }
 
 impl Queue {
+    /// Names the queue, as wgpu's `label:` does: errors and logs call it by this name.
+    ///
+    /// ```
+    /// # let rt = offload_core::reference::Offload::init()?;
+    /// let uploads = rt.devices()?[0].queue()?.label("uploads");
+    /// assert_eq!(uploads.to_string(), r#"queue "uploads" (reference)"#);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn label(self, label: impl Into<String>) -> Self {
+        *crate::sync::write(&self.entry.label) = Some(Arc::from(label.into()));
+        self
+    }
+
     /// The device this queue runs on.
     ///
     /// ```
@@ -224,10 +399,28 @@ impl Queue {
         )
     }
 
-    /// Enqueues `kernel` over `dims` with `args`. Wrong argument count or kinds, a buffer
-    /// of another device, or a kernel of another device are `Error::InvalidArgument`; a
-    /// kernel whose module was unloaded is `InvalidArgument` too; anything of a finished
-    /// runtime is `Error::ShutDown`.
+    /// Enqueues `kernel` over `dims` with `args`; returns once enqueued (Q1).
+    ///
+    /// Offload checks what it can before the backend sees anything: the argument count,
+    /// each argument's kind and, where the image declares it, its scalar type; that every
+    /// buffer (or range of one) is live, inside its buffer and on the queue's device; that
+    /// the kernel's module is loaded on this device. Those failures are
+    /// `Error::InvalidArgument`; anything of a finished runtime is `Error::ShutDown`.
+    ///
+    /// # Safety
+    ///
+    /// Launching hands control to code offload cannot verify: native machine code in this
+    /// process on the host backend, device code on a GPU, with raw addresses of your
+    /// buffers. The caller promises that running `kernel` with these arguments is sound:
+    ///
+    /// - it reads and writes only inside the buffers and ranges it is given (so every
+    ///   count or index argument agrees with their lengths), its module's globals, and the
+    ///   shared memory `dims` asks for;
+    /// - on the host backend it returns, does not unwind across its C ABI, and touches no
+    ///   process state it does not own (it runs on offload's threads, concurrently with
+    ///   other queues' work);
+    /// - when the same buffer is passed twice, or to kernels on different queues, the
+    ///   kernels tolerate the aliasing (offload orders work within one queue only).
     ///
     /// ```
     /// # use offload_core::{Arg, Dims, Error, MemKind, Program, reference::{self, Offload}};
@@ -236,59 +429,95 @@ impl Queue {
     /// let fill = Program::new(reference::fixture_image()).load(&dev)?.kernel("fill")?;
     /// let buf = dev.alloc(16, MemKind::Device)?;
     /// let q = dev.queue()?;
-    /// let wrong = q.launch(&fill, Dims::grid([1, 1, 1]), &[Arg::buffer(&buf)]);
+    /// // SAFETY: `fill` writes `n` u32s of its buffer; missing arguments are refused first.
+    /// let wrong = unsafe { q.launch(&fill, Dims::grid([1, 1, 1]), &[Arg::buffer(&buf)]) };
     /// assert!(matches!(wrong, Err(Error::InvalidArgument { .. })));
-    /// q.launch(&fill, Dims::grid([1, 1, 1]).block([4, 1, 1]),
-    ///          &[Arg::buffer(&buf), Arg::scalar(&9u32), Arg::scalar(&4u32)])?;
+    /// // SAFETY: 4 u32s fit in the 16-byte buffer.
+    /// unsafe { q.launch(&fill, Dims::for_num_elems(4), &offload_core::args![&buf, 9u32, 4u32])? };
     /// # Ok::<(), offload_core::Error>(())
     /// ```
-    pub fn launch(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
+    ///
+    /// Launching is `unsafe`; code that forgets it does not compile:
+    ///
+    /// ```compile_fail,E0133
+    /// # use offload_core::{Dims, MemKind, Program, reference::{self, Offload}};
+    /// # let rt = Offload::init().unwrap();
+    /// # let dev = rt.devices().unwrap().remove(0);
+    /// let noop = Program::new(reference::fixture_image()).load(&dev).unwrap().kernel("noop").unwrap();
+    /// dev.queue().unwrap().launch(&noop, Dims::grid([1, 1, 1]), &[]).unwrap();
+    /// ```
+    // The one `unsafe` of the core: a contract the caller takes on. The body does nothing
+    // unsafe itself; the backend's launch is where the unverified code runs.
+    #[allow(unsafe_code)]
+    pub unsafe fn launch(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
         const CALL: &str = "Queue::launch";
         let module = kernel.module();
-        self.entry.with(|queue| {
-            module.with_loaded(CALL, |loaded| {
-                if !Arc::ptr_eq(module.generation(), &self.generation) {
-                    return Err(Error::ShutDown);
-                }
-                if module.entry.device != self.entry.device {
-                    return Err(mismatch(
-                        CALL,
-                        format!("{kernel:?} is on another device than {self}"),
-                    ));
-                }
-                check_args(kernel, args, &self.entry.device, &self.generation)?;
-                // Lock every distinct buffer once, exclusively, in address order.
-                let mut buffers: Vec<&Buffer> = args
-                    .iter()
-                    .filter_map(|a| match a {
-                        Arg::Buffer(b) => Some(*b),
-                        Arg::Scalar { .. } => None,
-                    })
-                    .collect();
-                buffers.sort_by_key(|b| b.entry_ptr());
-                buffers.dedup_by_key(|b| b.entry_ptr());
-                let guards: Vec<RwLockWriteGuard<'_, Option<Allocation>>> =
-                    buffers.iter().map(|b| b.lock_exclusive()).collect();
-                let mut raw_args: Vec<KernelArg<'_, dyn DynBuffer>> =
-                    Vec::with_capacity(args.len());
-                for arg in args {
-                    raw_args.push(match arg {
-                        Arg::Buffer(b) => {
-                            let at = buffers
-                                .iter()
-                                .position(|x| x.entry_ptr() == b.entry_ptr())
-                                .unwrap_or(0);
-                            let allocation = guards[at].as_ref().ok_or_else(|| b.gone(CALL))?;
-                            KernelArg::Buffer(allocation.raw())
-                        }
-                        Arg::Scalar { bytes, len } => KernelArg::Scalar(&bytes[..*len]),
-                    });
-                }
-                let kernels = read(&loaded.kernels);
-                let raw_kernel = kernels.get(kernel.index).ok_or(Error::ShutDown)?;
-                queue.launch(&*raw_kernel.raw, &dims, &raw_args)
+        self.entry
+            .with(|queue| {
+                module.with_loaded(CALL, |loaded| {
+                    if !Arc::ptr_eq(module.generation(), &self.generation) {
+                        return Err(Error::shut_down());
+                    }
+                    if module.entry.device != self.entry.device {
+                        return Err(mismatch(
+                            CALL,
+                            format!("{kernel:?} is on another device than {self}"),
+                        ));
+                    }
+                    check_args(kernel, args, &self.entry.device, &self.generation)?;
+                    // Lock every distinct buffer once, exclusively, in address order.
+                    let mut buffers: Vec<&Buffer> =
+                        args.iter().filter_map(Arg::buffer_of).collect();
+                    buffers.sort_by_key(|b| b.entry_ptr());
+                    buffers.dedup_by_key(|b| b.entry_ptr());
+                    let guards: Vec<RwLockWriteGuard<'_, Option<Allocation>>> =
+                        buffers.iter().map(|b| b.lock_exclusive()).collect();
+                    let mut raw_args: Vec<KernelArg<'_, dyn DynBuffer>> =
+                        Vec::with_capacity(args.len());
+                    for arg in args {
+                        raw_args.push(match arg.buffer_of() {
+                            Some(b) => {
+                                let at = buffers
+                                    .iter()
+                                    .position(|x| x.entry_ptr() == b.entry_ptr())
+                                    .unwrap_or(0);
+                                let allocation = guards[at].as_ref().ok_or_else(|| b.gone(CALL))?;
+                                let (offset, len) = arg.byte_range().unwrap_or((0, b.len()));
+                                let offset = b.offset_in_allocation() + offset;
+                                if offset == 0 && len == b.entry().size() {
+                                    KernelArg::Buffer(allocation.raw())
+                                } else {
+                                    KernelArg::Range {
+                                        buffer: allocation.raw(),
+                                        offset,
+                                        len,
+                                    }
+                                }
+                            }
+                            None => match arg {
+                                Arg::Scalar { bytes, ty } => KernelArg::Scalar(&bytes[..ty.size()]),
+                                _ => KernelArg::Scalar(&[]),
+                            },
+                        });
+                    }
+                    let kernels = read(&loaded.kernels);
+                    let raw_kernel = kernels.get(kernel.index).ok_or_else(Error::shut_down)?;
+                    tracing::debug!(
+                        target: "offload::launch",
+                        kernel = kernel.name(),
+                        queue = %self.entry,
+                        grid = ?dims.grid,
+                        block = ?dims.block,
+                        shared_memory = dims.shared_memory,
+                        args = args.len(),
+                        "launch"
+                    );
+                    // SAFETY: our caller took on the contract of `Queue::launch`, which is the
+                    // backend's; the arguments were checked above.
+                    unsafe { queue.launch(&*raw_kernel.raw, &dims, &raw_args) }
+                })
             })
-        })
+            .map_err(|e| e.on(CALL, kernel))
     }
 
     /// Waits until all work enqueued so far has finished.
@@ -544,7 +773,7 @@ impl Queue {
         // everywhere): teardown cannot release its events before this one is listed.
         self.generation.with_live(|live| {
             let raw = self.entry.with(|q| q.record())?;
-            let entry = Entry::new(self.entry.device, self.entry.backend, raw);
+            let entry = Entry::new(self.entry.device, self.entry.backend, "event", raw);
             let (key, entry) = live.register(Kind::Event, |_| entry)?;
             Ok(Event {
                 generation: self.generation.clone(),
@@ -588,43 +817,71 @@ fn check_args(
 ) -> Result<()> {
     const CALL: &str = "Queue::launch";
     let params = kernel.params();
+    let name = kernel.name();
     if params.len() != args.len() {
+        let list: Vec<String> = params.iter().map(ToString::to_string).collect();
         return Err(mismatch(
             CALL,
             format!(
-                "{kernel:?} takes {} arguments ({params:?}), {} given",
+                "`{name}` takes {} argument{} ({}); {} given",
                 params.len(),
+                if params.len() == 1 { "" } else { "s" },
+                list.join(", "),
                 args.len()
             ),
         ));
     }
     for (i, (param, arg)) in params.iter().zip(args).enumerate() {
-        match (param, arg) {
-            (ParamKind::Buffer, Arg::Buffer(b)) => {
+        let nth = i + 1;
+        match (param, arg.buffer_of()) {
+            (ParamKind::Buffer, Some(b)) => {
                 if !b.same_generation(generation) {
                     b.read(0, &mut [])?; // a dead buffer says ShutDown
                 }
                 if b.device_key() != *device {
                     return Err(mismatch(
                         CALL,
-                        format!("argument {i} of {kernel:?}: {b} is on another device"),
+                        format!("argument {nth} of `{name}`: {b} is on another device"),
                     ));
                 }
-                if !b.is_whole() {
+                if let Some((offset, len)) = arg.byte_range() {
+                    b.check_range(CALL, offset, len)?;
+                    if len == 0 {
+                        return Err(mismatch(
+                            CALL,
+                            format!("argument {nth} of `{name}`: an empty range of {b}"),
+                        ));
+                    }
+                }
+            }
+            (ParamKind::Buffer, None) => {
+                return Err(mismatch(
+                    CALL,
+                    format!("argument {nth} of `{name}` is a buffer; got {arg:?}"),
+                ));
+            }
+            (scalar, None) => {
+                let Arg::Scalar { ty, .. } = arg else {
+                    continue;
+                };
+                let fits = match scalar {
+                    ParamKind::Typed(want) => want == ty,
+                    other => other.scalar_size() == Some(ty.size()),
+                };
+                if !fits {
                     return Err(mismatch(
                         CALL,
                         format!(
-                            "argument {i} of {kernel:?}: {b} is part of an allocation; a \
-                             kernel argument is a whole allocation"
+                            "argument {nth} of `{name}` is {scalar}; got {} ({arg:?})",
+                            ParamKind::Typed(*ty)
                         ),
                     ));
                 }
             }
-            (ParamKind::Scalar(n), Arg::Scalar { len, .. }) if n == len => {}
-            _ => {
+            (scalar, Some(_)) => {
                 return Err(mismatch(
                     CALL,
-                    format!("argument {i} of {kernel:?} should be {param:?}, got {arg:?}"),
+                    format!("argument {nth} of `{name}` is {scalar}; got {arg:?}"),
                 ));
             }
         }
@@ -640,11 +897,7 @@ impl Drop for Queue {
 
 impl fmt::Display for Queue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} queue {:?} of generation {}",
-            self.entry.backend, self.key, self.generation.id
-        )
+        fmt::Display::fmt(&*self.entry, f)
     }
 }
 
@@ -744,10 +997,6 @@ impl Drop for Event {
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} event {:?} of generation {}",
-            self.entry.backend, self.key, self.generation.id
-        )
+        fmt::Display::fmt(&*self.entry, f)
     }
 }

@@ -195,7 +195,15 @@ impl Cache {
                     .map(|(i, _)| i);
                 match lru {
                     Some(i) => i,
-                    None => return Err(handle),
+                    None => {
+                        tracing::trace!(
+                            target: "offload::ipc",
+                            allocation,
+                            entries = self.slots.len(),
+                            "every cache entry has sends in flight: sending a one-shot"
+                        );
+                        return Err(handle);
+                    }
                 }
             }
         };
@@ -203,7 +211,7 @@ impl Cache {
             Ok(copy) => copy,
             Err(_) => return Err(handle),
         };
-        let unmaps = self.evict_slot(index);
+        let unmaps = self.evict_slot(index, "least recently used");
         self.tick += 1;
         let slot = &mut self.slots[index];
         slot.entry = Some(Entry {
@@ -216,16 +224,33 @@ impl Cache {
             }],
             last_use: self.tick,
         });
+        tracing::trace!(
+            target: "offload::ipc",
+            entry = index,
+            generation = slot.generation,
+            allocation,
+            "cached an exported allocation"
+        );
         Ok((index as u32, slot.generation, copy, unmaps))
     }
 
-    /// Empties slot `index` (bumping its generation) and gives its peers' unmaps.
-    fn evict_slot(&mut self, index: usize) -> Vec<Unmap> {
+    /// Empties slot `index` (bumping its generation) and gives its peers' unmaps; `why`
+    /// says what evicted it, for the trace.
+    fn evict_slot(&mut self, index: usize, why: &'static str) -> Vec<Unmap> {
         let slot = &mut self.slots[index];
         let Some(entry) = slot.entry.take() else {
             return Vec::new();
         };
-        let unmaps = entry.unmaps(index, slot.generation).collect();
+        let unmaps: Vec<Unmap> = entry.unmaps(index, slot.generation).collect();
+        tracing::debug!(
+            target: "offload::ipc",
+            entry = index,
+            generation = slot.generation,
+            allocation = entry.allocation,
+            peers = unmaps.len(),
+            why,
+            "evicted a cache entry"
+        );
         slot.generation = slot.generation.wrapping_add(1);
         super::stats::EVICTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         unmaps
@@ -273,7 +298,9 @@ impl Cache {
                     .is_some_and(|e| e.allocation == allocation)
             })
             .collect();
-        hits.into_iter().flat_map(|i| self.evict_slot(i)).collect()
+        hits.into_iter()
+            .flat_map(|i| self.evict_slot(i, "allocation freed"))
+            .collect()
     }
 
     /// The mappings an endpoint's peers hold (the endpoint is closing): the unmaps to send,

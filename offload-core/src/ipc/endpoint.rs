@@ -71,6 +71,8 @@ struct Mapping {
 
 struct Peer {
     id: PeerId,
+    /// The endpoint it is a peer of (for the trace).
+    endpoint: u64,
     socket: Arc<OwnedFd>,
     pid: u32,
     /// Its `Hello` arrived.
@@ -324,7 +326,7 @@ impl IpcEndpoint {
         const CALL: &str = "Offload::ipc_endpoint";
         generation.with_live(|live| {
             if generation.is_closing() {
-                return Err(Error::ShutDown);
+                return Err(Error::shut_down());
             }
             let (listener, path) =
                 socket::listen().map_err(|e| ipc_error(CALL, format!("socket: {e}")))?;
@@ -351,6 +353,12 @@ impl IpcEndpoint {
                 .ipc
                 .add_endpoint(engine.id, Arc::downgrade(&engine));
             let (key, engine) = live.register(Kind::Ipc, |_| engine)?;
+            tracing::info!(
+                target: "offload::ipc",
+                endpoint = engine.id,
+                path = %engine.path.display(),
+                "bound an IPC endpoint"
+            );
             Ok(IpcEndpoint { engine, key })
         })
     }
@@ -398,10 +406,26 @@ impl IpcEndpoint {
         let (fd, pid) = socket::connect(Path::new(name)).map_err(|e| {
             if e.kind() == std::io::ErrorKind::PermissionDenied {
                 stats::PEERS_REFUSED.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "offload::ipc",
+                    endpoint = self.engine.id,
+                    to = name,
+                    error = %e,
+                    "refused to connect to an endpoint"
+                );
             }
             ipc_error(CALL, format!("{name}: {e}"))
         })?;
-        Ok(self.engine.add_peer(fd, pid))
+        let peer = self.engine.add_peer(fd, pid);
+        tracing::info!(
+            target: "offload::ipc",
+            endpoint = self.engine.id,
+            %peer,
+            pid,
+            to = name,
+            "connected to an IPC endpoint"
+        );
+        Ok(peer)
     }
 
     /// Sends `len` bytes at `offset` of `buffer` to `peer`, with a `tag` it receives too.
@@ -613,7 +637,7 @@ impl IpcEndpoint {
         });
         let closed = self.engine.close();
         match result {
-            Ok(()) | Err(Error::ShutDown) => closed,
+            Ok(()) | Err(Error::ShutDown { .. }) => closed,
             Err(e) => Err(e),
         }
     }
@@ -667,7 +691,10 @@ impl Engine {
         if self.generation.is_live() && !self.generation.is_closing() {
             ipc_error(call, "the endpoint is closed")
         } else {
-            Error::ShutDown
+            Error::ShutDown {
+                call,
+                object: "the IPC endpoint".into(),
+            }
         }
     }
 
@@ -685,6 +712,7 @@ impl Engine {
         state.next_peer += 1;
         let mut peer = Peer {
             id,
+            endpoint: self.id,
             socket: Arc::new(fd),
             pid,
             greeted: false,
@@ -749,6 +777,8 @@ impl Engine {
             let size = handle.size();
             handle.range(0, size)
         };
+        // What the cache made of this send, for the trace.
+        let mut how = "";
         for attempt in 0..2 {
             // The cache stays locked until the messages are queued, so two sends of one
             // allocation to one peer queue their `Map` and `Use` in the order planned.
@@ -760,6 +790,7 @@ impl Engine {
                     mapping,
                 } => {
                     stats::CACHE_HITS.fetch_add(1, Ordering::Relaxed);
+                    how = "hit";
                     let message = Message::Use {
                         entry,
                         generation,
@@ -776,6 +807,7 @@ impl Engine {
                     handle,
                 } => {
                     stats::CACHE_MISSES.fetch_add(1, Ordering::Relaxed);
+                    how = "miss";
                     let message = Message::Map {
                         entry,
                         generation,
@@ -796,6 +828,7 @@ impl Engine {
                     }
                     Ok((entry, generation, handle, unmaps)) => {
                         stats::CACHE_MISSES.fetch_add(1, Ordering::Relaxed);
+                        how = "new";
                         let message = Message::Map {
                             entry,
                             generation,
@@ -806,9 +839,15 @@ impl Engine {
                         };
                         (message, unmaps)
                     }
-                    Err(handle) => (self.one_shot(handle, tag, offset, len), Vec::new()),
+                    Err(handle) => {
+                        how = "one-shot (cache busy)";
+                        (self.one_shot(handle, tag, offset, len), Vec::new())
+                    }
                 },
-                Plan::OneShot => (self.one_shot(whole(buffer)?, tag, offset, len), Vec::new()),
+                Plan::OneShot => {
+                    how = "one-shot";
+                    (self.one_shot(whole(buffer)?, tag, offset, len), Vec::new())
+                }
             };
             let queued = self.queue(unmaps, to, message);
             if queued.is_err() {
@@ -822,6 +861,17 @@ impl Engine {
             queued?;
             break;
         }
+        tracing::debug!(
+            target: "offload::ipc",
+            endpoint = self.id,
+            peer = %to,
+            allocation = entry.id,
+            offset,
+            len,
+            tag,
+            cache = how,
+            "sent a buffer range"
+        );
         self.drain_outbox(to, CALL)
     }
 
@@ -977,7 +1027,19 @@ impl Engine {
             return;
         }
         self.apply_stashed();
-        let deadline = Instant::now() + self.unmap_timeout;
+        if targets.is_empty() {
+            return; // nobody to wait for
+        }
+        let started = Instant::now();
+        let deadline = started + self.unmap_timeout;
+        tracing::debug!(
+            target: "offload::ipc",
+            endpoint = self.id,
+            peers = targets.len(),
+            unmaps = unmaps.len(),
+            timeout_ms = self.unmap_timeout.as_millis() as u64,
+            "waiting for peers to unmap"
+        );
         loop {
             let waiting: Vec<PeerId> = {
                 let state = lock(&self.state);
@@ -989,17 +1051,30 @@ impl Engine {
                     .collect()
             };
             if waiting.is_empty() {
+                tracing::debug!(
+                    target: "offload::ipc",
+                    endpoint = self.id,
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "peers unmapped (or are gone)"
+                );
                 return;
             }
             let now = Instant::now();
             if now >= deadline {
                 // A peer that does not answer in time is cut off: it keeps no view that
                 // works, and nothing waits for it again.
+                tracing::warn!(
+                    target: "offload::ipc",
+                    endpoint = self.id,
+                    peers = ?waiting,
+                    timeout_ms = self.unmap_timeout.as_millis() as u64,
+                    "peers did not acknowledge unmaps in time: cutting them off"
+                );
                 let mut news = Vec::new();
                 {
                     let mut state = lock(&self.state);
                     for peer in state.peers.iter_mut().filter(|p| waiting.contains(&p.id)) {
-                        kill(peer, &mut news);
+                        kill(peer, &mut news, "it did not acknowledge unmaps in time");
                     }
                 }
                 self.finish_dead(news);
@@ -1162,10 +1237,11 @@ impl Engine {
         let mut closing = Vec::new();
         {
             let mut state = lock(&self.state);
+            let mut touched = Vec::new();
             if let Some((id, read)) = spun {
                 if let Some(index) = state.peers.iter().position(|p| p.id == id && p.alive) {
                     self.take_packet(&mut state, index, read, &mut news, &mut closing);
-                    flush(&mut state.peers[index], &mut news);
+                    touched.push(id);
                 }
             }
             for (id, revents) in ready {
@@ -1178,22 +1254,33 @@ impl Engine {
                 if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
                     self.read_peer(&mut state, index, &mut news, &mut closing);
                 }
-                flush(&mut state.peers[index], &mut news);
+                touched.push(id);
             }
-            if flush_all {
-                // Also flush outboxes that filled while we polled.
+            // I3: an `UnmapAck` may only leave once its mapping is really closed, so when
+            // this round closes mappings, answers wait until they are (below).
+            if closing.is_empty() {
                 for peer in state
                     .peers
                     .iter_mut()
-                    .filter(|p| p.alive && !p.outbox.is_empty())
+                    .filter(|p| p.alive && (flush_all || touched.contains(&p.id)))
                 {
                     flush(peer, &mut news);
                 }
             }
             state.peers.retain(|p| p.alive || !p.mappings.is_empty());
         }
-        for m in closing {
-            self.close_mapping(m);
+        if !closing.is_empty() {
+            for m in closing {
+                self.close_mapping(m);
+            }
+            let mut state = lock(&self.state);
+            for peer in state
+                .peers
+                .iter_mut()
+                .filter(|p| p.alive && !p.outbox.is_empty())
+            {
+                flush(peer, &mut news);
+            }
         }
         self.finish_dead(news);
         self.apply_stashed();
@@ -1204,11 +1291,24 @@ impl Engine {
         loop {
             match socket::accept(self.listener.as_fd()) {
                 Ok(Some((fd, Ok(pid)))) => {
-                    self.add_peer(fd, pid);
+                    let peer = self.add_peer(fd, pid);
+                    tracing::info!(
+                        target: "offload::ipc",
+                        endpoint = self.id,
+                        %peer,
+                        pid,
+                        "accepted a peer"
+                    );
                 }
-                Ok(Some((fd, Err(_)))) => {
+                Ok(Some((fd, Err(e)))) => {
                     // Another user, or credentials we cannot read: refused.
                     stats::PEERS_REFUSED.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        target: "offload::ipc",
+                        endpoint = self.id,
+                        error = %e,
+                        "refused a connection"
+                    );
                     drop(fd);
                 }
                 Ok(None) | Err(_) => return,
@@ -1245,18 +1345,31 @@ impl Engine {
         news: &mut Vec<CacheNews>,
         closing: &mut Vec<Mapping>,
     ) -> Option<bool> {
-        let cut_off = |state: &mut State, news: &mut Vec<CacheNews>, rejected: bool| {
-            if rejected {
-                stats::REJECTED.fetch_add(1, Ordering::Relaxed);
-            }
-            kill(&mut state.peers[index], news);
+        let cut_off = |state: &mut State, news: &mut Vec<CacheNews>, why: Option<&'static str>| {
+            let why = match why {
+                Some(violation) => {
+                    stats::REJECTED.fetch_add(1, Ordering::Relaxed);
+                    let peer = &state.peers[index];
+                    tracing::warn!(
+                        target: "offload::ipc",
+                        endpoint = self.id,
+                        peer = %peer.id,
+                        pid = peer.pid,
+                        violation,
+                        "a peer broke the protocol: cutting it off"
+                    );
+                    "it broke the protocol"
+                }
+                None => "its socket closed",
+            };
+            kill(&mut state.peers[index], news, why);
             std::mem::take(&mut state.peers[index].mappings)
         };
         let packet = match read {
             Ok(Some(packet)) => packet,
             Ok(None) => return None,
             Err(_) => {
-                closing.extend(cut_off(state, news, false));
+                closing.extend(cut_off(state, news, None));
                 return None;
             }
         };
@@ -1268,13 +1381,17 @@ impl Engine {
         // Malformed, forged or oversized: counted, and the peer is cut off (its
         // descriptors were closed with the packet).
         let Ok(message) = message else {
-            closing.extend(cut_off(state, news, true));
+            closing.extend(cut_off(
+                state,
+                news,
+                Some("a malformed, forged or oversized message"),
+            ));
             return None;
         };
         match self.handle(state, index, message, news, closing) {
             Ok(delivered) => Some(delivered),
             Err(()) => {
-                closing.extend(cut_off(state, news, true));
+                closing.extend(cut_off(state, news, Some("a message out of turn")));
                 None
             }
         }
@@ -1319,6 +1436,14 @@ impl Engine {
                 mapping: _,
             } => {
                 stats::UNMAPS_RECEIVED.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    target: "offload::ipc",
+                    endpoint = self.id,
+                    peer = %peer_id,
+                    entry,
+                    generation,
+                    "the sender unmapped memory it sent"
+                );
                 let peer = &mut state.peers[index];
                 if let Some(i) = peer
                     .mappings
@@ -1397,10 +1522,24 @@ impl Engine {
                     continue; // its peer is gone: so is the memory
                 };
                 let peer_id = d.peer;
+                let how = match d.what {
+                    Pending::Map { .. } => "map",
+                    Pending::Use { .. } => "cached",
+                    Pending::OneShot { .. } => "one-shot",
+                };
                 let made = self.materialize(&mut state, index, d.what, &mut closing);
                 let peer = &mut state.peers[index];
                 match made {
                     Ok(buffer) => {
+                        tracing::debug!(
+                            target: "offload::ipc",
+                            endpoint = self.id,
+                            peer = %peer_id,
+                            tag = d.tag,
+                            len = buffer.len(),
+                            mapping = how,
+                            "received a buffer range"
+                        );
                         flush(peer, &mut news);
                         break Some(Received {
                             peer: peer_id,
@@ -1410,6 +1549,15 @@ impl Engine {
                     }
                     Err(failed) => {
                         stats::REJECTED.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(
+                            target: "offload::ipc",
+                            endpoint = self.id,
+                            peer = %peer_id,
+                            tag = d.tag,
+                            mapping = how,
+                            answer = ?failed,
+                            "could not deliver a buffer range"
+                        );
                         peer.outbox.push_back(failed.encode());
                         flush(peer, &mut news);
                     }
@@ -1654,6 +1802,12 @@ impl Engine {
             return Ok(());
         }
         let unmaps = lock(&self.generation.ipc.cache).release_endpoint(self.id);
+        tracing::info!(
+            target: "offload::ipc",
+            endpoint = self.id,
+            unmaps = unmaps.len(),
+            "closing an IPC endpoint"
+        );
         self.unmap(&unmaps, true);
         let (mappings, deliveries, peers) = {
             let mut state = lock(&self.state);
@@ -1704,7 +1858,7 @@ fn flush(peer: &mut Peer, news: &mut Vec<CacheNews>) {
             }
             Ok(Sent::WouldBlock) => return,
             Err(_) => {
-                kill(peer, news);
+                kill(peer, news, "its socket broke");
                 return;
             }
         }
@@ -1714,10 +1868,18 @@ fn flush(peer: &mut Peer, news: &mut Vec<CacheNews>) {
 /// The peer is gone (its socket broke, it broke the protocol, or it did not answer in
 /// time): nothing more is sent to it, and the cache forgets it. Its mappings are closed
 /// by the caller.
-fn kill(peer: &mut Peer, news: &mut Vec<CacheNews>) {
+fn kill(peer: &mut Peer, news: &mut Vec<CacheNews>, why: &'static str) {
     if !peer.alive {
         return;
     }
+    tracing::info!(
+        target: "offload::ipc",
+        endpoint = peer.endpoint,
+        peer = %peer.id,
+        pid = peer.pid,
+        why,
+        "a peer is gone"
+    );
     peer.alive = false;
     peer.outbox.clear();
     peer.unacked.clear();

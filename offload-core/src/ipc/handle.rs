@@ -120,6 +120,14 @@ impl IpcHandle {
                 ),
             });
         }
+        tracing::debug!(
+            target: "offload::ipc",
+            backend = %backend,
+            allocation,
+            size = exported.size,
+            fd = exported.fd.is_some(),
+            "exported an allocation"
+        );
         Ok(IpcHandle {
             backend,
             uuid,
@@ -391,8 +399,19 @@ impl IpcHandle {
         })
     }
 
-    /// What the backend needs to map it (consumes the descriptor).
+    /// What the backend needs to map it (consumes the descriptor): called by
+    /// `Device::import` (and an endpoint's imports) just before the backend maps it.
     pub(crate) fn into_exported(self) -> Exported {
+        tracing::debug!(
+            target: "offload::ipc",
+            backend = %self.backend,
+            allocation = self.allocation,
+            size = self.size,
+            offset = self.offset,
+            len = self.len,
+            fd = self.fd.is_some(),
+            "importing an allocation"
+        );
         Exported {
             size: self.size,
             payload: self.payload,

@@ -12,6 +12,14 @@
 //!
 //! Memory other processes will map is allocated with `Device::alloc_exportable`: Vulkan must
 //! declare it exportable at allocation, and on the host it is a memfd instead of a heap block.
+//!
+//! Everything here reports to [`tracing`](https://docs.rs/tracing) under the target
+//! `offload::ipc` (never memory contents, never handle bytes): exports and imports of
+//! handles (debug: backend, allocation id, size), endpoints bound, connected, accepted,
+//! closed and peers gone (info; a refused connection or a peer cut off for breaking the
+//! protocol is a warning), deliveries sent and received (debug), cache hits, misses and
+//! entries (trace) and evictions (debug), and the unmaps a free waits for (debug; a peer
+//! that does not acknowledge in time is a warning).
 
 mod cache;
 pub(crate) mod endpoint;
@@ -92,6 +100,12 @@ pub(crate) fn before_free(generation: &Arc<Generation>, entry: &Arc<BufferEntry>
     }
     let unmaps = lock(&generation.ipc.cache).evict_allocation(entry.id);
     if !unmaps.is_empty() {
+        tracing::debug!(
+            target: "offload::ipc",
+            allocation = entry.id,
+            mappings = unmaps.len(),
+            "freeing exported memory: peers unmap it first"
+        );
         generation.ipc.send_unmaps(unmaps, true);
     }
 }

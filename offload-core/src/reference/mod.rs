@@ -31,7 +31,7 @@ use crate::erased::{PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::hal::{
     self, BackendKind, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf, MemKind,
-    ParamKind,
+    ParamKind, ScalarType,
 };
 use crate::runtime::config::Config;
 use crate::sync::{lock, read, write};
@@ -329,7 +329,9 @@ impl hal::Device for RefDevice {
         Ok(())
     }
 
-    fn launch(
+    // Unverified code runs behind this call: the caller holds the launch contract.
+    #[allow(unsafe_code)]
+    unsafe fn launch(
         &self,
         queue: &RefQueue,
         kernel: &KernelOf<Self>,
@@ -527,13 +529,16 @@ pub const MAGIC: &str = "OFFLOAD-REFERENCE 1";
 
 /// The built-in kernels and their parameters.
 const KERNELS: [(&str, &[ParamKind]); 4] = [
-    ("add_one", &[ParamKind::Buffer, ParamKind::Scalar(4)]),
+    (
+        "add_one",
+        &[ParamKind::Buffer, ParamKind::Typed(ScalarType::U32)],
+    ),
     (
         "fill",
         &[
             ParamKind::Buffer,
-            ParamKind::Scalar(4),
-            ParamKind::Scalar(4),
+            ParamKind::Typed(ScalarType::U32),
+            ParamKind::Typed(ScalarType::U32),
         ],
     ),
     ("noop", &[]),
@@ -638,6 +643,7 @@ fn symbol(call: &'static str, name: &str) -> Error {
         backend: BackendKind::Reference,
         call,
         symbol: name.to_string(),
+        hint: String::new(),
     }
 }
 
@@ -735,7 +741,12 @@ fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -
         )),
     };
     let buffer = |i: usize| match args.get(i) {
-        Some(KernelArg::Buffer(b)) => Ok(b.bytes.clone()),
+        Some(KernelArg::Buffer(b)) => Ok((b.bytes.clone(), 0..usize::MAX)),
+        Some(KernelArg::Range {
+            buffer,
+            offset,
+            len,
+        }) => Ok((buffer.bytes.clone(), *offset..offset + len)),
         _ => Err(Error::invalid(
             "Queue::launch",
             format!("argument {i} is not a buffer"),
@@ -744,14 +755,16 @@ fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -
     match kernel.name.as_str() {
         "noop" => Ok(Box::new(|| {})),
         "add_one" | "fill" => {
-            let buf = buffer(0)?;
+            let (buf, range) = buffer(0)?;
             let (value, n) = if kernel.name == "fill" {
                 (Some(scalar(1)?), scalar(2)?)
             } else {
                 (None, scalar(1)?)
             };
             Ok(Box::new(move || {
-                let mut bytes = write(&buf);
+                let mut all = write(&buf);
+                let end = range.end.min(all.len());
+                let bytes = &mut all[range.start..end];
                 let count = u64::from(n).min(threads).min((bytes.len() / 4) as u64) as usize;
                 for word in bytes.chunks_exact_mut(4).take(count) {
                     let v = value.unwrap_or_else(|| u32_at(word).wrapping_add(1));
@@ -760,11 +773,13 @@ fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -
             }))
         }
         "read_global" => {
-            let buf = buffer(0)?;
+            let (buf, range) = buffer(0)?;
             let globals = kernel.globals.clone();
             Ok(Box::new(move || {
                 let g = lock(&globals).get("g").cloned().unwrap_or_default();
-                let mut bytes = write(&buf);
+                let mut all = write(&buf);
+                let end = range.end.min(all.len());
+                let bytes = &mut all[range.start..end];
                 let n = g.len().min(bytes.len());
                 bytes[..n].copy_from_slice(&g[..n]);
             }))

@@ -72,6 +72,8 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config> {
         let mut config = Config::default();
+        // An empty value counts as unset (`OFFLOAD_BACKENDS= prog`); a list without a
+        // name (`OFFLOAD_BACKENDS=,`) is an error.
         if let Some(v) = env("OFFLOAD_BACKENDS").filter(|v| !v.trim().is_empty()) {
             config.backends = Some(parse_backends(&v)?);
         }
@@ -109,6 +111,76 @@ impl Config {
     }
 }
 
+/// Names a list of backends for messages: `[host, vulkan]`.
+pub(crate) fn list(kinds: &[BackendKind]) -> String {
+    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    format!("[{}]", names.join(", "))
+}
+
+/// Whether two backend lists name the same backends (platforms open in discovery order
+/// whatever the order of the list, so the order does not matter).
+fn same_backends(a: &[BackendKind], b: &[BackendKind]) -> bool {
+    a.iter().all(|k| b.contains(k)) && b.iter().all(|k| a.contains(k))
+}
+
+impl Overrides {
+    /// What of this request a live runtime whose configuration is `in_force` cannot honour,
+    /// one line per setting the builder set explicitly that differs; empty if it can share.
+    /// `open` lists the backends of the live runtime's platforms (what "every backend whose
+    /// driver is found" came to), `extra` the backends of the platforms the builder added.
+    pub(crate) fn mismatches(
+        &self,
+        in_force: &Config,
+        open: &[BackendKind],
+        extra: &[BackendKind],
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(asked) = &self.backends {
+            let (effective, how) = match &in_force.backends {
+                Some(list) => (list.as_slice(), ""),
+                None => (
+                    open,
+                    " (every compiled-in backend whose driver was found, as no backend list \
+                     was given)",
+                ),
+            };
+            if !same_backends(asked, effective) {
+                out.push(format!(
+                    "backends: asked {}, in force {}{how}",
+                    list(asked),
+                    list(effective)
+                ));
+            }
+        }
+        if let Some(asked) = self.ipc_cache_size {
+            if asked != in_force.ipc_cache_size {
+                out.push(format!(
+                    "ipc_cache_size: asked {asked}, in force {}",
+                    in_force.ipc_cache_size
+                ));
+            }
+        }
+        if let Some(asked) = self.host_devices {
+            if asked != in_force.host_devices {
+                out.push(format!(
+                    "host_devices: asked {asked}, in force {}",
+                    in_force.host_devices
+                ));
+            }
+        }
+        for kind in extra {
+            if !open.contains(kind) {
+                out.push(format!(
+                    "platform: a {kind} platform was added, but the runtime in force has none \
+                     (its platforms: {})",
+                    list(open)
+                ));
+            }
+        }
+        out
+    }
+}
+
 fn parse_backends(value: &str) -> Result<Vec<BackendKind>> {
     let mut out = Vec::new();
     for part in value.split(',').filter(|p| !p.trim().is_empty()) {
@@ -121,6 +193,20 @@ fn parse_backends(value: &str) -> Result<Vec<BackendKind>> {
         if !out.contains(&kind) {
             out.push(kind);
         }
+    }
+    if out.is_empty() {
+        // `OFFLOAD_BACKENDS=","`: a list with no names would start a runtime with no
+        // platforms, which nobody means.
+        return Err(Error::invalid(
+            "Offload::init",
+            format!(
+                "OFFLOAD_BACKENDS={value:?} names no backend, so the runtime would have no \
+                 devices: write a comma-separated list of backends to open, such as \
+                 OFFLOAD_BACKENDS=host or OFFLOAD_BACKENDS=host,vulkan (names: host, vulkan, \
+                 cuda, hip, ze), or unset it to open every compiled-in backend whose driver \
+                 is found"
+            ),
+        ));
     }
     Ok(out)
 }
@@ -176,8 +262,68 @@ mod tests {
         assert!(e.to_string().contains("OFFLOAD_BACKENDS"), "{e}");
         assert!(e.to_string().contains("metal"), "{e}");
 
+        for value in [",", " , ,"] {
+            let vars = [("OFFLOAD_BACKENDS", value)];
+            let e = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+            assert!(e.to_string().contains("OFFLOAD_BACKENDS"), "{e}");
+            assert!(e.to_string().contains("names no backend"), "{e}");
+        }
+        // An empty value is unset.
+        let vars = [("OFFLOAD_BACKENDS", "")];
+        let c = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap();
+        assert_eq!(c.backends, None);
+
         let vars = [("OFFLOAD_IPC_CACHE_SIZE", "-1")];
         let e = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap_err();
         assert!(e.to_string().contains("OFFLOAD_IPC_CACHE_SIZE"), "{e}");
+    }
+
+    #[test]
+    fn mismatches_name_each_explicit_setting_that_differs() {
+        let in_force = Config {
+            backends: Some(vec![BackendKind::Host]),
+            ..Config::default()
+        };
+        let open = [BackendKind::Host];
+        // Nothing explicit, or exactly what is in force: shares.
+        assert!(
+            Overrides::default()
+                .mismatches(&in_force, &open, &[])
+                .is_empty()
+        );
+        let same = Overrides {
+            backends: Some(vec![BackendKind::Host]),
+            ipc_cache_size: Some(DEFAULT_IPC_CACHE_SIZE),
+            host_devices: Some(1),
+        };
+        assert!(same.mismatches(&in_force, &open, &[]).is_empty());
+
+        let other = Overrides {
+            backends: Some(vec![BackendKind::Vulkan]),
+            ipc_cache_size: Some(4),
+            host_devices: Some(3),
+        };
+        let m = other.mismatches(&in_force, &open, &[BackendKind::Reference]);
+        assert_eq!(m.len(), 4, "{m:#?}");
+        assert_eq!(m[0], "backends: asked [vulkan], in force [host]");
+        assert!(m[1].contains("asked 4, in force 16"), "{m:#?}");
+        assert!(m[2].contains("asked 3, in force 1"), "{m:#?}");
+        assert!(m[3].contains("reference platform"), "{m:#?}");
+
+        // No list in force: what opened is what is in force, in any order.
+        let all = Config::default();
+        let open = [BackendKind::Host, BackendKind::Vulkan];
+        let asked = Overrides {
+            backends: Some(vec![BackendKind::Vulkan, BackendKind::Host]),
+            ..Overrides::default()
+        };
+        assert!(asked.mismatches(&all, &open, &[]).is_empty());
+        let asked = Overrides {
+            backends: Some(vec![BackendKind::Vulkan]),
+            ..Overrides::default()
+        };
+        let m = asked.mismatches(&all, &open, &[]);
+        assert!(m[0].contains("every compiled-in backend"), "{m:#?}");
     }
 }

@@ -92,7 +92,7 @@ impl Live {
         self.devices
             .get(key)
             .map(|slot| &slot.raw)
-            .ok_or(Error::ShutDown)
+            .ok_or_else(Error::shut_down)
     }
 
     /// Lists a resource made by `make`, which learns its key.
@@ -109,7 +109,8 @@ impl Live {
             resource as Arc<dyn Resource>
         });
         // `insert_with_key` calls its closure exactly once.
-        made.map(|resource| (key, resource)).ok_or(Error::ShutDown)
+        made.map(|resource| (key, resource))
+            .ok_or_else(Error::shut_down)
     }
 
     /// Forgets a resource (its handle released it).
@@ -179,27 +180,58 @@ impl Generation {
                     name: raw.name(),
                     raw,
                 }),
-                Err(e) if !required => unavailable.push(Unavailable {
-                    backend: entry.kind(),
-                    reason: e.to_string(),
-                }),
+                Err(e) if !required => {
+                    tracing::info!(
+                        target: "offload::init",
+                        backend = %entry.kind(),
+                        reason = %e,
+                        "platform unavailable"
+                    );
+                    unavailable.push(Unavailable {
+                        backend: entry.kind(),
+                        reason: e.to_string(),
+                    });
+                }
                 Err(e) => {
+                    tracing::warn!(
+                        target: "offload::init",
+                        backend = %entry.kind(),
+                        reason = %e,
+                        "platform unavailable, and named explicitly: init fails"
+                    );
                     // Nothing leaks: deinit what was opened, newest first.
                     let mut errors = vec![e];
                     errors.extend(platforms.iter().rev().filter_map(|p| p.raw.deinit().err()));
-                    return Err(Error::join(errors).err().unwrap_or(Error::ShutDown));
+                    return Err(Error::join(errors).err().unwrap_or_else(Error::shut_down));
                 }
             }
         }
         let mut devices = SlotMap::with_key();
         for (index, platform) in platforms.iter().enumerate() {
+            let mut count = 0usize;
             for raw in platform.raw.devices() {
                 devices.insert(DeviceSlot {
                     platform: index,
                     raw,
                 });
+                count += 1;
             }
+            tracing::info!(
+                target: "offload::init",
+                backend = %platform.kind,
+                name = %platform.name,
+                devices = count,
+                "platform opened"
+            );
         }
+        tracing::debug!(
+            target: "offload::generation",
+            generation = id,
+            platforms = platforms.len(),
+            devices = devices.len(),
+            unavailable = unavailable.len(),
+            "generation started"
+        );
         let ipc = crate::ipc::endpoint::Shared::new(config.ipc_cache_size);
         Ok(Generation {
             id,
@@ -223,7 +255,7 @@ impl Generation {
     /// the generation ended. Teardown waits for `f` to return.
     pub(crate) fn with_live<T>(&self, f: impl FnOnce(&Live) -> Result<T>) -> Result<T> {
         let guard = read(&self.live);
-        f(guard.as_ref().ok_or(Error::ShutDown)?)
+        f(guard.as_ref().ok_or_else(Error::shut_down)?)
     }
 
     /// Whether the generation still runs (no teardown has taken its state).
@@ -277,6 +309,13 @@ impl Generation {
         let Some((queues, mut modules)) = snapshot else {
             return Ok(());
         };
+        tracing::debug!(
+            target: "offload::generation",
+            generation = self.id,
+            queues = queues.len(),
+            modules = modules.len(),
+            "generation teardown begins"
+        );
         for queue in queues {
             errors.extend(queue.prepare(self).err());
         }
@@ -303,6 +342,12 @@ impl Generation {
         }
         drop(live.platforms);
         errors.append(&mut lock(&self.deferred));
+        tracing::debug!(
+            target: "offload::generation",
+            generation = self.id,
+            errors = errors.len(),
+            "generation teardown finished"
+        );
         Error::join(errors)
     }
 }

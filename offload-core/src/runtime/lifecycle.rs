@@ -18,7 +18,7 @@ use crate::erased::{NoPlatforms, PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::handles::Device;
-use crate::runtime::config::{Config, Overrides};
+use crate::runtime::config::{Config, Overrides, list};
 use crate::runtime::generation::{Generation, Live, Unavailable};
 use crate::sync::lock;
 
@@ -68,8 +68,29 @@ fn acquire(
 ) -> Result<Arc<Generation>> {
     let mut state = lock(&LIFECYCLE);
     if let Some(current) = &state.current {
-        // L1/L5: later inits share the generation and its configuration.
-        current.refs.fetch_add(1, Ordering::Relaxed);
+        // L1/L5: later inits share the generation and its configuration, unless they ask
+        // explicitly for settings it does not have: sharing would silently give them
+        // something else (issue 11, point 6).
+        let open = current
+            .with_live(|live| Ok(live.platforms.iter().map(|p| p.kind).collect::<Vec<_>>()))
+            .unwrap_or_default();
+        let extra_kinds: Vec<BackendKind> = extra.iter().map(|e| e.kind()).collect();
+        let mismatches = set.mismatches(&current.config, &open, &extra_kinds);
+        if !mismatches.is_empty() {
+            tracing::debug!(
+                target: "offload::init",
+                generation = current.id,
+                "request conflicts with the configuration in force"
+            );
+            return Err(conflict(current.id, &mismatches));
+        }
+        let references = current.refs.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::debug!(
+            target: "offload::init",
+            generation = current.id,
+            references,
+            "sharing the live runtime and its configuration"
+        );
         return Ok(current.clone());
     }
     let config = Config::resolve(set)?;
@@ -86,6 +107,12 @@ fn acquire(
             .iter()
             .find(|k| !entries.iter().any(|(e, _)| e.kind() == **k))
         {
+            tracing::warn!(
+                target: "offload::init",
+                backend = %missing,
+                reason = "not in this build",
+                "platform unavailable, and named explicitly: init fails"
+            );
             return Err(Error::Unsupported {
                 backend: *missing,
                 call: "Offload::init",
@@ -107,6 +134,22 @@ fn acquire(
     Ok(generation)
 }
 
+/// The error of a `start` that asks explicitly for settings the live runtime lacks.
+fn conflict(generation: u64, mismatches: &[String]) -> Error {
+    Error::invalid(
+        "Offload::start",
+        format!(
+            "an offload runtime is already live in this process (generation {generation}, \
+             started by an earlier `init`, perhaps another library's), and the first `init` \
+             fixes the configuration; this request asks explicitly for settings it does not \
+             have: {}. Shut the other runtime down first (every `Offload<Ready>` of it), ask \
+             for what is in force (`Offload::config()` shows it), or leave these settings \
+             unset to share the live runtime",
+            mismatches.join("; ")
+        ),
+    )
+}
+
 /// Gives back one reference; the last one tears the generation down (under the lifecycle
 /// lock, so a concurrent `init` waits and then starts a fresh generation).
 /// Returns whether this was the last reference.
@@ -117,6 +160,12 @@ fn release(generation: &Arc<Generation>) -> Result<bool> {
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| r.checked_sub(1));
     if before != Ok(1) {
         // Other references remain, or the exit hook already shut this generation down.
+        tracing::info!(
+            target: "offload::shutdown",
+            generation = generation.id,
+            deinitialised = false,
+            "reference given back; the runtime stays up for its other references"
+        );
         return Ok(false);
     }
     if state
@@ -126,13 +175,26 @@ fn release(generation: &Arc<Generation>) -> Result<bool> {
     {
         state.current = None;
     }
-    generation.teardown().map(|()| true)
+    let result = generation.teardown();
+    tracing::info!(
+        target: "offload::shutdown",
+        generation = generation.id,
+        deinitialised = true,
+        errors = result.as_ref().err().map_or(0, |e| e.iter().count()),
+        "last reference given back: runtime deinitialised"
+    );
+    result.map(|()| true)
 }
 
 /// The exit hook: shuts down the live generation whoever still holds references.
 pub(crate) fn shutdown_at_exit() {
     let mut state = lock(&LIFECYCLE);
     if let Some(generation) = state.current.take() {
+        tracing::debug!(
+            target: "offload::shutdown",
+            generation = generation.id,
+            "still live at exit: shutting down"
+        );
         generation.refs.store(0, Ordering::Relaxed);
         report_later(generation.teardown());
     }
@@ -196,7 +258,7 @@ pub struct Shutdown {
 /// buf.write(0, &[7; 64])?;
 /// let down = rt.shutdown()?;
 /// assert!(down.was_last());
-/// assert!(matches!(buf.write(0, &[1]), Err(offload_core::Error::ShutDown)));
+/// assert!(matches!(buf.write(0, &[1]), Err(offload_core::Error::ShutDown { .. })));
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 pub struct Offload<S = Ready, P = NoPlatforms> {
@@ -205,8 +267,11 @@ pub struct Offload<S = Ready, P = NoPlatforms> {
 }
 
 impl<P: Platforms> Offload<Uninit, P> {
-    /// Starts configuring a runtime. Settings made here override the environment; they
-    /// take effect only if this `start` is the one that initialises the runtime (L5).
+    /// Starts configuring a runtime. Settings made here override the environment. The
+    /// `start` that initialises the runtime fixes its configuration (L5); a later `start`
+    /// while it is live shares it if it asks for nothing else, and fails with
+    /// `Error::InvalidArgument` if a setting made here differs from the one in force
+    /// (see [`start`](Self::start)).
     ///
     /// ```standalone_crate
     /// use offload_core::reference::Offload;
@@ -221,8 +286,13 @@ impl<P: Platforms> Offload<Uninit, P> {
         }
     }
 
-    /// Opens only these backends, in this order (like `OFFLOAD_BACKENDS`). A backend named
-    /// here whose driver is missing makes `start` fail instead of being skipped.
+    /// Opens only these backends (like `OFFLOAD_BACKENDS`; platforms open in discovery
+    /// order). A backend named here whose driver is missing makes `start` fail instead of
+    /// being skipped.
+    ///
+    /// An empty list opens no built-in platform: it is meant for a runtime of platforms
+    /// added with [`platform`](Self::platform) only, and without one `start` fails with
+    /// `Error::InvalidArgument` (a runtime with no platform at all has nothing to offer).
     ///
     /// ```standalone_crate
     /// use offload_core::{BackendKind, reference::Offload};
@@ -280,14 +350,44 @@ impl<P: Platforms> Offload<Uninit, P> {
     }
 
     /// Initialises the runtime with this configuration, or takes a reference to the one
-    /// already live (whose configuration then stays in force, L5).
+    /// already live, whose configuration stays in force (L5).
     ///
-    /// ```
-    /// let rt = offload_core::reference::Offload::builder().start()?;
-    /// assert!(rt.generation() > 0);
+    /// Joining a live runtime succeeds when every setting made on this builder
+    /// ([`backends`](Self::backends), [`ipc_cache_size`](Self::ipc_cache_size),
+    /// [`host_devices`](Self::host_devices), [`platform`](Self::platform)) matches what is
+    /// in force; settings not made here are not compared. Otherwise `start` fails with
+    /// `Error::InvalidArgument` naming each setting asked and in force: shut the other
+    /// runtime down first, or ask for what [`Offload::config`] shows.
+    ///
+    /// ```standalone_crate
+    /// use offload_core::{BackendKind, Error, reference::Offload};
+    /// let first = Offload::builder().host_devices(2).start()?;
+    /// // Asking for nothing explicit, or for what is in force, shares the live runtime.
+    /// let shared = Offload::builder().start()?;
+    /// let same = Offload::builder().host_devices(2).start()?;
+    /// assert_eq!(same.generation(), first.generation());
+    /// // Asking for something else while it is live is an error, not a silent share.
+    /// let e = Offload::builder().host_devices(3).start().unwrap_err();
+    /// assert!(matches!(e, Error::InvalidArgument { .. }));
+    /// assert!(e.to_string().contains("host_devices: asked 3, in force 2"), "{e}");
+    /// // An empty backend list with no added platform would have no devices.
+    /// assert!(Offload::builder().backends([]).start().is_err());
+    /// # drop((shared, same));
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn start(self) -> Result<Offload<Ready, P>> {
+        let _span = tracing::info_span!(target: "offload::init", "offload::init").entered();
+        if self.state.set.backends.as_ref().is_some_and(Vec::is_empty)
+            && self.state.extra.is_empty()
+        {
+            return Err(Error::invalid(
+                "Offload::backends",
+                "the backend list is empty and no platform was added with `platform(..)`, so \
+                 the runtime would have no devices: name the backends to open, e.g. \
+                 `Offload::builder().backends([BackendKind::Host])`, or leave `backends` \
+                 unset to open every compiled-in backend whose driver is found",
+            ));
+        }
         let generation = acquire(&self.state.set, P::platforms(), &self.state.extra)?;
         Ok(Offload {
             state: Ready {
@@ -313,6 +413,62 @@ impl<P: Platforms> Offload<Ready, P> {
     /// ```
     pub fn init() -> Result<Self> {
         Offload::<Uninit, P>::builder().start()
+    }
+
+    /// The first device of backend `kind`, in platform order.
+    ///
+    /// When there is none, the error (`Error::Unsupported`, naming the backend) says why:
+    /// its platform is open but has no device; it is unavailable, with the reason (usually
+    /// its driver was not found, as [`unavailable`](Self::unavailable) lists); it is not
+    /// among the backends in force (`OFFLOAD_BACKENDS` or
+    /// [`backends`](Offload::backends)); or it is not compiled into this build.
+    ///
+    /// ```
+    /// use offload_core::{BackendKind, Error, reference::Offload};
+    /// let rt = Offload::init()?;
+    /// let dev = rt.device(BackendKind::Reference)?;
+    /// assert_eq!(dev.backend(), BackendKind::Reference);
+    /// let e = rt.device(BackendKind::Cuda).unwrap_err();
+    /// assert!(matches!(e, Error::Unsupported { backend: BackendKind::Cuda, .. }));
+    /// assert!(e.to_string().contains("not compiled into this build"), "{e}");
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn device(&self, kind: BackendKind) -> Result<Device> {
+        let (found, open) = self.live_call(|live, generation| {
+            let found = live
+                .devices
+                .iter()
+                .find(|(_, slot)| live.platforms[slot.platform].kind == kind)
+                .map(|(key, _)| Device::new(generation.clone(), key, kind));
+            let open: Vec<BackendKind> = live.platforms.iter().map(|p| p.kind).collect();
+            (found, open)
+        })?;
+        if let Some(device) = found {
+            return Ok(device);
+        }
+        let generation = &self.state.generation;
+        let why = if open.contains(&kind) {
+            format!("the {kind} platform is open but has no devices")
+        } else if let Some(u) = generation.unavailable.iter().find(|u| u.backend == kind) {
+            format!("the {kind} platform is unavailable: {}", u.reason)
+        } else if P::platforms().iter().any(|e| e.kind() == kind) {
+            let in_force = generation.config.backends.as_deref().unwrap_or(&[]);
+            format!(
+                "{kind} is not among the backends in force {} (set by OFFLOAD_BACKENDS or \
+                 `Offload::builder().backends(..)` at the first init): add it there",
+                list(in_force)
+            )
+        } else {
+            format!(
+                "{kind} is not compiled into this build (enable the cargo feature `{kind}` \
+                 of offload)"
+            )
+        };
+        Err(Error::Unsupported {
+            backend: kind,
+            call: "Offload::device",
+            reason: format!("no {kind} device: {why}; platforms open: {}", list(&open)),
+        })
     }
 }
 
@@ -379,6 +535,7 @@ impl<P> Offload<Ready, P> {
     }
 
     /// The configuration in force: fixed by the `init` that started this generation (L5).
+    /// A later `start` that asks for other settings fails; ask for these instead.
     ///
     /// ```standalone_crate
     /// let rt = offload_core::reference::Offload::init()?;
@@ -420,8 +577,12 @@ impl<P> Offload<Ready, P> {
     }
 
     /// Gives this reference back. The last reference deinitialises everything in the L4
-    /// order, runs every step whatever fails, and returns all errors (`Error::Multiple`);
-    /// handles made by the runtime then return `Error::ShutDown`.
+    /// order, runs every step whatever fails, and returns all errors; handles made by the
+    /// runtime then return `Error::ShutDown`.
+    ///
+    /// Either way the reference is gone: `Ok` and the [`ShutdownError`] of `Err` both hold
+    /// the `Offload<Shutdown>`, whose [`was_last`](Offload::was_last) says whether this
+    /// call deinitialised the runtime. `?` turns a `ShutdownError` into its [`Error`].
     ///
     /// ```standalone_crate
     /// use offload_core::reference::Offload;
@@ -431,18 +592,26 @@ impl<P> Offload<Ready, P> {
     /// assert!(b.shutdown()?.was_last());
     /// # Ok::<(), offload_core::Error>(())
     /// ```
-    pub fn shutdown(mut self) -> Result<Offload<Shutdown, P>> {
+    pub fn shutdown(mut self) -> Result<Offload<Shutdown, P>, ShutdownError<P>> {
         self.state.holds = false;
         let generation = self.state.generation.clone();
         drop(self);
-        let last = release(&generation)?;
-        Ok(Offload {
+        let (last, error) = match release(&generation) {
+            Ok(last) => (last, None),
+            // Only the last reference tears down, so only it meets errors.
+            Err(e) => (true, Some(e)),
+        };
+        let down = Offload {
             state: Shutdown {
                 generation: generation.id,
                 last,
             },
             platforms: PhantomData,
-        })
+        };
+        match error {
+            None => Ok(down),
+            Some(error) => Err(ShutdownError { down, error }),
+        }
     }
 }
 
@@ -513,5 +682,148 @@ impl<S: std::fmt::Debug, P> std::fmt::Debug for Offload<S, P> {
         f.debug_struct("Offload")
             .field("state", &self.state)
             .finish()
+    }
+}
+
+/// A shutdown that met errors. The reference was given back all the same: the error holds
+/// the [`Offload<Shutdown>`](Offload) (so [`was_last`](Self::was_last) tells whether the
+/// runtime was deinitialised; every step of L4 ran) and the errors of the steps that
+/// failed ([`errors`](Self::errors), or [`into_parts`](Self::into_parts) for both).
+///
+/// `?` converts it into its [`Error`] (the only error, or `Error::Multiple`), so
+/// `rt.shutdown()?` works in a function returning [`crate::Result`].
+///
+/// ```standalone_crate
+/// use offload_core::{Error, Program, reference::{Offload, fixture_image}};
+/// let rt = Offload::init()?;
+/// let dev = rt.devices()?.remove(0);
+/// let _module = Program::new(fixture_image())
+///     .on_teardown(|_| Err("cannot flush the log".into()))
+///     .load(&dev)?;
+/// match rt.shutdown() {
+///     Ok(down) => unreachable!("the teardown callback failed, got {down:?}"),
+///     Err(e) => {
+///         assert!(e.was_last(), "deinitialised all the same");
+///         assert!(e.errors().all(|e| matches!(e, Error::Callback { .. })));
+///         println!("{e}");
+///         let (down, error) = e.into_parts();
+///         assert!(down.was_last());
+///         assert!(error.to_string().contains("cannot flush the log"));
+///     }
+/// }
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct ShutdownError<P = NoPlatforms> {
+    down: Offload<Shutdown, P>,
+    error: Error,
+}
+
+impl<P> ShutdownError<P> {
+    /// Whether this shutdown was the last reference and deinitialised the runtime (every
+    /// step ran, whatever failed).
+    ///
+    /// ```standalone_crate
+    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # let rt = Offload::init()?;
+    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// let e = rt.shutdown().unwrap_err();
+    /// assert!(e.was_last());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn was_last(&self) -> bool {
+        self.down.was_last()
+    }
+
+    /// The generation the reference belonged to.
+    ///
+    /// ```standalone_crate
+    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # let rt = Offload::init()?;
+    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// let n = rt.generation();
+    /// assert_eq!(rt.shutdown().unwrap_err().generation(), n);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.down.generation()
+    }
+
+    /// The error as one value: the only one, or `Error::Multiple` of all of them.
+    ///
+    /// ```standalone_crate
+    /// # use offload_core::{Error, Program, reference::{Offload, fixture_image}};
+    /// # let rt = Offload::init()?;
+    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// let e = rt.shutdown().unwrap_err();
+    /// assert!(matches!(e.error(), Error::Callback { callback: "on_teardown", .. }));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// Every error, one per failed step (an `Error::Multiple` is flattened).
+    ///
+    /// ```standalone_crate
+    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # let rt = Offload::init()?;
+    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// let e = rt.shutdown().unwrap_err();
+    /// for error in e.errors() {
+    ///     eprintln!("shutdown step failed: {error}");
+    /// }
+    /// assert_eq!(e.errors().count(), 1);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn errors(&self) -> impl Iterator<Item = &Error> {
+        self.error.iter()
+    }
+
+    /// The shut-down runtime and the error.
+    ///
+    /// ```standalone_crate
+    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # let rt = Offload::init()?;
+    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// let (down, error) = rt.shutdown().unwrap_err().into_parts();
+    /// assert!(down.was_last());
+    /// assert!(error.to_string().contains("on_teardown"));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn into_parts(self) -> (Offload<Shutdown, P>, Error) {
+        (self.down, self.error)
+    }
+}
+
+/// Like [`Error`]'s, it says what `Display` says (`main` returning `Err` prints `{:?}`).
+impl<P> std::fmt::Debug for ShutdownError<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl<P> std::fmt::Display for ShutdownError<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.was_last() {
+            "deinitialised the runtime"
+        } else {
+            "gave back its reference"
+        };
+        write!(
+            f,
+            "offload shutdown of generation {} {what}, with errors: {}",
+            self.generation(),
+            self.error
+        )
+    }
+}
+
+/// The errors are part of the message, so there is no separate source.
+impl<P> std::error::Error for ShutdownError<P> {}
+
+impl<P> From<ShutdownError<P>> for Error {
+    /// Keeps the error, dropping the shut-down runtime.
+    fn from(e: ShutdownError<P>) -> Error {
+        e.error
     }
 }

@@ -458,6 +458,7 @@ fn params(kernel: &str, s: &Section<'_>) -> Result<Vec<Param>, String> {
             size,
             align,
             pointer: None,
+            ty: None,
             name: String::new(),
         });
     }

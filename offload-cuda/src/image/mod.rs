@@ -103,6 +103,9 @@ pub(crate) struct Param {
     /// (its size is not 8, or it is an `.f64`); `None`: an 8-byte word that may be either
     /// (an unannotated `.u64`/`.s64`/`.b64`, an 8-byte array, every cubin parameter).
     pub pointer: Option<bool>,
+    /// Its type, for a single PTX number of a typed kind (`.u32`, `.s32`, `.f32`, …;
+    /// not `.b32`, arrays or cubin parameters, which are known by size only).
+    pub ty: Option<offload_core::ScalarType>,
     /// Its name in PTX; empty for a cubin, which does not record parameter names.
     pub name: String,
 }

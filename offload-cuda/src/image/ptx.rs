@@ -821,10 +821,23 @@ fn param(entry: &str, index: usize, toks: &[Tok<'_>], line: u32) -> Result<Param
     } else {
         Some(false)
     };
+    use offload_core::ScalarType as T;
+    let ty = match (count, pointer, type_name) {
+        (1, Some(false), ".u8") => Some(T::U8),
+        (1, Some(false), ".s8") => Some(T::I8),
+        (1, Some(false), ".u16") => Some(T::U16),
+        (1, Some(false), ".s16") => Some(T::I16),
+        (1, Some(false), ".u32") => Some(T::U32),
+        (1, Some(false), ".s32") => Some(T::I32),
+        (1, Some(false), ".f32") => Some(T::F32),
+        (1, Some(false), ".f64") => Some(T::F64),
+        _ => None,
+    };
     Ok(Param {
         size,
         align: align.unwrap_or(element),
         pointer,
+        ty,
         name: name.to_owned(),
     })
 }

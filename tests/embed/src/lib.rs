@@ -118,11 +118,14 @@ fn launch_on(rt: &Offload, backend: BackendKind, image: &[u8]) -> offload::Resul
     let buf = dev.alloc(4 * n as usize, MemKind::Device)?;
     let queue = dev.queue()?;
     // 64 blocks: a parallel launch, so the device starts its worker threads.
-    queue.launch(
-        &add_one,
-        offload::Dims::grid([64, 1, 1]).block([64, 1, 1]),
-        &[offload::Arg::buffer(&buf), offload::Arg::scalar(&n)],
-    )?;
+    // SAFETY: add_one writes n u32s of its buffer, which holds n.
+    unsafe {
+        queue.launch(
+            &add_one,
+            offload::Dims::grid([64, 1, 1]).block([64, 1, 1]),
+            &[offload::Arg::buffer(&buf), offload::Arg::scalar(&n)],
+        )
+    }?;
     let mut back = vec![0u8; 4 * n as usize];
     queue.read(&buf, 0, &mut back)?;
     let ok = back.chunks_exact(4).all(|w| w == 1u32.to_ne_bytes());

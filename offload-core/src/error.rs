@@ -156,6 +156,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// Source did not compile, or its compiler is missing. `log` is the compiler's
+    /// diagnostics (or what was looked for and not found).
+    #[error("{backend}: {call}: {language} compile failed: {log}")]
+    Compile {
+        /// Backend whose compiler ran.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// The source language.
+        language: crate::hal::Language,
+        /// The compiler's diagnostics, as it printed them.
+        log: String,
+    },
+
     /// The driver returned an error code that maps to no other variant.
     #[error("{backend}: {call}: driver error {code}: {message}")]
     Driver {

@@ -30,6 +30,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod compile;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod erased;
@@ -44,10 +45,12 @@ mod sync;
 /// Plain-old-data element types for [`TypedBuffer`]: derive `Pod` and `Zeroable` for your
 /// own `#[repr(C)]` structs.
 pub use bytemuck;
+pub use compile::{CompileStats, compile_stats};
 pub use erased::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};
 pub use hal::{
-    BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind, ScalarType,
+    BackendKind, CompilerId, DeviceInfo, Dims, GlobalInfo, KernelArg, Language, MemKind, ParamKind,
+    ScalarType, Source,
 };
 pub use handles::{
     Arg, Buffer, BufferView, CallbackError, Device, Event, Kernel, Module, Program, Queue,

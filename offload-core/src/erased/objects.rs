@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::hal::{
-    self, BackendKind, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf, MemKind,
-    ParamKind,
+    self, BackendKind, CompilerId, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf,
+    Language, MemKind, ParamKind, Source,
 };
 
 type DeviceOf<P> = <P as hal::Platform>::Device;
@@ -52,6 +52,9 @@ pub(crate) trait DynDevice: Send + Sync {
     fn alloc(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>>;
     fn load(self: Arc<Self>, image: &[u8]) -> Result<Box<dyn DynProgram>>;
     fn validate(&self, image: &[u8]) -> Result<()>;
+    /// The device's compiler for `language`; `Error::Unsupported` when it has none.
+    fn compiler(&self, language: Language) -> Result<CompilerId>;
+    fn compile(&self, source: &Source) -> Result<Vec<u8>>;
     fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>>;
     /// IPC (`Error::Unsupported` where the backend has none): the device's identity.
     fn uuid(&self) -> Result<[u8; 16]>;
@@ -271,6 +274,18 @@ impl<P: hal::Platform> DynDevice for ErasedDevice<P> {
 
     fn validate(&self, image: &[u8]) -> Result<()> {
         hal::Device::validate(&self.raw, image)
+    }
+
+    fn compiler(&self, language: Language) -> Result<CompilerId> {
+        hal::Device::compiler(&self.raw, language)?.ok_or_else(|| Error::Unsupported {
+            backend: P::KIND,
+            call: "Program::load",
+            reason: format!("the {} backend compiles no {language} source", P::KIND),
+        })
+    }
+
+    fn compile(&self, source: &Source) -> Result<Vec<u8>> {
+        hal::Device::compile(&self.raw, source)
     }
 
     fn queue(self: Arc<Self>) -> Result<Box<dyn DynQueue>> {

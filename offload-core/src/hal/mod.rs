@@ -28,6 +28,8 @@ use crate::error::Result;
 use crate::runtime::config::Config;
 
 pub use ipc::{Exported, Ipc};
+mod source;
+pub use source::{CompilerId, Language, Source};
 pub use types::{
     BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind, ScalarType,
 };
@@ -174,6 +176,25 @@ pub trait Device: Send + Sync + Sized + 'static {
     /// Checks that `image` is a program this device could load, without loading it
     /// (liboffload's `olIsValidBinary`): `Ok`, or `Error::InvalidBinary` saying why.
     fn validate(&self, image: &[u8]) -> Result<()>;
+
+    /// The compiler this device uses for `language`: its identity and target, which the
+    /// compile cache keys on. `Ok(None)` (the default) when the backend compiles no such
+    /// source; `Error::Compile` when it would but its compiler is missing.
+    fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
+        let _ = language;
+        Ok(None)
+    }
+
+    /// Compiles `source` into an image [`Device::load`] accepts, with the compiler
+    /// [`Device::compiler`] named. Diagnostics are `Error::Compile` with the compiler's
+    /// log. The core calls it once per (program, compiler, target) and caches the result;
+    /// only for a language `compiler` answered `Some` for.
+    fn compile(&self, source: &Source) -> Result<Vec<u8>> {
+        Err(crate::Error::invalid(
+            "Program::load",
+            format!("this device has no {} compiler", source.language()),
+        ))
+    }
 
     /// Creates a queue.
     fn queue(&self) -> Result<Self::Queue>;

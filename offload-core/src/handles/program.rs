@@ -17,9 +17,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
 
+use crate::compile::Compiled;
 use crate::erased::{DynKernel, DynProgram};
 use crate::error::{Error, Result};
-use crate::hal::{BackendKind, GlobalInfo, ParamKind};
+use crate::hal::{BackendKind, GlobalInfo, ParamKind, Source};
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
 use crate::sync::{lock, read, write};
@@ -44,6 +45,8 @@ struct ProgramInner {
     teardown: Vec<Callback>,
     /// The user's name for it ([`Program::label`]), for messages.
     label: Option<Arc<str>>,
+    /// For a program from source: the source, and what it compiled to per target.
+    source: Option<(Source, Arc<Compiled>)>,
     /// The lock of each (generation, device) this program is loaded on, naming its module
     /// once loaded (P2). Entries go when their module is released.
     slots: Mutex<HashMap<(u64, DeviceKey), Arc<LoadSlot>>>,
@@ -85,9 +88,52 @@ impl Program {
                 setup: Vec::new(),
                 teardown: Vec::new(),
                 label: None,
+                source: None,
                 slots: Mutex::default(),
             }),
         }
+    }
+
+    /// A program from source, compiled for each device's target when it is first loaded
+    /// there: WGSL for Vulkan (naga), C for the host (the system C compiler), CUDA C++ for
+    /// CUDA (nvrtc). One compile per (program, compiler, target), however many threads
+    /// and devices load it; the result is also kept in the compile cache on disk
+    /// (`OFFLOAD_CACHE_DIR`), so another process skips the compile. A compile error is
+    /// `Error::Compile` with the compiler's log; a backend that compiles no such language
+    /// answers `Error::Unsupported`.
+    ///
+    /// ```
+    /// use offload_core::{Error, Program, Source, reference::Offload};
+    /// let rt = Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let p = Program::from_source(Source::c("void f(void) {}"));
+    /// // The reference backend compiles nothing:
+    /// assert!(matches!(p.load(&dev), Err(Error::Unsupported { .. })));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn from_source(source: Source) -> Program {
+        Program {
+            inner: Arc::new(ProgramInner {
+                id: next_id(),
+                image: Arc::from(source.text().as_bytes()),
+                setup: Vec::new(),
+                teardown: Vec::new(),
+                label: None,
+                source: Some((source, Arc::default())),
+                slots: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The source of a program made by [`Program::from_source`].
+    ///
+    /// ```
+    /// let p = offload_core::Program::from_source(offload_core::Source::wgsl("// wgsl"));
+    /// assert_eq!(p.source().map(|s| s.text()), Some("// wgsl"));
+    /// assert!(offload_core::Program::new(b"x").source().is_none());
+    /// ```
+    pub fn source(&self) -> Option<&Source> {
+        self.inner.source.as_ref().map(|(s, _)| s)
     }
 
     /// Names the program, as wgpu's `label:` does: errors and logs about its modules and
@@ -139,6 +185,7 @@ impl Program {
             setup: self.inner.setup.clone(),
             teardown: self.inner.teardown.clone(),
             label: self.inner.label.clone(),
+            source: self.inner.source.clone(),
             slots: Mutex::default(),
         };
         f(&mut inner);
@@ -880,11 +927,20 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
         device = %device,
     )
     .entered();
+    // A program from source: its image for this device's target (compiled once per
+    // target, outside the generation's lock: a compile can take seconds).
+    let image = match &program.inner.source {
+        None => program.inner.image.clone(),
+        Some((source, compiled)) => {
+            let raw = generation.with_live(|live| Ok(live.device(device.key())?.clone()))?;
+            compiled.image(source, &raw, &generation.config)?
+        }
+    };
     let entry = generation.with_live(|live| {
         let raw = live
             .device(device.key())?
             .clone()
-            .load(&program.inner.image)
+            .load(&image)
             .inspect_err(|e| tracing::debug!(target: "offload::load", error = %e, "load failed"))?;
         tracing::debug!(target: "offload::load", "loaded");
         let (_, entry) = live.register(Kind::Module, |key| {

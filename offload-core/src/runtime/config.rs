@@ -40,6 +40,30 @@ pub struct Config {
     pub ipc_unmap_timeout_ms: u64,
     /// Number of CPU devices the host backend exposes. Environment: `OFFLOAD_HOST_DEVICES=1`.
     pub host_devices: usize,
+    /// Where compiled programs are kept across processes (`Program::from_source`); `None`
+    /// keeps them in memory only. Environment: `OFFLOAD_CACHE_DIR=path`, default
+    /// `$XDG_CACHE_HOME/offload` (else `$HOME/.cache/offload`); `OFFLOAD_CACHE=0` disables.
+    pub compile_cache: Option<std::path::PathBuf>,
+    /// The most bytes the compile cache keeps; the least recently used entries go first.
+    /// Environment: `OFFLOAD_CACHE_MAX_MB=256`.
+    pub compile_cache_max_bytes: u64,
+}
+
+/// The compile cache's default size bound, in bytes.
+pub const DEFAULT_COMPILE_CACHE_MAX_BYTES: u64 = 256 << 20;
+
+/// The compile cache's default directory: `$XDG_CACHE_HOME/offload`, else
+/// `$HOME/.cache/offload`, else none.
+fn default_cache_dir(env: &impl Fn(&str) -> Option<String>) -> Option<std::path::PathBuf> {
+    let absolute = |v: String| Some(std::path::PathBuf::from(v)).filter(|p| p.is_absolute());
+    env("XDG_CACHE_HOME")
+        .and_then(absolute)
+        .map(|p| p.join("offload"))
+        .or_else(|| {
+            env("HOME")
+                .and_then(absolute)
+                .map(|p| p.join(".cache").join("offload"))
+        })
 }
 
 impl Default for Config {
@@ -49,6 +73,8 @@ impl Default for Config {
             ipc_cache_size: DEFAULT_IPC_CACHE_SIZE,
             ipc_unmap_timeout_ms: DEFAULT_IPC_UNMAP_TIMEOUT_MS,
             host_devices: 1,
+            compile_cache: None,
+            compile_cache_max_bytes: DEFAULT_COMPILE_CACHE_MAX_BYTES,
         }
     }
 }
@@ -59,6 +85,8 @@ pub(crate) struct Overrides {
     pub backends: Option<Vec<BackendKind>>,
     pub ipc_cache_size: Option<usize>,
     pub host_devices: Option<usize>,
+    /// `Some(None)`: the builder disabled the compile cache.
+    pub compile_cache: Option<Option<std::path::PathBuf>>,
 }
 
 impl Config {
@@ -86,6 +114,25 @@ impl Config {
         if let Some(v) = env("OFFLOAD_HOST_DEVICES") {
             config.host_devices = parse_count("OFFLOAD_HOST_DEVICES", &v)?;
         }
+        config.compile_cache = match env("OFFLOAD_CACHE").as_deref().map(str::trim) {
+            Some("0") => None,
+            None | Some("" | "1") => match env("OFFLOAD_CACHE_DIR").filter(|v| !v.is_empty()) {
+                Some(dir) => Some(std::path::PathBuf::from(dir)),
+                None => default_cache_dir(&env),
+            },
+            Some(other) => {
+                return Err(Error::invalid(
+                    "Offload::init",
+                    format!(
+                        "OFFLOAD_CACHE={other:?}: write 0 to disable the compile cache, 1 (or nothing) to keep it"
+                    ),
+                ));
+            }
+        };
+        if let Some(v) = env("OFFLOAD_CACHE_MAX_MB") {
+            config.compile_cache_max_bytes =
+                (parse_count("OFFLOAD_CACHE_MAX_MB", &v)? as u64).saturating_mul(1 << 20);
+        }
         if let Some(b) = &set.backends {
             config.backends = Some(b.clone());
         }
@@ -94,6 +141,9 @@ impl Config {
         }
         if let Some(n) = set.host_devices {
             config.host_devices = n;
+        }
+        if let Some(dir) = &set.compile_cache {
+            config.compile_cache = dir.clone();
         }
         Ok(config)
     }
@@ -296,6 +346,7 @@ mod tests {
             backends: Some(vec![BackendKind::Host]),
             ipc_cache_size: Some(DEFAULT_IPC_CACHE_SIZE),
             host_devices: Some(1),
+            ..Overrides::default()
         };
         assert!(same.mismatches(&in_force, &open, &[]).is_empty());
 
@@ -303,6 +354,7 @@ mod tests {
             backends: Some(vec![BackendKind::Vulkan]),
             ipc_cache_size: Some(4),
             host_devices: Some(3),
+            ..Overrides::default()
         };
         let m = other.mismatches(&in_force, &open, &[BackendKind::Reference]);
         assert_eq!(m.len(), 4, "{m:#?}");

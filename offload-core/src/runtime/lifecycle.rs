@@ -335,6 +335,19 @@ impl<P: Platforms> Offload<Uninit, P> {
         self
     }
 
+    /// Sets where compiled programs are cached across processes (like
+    /// `OFFLOAD_CACHE_DIR`); `None` disables the disk cache (like `OFFLOAD_CACHE=0`).
+    ///
+    /// ```
+    /// let rt = offload_core::reference::Offload::builder().compile_cache(None).start()?;
+    /// assert_eq!(rt.config()?.compile_cache, None);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn compile_cache(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.state.set.compile_cache = Some(dir);
+        self
+    }
+
     /// Adds a platform to open besides the defaults (a test backend, a plugin). Its
     /// failure to open fails `start`.
     ///

@@ -1,0 +1,156 @@
+//! Programs from source: one compile per (program, compiler, target) however many threads
+//! and devices ask (the per-key discipline of P2), kept in memory for the program's life
+//! and on disk across processes ([`disk`]), with process-wide counters
+//! ([`compile_stats`]).
+//!
+//! The key of a compile is a SHA-256 over everything that changes the compiler's output:
+//! the language, the compiler's identity and version, its target, the options and the
+//! text (see [`key`]). The backend compiles ([`crate::hal::Device::compile`]); this module
+//! decides whether it has to.
+
+pub(crate) mod disk;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use crate::erased::DynDevice;
+use crate::error::Result;
+use crate::hal::{CompilerId, Source};
+use crate::runtime::config::Config;
+use crate::sync::lock;
+
+/// A compile's cache key.
+pub(crate) type Key = [u8; 32];
+
+/// One key's image, once compiled; its lock is held by the one compiling it.
+type Slot = Arc<Mutex<Option<Arc<[u8]>>>>;
+
+/// The compiled images of one program, by key: each behind its own lock, so one compile
+/// runs per key while different keys compile in parallel.
+#[derive(Default)]
+pub(crate) struct Compiled {
+    slots: Mutex<HashMap<Key, Slot>>,
+}
+
+static COMPILES: AtomicU64 = AtomicU64::new(0);
+static MEMORY_HITS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static DISK_WRITES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static CORRUPT: AtomicU64 = AtomicU64::new(0);
+pub(crate) static EVICTED: AtomicU64 = AtomicU64::new(0);
+
+/// What the compile cache did in this process since it started.
+///
+/// ```
+/// let stats = offload_core::compile_stats();
+/// assert!(stats.compiles <= stats.compiles + stats.memory_hits);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompileStats {
+    /// Sources compiled by a backend's compiler.
+    pub compiles: u64,
+    /// Loads that found their image compiled already by this program.
+    pub memory_hits: u64,
+    /// Compiles avoided by an entry on disk.
+    pub disk_hits: u64,
+    /// Entries written to disk.
+    pub disk_writes: u64,
+    /// Entries found truncated or altered (checksum), deleted and compiled again.
+    pub corrupt: u64,
+    /// Entries removed to keep the cache within its size bound.
+    pub evicted: u64,
+}
+
+/// The compile cache's counters (process-wide).
+///
+/// ```
+/// let before = offload_core::compile_stats();
+/// assert!(offload_core::compile_stats().compiles >= before.compiles);
+/// ```
+pub fn compile_stats() -> CompileStats {
+    CompileStats {
+        compiles: COMPILES.load(Ordering::Relaxed),
+        memory_hits: MEMORY_HITS.load(Ordering::Relaxed),
+        disk_hits: DISK_HITS.load(Ordering::Relaxed),
+        disk_writes: DISK_WRITES.load(Ordering::Relaxed),
+        corrupt: CORRUPT.load(Ordering::Relaxed),
+        evicted: EVICTED.load(Ordering::Relaxed),
+    }
+}
+
+/// The key of compiling `source` with `compiler`: a SHA-256 of every input, each
+/// length-prefixed so no two different inputs encode alike.
+pub(crate) fn key(source: &Source, compiler: &CompilerId) -> Key {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(b"offload compile cache v1");
+    field(source.language().name().as_bytes());
+    field(compiler.identity.as_bytes());
+    field(compiler.target.as_bytes());
+    field(&(source.options().len() as u64).to_le_bytes());
+    for option in source.options() {
+        field(option.as_bytes());
+    }
+    field(source.text().as_bytes());
+    h.finalize().into()
+}
+
+/// Lower-case hex of a key (file names, logs).
+pub(crate) fn hex(key: &Key) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Compiled {
+    /// The image of `source` for `device`: from this program's memory, from disk, or
+    /// compiled now (once per key; concurrent callers of one key wait for it).
+    pub(crate) fn image(
+        &self,
+        source: &Source,
+        device: &Arc<dyn DynDevice>,
+        config: &Config,
+    ) -> Result<Arc<[u8]>> {
+        let compiler = device.compiler(source.language())?;
+        let key = key(source, &compiler);
+        let slot = lock(&self.slots).entry(key).or_default().clone();
+        let mut image = lock(&slot);
+        if let Some(done) = image.as_ref() {
+            MEMORY_HITS.fetch_add(1, Ordering::Relaxed);
+            return Ok(done.clone());
+        }
+        let cache = config
+            .compile_cache
+            .as_deref()
+            .map(|dir| disk::Cache::new(dir, config.compile_cache_max_bytes));
+        if let Some(bytes) = cache.as_ref().and_then(|c| c.get(&key)) {
+            tracing::debug!(target: "offload::compile", key = %hex(&key), bytes = bytes.len(), "compile cache hit on disk");
+            let done: Arc<[u8]> = Arc::from(bytes);
+            *image = Some(done.clone());
+            return Ok(done);
+        }
+        let _span = tracing::debug_span!(
+            target: "offload::compile",
+            "compile",
+            language = %source.language(),
+            compiler = %compiler.identity,
+            target = %compiler.target,
+            key = %hex(&key),
+        )
+        .entered();
+        let bytes = device.compile(source)?;
+        COMPILES.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(target: "offload::compile", bytes = bytes.len(), "compiled");
+        if let Some(cache) = &cache {
+            cache.put(&key, &bytes);
+        }
+        let done: Arc<[u8]> = Arc::from(bytes);
+        *image = Some(done.clone());
+        Ok(done)
+    }
+}

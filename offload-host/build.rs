@@ -1,7 +1,12 @@
-//! With feature `fixtures`: compiles fixtures/kernels.c into two shared objects (STEP=1 and
-//! STEP=2) that tests embed with `include_bytes!`. Uses the C compiler the `cc` crate finds.
+//! Tells dependents' build scripts where `offload_host.h` is (`links = "offload_host"`:
+//! they read `DEP_OFFLOAD_HOST_INCLUDE`). With feature `fixtures`: compiles
+//! fixtures/kernels.c into two shared objects (STEP=1 and STEP=2) that tests embed with
+//! `include_bytes!`, with the C compiler the `cc` crate finds.
 
 fn main() {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let include = std::path::Path::new(&manifest).join("include");
+    println!("cargo:include={}", include.display());
     println!("cargo:rerun-if-changed=fixtures/kernels.c");
     println!("cargo:rerun-if-changed=include/offload_host.h");
     #[cfg(feature = "fixtures")]

@@ -79,11 +79,11 @@
 #![warn(missing_docs)]
 
 pub use offload_core::{
-    Arg, BackendKind, Buffer, BufferView, CallbackError, Config, DEFAULT_IPC_CACHE_SIZE, Device,
-    DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, KernelArg, MemKind, Module, ParamKind,
-    PlatformEntry, PlatformInfo, Platforms, Program, Queue, Ready, Result, Scalar, ScalarType,
-    Shutdown, TypedBuffer, Unavailable, Uninit, args, bytemuck, hal, ipc, no_compute,
-    take_unreported_errors,
+    Arg, BackendKind, Buffer, BufferView, CallbackError, CompileStats, CompilerId, Config,
+    DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, KernelArg,
+    Language, MemKind, Module, ParamKind, PlatformEntry, PlatformInfo, Platforms, Program, Queue,
+    Ready, Result, Scalar, ScalarType, Shutdown, Source, TypedBuffer, Unavailable, Uninit, args,
+    bytemuck, compile_stats, hal, ipc, no_compute, take_unreported_errors,
 };
 
 /// The host backend crate, for its counters and raw platform type.

@@ -8,7 +8,7 @@
 //! it, and with its lock file seeded from the workspace's, so it uses the versions (and
 //! the downloaded sources) the workspace uses. Cold, that build takes a few minutes; it
 //! runs where all features are on, as in CI (`cargo test --workspace --all-features`).
-#![cfg(all(feature = "fixtures", feature = "vulkan"))]
+#![cfg(all(feature = "fixtures", feature = "vulkan", feature = "wgsl"))]
 
 use std::path::Path;
 use std::process::Command;

@@ -27,6 +27,10 @@
 //! - **Programs** ([`CudaModule`]): PTX text, cubin and fatbin images, inspected before the
 //!   driver sees them (see [`program`](crate::CudaModule)'s docs); kernels' parameters from
 //!   the image; dynamic shared memory up to the device's limit.
+//! - **Programs from source** (`Program::from_source(Source::cuda(..))`): CUDA C++
+//!   compiled to PTX by NVRTC, opened at run time at the first compile (see
+//!   [`nvrtc_library`]); a missing NVRTC or a compile error is `Error::Compile` with what
+//!   was tried or NVRTC's log.
 //! - **IPC**: `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`, with the stale-mapping defence
 //!   of UCX and Open MPI.
 //!
@@ -68,6 +72,7 @@ mod image;
 mod ipc;
 #[allow(unsafe_code)]
 mod memory;
+mod nvrtc;
 #[allow(unsafe_code)]
 mod platform;
 #[allow(unsafe_code)]
@@ -90,6 +95,19 @@ pub mod fixtures {
     pub const KERNELS: &[u8] = include_bytes!("../fixtures/kernels.ptx");
     /// The same kernels with `add_one` adding 2 (to tell two images apart).
     pub const KERNELS_STEP2: &[u8] = include_bytes!("../fixtures/kernels_step2.ptx");
+}
+
+/// The NVRTC library this process loaded for CUDA source programs (`libnvrtc.so.12`, …),
+/// once a CUDA device was asked for its CUDA compiler and one was found; `None` before
+/// that, or when none was.
+///
+/// ```
+/// if let Some(library) = offload_cuda::nvrtc_library() {
+///     assert!(library.starts_with("libnvrtc.so"));
+/// }
+/// ```
+pub fn nvrtc_library() -> Option<&'static str> {
+    nvrtc::library()
 }
 
 /// The backend family this crate implements.

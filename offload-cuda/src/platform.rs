@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use offload_core::hal::{self, Exported, HostFn, KernelOf};
 use offload_core::{
-    BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind, Result,
+    BackendKind, CompilerId, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, Language,
+    MemKind, ParamKind, Result, Source,
 };
 use offload_driver::driver_not_found;
 
@@ -271,6 +272,27 @@ impl hal::Device for CudaDevice {
 
     fn validate(&self, image: &[u8]) -> Result<()> {
         program::validate(&self.context, image, "Device::validate").map(drop)
+    }
+
+    /// CUDA C++: `nvrtc <version>` for `compute_<XY>` (see nvrtc.rs); a missing NVRTC is
+    /// `Error::Compile` naming the libraries tried. No other language.
+    fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
+        match language {
+            Language::Cuda => crate::nvrtc::compiler_id(self.context.limits.capability).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// CUDA C++ to PTX with NVRTC; `Error::Compile` with NVRTC's log on failure.
+    fn compile(&self, source: &Source) -> Result<Vec<u8>> {
+        match source.language() {
+            Language::Cuda => crate::nvrtc::compile(source, self.context.limits.capability),
+            other => Err(Error::Unsupported {
+                backend: BACKEND,
+                call: "Program::load",
+                reason: format!("the cuda backend compiles no {other} source"),
+            }),
+        }
     }
 
     fn queue(&self) -> Result<CudaQueue> {

@@ -155,22 +155,101 @@
 //! rt.shutdown()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```
+//!
+//! # Programs from source
+//!
+//! [`Program::from_source`](offload_core::Program::from_source) with
+//! [`Source::c`](offload_core::Source::c) compiles C for a host device when the program is
+//! first loaded on one, once per (program, compiler, target) however many devices and
+//! threads load it (the core's compile cache, also on disk).
+//!
+//! - **The compiler** is `$CC` — one program, without arguments: a name looked up on
+//!   `PATH`, or a path — else `cc` on `PATH`. The cache knows it by the first line of its
+//!   `--version`, its `-dumpfullversion` (else `-dumpversion`) and its target
+//!   (`-dumpmachine`), asked once per compiler and process. None found is
+//!   `Error::Compile` saying what was looked for: ``no C compiler: `cc` was not found on
+//!   PATH (set CC to one)``.
+//! - **The compile** runs without a shell, in a new directory under
+//!   `std::env::temp_dir()` that only this user can open (0700, a fresh random name),
+//!   holding the source as `kernel.c` and [`HEADER`] as `offload_host.h`:
+//!
+//!   ```text
+//!   $CC -shared -fPIC -O3 -std=c11 -I <dir> <options…> -o <dir>/kernel.so <dir>/kernel.c
+//!   ```
+//!
+//!   Each [`Source::option`](offload_core::Source::option) is one argument; a later `-O…`
+//!   or `-std=…` wins over these. The directory is removed afterwards, whatever happened.
+//!   `-O3` rather than `-O2`: GCC 12's `-O2` vectorises only loops whose trip count it
+//!   knows to be a multiple of the vector width, which a block's range never is.
+//! - **Errors**: a failed compile is `Error::Compile` whose `log` is what the compiler
+//!   printed (at most 64 KiB; paths read `kernel.c:3:5: error: …`). A successful
+//!   compile's warnings go to the log (`tracing`, target `offload::compile`).
+//! - The cache key knows the compiler's target, not the CPU: with `-march=native`, keep
+//!   the disk cache (`OFFLOAD_CACHE_DIR`) off machines with other CPUs.
+//!
+//! Write a kernel so that the compiler can vectorise it: compute the block's range
+//! `[begin, end)`, clamped to `n`, once, then loop over it through `restrict` pointers —
+//! parameters of a helper, since GCC honours `restrict` on parameters (kept through
+//! inlining) but checks locals for aliasing at run time. GCC 12 vectorises this loop
+//! (`-fopt-info-vec`: "loop vectorized using 16 byte vectors"); the usual GPU form, a
+//! loop over the block's threads with `if (i < n)` in its body, it does not ("control flow
+//! in loop"). Over 1 Mi floats, `Dims::for_num_elems` (4,096 blocks of 256), launch and
+//! sync, the form below took 0.36 × the time of that one (138 µs against 379 µs, paired
+//! medians, 2 EPYC cores; `cargo bench -p offload-host --bench saxpy_source`):
+//!
+//! ```standalone_crate
+//! use offload_core::{Dims, Offload, Program, Source};
+//! const SAXPY: &str = r#"
+//! #include "offload_host.h"
+//! static inline void saxpy_range(uint64_t begin, uint64_t end, float a,
+//!                                const float *restrict x, float *restrict y) {
+//!     for (uint64_t i = begin; i < end; i++)
+//!         y[i] = a * x[i] + y[i];
+//! }
+//! OFFLOAD_KERNEL(saxpy, "bbfI") { /* (const float *x, float *y, float a, uint32_t n) */
+//!     const uint64_t n = OFFLOAD_SCALAR(uint32_t, 3);
+//!     const uint64_t begin = (uint64_t)launch->block_id[0] * launch->block[0];
+//!     const uint64_t end = begin + launch->block[0] < n ? begin + launch->block[0] : n;
+//!     saxpy_range(begin, end, OFFLOAD_SCALAR(float, 2), OFFLOAD_BUFFER(const float, 0),
+//!                 OFFLOAD_BUFFER(float, 1));
+//! }
+//! "#;
+//! let rt: Offload = Offload::builder().platform(offload_host::platform()).start()?;
+//! let dev = rt.devices()?.remove(0);
+//! let saxpy = Program::from_source(Source::c(SAXPY)).load(&dev)?.kernel("saxpy")?;
+//! let x = dev.upload(&[1.0f32, 2.0, 3.0])?;
+//! let y = dev.upload(&[10.0f32; 3])?;
+//! let queue = dev.queue()?;
+//! // SAFETY: saxpy reads n floats of x and writes n floats of y; both hold n = 3.
+//! unsafe { queue.launch(&saxpy, Dims::for_num_elems(3), &offload_core::args![&x, &y, 2.0f32, 3u32])? };
+//! queue.sync()?;
+//! assert_eq!(y.to_vec()?, [12.0, 14.0, 16.0]);
+//!
+//! // A compile error carries the compiler's diagnostics:
+//! let broken = Program::from_source(Source::c("int f( {")).load(&dev).unwrap_err();
+//! assert!(matches!(&broken, offload_core::Error::Compile { log, .. } if log.contains("error:")));
+//! drop((x, y, queue, saxpy));
+//! rt.shutdown()?;
+//! # Ok::<(), offload_core::Error>(())
+//! ```
 #![warn(missing_docs)]
 
+mod compiler;
 mod elf;
 mod memory;
 mod pool;
 mod program;
 mod stream;
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use offload_core::hal::{self, HostFn, KernelOf};
 use offload_core::{
-    BackendKind, Config, DeviceInfo, Dims, Error, KernelArg, MemKind, ParamKind, PlatformEntry,
-    Result,
+    BackendKind, CompilerId, Config, DeviceInfo, Dims, Error, KernelArg, Language, MemKind,
+    ParamKind, PlatformEntry, Result, Source,
 };
 
 pub use memory::{ALIGNMENT, HostBuffer, MEMFD_NAME};
@@ -179,8 +258,11 @@ pub use program::{HostKernel, HostModule, MAX_SHARED_MEMORY, PARAMS_PREFIX};
 /// The C header of the host kernel ABI (`include/offload_host.h`): `OFFLOAD_KERNEL`,
 /// `OFFLOAD_BUFFER`, `OFFLOAD_SCALAR`, the `offload_launch` struct.
 ///
-/// A crate with its own host kernels writes it next to them from its build script, so it
-/// compiles them without a path into offload's sources:
+/// A program from source ([`Program::from_source`](offload_core::Program::from_source))
+/// has it on its include path already. A crate that compiles its own host kernels in its
+/// build script finds the file with [`include_dir`] (or `DEP_OFFLOAD_HOST_INCLUDE`), or
+/// writes this text next to them, so it compiles them without a path into offload's
+/// sources:
 ///
 /// ```no_run
 /// // build.rs, with `offload-host` as a build-dependency
@@ -189,7 +271,7 @@ pub use program::{HostKernel, HostModule, MAX_SHARED_MEMORY, PARAMS_PREFIX};
 /// let out = PathBuf::from(env::var("OUT_DIR").unwrap());
 /// fs::write(out.join("offload_host.h"), offload_host::HEADER).unwrap();
 /// let status = Command::new("cc")
-///     .args(["-shared", "-fPIC", "-O2"])
+///     .args(["-shared", "-fPIC", "-O3"])
 ///     .arg("-I")
 ///     .arg(&out)
 ///     .arg("kernels/saxpy.c")
@@ -206,6 +288,38 @@ pub use program::{HostKernel, HostModule, MAX_SHARED_MEMORY, PARAMS_PREFIX};
 /// assert!(offload_host::HEADER.contains("#define OFFLOAD_KERNEL(name, params)"));
 /// ```
 pub const HEADER: &str = include_str!("../include/offload_host.h");
+
+/// The directory that holds `offload_host.h` ([`HEADER`]): `include/` in offload-host's
+/// sources where this crate was built. It is for build scripts, which run where the crate
+/// was built; a program that runs elsewhere writes [`HEADER`] out instead.
+///
+/// Cargo also gives it to the build script of every crate with `offload-host` in its
+/// `[dependencies]`, as `DEP_OFFLOAD_HOST_INCLUDE` (offload-host declares
+/// `links = "offload_host"` for that; it links no native library):
+///
+/// ```no_run
+/// // build.rs of a crate with offload-host in [dependencies]
+/// use std::{env, path::PathBuf, process::Command};
+///
+/// let include = env::var("DEP_OFFLOAD_HOST_INCLUDE").expect("offload-host says where");
+/// let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+/// let status = Command::new("cc")
+///     .args(["-shared", "-fPIC", "-O3", "-I", &include, "kernels/saxpy.c", "-o"])
+///     .arg(out.join("saxpy.so"))
+///     .status()
+///     .unwrap();
+/// assert!(status.success());
+/// println!("cargo:rerun-if-changed=kernels/saxpy.c");
+/// ```
+///
+/// ```
+/// let dir = offload_host::include_dir();
+/// let text = std::fs::read_to_string(dir.join("offload_host.h")).unwrap();
+/// assert_eq!(text, offload_host::HEADER);
+/// ```
+pub fn include_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/include"))
+}
 
 /// Test kernels compiled from `fixtures/kernels.c` (feature `fixtures`): `add_one`, `fill`,
 /// `noop`, `read_global`, a writable global `g` and a const `read_only_constant`.
@@ -570,6 +684,17 @@ impl hal::Device for HostDevice {
 
     fn validate(&self, image: &[u8]) -> Result<()> {
         program::validate(image)
+    }
+
+    /// C: `$CC`, else `cc` on `PATH` (probed once per compiler and process); other
+    /// languages: none.
+    fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
+        compiler::compiler(language)
+    }
+
+    /// Runs the C compiler in a private temporary directory (see the crate docs).
+    fn compile(&self, source: &Source) -> Result<Vec<u8>> {
+        compiler::compile(source)
     }
 
     /// Host memory, touched in place; not memory shared with other processes (they could

@@ -32,6 +32,18 @@
 //!   descriptor set layout, pipeline layout and compute pipeline (through the device's
 //!   `VkPipelineCache`). Unloading waits for the module's launches still on the device, then
 //!   destroys the pipelines, layouts and shader module.
+//! - **Programs from WGSL** (cargo feature `wgsl`): `Program::from_source(Source::wgsl(text))`
+//!   is compiled in process by naga 28 — parsed, validated (every check, with push
+//!   constants as the only optional capability) and written as SPIR-V (1.0 for a Vulkan
+//!   1.0 device, else 1.3) with every bounds-check policy `Restrict` — then loaded like any
+//!   image. [`Device::compiler`](hal::Device::compiler) reports `naga 28 (<settings>; build
+//!   <fingerprint>)` and `spirv-1.x`, which the compile cache keys on. Parse and
+//!   validation errors are `Error::Compile` with naga's log: the line and column, the
+//!   source line, the problem underlined. Each option `NAME=VALUE` sets the
+//!   pipeline-overridable constant `NAME` (`override NAME: u32;`, or `@id(n)` as `n`);
+//!   any other option is `Error::Compile` naming the form. Without the feature the
+//!   backend compiles nothing and `from_source` programs are `Error::Unsupported`. See
+//!   [WGSL programs](#wgsl-programs).
 //! - **Arguments**: a kernel's parameters are its storage buffers, then its push constants:
 //!   `[Buffer; b]` followed by one scalar per push-constant member, in declaration order
 //!   (nested structs are flattened into their members; each is placed at the `Offset` the
@@ -204,8 +216,17 @@
 //!   are of the launch's device, ranges lie inside their buffers at
 //!   `minStorageBufferOffsetAlignment`, no binding exceeds `maxStorageBufferRange`, and the
 //!   block and grid are within the device's limits (`Error::InvalidArgument`). Offload does
-//!   not ship a full SPIR-V validator: a well-formed but type-incorrect module can still
-//!   crash a driver.
+//!   not ship a full SPIR-V validator: a well-formed but type-incorrect SPIR-V image can
+//!   still crash a driver. WGSL source closes that hole: naga type-checks it before any
+//!   SPIR-V is written, so what reaches the driver is valid, type-correct SPIR-V.
+//! - **Bounds** (WGSL source only): every index is clamped into its array (naga's
+//!   `Restrict`: `min(i, len - 1)`, `len` from `OpArrayLength` for runtime arrays), and
+//!   every launch checks that each buffer argument holds at least its binding's minimum
+//!   size (the block's fixed members and one runtime-array element; `InvalidArgument`
+//!   otherwise), so the array is never empty. Together these make every memory access of
+//!   the kernel provably inside its buffer arguments: an index out of range reads or
+//!   writes an element of the same buffer, never memory beyond it. The module is marked
+//!   ([`VulkanModule::bounds_checked`]); SPIR-V from elsewhere gets no such guarantee.
 //! - **Memory**: host copies and frees of a buffer first wait for the queued launches that
 //!   use it.
 //!
@@ -254,6 +275,48 @@
 //! rt.shutdown()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```
+//!
+//! # WGSL programs
+//!
+//! With the `wgsl` feature, a program can be WGSL source, compiled by naga once per
+//! (program, compiler, target) when it is first loaded, and kept in the compile cache.
+//! Push constants are `var<immediate>` (naga 28's spelling of `var<push_constant>`); the
+//! binding convention is the one above. Errors carry naga's log with the line:
+//!
+//! ```standalone_crate
+//! use offload_core::{Dims, Error, Offload, Program, Source, args};
+//! let started: offload_core::Result<Offload> =
+//!     Offload::builder().platform(offload_vulkan::platform()).start();
+//! let Ok(rt) = started else { return Ok(()) }; // no Vulkan here
+//! let dev = rt.devices()?.remove(0);
+//! let source = Source::wgsl("
+//!     struct Args { value: u32, n: u32 }
+//!     @group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+//!     var<immediate> args: Args;
+//!     @compute @workgroup_size(64)
+//!     fn fill(@builtin(global_invocation_id) id: vec3<u32>) {
+//!         if id.x < args.n { buf[id.x] = args.value; }
+//!     }");
+//! let fill = match Program::from_source(source).load(&dev) {
+//!     Ok(module) => module.kernel("fill")?,
+//!     Err(Error::Unsupported { .. }) => return Ok(()), // built without `wgsl`
+//!     Err(e) => return Err(e),
+//! };
+//! let buf = dev.alloc_zeros::<u32>(256)?;
+//! let queue = dev.queue()?;
+//! // SAFETY: compiled from WGSL, `fill`'s accesses are clamped into its buffer.
+//! unsafe { queue.launch(&fill, Dims::grid([4, 1, 1]).block([64, 1, 1]), &args![&buf, 7u32, 256u32])? };
+//! assert_eq!(buf.to_vec()?, vec![7u32; 256]);
+//!
+//! let broken = Program::from_source(Source::wgsl("@compute @workgroup_size(1)\nfn f() {\n  let x: u32 = 1.5;\n}"));
+//! match broken.load(&dev) {
+//!     Err(Error::Compile { log, .. }) => assert!(log.contains("wgsl:3:"), "{log}"),
+//!     Err(Error::Unsupported { .. }) => {} // built without `wgsl`
+//!     other => panic!("{other:?}"),
+//! }
+//! rt.shutdown()?;
+//! # Ok::<(), offload_core::Error>(())
+//! ```
 #![warn(missing_docs)]
 
 mod batch;
@@ -268,12 +331,13 @@ mod spirv;
 mod transfer;
 mod usage;
 mod validation;
+mod wgsl;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use offload_core::hal::{self, HostFn, KernelOf};
+use offload_core::hal::{self, CompilerId, HostFn, KernelOf, Language};
 use offload_core::{
     BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind,
     PlatformEntry, Result,
@@ -856,6 +920,22 @@ impl hal::Device for VulkanDevice {
         program::validate(self.context()?, image)
     }
 
+    /// WGSL with the `wgsl` feature: `naga 28 (…)` targeting `spirv-1.0` on a Vulkan 1.0
+    /// device and `spirv-1.3` on later ones. Nothing else (and nothing without the
+    /// feature).
+    fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
+        Ok(match language {
+            Language::Wgsl => wgsl::compiler(self.context.api),
+            _ => None,
+        })
+    }
+
+    /// WGSL to bounds-checked SPIR-V by naga (see the crate docs, "Programs from WGSL").
+    #[cfg(feature = "wgsl")]
+    fn compile(&self, source: &hal::Source) -> Result<Vec<u8>> {
+        wgsl::compile(source, self.context.api)
+    }
+
     fn queue(&self) -> Result<VulkanQueue> {
         VulkanQueue::new(self.context()?.clone())
     }
@@ -987,6 +1067,12 @@ impl hal::Ipc for VulkanDevice {
 /// host can reach (every name is `SymbolNotFound`).
 impl hal::Program for VulkanModule {
     type Kernel = VulkanKernel;
+
+    /// WGSL compiled by offload: every index clamped, and launches refuse buffers below
+    /// their bindings' minimum size (see the crate's "Bounds" rule).
+    fn verified(&self) -> bool {
+        self.bounds_checked()
+    }
 
     fn kernel(&self, name: &str) -> Result<VulkanKernel> {
         program::kernel(self, name)

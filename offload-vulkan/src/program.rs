@@ -151,6 +151,24 @@ impl VulkanModule {
         let v = self.inner.reflection.version;
         (v.major, v.minor)
     }
+
+    /// Whether the module was compiled by offload from WGSL (the `wgsl` feature), with
+    /// every index clamped into its array: then each launch also checks that every buffer
+    /// argument holds at least its binding's minimum size (the block's fixed members and
+    /// one element of its runtime array), and the kernel's memory accesses stay inside its
+    /// buffer arguments. `false` for SPIR-V images made elsewhere.
+    ///
+    /// ```
+    /// # use offload_core::hal::{Device as _, Platform as _};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&offload_core::Config::default()) else { return Ok(()) };
+    /// # let dev = vk.devices().remove(0);
+    /// let module = dev.load(offload_vulkan::fixtures::KERNELS)?;
+    /// assert!(!module.bounds_checked());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn bounds_checked(&self) -> bool {
+        self.inner.reflection.bounds_checked
+    }
 }
 
 /// An entry point of a [`VulkanModule`], ready to launch: its pipeline for the declared

@@ -518,6 +518,7 @@ impl VulkanQueue {
                             ),
                         ));
                     }
+                    check_min_size(entry, buffers.len(), b.len() as u64, i)?;
                     buffers.push(b);
                     ranges.push((0, vk::WHOLE_SIZE));
                 }
@@ -562,6 +563,7 @@ impl VulkanQueue {
                             format!("argument {i} of vulkan kernel `{name}`: {problem}"),
                         ));
                     }
+                    check_min_size(entry, buffers.len(), len, i)?;
                     buffers.push(buffer);
                     ranges.push((offset, len));
                 }
@@ -937,6 +939,27 @@ impl VulkanQueue {
         inner.wait = inner.wait.max(event.value);
         Ok(())
     }
+}
+
+/// Refuses a buffer (or range) of `len` bytes for binding `j` of `entry` (argument `arg`)
+/// when it is smaller than the binding's minimum size: the block's fixed members and one
+/// element of its runtime array. Below that, the shader's clamped indices (naga's
+/// `Restrict`) would still reach past the binding.
+fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usize) -> Result<()> {
+    let min = entry.min_sizes.get(j).copied().unwrap_or(0);
+    if len >= min {
+        return Ok(());
+    }
+    let binding = entry.bindings.get(j).copied().unwrap_or(0);
+    Err(invalid(
+        "Queue::launch",
+        format!(
+            "argument {arg} of vulkan kernel `{}`: {len} bytes bound to binding {binding}, \
+             which needs at least {min} (its fixed members and one element of its runtime \
+             array)",
+            entry.name
+        ),
+    ))
 }
 
 fn check_dims(dims: &Dims, limits: &crate::info::Limits, name: &str) -> Result<()> {

@@ -26,8 +26,14 @@ const HEADER_WORDS: usize = 5;
 /// largest binding (lavapipe crashes on one near `u32::MAX`).
 const MAX_BINDING: u32 = 4095;
 
+/// The `OpSourceExtension` that marks a module as compiled by offload from WGSL with
+/// naga's `Restrict` bounds checks (`wgsl.rs`): its bindings' minimum sizes are then
+/// checked at every launch. A hand-written module may carry it too; it only adds checks.
+pub(crate) const BOUNDS_CHECKED: &str = "offload: bounds-checked (naga Restrict)";
+
 // Opcodes.
 const OP_NOP: u16 = 0;
+const OP_SOURCE_EXTENSION: u16 = 4;
 const OP_EXT_INST_IMPORT: u16 = 11;
 const OP_EXT_INST: u16 = 12;
 const OP_MEMORY_MODEL: u16 = 14;
@@ -158,6 +164,13 @@ pub(crate) struct EntryPoint {
     /// Storage-buffer bindings of descriptor set 0, ascending: argument `i` binds to
     /// `bindings[i]`.
     pub bindings: Vec<u32>,
+    /// In a module marked [`BOUNDS_CHECKED`], the fewest bytes the buffer (or range) bound
+    /// to each of `bindings` must hold: its block's fixed members, and one element of a
+    /// trailing runtime array (WebGPU's "minimum binding size"); 0 in other modules, and
+    /// where the module does not say (a member without an `Offset`, a runtime array
+    /// without an `ArrayStride`). Checked at every launch, so a runtime array is never
+    /// empty and an index clamped to its last element stays inside the binding.
+    pub min_sizes: Vec<u64>,
     /// The push-constant leaves in declaration order: the scalar parameters.
     pub push: Vec<PushLeaf>,
     /// Bytes of push constants to cover (the end of the last leaf, rounded up to 4).
@@ -187,6 +200,8 @@ pub(crate) struct Reflection {
     pub words: Vec<u32>,
     pub version: SpirvVersion,
     pub entry_points: Vec<EntryPoint>,
+    /// Whether the module carries the [`BOUNDS_CHECKED`] marker.
+    pub bounds_checked: bool,
 }
 
 impl Reflection {
@@ -516,7 +531,7 @@ pub(crate) fn reflect(image: &[u8], max: SpirvVersion, call: &'static str) -> Re
         .chunks_exact(4)
         .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    let (version, entry_points) = {
+    let (version, (entry_points, bounds_checked)) = {
         let parsed = split(&words, max, call)?;
         (parsed.version, Walk::new(parsed.bound, call).run(&parsed)?)
     };
@@ -524,7 +539,43 @@ pub(crate) fn reflect(image: &[u8], max: SpirvVersion, call: &'static str) -> Re
         words,
         version,
         entry_points,
+        bounds_checked,
     })
+}
+
+/// Marks a module as bounds-checked ([`BOUNDS_CHECKED`]): an `OpSourceExtension` inserted
+/// before the first instruction of the debug section (after the capabilities,
+/// extensions, imports, memory model, entry points and execution modes), where the
+/// specification's layout puts it. `words` is a whole module, header included.
+#[cfg_attr(not(feature = "wgsl"), allow(dead_code))]
+pub(crate) fn mark_bounds_checked(words: &mut Vec<u32>) {
+    const PROLOGUE: [u16; 7] = [
+        OP_CAPABILITY,
+        10, // OpExtension
+        OP_EXT_INST_IMPORT,
+        OP_MEMORY_MODEL,
+        OP_ENTRY_POINT,
+        OP_EXECUTION_MODE,
+        OP_EXECUTION_MODE_ID,
+    ];
+    let mut at = HEADER_WORDS;
+    while let Some(&first) = words.get(at) {
+        let (count, op) = ((first >> 16) as usize, first as u16);
+        if count == 0 || !PROLOGUE.contains(&op) {
+            break;
+        }
+        at += count;
+    }
+    let mut bytes = BOUNDS_CHECKED.as_bytes().to_vec();
+    bytes.resize(bytes.len() / 4 * 4 + 4, 0); // nul-terminated, whole words
+    let mut inst = vec![((bytes.len() as u32 / 4 + 1) << 16) | u32::from(OP_SOURCE_EXTENSION)];
+    inst.extend(
+        bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    let at = at.min(words.len());
+    words.splice(at..at, inst);
 }
 
 /// The state of one walk over a module.
@@ -539,6 +590,8 @@ struct Walk {
     functions: HashMap<u32, Function>,
     defined: HashSet<u32>,
     nonsemantic_sets: HashSet<u32>,
+    /// Whether an `OpSourceExtension` is the [`BOUNDS_CHECKED`] marker.
+    bounds_checked: bool,
 }
 
 /// An entry point as declared, before its uses are resolved.
@@ -562,6 +615,7 @@ impl Walk {
             functions: HashMap::new(),
             defined: HashSet::new(),
             nonsemantic_sets: HashSet::new(),
+            bounds_checked: false,
         }
     }
 
@@ -609,7 +663,8 @@ impl Walk {
         self.decorations.entry(id).or_default()
     }
 
-    fn run(mut self, parsed: &Parsed<'_>) -> Result<Vec<EntryPoint>> {
+    /// The compute entry points, and whether the module is marked [`BOUNDS_CHECKED`].
+    fn run(mut self, parsed: &Parsed<'_>) -> Result<(Vec<EntryPoint>, bool)> {
         let mut declared: Vec<Declared> = Vec::new();
         let mut modes: Vec<(u32, u32, Inst<'_>)> = Vec::new();
         let mut memory_models = 0;
@@ -633,6 +688,11 @@ impl Walk {
             }
             match op {
                 OP_NOP => {}
+                OP_SOURCE_EXTENSION if !in_function => {
+                    if inst.string(1).is_some_and(|(s, _)| s == BOUNDS_CHECKED) {
+                        self.bounds_checked = true;
+                    }
+                }
                 OP_CAPABILITY => match self.operand(inst, 1)? {
                     CAPABILITY_SHADER => shader = true,
                     CAPABILITY_KERNEL => {
@@ -879,10 +939,16 @@ impl Walk {
             .find(|(_, d)| d.builtin == Some(BUILT_IN_WORKGROUP_SIZE))
             .map(|(id, _)| *id);
         let version = parsed.version;
-        declared
+        let mut entry_points = declared
             .iter()
             .map(|d| self.entry_point(d, builtin_size, version))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if !self.bounds_checked {
+            for e in &mut entry_points {
+                e.min_sizes.iter_mut().for_each(|m| *m = 0);
+            }
+        }
+        Ok((entry_points, self.bounds_checked))
     }
 
     fn type_decl(&mut self, inst: &Inst<'_>) -> Result<()> {
@@ -1048,8 +1114,12 @@ impl Walk {
                         unsupported.push(format!(
                             "storage buffer binding {binding} (offload binds 0 to {MAX_BINDING})"
                         ));
-                    } else if !bindings.contains(&binding) {
-                        bindings.push(binding);
+                    } else {
+                        let min = self.min_binding_size(pointee).unwrap_or(0);
+                        match bindings.iter_mut().find(|(b, _)| *b == binding) {
+                            Some((_, known)) => *known = min.max(*known),
+                            None => bindings.push((binding, min)),
+                        }
                     }
                 }
                 STORAGE_PUSH_CONSTANT => {
@@ -1069,6 +1139,7 @@ impl Walk {
             )));
         }
         bindings.sort_unstable();
+        let (bindings, min_sizes) = bindings.into_iter().unzip();
         let push_end = push
             .iter()
             .map(|l: &PushLeaf| u64::from(l.offset) + u64::from(l.size))
@@ -1080,6 +1151,7 @@ impl Walk {
             name: name.clone(),
             workgroup,
             bindings,
+            min_sizes,
             push,
             push_size,
             uses_workgroup_memory,
@@ -1180,6 +1252,26 @@ impl Walk {
         Ok(())
     }
 
+    /// The fewest bytes a buffer bound to storage block `block` must hold: the end of its
+    /// last member, a trailing runtime array counting one element (its `ArrayStride`).
+    /// `None` where the module leaves a size open (no `Offset`, no `ArrayStride`).
+    fn min_binding_size(&self, block: u32) -> Option<u64> {
+        let Some(Type::Struct(members)) = self.types.get(&block) else {
+            return None;
+        };
+        let deco = self.decorations.get(&block)?;
+        let mut end = 0u64;
+        for (m, &member) in members.iter().enumerate() {
+            let (offset, matrix_stride) = deco.members.get(&(m as u32)).copied()?;
+            let size = match self.types.get(&member) {
+                Some(Type::RuntimeArray) => self.decorations.get(&member)?.array_stride?,
+                _ => self.size_of(member, matrix_stride, 0).ok()?,
+            };
+            end = end.max(u64::from(offset?) + u64::from(size));
+        }
+        Some(end)
+    }
+
     /// The Rust type of a scalar push-constant member (`None` for vectors, matrices,
     /// arrays and 16-bit floats: those are declared by size).
     fn scalar_type(&self, ty: u32) -> Option<ScalarType> {
@@ -1198,7 +1290,7 @@ impl Walk {
         })
     }
 
-    /// The size in bytes of a push-constant member's type.
+    /// The size in bytes of a push-constant member's (or a storage block member's) type.
     fn size_of(
         &self,
         ty: u32,
@@ -1321,6 +1413,87 @@ mod tests {
         w.extend(inst(253, &[])); // return
         w.extend(inst(OP_FUNCTION_END, &[]));
         w
+    }
+
+    /// WGSL through naga as host-order words (the tests' compiler; no bounds checks).
+    fn naga(wgsl: &str) -> Vec<u32> {
+        let module = naga::front::wgsl::parse_str(wgsl).unwrap();
+        let caps = naga::valid::Capabilities::all();
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .validate(&module)
+            .unwrap();
+        let options = naga::back::spv::Options {
+            lang_version: (1, 3),
+            ..Default::default()
+        };
+        naga::back::spv::write_vec(&module, &info, &options, None).unwrap()
+    }
+
+    #[test]
+    fn the_marker_sits_in_the_debug_section_and_turns_on_minimum_sizes() {
+        let wgsl = "
+            struct Head { count: u32, pad: vec3<u32>, items: array<vec2<f32>> }
+            @group(0) @binding(0) var<storage, read_write> head: Head;
+            @group(0) @binding(2) var<storage, read_write> fixed: array<u32, 10>;
+            @group(0) @binding(1) var<storage, read_write> plain: array<u32>;
+            @compute @workgroup_size(1)
+            fn main() { head.items[head.count].x = f32(fixed[3] + plain[7]); }";
+        let mut words = naga(wgsl);
+        let plain = reflect(&bytes(&words), V13, "t").unwrap();
+        assert!(!plain.bounds_checked);
+        assert_eq!(plain.entry_points[0].bindings, [0, 1, 2]);
+        assert_eq!(plain.entry_points[0].min_sizes, [0, 0, 0]);
+
+        mark_bounds_checked(&mut words);
+        let marked = reflect(&bytes(&words), V13, "t").unwrap();
+        assert!(marked.bounds_checked);
+        // Head: count at 0, pad (a vec3, aligned to 16) at 16..28, items (aligned to 8)
+        // at 32 with one 8-byte element: 40. A runtime array of u32: one element;
+        // array<u32, 10>: all of it.
+        assert_eq!(marked.entry_points[0].min_sizes, [40, 4, 40]);
+        // Right after the execution modes, before the first debug or annotation
+        // instruction.
+        let marker_at = {
+            let mut at = HEADER_WORDS;
+            loop {
+                let op = words[at] as u16;
+                if op == OP_SOURCE_EXTENSION {
+                    break at;
+                }
+                assert!(
+                    [
+                        OP_CAPABILITY,
+                        10,
+                        OP_EXT_INST_IMPORT,
+                        OP_MEMORY_MODEL,
+                        OP_ENTRY_POINT
+                    ]
+                    .contains(&op)
+                        || op == OP_EXECUTION_MODE,
+                    "opcode {op} before the marker"
+                );
+                at += (words[at] >> 16) as usize;
+            }
+        };
+        let prev_op = {
+            let mut at = HEADER_WORDS;
+            let mut prev = 0;
+            while at < marker_at {
+                prev = words[at] as u16;
+                at += (words[at] >> 16) as usize;
+            }
+            prev
+        };
+        assert_eq!(prev_op, OP_EXECUTION_MODE);
+    }
+
+    #[test]
+    fn a_marked_module_without_strides_has_unknown_minimum_sizes() {
+        let mut words = minimal(0x0001_0300);
+        mark_bounds_checked(&mut words);
+        let r = reflect(&bytes(&words), V16, "t").unwrap();
+        assert!(r.bounds_checked);
+        assert_eq!(r.entry_points[0].min_sizes, [0]);
     }
 
     fn bytes(words: &[u32]) -> Vec<u8> {

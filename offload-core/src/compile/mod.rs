@@ -41,6 +41,8 @@ pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DISK_WRITES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CORRUPT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static EVICTED: AtomicU64 = AtomicU64::new(0);
+static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+static MOST_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 
 /// What the compile cache did in this process since it started.
 ///
@@ -63,6 +65,8 @@ pub struct CompileStats {
     pub corrupt: u64,
     /// Entries removed to keep the cache within its size bound.
     pub evicted: u64,
+    /// The most compiles that ran at the same time (different keys compile in parallel).
+    pub most_in_flight: u64,
 }
 
 /// The compile cache's counters (process-wide).
@@ -79,6 +83,7 @@ pub fn compile_stats() -> CompileStats {
         disk_writes: DISK_WRITES.load(Ordering::Relaxed),
         corrupt: CORRUPT.load(Ordering::Relaxed),
         evicted: EVICTED.load(Ordering::Relaxed),
+        most_in_flight: MOST_IN_FLIGHT.load(Ordering::Relaxed),
     }
 }
 
@@ -143,7 +148,11 @@ impl Compiled {
             key = %hex(&key),
         )
         .entered();
-        let bytes = device.compile(source)?;
+        let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
+        MOST_IN_FLIGHT.fetch_max(now, Ordering::SeqCst);
+        let compiled = device.compile(source);
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        let bytes = compiled?;
         COMPILES.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(target: "offload::compile", bytes = bytes.len(), "compiled");
         if let Some(cache) = &cache {

@@ -86,6 +86,7 @@ pub(crate) trait DynBuffer: Send + Sync {
 /// A loaded program with its type erased, together with its device.
 pub(crate) trait DynProgram: Send + Sync {
     fn kernel(&self, name: &str) -> Result<Box<dyn DynKernel>>;
+    fn verified(&self) -> bool;
     fn kernels(&self) -> Vec<String>;
     fn globals(&self) -> Vec<String>;
     fn global(&self, name: &str) -> Result<GlobalInfo>;
@@ -383,6 +384,10 @@ struct ErasedProgram<P: hal::Platform> {
 }
 
 impl<P: hal::Platform> DynProgram for ErasedProgram<P> {
+    fn verified(&self) -> bool {
+        hal::Program::verified(&self.raw)
+    }
+
     fn kernel(&self, name: &str) -> Result<Box<dyn DynKernel>> {
         Ok(Box::new(ErasedKernel::<P> {
             raw: hal::Program::kernel(&self.raw, name)?,

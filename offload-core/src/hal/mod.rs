@@ -307,6 +307,16 @@ pub trait Program: Send + Sync + Sized + 'static {
     /// Looks up a kernel; a missing one is `Error::SymbolNotFound`.
     fn kernel(&self, name: &str) -> Result<Self::Kernel>;
 
+    /// Whether every kernel of this program is proven to access memory only inside the
+    /// buffers it is given, whatever the arguments that pass the core's checks and the
+    /// backend's launch checks (e.g. WGSL compiled with clamped indices, launched with
+    /// buffers at least their bindings' minimum size). Such kernels may be launched
+    /// without `unsafe` ([`Queue::run`](crate::Queue::run)). The default, `false`, is the
+    /// only honest answer for native code and for device code offload did not compile.
+    fn verified(&self) -> bool {
+        false
+    }
+
     /// The kernel's parameters, in order, as the image declares them.
     fn params(kernel: &Self::Kernel) -> &[ParamKind];
 

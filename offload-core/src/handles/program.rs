@@ -586,11 +586,15 @@ impl Module {
             });
             Ok((kernels.len() - 1, params))
         })
-        .map(|(index, params)| Kernel {
-            module: self.clone(),
-            index,
-            name: Arc::from(name),
-            params,
+        .and_then(|(index, params)| {
+            let verified = self.with_loaded("Module::kernel", |l| Ok(l.raw.verified()))?;
+            Ok(Kernel {
+                module: self.clone(),
+                index,
+                name: Arc::from(name),
+                params,
+                verified,
+            })
         })
     }
 
@@ -811,9 +815,28 @@ pub struct Kernel {
     pub(crate) index: usize,
     name: Arc<str>,
     params: Arc<[ParamKind]>,
+    /// Whether its program is proven memory-safe to launch (`hal::Program::verified`).
+    verified: bool,
 }
 
 impl Kernel {
+    /// Whether offload proved this kernel memory-safe to launch, so that
+    /// [`Queue::run`](crate::Queue::run) launches it without `unsafe`: today, kernels of
+    /// WGSL programs offload compiled (`Program::from_source(Source::wgsl(..))`), whose
+    /// every access is clamped into its buffer. Native and prebuilt device code is not.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// assert!(!k.is_verified());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn is_verified(&self) -> bool {
+        self.verified
+    }
+
     /// Its name in the module.
     ///
     /// ```

@@ -450,17 +450,66 @@ impl Queue {
     // unsafe itself; the backend's launch is where the unverified code runs.
     #[allow(unsafe_code)]
     pub unsafe fn launch(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
-        const CALL: &str = "Queue::launch";
+        // SAFETY: the caller took on this function's contract.
+        unsafe { self.enqueue_launch("Queue::launch", kernel, dims, args) }
+    }
+
+    /// Enqueues a kernel offload proved memory-safe ([`Kernel::is_verified`]: WGSL that
+    /// offload compiled, every access clamped into its buffers) without `unsafe`; the same
+    /// checks as [`Queue::launch`] run first. Any other kernel is `Error::InvalidArgument`,
+    /// pointing at `launch`.
+    ///
+    /// ```
+    /// # use offload_core::{Dims, Error, Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let noop = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// let refused = dev.queue()?.run(&noop, Dims::grid([1, 1, 1]), &[]);
+    /// assert!(matches!(refused, Err(Error::InvalidArgument { .. })));
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn run(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
+        const CALL: &str = "Queue::run";
+        if !kernel.is_verified() {
+            return Err(mismatch(
+                CALL,
+                format!(
+                    "{kernel} is code offload cannot verify (only WGSL programs offload \
+                     compiled are): launch it with `unsafe {{ queue.launch(..) }}` and its \
+                     safety contract"
+                ),
+            ));
+        }
+        // SAFETY: the kernel is verified: its every access is clamped into its buffer
+        // arguments, and the backend refuses buffers too small for its bindings.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.enqueue_launch(CALL, kernel, dims, args)
+        }
+    }
+
+    /// The checks and enqueue of `launch` and `run`.
+    ///
+    /// # Safety
+    /// The contract of [`Queue::launch`], or a verified kernel.
+    #[allow(unsafe_code)]
+    unsafe fn enqueue_launch(
+        &self,
+        call: &'static str,
+        kernel: &Kernel,
+        dims: Dims,
+        args: &[Arg<'_>],
+    ) -> Result<()> {
         let module = kernel.module();
         self.entry
             .with(|queue| {
-                module.with_loaded(CALL, |loaded| {
+                module.with_loaded(call, |loaded| {
                     if !Arc::ptr_eq(module.generation(), &self.generation) {
                         return Err(Error::shut_down());
                     }
                     if module.entry.device != self.entry.device {
                         return Err(mismatch(
-                            CALL,
+                            call,
                             format!("{kernel:?} is on another device than {self}"),
                         ));
                     }
@@ -481,7 +530,7 @@ impl Queue {
                                     .iter()
                                     .position(|x| x.entry_ptr() == b.entry_ptr())
                                     .unwrap_or(0);
-                                let allocation = guards[at].as_ref().ok_or_else(|| b.gone(CALL))?;
+                                let allocation = guards[at].as_ref().ok_or_else(|| b.gone(call))?;
                                 let (offset, len) = arg.byte_range().unwrap_or((0, b.len()));
                                 let offset = b.offset_in_allocation() + offset;
                                 if offset == 0 && len == b.entry().size() {
@@ -517,7 +566,7 @@ impl Queue {
                     unsafe { queue.launch(&*raw_kernel.raw, &dims, &raw_args) }
                 })
             })
-            .map_err(|e| e.on(CALL, kernel))
+            .map_err(|e| e.on(call, kernel))
     }
 
     /// Waits until all work enqueued so far has finished.

@@ -1,11 +1,15 @@
 //! The CUDA driver, loaded at run time: the library guard and its symbol table ([`Driver`]),
 //! and every driver call offload makes, each returning `Result` (cudarc's `result` layer).
 //!
+//! NVRTC, the runtime compiler behind CUDA source programs, is opened the same way
+//! ([`nvrtc`]).
+//!
 //! This module (with [`sys`], the raw table) is the crate's only `unsafe` code. It decides
 //! nothing: which failures mean "no CUDA here" is the platform's call (`crate::open`), and
 //! how a failure reads as an offload error is `offload_driver::Failure`'s.
 
 pub(crate) mod calls;
+pub(crate) mod nvrtc;
 pub(crate) mod sys;
 
 use std::ffi::{c_char, c_int};

@@ -470,6 +470,14 @@ fn sixty_four_buffers_through_sixteen_entries_to_three_peers() {
                         .unwrap();
                 }
             }
+            // Let every send be answered before the next round, so its first sends find
+            // idle entries to evict whatever the machine's load (on a loaded machine
+            // every entry could otherwise still be busy, and all sends go one-shot).
+            for (_, to) in &peers {
+                endpoint
+                    .wait_answered(*to, Duration::from_secs(30))
+                    .unwrap();
+            }
         }
         // A first round of probes caches the probe buffer (its first send may evict an
         // entry, unmapping it on peers already probed); the second round only hits, so its

@@ -229,3 +229,37 @@ fn shutdown_drains_queued_work() {
     );
     drop(queue);
 }
+
+/// Backpressure (issue 13): a producer that never syncs cannot grow a host queue without
+/// bound; it waits at `MAX_QUEUED` unfinished commands, and everything still runs in order.
+#[test]
+fn a_producer_that_never_syncs_is_held_at_the_queue_depth() {
+    let _serial = common::serial();
+    let (rt, dev) = host();
+    let queue = dev.queue().unwrap();
+    let max = offload::host::MAX_QUEUED;
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    for i in 0..3 * max {
+        let ran = ran.clone();
+        queue
+            .enqueue_host_fn(move || {
+                // Slower than enqueueing, so without backpressure the backlog would grow.
+                std::thread::sleep(std::time::Duration::from_micros(20));
+                ran.lock().unwrap().push(i);
+            })
+            .unwrap();
+    }
+    let most = offload::host::stats().most_queued;
+    assert!(
+        most <= max + 1,
+        "a host queue held {most} unfinished commands (depth {max})"
+    );
+    assert!(
+        most >= max / 2,
+        "the producer never got ahead ({most}): the test shows nothing"
+    );
+    queue.sync().unwrap();
+    assert_eq!(*ran.lock().unwrap(), (0..3 * max).collect::<Vec<_>>());
+    drop(queue);
+    rt.shutdown().unwrap();
+}

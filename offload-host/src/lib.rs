@@ -254,6 +254,7 @@ use offload_core::{
 
 pub use memory::{ALIGNMENT, HostBuffer, MEMFD_NAME};
 pub use program::{HostKernel, HostModule, MAX_SHARED_MEMORY, PARAMS_PREFIX};
+pub use stream::MAX_QUEUED;
 
 /// The C header of the host kernel ABI (`include/offload_host.h`): `OFFLOAD_KERNEL`,
 /// `OFFLOAD_BUFFER`, `OFFLOAD_SCALAR`, the `offload_launch` struct.
@@ -354,6 +355,9 @@ pub struct HostStats {
     pub loads: usize,
     /// Program images unloaded (`dlclose`).
     pub unloads: usize,
+    /// The most commands any host queue held unfinished (at most [`MAX_QUEUED`] plus the
+    /// ones its own host functions enqueued).
+    pub most_queued: u64,
 }
 
 /// Reads the process-wide counters.
@@ -369,6 +373,7 @@ pub fn stats() -> HostStats {
         live_allocations: LIVE_ALLOCATIONS.load(Ordering::SeqCst),
         loads: program::LOADS.load(Ordering::SeqCst),
         unloads: program::UNLOADS.load(Ordering::SeqCst),
+        most_queued: stream::MOST_QUEUED.load(Ordering::Relaxed),
     }
 }
 

@@ -127,10 +127,27 @@ fn this_thread() -> u64 {
     unsafe { libc::pthread_self() as u64 }
 }
 
+/// The most commands a host queue holds not yet finished. A producer that enqueues faster
+/// than the queue runs waits (running commands itself when the queue's run token is free)
+/// until the backlog is below it, so a queue nobody syncs cannot grow without bound. A host
+/// function enqueuing into its own queue never waits (it would wait for itself).
+pub const MAX_QUEUED: u64 = 4096;
+
+/// The largest backlog any host queue reached, for tests and the soak.
+pub(crate) static MOST_QUEUED: AtomicU64 = AtomicU64::new(0);
+
 impl StreamCore {
     /// Pushes `command`; returns its ticket (the count of commands pushed with it).
     /// `call` names the user's call in the error if the executor cannot be started.
+    /// Waits while [`MAX_QUEUED`] commands are unfinished (backpressure).
     pub(crate) fn enqueue(self: &Arc<Self>, call: &'static str, command: Command) -> Result<u64> {
+        let pushed = self.enqueued.load(Ordering::SeqCst);
+        if pushed.saturating_sub(self.completed.load(Ordering::SeqCst)) >= MAX_QUEUED
+            && !self.on_runner()
+        {
+            // Wait until this command would be the MAX_QUEUED-th unfinished one.
+            self.wait(pushed + 1 - MAX_QUEUED);
+        }
         let mut inner = lock(&self.inner);
         if inner.shutdown {
             return Err(crate::invalid(call, "the host queue was destroyed"));
@@ -145,6 +162,8 @@ impl StreamCore {
         }
         inner.commands.push_back(command);
         let ticket = self.enqueued.fetch_add(1, Ordering::SeqCst) + 1;
+        let backlog = ticket.saturating_sub(self.completed.load(Ordering::SeqCst));
+        MOST_QUEUED.fetch_max(backlog, Ordering::Relaxed);
         self.wake_executor(&mut inner);
         Ok(ticket)
     }

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The soak runs of issue 13, in release: long init/work/shutdown and IPC cycles with RSS and
+# fd checks, and the conformance state machine with 60,000 cases on the host backend
+# (each case 1 to 4 threads of 0 to 32 random operations: about two million in all).
+# OFFLOAD_SOAK=N multiplies the cycle counts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OFFLOAD_SOAK="${OFFLOAD_SOAK:-1}"
+cargo test --release --test soak -- --nocapture --test-threads=1
+OFFLOAD_CONFORMANCE_CASES="${OFFLOAD_CONFORMANCE_CASES:-60000}" \
+    cargo test --release -p offload-host --test conformance -- --nocapture

@@ -498,7 +498,7 @@ impl IpcEndpoint {
         loop {
             self.engine.check_open(CALL)?;
             if let Some(r) = self.engine.take_delivery() {
-                return Ok(Some(r));
+                return r.map(Some);
             }
             let now = Instant::now();
             if now >= deadline {
@@ -1509,7 +1509,10 @@ impl Engine {
     /// Takes the next delivery and maps what it names: a `Map` or `OneShot` imports (and a
     /// `Map` answers `Mapped`), a `Use` finds its mapping. A delivery that cannot be made
     /// is answered `Failed` and skipped.
-    fn take_delivery(&self) -> Option<Received> {
+    /// A delivery that cannot be made is answered `Failed` to its sender and returned
+    /// here as the typed error (a backend's import error, or the peer's bad reference), so
+    /// the receiver never waits for a message that will not come.
+    fn take_delivery(&self) -> Option<Result<Received>> {
         let mut closing = Vec::new();
         let mut news = Vec::new();
         let taken = {
@@ -1541,13 +1544,14 @@ impl Engine {
                             "received a buffer range"
                         );
                         flush(peer, &mut news);
-                        break Some(Received {
+                        break Some(Ok(Received {
                             peer: peer_id,
                             tag: d.tag,
                             buffer,
-                        });
+                        }));
                     }
-                    Err(failed) => {
+                    Err(undelivered) => {
+                        let (failed, error) = *undelivered;
                         stats::REJECTED.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(
                             target: "offload::ipc",
@@ -1558,8 +1562,19 @@ impl Engine {
                             answer = ?failed,
                             "could not deliver a buffer range"
                         );
+                        let reason = format!(
+                            "{peer_id} sent tag {} ({how}), which could not be delivered: \
+                             {failed:?}",
+                            d.tag
+                        );
                         peer.outbox.push_back(failed.encode());
                         flush(peer, &mut news);
+                        // The backend's own error when there is one (typed, naming its
+                        // backend and call); else the peer's bad reference.
+                        break Some(Err(match error {
+                            Some(e) => e,
+                            None => ipc_error("IpcEndpoint::recv", reason),
+                        }));
                     }
                 }
             }
@@ -1571,14 +1586,15 @@ impl Engine {
         taken
     }
 
-    /// Makes the view a delivery names, or the `Failed` answer to send instead.
+    /// Makes the view a delivery names, or the `Failed` answer to send instead (with the
+    /// error that caused it, when there is one).
     fn materialize(
         &self,
         state: &mut State,
         index: usize,
         what: Pending,
         closing: &mut Vec<Mapping>,
-    ) -> std::result::Result<Buffer, Message> {
+    ) -> std::result::Result<Buffer, Box<(Message, Option<Error>)>> {
         let peer_id = state.peers[index].id;
         match what {
             Pending::Map {
@@ -1594,10 +1610,13 @@ impl Engine {
                 while let Some(i) = peer.mappings.iter().position(|m| m.entry == entry) {
                     closing.push(peer.mappings.remove(i));
                 }
-                let (buffer, key) = self.import(handle).map_err(|code| Message::Failed {
-                    entry,
-                    generation,
-                    code,
+                let (buffer, key) = self.import(handle).map_err(|(code, e)| {
+                    let failed = Message::Failed {
+                        entry,
+                        generation,
+                        code,
+                    };
+                    Box::new((failed, e))
                 })?;
                 let id = state.next_mapping;
                 state.next_mapping = state.next_mapping.wrapping_add(1).max(1);
@@ -1643,9 +1662,9 @@ impl Engine {
                             && !m.one_shot
                             && (mapping == 0 || m.id == mapping)
                     })
-                    .ok_or_else(|| failed(FailCode::UnknownMapping))?;
+                    .ok_or_else(|| Box::new((failed(FailCode::UnknownMapping), None)))?;
                 if offset.saturating_add(len) > m.buffer.size() as u64 {
-                    return Err(failed(FailCode::Range));
+                    return Err(Box::new((failed(FailCode::Range), None)));
                 }
                 m.views += 1;
                 let buffer = m.buffer.clone();
@@ -1657,10 +1676,13 @@ impl Engine {
                 len,
                 handle,
             } => {
-                let (buffer, key) = self.import(handle).map_err(|code| Message::Failed {
-                    entry: ONE_SHOT,
-                    generation: sequence,
-                    code,
+                let (buffer, key) = self.import(handle).map_err(|(code, e)| {
+                    let failed = Message::Failed {
+                        entry: ONE_SHOT,
+                        generation: sequence,
+                        code,
+                    };
+                    Box::new((failed, e))
                 })?;
                 let view = self.view(peer_id, &buffer, ONE_SHOT, sequence, offset, len);
                 state.peers[index].mappings.push(Mapping {
@@ -1681,14 +1703,21 @@ impl Engine {
     fn import(
         &self,
         handle: IpcHandle,
-    ) -> std::result::Result<(Arc<BufferEntry>, ResourceKey), FailCode> {
+    ) -> std::result::Result<(Arc<BufferEntry>, ResourceKey), (FailCode, Option<Error>)> {
         if self.closed.load(Ordering::SeqCst) || self.generation.is_closing() {
-            return Err(FailCode::Closing);
+            return Err((FailCode::Closing, None));
         }
-        let device = self.device_for(&handle).ok_or(FailCode::Import)?;
+        let no_device = || Error::InvalidIpcHandle {
+            backend: handle.backend(),
+            call: "IpcEndpoint::recv",
+            reason: "no device of this runtime has the memory's device UUID".into(),
+        };
+        let Some(device) = self.device_for(&handle) else {
+            return Err((FailCode::Import, Some(no_device())));
+        };
         match import_entry(&device, handle) {
             Ok((key, entry, _, _)) => Ok((entry, key)),
-            Err(_) => Err(FailCode::Import),
+            Err(e) => Err((FailCode::Import, Some(e))),
         }
     }
 

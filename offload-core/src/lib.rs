@@ -35,6 +35,8 @@ mod compile;
 pub mod conformance;
 mod erased;
 mod error;
+#[cfg(feature = "conformance")]
+pub mod faults;
 pub mod hal;
 mod handles;
 pub mod ipc;

@@ -9,7 +9,7 @@
 //! where they belong, for the host and for every queue.
 
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::Arc;
 
 use offload_core::{BackendKind, Error, MemKind, Result};
 
@@ -32,42 +32,7 @@ pub(crate) enum Origin {
 }
 
 /// The streams whose queued work uses a buffer or a module.
-#[derive(Default)]
-pub(crate) struct Uses(Mutex<Vec<Weak<QueueShared>>>);
-
-impl Uses {
-    fn lock(&self) -> MutexGuard<'_, Vec<Weak<QueueShared>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Notes that `queue` has work that uses this.
-    pub(crate) fn add(&self, queue: &Arc<QueueShared>) {
-        let mut queues = self.lock();
-        queues.retain(|q| q.strong_count() > 0);
-        if !queues
-            .iter()
-            .any(|q| std::ptr::eq(q.as_ptr(), Arc::as_ptr(queue)))
-        {
-            queues.push(Arc::downgrade(queue));
-        }
-    }
-
-    /// Waits for the work queued so far on every stream that used this.
-    pub(crate) fn wait(&self, call: &'static str) -> Result<()> {
-        let queues: Vec<Arc<QueueShared>> =
-            self.lock().drain(..).filter_map(|q| q.upgrade()).collect();
-        for queue in queues {
-            queue.synchronize(call)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::fmt::Debug for Uses {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Uses({})", self.lock().len())
-    }
-}
+pub(crate) type Uses = offload_driver::Uses<QueueShared>;
 
 /// One allocation: freed when its last buffer is gone (an exportable allocation can have
 /// several: its owner, and the imports of it in this same process, which alias it).

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use offload_core::hal::HostFn;
-use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
+use offload_core::{BackendKind, Dims, Error, KernelArg, Result};
+
+use offload_driver::{HostCallback, HostFailure, host_trampoline};
 
 use crate::context::{Context, driver_error};
 use crate::ffi::calls::Word;
@@ -33,7 +35,7 @@ pub(crate) struct QueueShared {
     stream: CuStream,
     kept: Mutex<Kept>,
     /// A host function's panic, reported by the next sync.
-    failure: Arc<Mutex<Option<String>>>,
+    failure: HostFailure,
 }
 
 // SAFETY: the stream handle may be used from any thread (the driver API is thread-safe);
@@ -57,6 +59,12 @@ impl QueueShared {
             .map_err(driver_error(call))?;
         lock(&self.kept).data.drain(..passed);
         Ok(())
+    }
+}
+
+impl offload_driver::Stream for QueueShared {
+    fn synchronize(&self, call: &'static str) -> Result<()> {
+        QueueShared::synchronize(self, call)
     }
 }
 
@@ -143,28 +151,6 @@ fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-/// A host function and where its panic goes, handed to the driver's thread.
-struct Callback {
-    f: HostFn,
-    failure: Arc<Mutex<Option<String>>>,
-}
-
-/// The `CUhostFn` of every host function: runs it once, catching a panic.
-unsafe extern "C" fn trampoline(data: *mut c_void) {
-    // SAFETY: `data` is the `Box<Callback>` leaked by `enqueue_host_fn` for this one call;
-    // the driver calls each host function once, so it is taken back exactly once, here.
-    let callback = unsafe { Box::from_raw(data.cast::<Callback>()) };
-    let Callback { f, failure } = *callback;
-    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string payload".into());
-        lock(&failure).get_or_insert(format!("the host function panicked: {message}"));
-    }
-}
-
 impl CudaQueue {
     /// A non-blocking stream in `context`.
     pub(crate) fn new(context: &Arc<Context>) -> Result<CudaQueue> {
@@ -209,67 +195,25 @@ impl CudaQueue {
                 format!("cuda kernel `{name}` is loaded on another device than the queue"),
             ));
         }
-        if args.len() != kernel.params.len() {
-            return Err(invalid(
-                CALL,
-                format!(
-                    "cuda kernel `{name}` takes {} arguments ({:?}), {} given",
-                    kernel.params.len(),
-                    kernel.params,
-                    args.len()
-                ),
-            ));
-        }
+        let (mut values, buffers) = offload_driver::pack_args(
+            &format!("cuda kernel `{name}`"),
+            &kernel.params,
+            args,
+            CudaBuffer::ptr,
+            CudaBuffer::len,
+        )?;
         let limits = &self.shared.context.limits;
-        check_dims(dims, limits, name)?;
-        let mut values: Vec<[u8; 8]> = Vec::with_capacity(args.len());
-        let mut buffers: Vec<&CudaBuffer> = Vec::new();
-        for (i, (arg, param)) in args.iter().zip(&kernel.params).enumerate() {
-            let mut value = [0u8; 8];
-            match (arg, param) {
-                (KernelArg::Buffer(b), ParamKind::Buffer) => {
-                    value = b.ptr().to_ne_bytes();
-                    buffers.push(b);
-                }
-                (
-                    KernelArg::Range {
-                        buffer,
-                        offset,
-                        len,
-                    },
-                    ParamKind::Buffer,
-                ) => {
-                    let inside = offset
-                        .checked_add(*len)
-                        .is_some_and(|end| end <= buffer.len());
-                    if !inside {
-                        return Err(invalid(
-                            CALL,
-                            format!(
-                                "argument {i} of cuda kernel `{name}`: bytes {offset}..{} are \
-                                 outside the {}-byte buffer",
-                                *offset as u128 + *len as u128,
-                                buffer.len()
-                            ),
-                        ));
-                    }
-                    value = (buffer.ptr() + *offset as u64).to_ne_bytes();
-                    buffers.push(buffer);
-                }
-                (KernelArg::Scalar(bytes), p)
-                    if p.scalar_size() == Some(bytes.len()) && bytes.len() <= 8 =>
-                {
-                    value[..bytes.len()].copy_from_slice(bytes);
-                }
-                _ => {
-                    return Err(invalid(
-                        CALL,
-                        format!("argument {i} of cuda kernel `{name}` should be {param:?}"),
-                    ));
-                }
-            }
-            values.push(value);
-        }
+        let limits = offload_driver::LaunchLimits {
+            max_block_threads: limits.max_block_threads,
+            max_block: limits.max_block,
+            max_grid: limits.max_grid,
+            max_shared_memory: limits.max_shared_memory,
+            attributes: (
+                "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_*",
+                "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_*",
+            ),
+        };
+        limits.check(dims, &format!("cuda kernel `{name}`"))?;
         self.context(CALL, &buffers)?;
         if dims.blocks() == 0 {
             return Ok(()); // no blocks: nothing to run
@@ -423,30 +367,27 @@ impl CudaQueue {
     pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         const CALL: &str = "Queue::enqueue_host_fn";
         self.context(CALL, &[])?;
-        let callback = Box::into_raw(Box::new(Callback {
-            f,
-            failure: self.shared.failure.clone(),
-        }));
-        // SAFETY: the stream is live and of the bound context; `trampoline` takes the box
+        let callback = HostCallback::into_data(f, &self.shared.failure);
+        // SAFETY: the stream is live and of the bound context; `host_trampoline` takes the box
         // back and runs it once, making no CUDA call itself (the function's own contract,
         // said in the docs, is not to call offload either).
         let launched = unsafe {
             self.shared.context.driver.launch_host_func(
                 self.shared.stream,
-                trampoline,
-                callback.cast(),
+                host_trampoline,
+                callback,
             )
         };
         match launched {
             Some(Ok(())) => Ok(()),
             Some(Err(failure)) => {
                 // SAFETY: not handed to the driver: the box is still ours.
-                drop(unsafe { Box::from_raw(callback) });
+                drop(unsafe { HostCallback::take_back(callback) });
                 Err(failure.into_error(BackendKind::Cuda, CALL))
             }
             None => {
                 // SAFETY: as above.
-                let Callback { f, .. } = *unsafe { Box::from_raw(callback) };
+                let f = unsafe { HostCallback::take_back(callback) };
                 self.shared.synchronize(CALL)?;
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
                     Error::Callback {
@@ -552,40 +493,4 @@ impl CudaEvent {
             .map_err(driver_error(CALL))?;
         Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
     }
-}
-
-/// Checks a launch's geometry against the device.
-fn check_dims(dims: &Dims, limits: &crate::context::Limits, name: &str) -> Result<()> {
-    const CALL: &str = "Queue::launch";
-    let fail = |why: String| Err(invalid(CALL, format!("cuda kernel `{name}`: {why}")));
-    if dims.block.contains(&0) {
-        return fail(format!("block {:?} has a zero dimension", dims.block));
-    }
-    if (0..3).any(|k| dims.block[k] > limits.max_block[k]) {
-        return fail(format!(
-            "block {:?} exceeds the device's {:?} (CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_*)",
-            dims.block, limits.max_block
-        ));
-    }
-    if dims.threads_per_block() > u64::from(limits.max_block_threads) {
-        return fail(format!(
-            "block {:?} has {} threads, the device allows {}",
-            dims.block,
-            dims.threads_per_block(),
-            limits.max_block_threads
-        ));
-    }
-    if (0..3).any(|k| dims.grid[k] > limits.max_grid[k]) {
-        return fail(format!(
-            "grid {:?} exceeds the device's {:?} (CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_*)",
-            dims.grid, limits.max_grid
-        ));
-    }
-    if dims.shared_memory > limits.max_shared_memory {
-        return fail(format!(
-            "{} bytes of dynamic shared memory; the device allows {} per block",
-            dims.shared_memory, limits.max_shared_memory
-        ));
-    }
-    Ok(())
 }

@@ -14,11 +14,17 @@
 //! - [`Driver`] and [`Platform`]: a device-only platform. A backend implements [`Driver`]
 //!   (open, describe a device); [`Platform`] is the `offload_core::hal::Platform` over it,
 //!   whose memory, programs and queues answer `Error::Unsupported`.
+//! - [`pack_args`] and [`LaunchLimits`]: a launch's arguments checked against the image's
+//!   parameters and packed, its geometry checked against the device.
+//! - [`Uses`], [`Stream`], [`HostCallback`] and [`host_trampoline`]: the streams whose
+//!   queued work uses a buffer, and host functions run on a driver thread with their panic
+//!   caught (the CUDA and HIP backends' queues).
 //! - `testing` (cargo feature `testing`): the harness that builds a fake driver with the C
 //!   compiler and runs test cases against it in child processes.
 //!
-//! This crate's only `unsafe` code is in its ffi helpers (`ffi.rs`) and the table that
-//! [`functions!`] expands to; it owns no process-wide state.
+//! This crate's only `unsafe` code is in its ffi helpers (`ffi.rs`), the host-function
+//! callback (`stream.rs`) and the table that [`functions!`] expands to; it owns no
+//! process-wide state.
 //!
 //! ```
 //! use offload_driver::{Library, LoadError};
@@ -36,10 +42,16 @@ mod failure;
 #[allow(unsafe_code)]
 mod ffi;
 mod functions;
+mod launch;
 mod platform;
+// Host functions cross into C callbacks: the box handed to the driver and taken back.
+#[allow(unsafe_code)]
+mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
+pub use launch::{LaunchLimits, Packed, pack_args};
 pub use platform::{Counters, Device, Driver, Opened, Platform, Stats};
+pub use stream::{HostCallback, HostFailure, Stream, Uses, host_trampoline};

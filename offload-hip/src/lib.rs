@@ -5,8 +5,7 @@
 //! at run time with libloading, never linked: this crate builds and starts on any Linux
 //! machine, and a machine without HIP simply has no HIP platform.
 //!
-//! For now the platform discovers devices and describes them; memory and programs come
-//! later, so it registers as a memory-less platform ([`platform`]).
+//! What it does: devices, memory, queues, programs (AMD GPU code objects) and IPC.
 //!
 //! - **Platform** ([`HipPlatform`]): opening it loads the runtime, reads its entry points,
 //!   calls `hipInit(0)` and counts the devices. A runtime that no name loads, or that lacks
@@ -17,19 +16,61 @@
 //!   (100)` (when `hipInit` fails, `hipGetDeviceCount` is asked too, for the reason). The
 //!   runtime then lists the platform as unavailable with that reason: a missing driver is an
 //!   absent platform, never a panic. Other HIP failures are `Error::Driver` with the
-//!   `hipError_t` as `code`.
+//!   `hipError_t` as `code`. The device is made current (`hipSetDevice`) on the calling
+//!   thread before every device-dependent call.
 //! - **Devices** ([`HipDevice`]): every device HIP counts, in its order. `device_info`
-//!   gives `hipDeviceGetName`, `AMD`, `hipDeviceTotalMem` and the multiprocessor (compute
-//!   unit) count. Each is read by its own call: `hipDeviceProp_t` changed its layout in
-//!   ROCm 6, so offload does not pass one.
-//! - **Memory, programs, queues**: not implemented yet. `alloc`, `Program::load` and
-//!   `Device::queue` answer `Error::Unsupported`; their objects are `offload_core::hal::Never`,
-//!   so no other call on them can be reached.
-//! - **Shutdown**: HIP has no global deinitialisation, so `deinit` only counts ([`stats`]).
-//!   The platform and its devices share the library guard; it is released when the runtime
-//!   drops them, right after `deinit`. The runtime itself stays mapped (it is opened with
-//!   `RTLD_NODELETE`): once initialised its threads run its code, and a later open finds it
-//!   again.
+//!   gives `hipDeviceGetName`, `AMD` (vendor id 0x1002), `hipDeviceTotalMem`, the compute
+//!   units, the runtime version, block and grid limits, shared memory per block and the
+//!   clock, each read by its own `hipDeviceGetAttribute`: `hipDeviceProp_t` changed its
+//!   layout in ROCm 6, so offload never passes one.
+//! - **Memory** ([`HipBuffer`]): `MemKind::Device` is `hipMalloc`, `Host` page-locked
+//!   `hipHostMalloc`, `Shared` managed `hipMallocManaged` (`Unsupported` on a runtime
+//!   without it); out of memory is `Error::OutOfMemory` naming the size. Host copies are
+//!   `hipMemcpy` with the kind of their direction, fills `hipMemset`, both after the queued
+//!   work on the buffer and followed by a synchronisation of the null stream; pinned and
+//!   managed memory can be touched in place (`with_mapped`).
+//! - **Queues** ([`HipQueue`], [`HipEvent`]): non-blocking streams
+//!   (`hipStreamCreateWithFlags(hipStreamNonBlocking)`); queued writes (`hipMemcpyAsync`,
+//!   the bytes kept until the stream passed them), fills (`hipMemsetAsync`, `D16`, `D32` for
+//!   1/2/4-byte patterns at aligned addresses, an expanded write otherwise), copies and
+//!   host functions (`hipLaunchHostFunc`, on a runtime thread; `f` must not call offload)
+//!   return once enqueued (Q1); events time with `hipEventElapsedTime`; `is_idle` and
+//!   `is_complete` are `hipStreamQuery` and `hipEventQuery`.
+//! - **Programs** ([`HipModule`], [`HipKernel`]): AMD GPU code objects (an ELF64 shared
+//!   object for `EM_AMDGPU`, linked with `ld.lld -shared`), or a clang offload bundle
+//!   (`__CLANG_OFFLOAD_BUNDLE__`) holding one, are read before the runtime sees them: the
+//!   format, the target from `e_flags` (`gfx90a`, …), the kernels and their parameters
+//!   from the `NT_AMDGPU_METADATA` note (MessagePack, read by a small reader here:
+//!   `global_buffer` is a buffer, `by_value` a scalar of its size, hidden arguments are the
+//!   runtime's), the globals from the dynamic symbols. A corrupt or foreign image is
+//!   `Error::InvalidBinary` with the reason and never reaches `hipModuleLoadData`; so is a
+//!   bundle of several code objects (offload does not yet pick one by the device's
+//!   architecture, which it does not read: the runtime refuses a code object for another
+//!   GPU, also `InvalidBinary`). Kernels are `hipModuleGetFunction`, launches
+//!   `hipModuleLaunchKernel` with `kernelParams`, checked against the device's block,
+//!   grid and shared-memory limits; globals `hipModuleGetGlobal`. [`fixtures::KERNELS`]
+//!   is the conformance kernels' code object.
+//! - **IPC**: `alloc_exportable` is `hipMalloc` memory; `export` is `hipIpcGetMemHandle`
+//!   with the allocation's range from `hipMemGetAddressRange`; `import` is
+//!   `hipIpcOpenMemHandle`, one mapping per device and handle, closed
+//!   (`hipIpcCloseMemHandle`) with its last buffer: every open is paired with one close. A
+//!   handle of this same process shares the allocation itself. The device's IPC UUID is
+//!   `hipDeviceGetUuid` (its ordinal where the runtime lacks that).
+//! - **Shutdown**: HIP has no global deinitialisation, so `deinit` only counts ([`stats`]),
+//!   and reports buffers, modules, queues and events still alive as an error (they stay
+//!   valid and are freed when dropped). The runtime stays mapped (it is opened with
+//!   `RTLD_NODELETE`): once initialised its threads run its code, and a later open finds
+//!   it again.
+//!
+//! How it is tested: against a protocol-checking stand-in runtime over host memory
+//! (`offload-driver/fake/fake_hip.c`, which runs the fixture kernels by name and reports
+//! use after free, double frees, wrong `hipMemcpy` kinds, leaks at exit, dead streams,
+//! events and modules, code objects that should never have reached it, IPC opens without
+//! a close, host copies and frees that did not wait for queued work when the fake defers
+//! it, …: the conformance suite passes on it with no violation, also with deferred
+//! streams) and against Debian's ROCm 5.2 runtime on a machine without an AMD GPU (the
+//! no-device path). It has never run on AMD hardware: the
+//! fixture code object was built by clang but never executed by a GPU.
 //!
 //! ```
 //! use offload_core::hal::{Device as _, Platform as _};
@@ -53,16 +94,39 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-// The crate's only unsafe code: HIP's C API, behind `Result`-returning calls.
+// HIP's C API, behind `Result`-returning calls; `unsafe fn`s where the runtime trusts
+// addresses.
 #[allow(unsafe_code)]
 mod ffi;
+// Code objects, read before the runtime sees them (safe code).
+mod image;
+// The modules below call those `unsafe fn`s and own the handles, each call with its
+// `SAFETY` argument.
+#[allow(unsafe_code)]
+mod ipc;
+#[allow(unsafe_code)]
+mod memory;
+mod platform;
+#[allow(unsafe_code)]
+mod program;
+#[allow(unsafe_code)]
+mod queue;
 
-use std::ffi::c_int;
+use offload_core::{BackendKind, PlatformEntry};
+use offload_driver::Counters;
 
-use offload_core::{BackendKind, DeviceInfo, PlatformEntry, Result};
-use offload_driver::{Counters, Failure, Opened, driver_not_found};
+pub use memory::HipBuffer;
+pub use platform::{HipDevice, HipPlatform};
+pub use program::{HipKernel, HipModule};
+pub use queue::{HipEvent, HipQueue};
 
-use crate::ffi::{HIP_ERROR_NO_DEVICE, HipDevice as RawDevice};
+/// The conformance kernels as an AMD GPU code object for `gfx90a` (`fixtures/kernels.c`,
+/// built by `fixtures/build.sh` with clang and lld; never run on AMD hardware): `add_one`,
+/// `fill`, `noop`, `read_global` and a global `g`.
+pub mod fixtures {
+    /// The kernels.
+    pub const KERNELS: &[u8] = include_bytes!("../fixtures/kernels.hsaco");
+}
 
 /// The backend family this crate implements.
 ///
@@ -79,7 +143,7 @@ pub const BACKEND: BackendKind = BackendKind::Hip;
 /// ```
 pub const LIBRARIES: [&str; 4] = ffi::LIBRARIES;
 
-static COUNTERS: Counters = Counters::new();
+pub(crate) static COUNTERS: Counters = Counters::new();
 
 /// Process-wide counts of what the HIP backend did.
 ///
@@ -104,137 +168,11 @@ pub fn stats() -> HipStats {
     COUNTERS.stats()
 }
 
-/// The entry the facade registers for the `hip` feature: a memory-less platform (devices
-/// only; memory, programs and queues answer `Error::Unsupported`).
+/// The entry the facade registers for the `hip` feature (with IPC).
 ///
 /// ```
 /// assert_eq!(offload_hip::platform().kind(), offload_core::BackendKind::Hip);
 /// ```
 pub fn platform() -> PlatformEntry {
-    PlatformEntry::of::<HipPlatform>()
-}
-
-/// The HIP platform: the runtime, initialised, with at least one device.
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::{Config, Error};
-/// match offload_hip::HipPlatform::open(&Config::default()) {
-///     Ok(hip) => {
-///         println!("{}: {} device(s)", hip.name(), hip.devices().len());
-///         hip.deinit()?;
-///     }
-///     Err(Error::DriverNotFound { library, reason, .. }) => {
-///         println!("no HIP ({library}): {reason}")
-///     }
-///     Err(e) => return Err(e),
-/// }
-/// # Ok::<(), Error>(())
-/// ```
-pub type HipPlatform = offload_driver::Platform<HipDriver>;
-
-/// A HIP device. It holds the runtime library open for as long as it lives; its
-/// `ordinal()` is `hipDeviceGet`'s argument.
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::{Config};
-/// let Ok(hip) = offload_hip::HipPlatform::open(&Config::default()) else {
-///     return; // no HIP device on this machine
-/// };
-/// for dev in hip.devices() {
-///     println!("device {}", dev.ordinal());
-/// }
-/// ```
-pub type HipDevice = offload_driver::Device<HipDriver>;
-
-/// The HIP runtime as [`HipPlatform`] uses it: the library and its entry points.
-///
-/// ```
-/// use offload_driver::Driver;
-/// assert_eq!(<offload_hip::HipDriver as Driver>::KIND, offload_core::BackendKind::Hip);
-/// ```
-pub struct HipDriver {
-    driver: ffi::Driver,
-}
-
-impl offload_driver::Driver for HipDriver {
-    const KIND: BackendKind = BackendKind::Hip;
-    /// The ordinal (some calls take it) and the `hipDevice_t`.
-    type Handle = (c_int, RawDevice);
-
-    /// Loads the runtime, `hipInit(0)`, counts and gets the devices.
-    fn open() -> Result<Opened<Self>> {
-        let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
-        if let Err(init) = driver.init() {
-            // ROCm 5 fails hipInit with hipErrorInvalidDevice when there is no GPU;
-            // hipGetDeviceCount then says hipErrorNoDevice. Report both.
-            let reason = match driver.device_count() {
-                Err(count) => format!("{init}; {count}"),
-                Ok(_) => init.to_string(),
-            };
-            return Err(driver_not_found(BACKEND, driver.library(), reason));
-        }
-        let on_init = |failure: Failure| failure.into_error(BACKEND, "Offload::init");
-        let count = match driver.device_count() {
-            Ok(count) => count,
-            Err(failure) if failure.code == i64::from(HIP_ERROR_NO_DEVICE) => {
-                return Err(driver_not_found(
-                    BACKEND,
-                    driver.library(),
-                    failure.to_string(),
-                ));
-            }
-            Err(failure) => return Err(on_init(failure)),
-        };
-        if count <= 0 {
-            return Err(driver_not_found(
-                BACKEND,
-                driver.library(),
-                format!("hipGetDeviceCount: {count} devices"),
-            ));
-        }
-        let mut devices = Vec::new();
-        for ordinal in 0..count {
-            devices.push((ordinal, driver.device(ordinal).map_err(on_init)?));
-        }
-        // `HIP <runtime version>`, e.g. `HIP 6.2.41133`.
-        let name = match driver.runtime_version() {
-            Some(v) => format!(
-                "HIP {}.{}.{}",
-                v / 10_000_000,
-                v / 100_000 % 100,
-                v % 100_000
-            ),
-            None => "HIP".into(),
-        };
-        Ok(Opened {
-            driver: HipDriver { driver },
-            devices,
-            name,
-        })
-    }
-
-    fn library(&self) -> &str {
-        self.driver.library()
-    }
-
-    fn device_info(&self, (ordinal, device): (c_int, RawDevice)) -> Result<DeviceInfo> {
-        let driver = &self.driver;
-        let info = |failure: Failure| failure.into_error(BACKEND, "Device::info");
-        let multiprocessors = driver.multiprocessor_count(ordinal).map_err(info)?;
-        let mut properties = DeviceInfo::new(
-            driver.device_name(device).map_err(info)?,
-            "AMD",
-            BackendKind::Hip,
-            driver.total_memory(device).map_err(info)?,
-            u32::try_from(multiprocessors).unwrap_or(0),
-        );
-        properties.vendor_id = Some(0x1002);
-        Ok(properties)
-    }
-
-    fn counters() -> &'static Counters {
-        &COUNTERS
-    }
+    PlatformEntry::with_ipc::<HipPlatform>()
 }

@@ -67,16 +67,15 @@ fn opening_without_a_device_is_driver_not_found() {
             }
         }
         Ok(hip) => {
-            // A machine with an AMD GPU: every device describes itself, and memory is not
-            // there yet.
+            // A machine with an AMD GPU: every device describes itself and allocates.
             let devices = hip.devices();
             assert!(!devices.is_empty());
             for dev in &devices {
                 let info = dev.info().unwrap();
                 assert_eq!(info.backend, BackendKind::Hip);
                 assert!(!info.name.is_empty() && info.memory > 0 && info.compute_units > 0);
-                let e = dev.alloc(64, MemKind::Device).unwrap_err();
-                assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+                let buffer = dev.alloc(64, MemKind::Device).unwrap();
+                dev.free(buffer).unwrap();
             }
             drop(devices);
             hip.deinit().unwrap();
@@ -98,10 +97,11 @@ fn the_runtime_fails_start_naming_hip() {
         Ok(rt) => {
             let devices = rt.devices().unwrap();
             assert!(devices.iter().all(|d| d.backend() == BackendKind::Hip));
-            assert!(matches!(
-                devices[0].alloc(64, MemKind::Device),
-                Err(Error::Unsupported { .. })
-            ));
+            devices[0]
+                .alloc(64, MemKind::Device)
+                .unwrap()
+                .free()
+                .unwrap();
             rt.shutdown().unwrap();
         }
     }

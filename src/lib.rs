@@ -106,6 +106,11 @@ pub use offload_hip as hip;
 #[cfg(feature = "ze")]
 pub use offload_ze as ze;
 
+/// MPI integration (feature `mpi`): offload's shutdown hooked to `MPI_Finalize`, ranks as
+/// IPC peers (see the `offload-mpi` crate).
+#[cfg(feature = "mpi")]
+pub use offload_mpi as mpi;
+
 /// The platforms compiled into this build, in discovery order.
 ///
 /// ```

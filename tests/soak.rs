@@ -66,12 +66,19 @@ fn report(name: &str, cycles: u64, start: &Usage) {
         end.fds
     );
     assert!(growth <= 1 << 20, "{name}: RSS grew by {growth} bytes");
-    assert!(end.fds <= start.fds, "{name}: {} fds more", end.fds - start.fds);
+    assert!(
+        end.fds <= start.fds,
+        "{name}: {} fds more",
+        end.fds - start.fds
+    );
 }
 
 /// One generation's worth of work: init, allocate, copy, load, launch, sync, shut down.
 fn cycle() {
-    let rt = Offload::builder().backends([BackendKind::Host]).start().unwrap();
+    let rt = Offload::builder()
+        .backends([BackendKind::Host])
+        .start()
+        .unwrap();
     let dev = rt.device(BackendKind::Host).unwrap();
     let buf = dev.alloc_zeros::<u32>(1024).unwrap();
     let add_one = Program::new(offload::host::fixtures::KERNELS)
@@ -81,8 +88,14 @@ fn cycle() {
         .unwrap();
     let queue = dev.queue().unwrap();
     // SAFETY: add_one adds 1 to the first n u32s of its buffer, which holds 1024.
-    unsafe { queue.launch(&add_one, Dims::for_num_elems(1024), &offload::args![&buf, 1024u32]) }
-        .unwrap();
+    unsafe {
+        queue.launch(
+            &add_one,
+            Dims::for_num_elems(1024),
+            &offload::args![&buf, 1024u32],
+        )
+    }
+    .unwrap();
     queue.sync().unwrap();
     assert_eq!(buf.to_vec().unwrap()[1023], 1);
     drop((buf, add_one, queue, dev));
@@ -112,7 +125,10 @@ fn ipc_alloc_send_free_10k_cycles() {
     let Some(scale) = soak("ipc_alloc_send_free_10k_cycles") else {
         return;
     };
-    let rt = Offload::builder().backends([BackendKind::Host]).start().unwrap();
+    let rt = Offload::builder()
+        .backends([BackendKind::Host])
+        .start()
+        .unwrap();
     let dev = rt.device(BackendKind::Host).unwrap();
     let (a, b) = (rt.ipc_endpoint().unwrap(), rt.ipc_endpoint().unwrap());
     let peer = a.connect(b.name()).unwrap();

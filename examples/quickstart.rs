@@ -98,7 +98,7 @@ fn round(round: u32) -> Result<(), Error> {
     );
     if let Some(buf) = kept {
         match buf.write(0, &[0; 64]) {
-            Err(Error::ShutDown { .. }) => println!("  a buffer kept past shutdown says: ShutDown"),
+            Err(e @ Error::ShutDown { .. }) => println!("  a buffer kept past shutdown says: {e}"),
             other => panic!("expected ShutDown, got {other:?}"),
         }
     }

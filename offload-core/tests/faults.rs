@@ -7,186 +7,24 @@
 //! with no fault planned. One test only: the runtime and the fault plan are process-wide.
 #![cfg(feature = "conformance")]
 
-use std::any::Any;
-use std::sync::{Mutex, PoisonError, mpsc};
-use std::time::Duration;
+#[path = "shared/fault_sweeps.rs"]
+mod fault_sweeps;
 
-use offload_core::conformance::{self, Fixtures, SuiteConfig};
-use offload_core::faults::{self, Site, SweepOptions};
+use offload_core::faults;
 use offload_core::reference::{Reference, fixture_image};
-use offload_core::{
-    Dims, Error, MemKind, Offload, PlatformEntry, Platforms, Program, Result, args,
-};
+use offload_core::{Device, PlatformEntry, Platforms, Result};
 
-fn invalid(what: String) -> Error {
-    Error::InvalidArgument {
-        call: "faults workload",
-        reason: what,
-    }
+fn fixture() -> Vec<u8> {
+    fixture_image()
 }
 
-fn u32s(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-/// Every kind of call: memory, programs, globals, queues, launches, queued memory work,
-/// host functions, events, IPC, and explicit releases.
-fn workload(rt: &Offload) -> Result<()> {
-    let dev = rt.devices()?.remove(0);
-    dev.info()?;
-    let a = dev.alloc(64, MemKind::Device)?;
-    let b = dev.alloc(64, MemKind::Device)?;
-    a.write(0, &[1; 64])?;
-    a.fill(32, 32, 2)?;
-    b.copy_from(0, &a, 0, 64)?;
-    b.copy_from(0, &b, 32, 16)?;
-    a.with_mapped(|bytes| bytes[63] = 3)?;
-    let mut out = [0u8; 64];
-    b.read(0, &mut out)?;
-    if out[..16] != [2; 16] || out[16..32] != [1; 16] {
-        return Err(invalid(format!("memory calls gave {out:?}")));
-    }
-    dev.validate(&fixture_image())?;
-    let module = Program::new(fixture_image()).load(&dev)?;
-    let add_one = module.kernel("add_one")?;
-    module.write_global("g", 0, &7u32.to_ne_bytes())?;
-    let mut g = [0u8; 4];
-    module.read_global("g", 0, &mut g)?;
-    if u32::from_ne_bytes(g) != 7 {
-        return Err(invalid(format!("global reads {g:?}")));
-    }
-    module.global("g")?;
-    let q = dev.queue()?;
-    let q2 = dev.queue()?;
-    q.write(&a, 0, &[0; 16])?;
-    q.fill(&a, 16, 16, &[0; 4])?;
-    // SAFETY: add_one adds 1 to the first n = 8 u32s of its buffer, which holds 16.
-    unsafe { q.launch(&add_one, Dims::for_num_elems(8), &args![&a, 8u32])? };
-    q.copy(&a, 0, &b, 0, 32)?;
-    let (tx, rx) = mpsc::channel();
-    q.enqueue_host_fn(move || {
-        let _ = tx.send(());
-    })?;
-    let start = q.record()?;
-    q2.wait(&start)?;
-    let end = q.record()?;
-    end.sync()?;
-    end.is_complete()?;
-    end.elapsed_since(&start)?;
-    q.is_idle()?;
-    q.sync()?;
-    q2.sync()?;
-    if rx.try_recv().is_err() {
-        return Err(invalid("the host function did not run".into()));
-    }
-    b.read(0, &mut out)?;
-    if u32s(&out[..32]) != [1; 8] {
-        return Err(invalid(format!("queued work gave {out:?}")));
-    }
-    let shared = dev.alloc_exportable(64, MemKind::Device)?;
-    shared.write(0, &[9; 64])?;
-    let mapped = dev.import(shared.export()?)?;
-    mapped.read(0, &mut out)?;
-    if out != [9; 64] {
-        return Err(invalid(format!("imported memory reads {out:?}")));
-    }
-    mapped.free()?;
-    shared.free()?;
-    drop((start, end, q, q2, add_one));
-    module.unload()?;
-    a.free()?;
-    b.free()
-}
-
-/// Handles the teardown workload keeps past shutdown (dropped at its next run: by then they
-/// answer `Error::ShutDown`, and dropping them does nothing).
-static KEPT: Mutex<Vec<Box<dyn Any + Send>>> = Mutex::new(Vec::new());
-
-/// Makes objects of every kind, leaves work queued, and releases nothing: shutdown's
-/// teardown (L4) drains, unloads, destroys and frees it all, so the faults of the release
-/// calls are met there and must come back from `shutdown`.
-fn teardown_workload(rt: &Offload) -> Result<()> {
-    drop(std::mem::take(
-        &mut *KEPT.lock().unwrap_or_else(PoisonError::into_inner),
-    ));
-    let dev = rt.devices()?.remove(0);
-    let a = dev.alloc(64, MemKind::Device)?;
-    a.write(0, &[1; 64])?;
-    let module = Program::new(fixture_image()).load(&dev)?;
-    let add_one = module.kernel("add_one")?;
-    let q = dev.queue()?;
-    // SAFETY: add_one adds 1 to the first n = 8 u32s of its buffer, which holds 16.
-    unsafe { q.launch(&add_one, Dims::for_num_elems(8), &args![&a, 8u32])? };
-    q.fill(&a, 32, 32, &[5; 4])?;
-    let event = q.record()?;
-    let shared = dev.alloc_exportable(64, MemKind::Device)?;
-    let mapped = dev.import(shared.export()?)?;
-    let kept: Vec<Box<dyn Any + Send>> = vec![
-        Box::new(a),
-        Box::new(module),
-        Box::new(add_one),
-        Box::new(q),
-        Box::new(event),
-        Box::new(shared),
-        Box::new(mapped),
-    ];
-    KEPT.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .extend(kept);
+/// The reference backend has nothing beyond the shared workload.
+fn extra(_: &Device) -> Result<()> {
     Ok(())
 }
 
-/// Two IPC endpoints of this process stand in for two processes: a send exports (first
-/// send) and the receiver imports, a second send hits the sender's cache, the views are
-/// dropped, the endpoints closed and the memory freed.
-fn endpoint_workload(rt: &Offload) -> Result<()> {
-    let dev = rt.devices()?.remove(0);
-    let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
-    let to_b = a.connect(b.name())?;
-    let buf = dev.alloc_exportable(64, MemKind::Device)?;
-    buf.write(0, &[5; 64])?;
-    let mut out = [0u8; 64];
-    for (tag, len) in [(7, 64), (8, 32)] {
-        a.send(to_b, &buf, 0, len, tag)?;
-        let got = b
-            .recv_timeout(Duration::from_secs(5))?
-            .ok_or_else(|| invalid(format!("message {tag} did not arrive")))?;
-        got.buffer().read(0, &mut out[..len])?;
-        if got.tag() != tag || out[..len] != vec![5; len][..] {
-            return Err(invalid(format!("message {tag} reads {out:?}")));
-        }
-    }
-    b.close()?;
-    a.close()?;
-    buf.free()
-}
-
-/// Module callbacks that call offload: a fault inside `on_setup` fails the load (the module
-/// is unloaded), one inside `on_teardown` fails the unload.
-fn callback_workload(rt: &Offload) -> Result<()> {
-    let dev = rt.devices()?.remove(0);
-    let module = Program::new(fixture_image())
-        .on_setup(|m| {
-            m.kernel("noop")?;
-            m.write_global("g", 0, &3u32.to_ne_bytes())?;
-            Ok(())
-        })
-        .on_teardown(|m| {
-            let mut g = [0u8; 4];
-            m.read_global("g", 0, &mut g)?;
-            Ok(())
-        })
-        .load(&dev)?;
-    let q = dev.queue()?;
-    let noop = module.kernel("noop")?;
-    // SAFETY: noop touches nothing.
-    unsafe { q.launch(&noop, Dims::grid([1, 1, 1]), &[])? };
-    q.sync()?;
-    drop((noop, q));
-    module.unload()
+fn entry() -> PlatformEntry {
+    faults::entry_with_ipc::<Reference>()
 }
 
 /// The wrapped backend alone, for the conformance suite.
@@ -194,120 +32,12 @@ struct FaultyOnly;
 
 impl Platforms for FaultyOnly {
     fn platforms() -> Vec<PlatformEntry> {
-        vec![faults::entry_with_ipc::<Reference>()]
+        vec![entry()]
     }
 }
 
 #[test]
 fn every_injected_fault_is_reported_and_cleaned_up() {
-    let opts = SweepOptions {
-        skip: &|_: Site, _: u64| None,
-        ..SweepOptions::default()
-    };
-    let report = faults::sweep(faults::entry_with_ipc::<Reference>(), workload, &opts);
-    println!("fault mode: reference: {report}");
-    for (site, n) in &report.sites {
-        println!("  {site}: {n} calls");
-    }
-    assert!(report.failed.is_empty(), "{report}");
-    assert!(report.passed.len() > 20, "{report}");
-
-    // The sweep catches a workload that swallows an error: here, every error of `write`.
-    let swallowing = |rt: &Offload| -> Result<()> {
-        let dev = rt.devices()?.remove(0);
-        let a = dev.alloc(8, MemKind::Device)?;
-        let _ = a.write(0, &[1; 8]);
-        a.free()
-    };
-    let caught = faults::sweep(faults::entry_with_ipc::<Reference>(), swallowing, &opts);
-    assert_eq!(
-        caught
-            .failed
-            .iter()
-            .map(|(s, n, _)| (*s, *n))
-            .collect::<Vec<_>>(),
-        [(Site::Write, 1)],
-        "{caught}"
-    );
-
-    // Panics: offload does not catch a backend's panic; it must still shut down and init
-    // again afterwards.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let sites: Vec<Site> = report.sites.iter().map(|&(s, _)| s).collect();
-    let bad = faults::panic_sweep(
-        faults::entry_with_ipc::<Reference>(),
-        workload,
-        &sites,
-        Duration::from_secs(60),
-    );
-    std::panic::set_hook(hook);
-    println!(
-        "fault mode: reference: {} panic probes, {} failed",
-        sites.len(),
-        bad.len()
-    );
-    assert!(bad.is_empty(), "backend panics: {bad:?}");
-
-    // Release calls met by shutdown's teardown instead of by the workload.
-    let teardown = faults::sweep(
-        faults::entry_with_ipc::<Reference>(),
-        teardown_workload,
-        &opts,
-    );
-    println!("fault mode: reference (released by shutdown): {teardown}");
-    let reached: Vec<String> = teardown
-        .sites
-        .iter()
-        .map(|(s, n)| format!("{s}×{n}"))
-        .collect();
-    println!("  sites: {}", reached.join(" "));
-    assert!(teardown.failed.is_empty(), "{teardown}");
-    drop(std::mem::take(
-        &mut *KEPT.lock().unwrap_or_else(PoisonError::into_inner),
-    ));
-
-    // Offload calls inside module callbacks.
-    let callbacks = faults::sweep(
-        faults::entry_with_ipc::<Reference>(),
-        callback_workload,
-        &opts,
-    );
-    println!("fault mode: reference (module callbacks): {callbacks}");
-    assert!(callbacks.failed.is_empty(), "{callbacks}");
-
-    // IPC endpoints: export on a first send, import on receipt, unmapping on close.
-    let endpoints = faults::sweep(
-        faults::entry_with_ipc::<Reference>(),
-        endpoint_workload,
-        &SweepOptions {
-            timeout: Duration::from_secs(20),
-            // The receiver's import error reaches `recv` typed (it used to be answered
-            // `Failed` to the sender and dropped, leaving `recv` waiting).
-            ..opts
-        },
-    );
-    println!("fault mode: reference (IPC endpoints): {endpoints}");
-    let reached: Vec<String> = endpoints
-        .sites
-        .iter()
-        .map(|(s, n)| format!("{s}×{n}"))
-        .collect();
-    println!("  sites: {}", reached.join(" "));
-    assert!(endpoints.failed.is_empty(), "{endpoints}");
-
-    // With no fault planned the wrapper is transparent: the backend still passes the
-    // conformance suite through it, and every object it made was released.
-    faults::clear();
-    conformance::run::<FaultyOnly>(
-        &Fixtures {
-            image: fixture_image(),
-        },
-        SuiteConfig::default(),
-    );
-    assert_eq!(faults::live().total(), 0, "{:?}", faults::live());
-    println!(
-        "fault mode: reference: the conformance suite passes through the wrapper ({} sites reached)",
-        faults::all_calls().len()
-    );
+    // The wrapper's own live counters (`faults::live`) are the reference backend's.
+    fault_sweeps::run_all("reference", &Vec::new);
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::process::Command;
+use common::{result, run_child};
 
 use offload::{BackendKind, Error, Offload};
 
@@ -18,32 +18,6 @@ fn variant(e: &Error) -> &'static str {
         Error::Driver { .. } => "Driver",
         _ => "other",
     }
-}
-
-/// Runs the `child` test of this binary with `vars` set; returns its stdout.
-fn run_child(case: &str, vars: &[(&str, &str)]) -> String {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env("OFFLOAD_TEST_CHILD", case);
-    for var in [
-        "OFFLOAD_BACKENDS",
-        "OFFLOAD_IPC_CACHE_SIZE",
-        "OFFLOAD_HOST_DEVICES",
-    ] {
-        cmd.env_remove(var);
-    }
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "child {case} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// The child side: prints what it saw as `RESULT <text>`.
@@ -77,13 +51,6 @@ fn child() {
         other => panic!("unknown child case {other}"),
     };
     println!("RESULT {line}");
-}
-
-fn result(stdout: &str) -> &str {
-    stdout
-        .lines()
-        .find_map(|l| l.split_once("RESULT ").map(|(_, rest)| rest))
-        .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
 }
 
 #[test]

@@ -14,39 +14,13 @@
 
 mod common;
 
-use std::process::Command;
-
 use offload::hal;
 use offload::{BackendKind, Config, Error, MemKind, Offload, PlatformEntry, Result, ShutdownError};
 use offload_core::reference::{RefDevice, Reference};
 
 /// Runs the `child` test of this binary with `vars` set; returns its `RESULT` line.
 fn run_child(case: &str, vars: &[(&str, &str)]) -> String {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env("OFFLOAD_TEST_CHILD", case);
-    for var in [
-        "OFFLOAD_BACKENDS",
-        "OFFLOAD_IPC_CACHE_SIZE",
-        "OFFLOAD_HOST_DEVICES",
-    ] {
-        cmd.env_remove(var);
-    }
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "child {case} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .find_map(|l| l.split_once("RESULT ").map(|(_, rest)| rest.to_owned()))
-        .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
+    common::result(&common::run_child(case, vars)).to_owned()
 }
 
 /// The child side: prints what `Offload::init` gave as `RESULT <text>`.

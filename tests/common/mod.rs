@@ -34,3 +34,39 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// Runs the `child` test of this test binary (the environment cases' other side) with
+/// `OFFLOAD_TEST_CHILD=case`, the offload configuration variables cleared and `vars` set;
+/// returns its stdout, after checking it succeeded.
+pub fn run_child(case: &str, vars: &[(&str, &str)]) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env("OFFLOAD_TEST_CHILD", case);
+    for var in [
+        "OFFLOAD_BACKENDS",
+        "OFFLOAD_IPC_CACHE_SIZE",
+        "OFFLOAD_HOST_DEVICES",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "child {case} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The text after `RESULT ` in a child's stdout.
+pub fn result(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
+}

@@ -421,13 +421,7 @@ impl<T: Pod> BufferView<'_, T> {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn arg(&self) -> Arg<'_> {
-        // An out-of-range view becomes a range the launch refuses with the buffer's name.
-        let size = size_of::<T>();
-        Arg::Range {
-            buffer: self.buffer,
-            offset: self.start.saturating_mul(size),
-            len: self.len.saturating_mul(size),
-        }
+        Arg::from(self)
     }
 }
 
@@ -439,6 +433,7 @@ impl<'a, T: Pod> From<&'a TypedBuffer<T>> for Arg<'a> {
 
 impl<'a, T: Pod> From<&BufferView<'a, T>> for Arg<'a> {
     fn from(view: &BufferView<'a, T>) -> Self {
+        // An out-of-range view becomes a range the launch refuses with the buffer's name.
         let size = size_of::<T>();
         Arg::Range {
             buffer: view.buffer,

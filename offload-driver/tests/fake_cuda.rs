@@ -14,6 +14,7 @@ use std::path::Path;
 use std::ptr;
 
 use libloading::Library;
+use offload_driver::testing::cases::{hex, unhex};
 use offload_driver::testing::{FakeDriver, FakeHooks};
 
 const FAKE: FakeDriver = FakeDriver {
@@ -466,17 +467,6 @@ fn kernels(cu: &Cu, fake: &FakeHooks) -> String {
     check!(cu.cuMemFree_v2(buf));
     check!(cu.cuDevicePrimaryCtxRelease_v2(10));
     format!("{} violations={:?}", out.join(" "), fake.violations())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-        .collect()
 }
 
 /// The exporting side: allocates and writes, exports, has a child import and read it, frees.

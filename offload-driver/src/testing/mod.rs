@@ -22,6 +22,11 @@ use offload_core::hal::{Device, Platform};
 
 use crate::Stats;
 
+// Launches of the fixture kernels (unsafe by contract), a handle's descriptor passed to a
+// child, and the fake's hooks.
+#[allow(unsafe_code)]
+pub mod cases;
+
 /// Where a backend's fake driver comes from and how its children are told their case.
 ///
 /// ```

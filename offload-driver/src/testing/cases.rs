@@ -194,6 +194,7 @@ pub fn child<B: Platform, P: Platforms>(
         "queues" => queues(subject, &hooks),
         "ipc-export" => ipc_export(subject, &hooks),
         "ipc-import" => ipc_import(subject, &hooks),
+        "faults" => faults::<B>(subject, &hooks),
         other => extra(other, &hooks).unwrap_or_else(|| format!("unknown case {other}")),
     };
     println!("RESULT {result}");
@@ -557,6 +558,34 @@ pub fn queues(subject: &Subject, hooks: &FakeHooks) -> String {
     )
 }
 
+/// The fault mode (`offload_core::faults::workloads::run_all`) over the backend on its
+/// fake: one injected error at every hal call the workloads reach, a panic at every site,
+/// and the conformance suite through the wrapper; after each run the fake's live objects
+/// and its violation count must be back where they were. Returns the report.
+pub fn faults<B: Platform>(subject: &Subject, hooks: &FakeHooks) -> String
+where
+    B::Device: Ipc,
+{
+    let counters = || {
+        let mut now: Vec<(&'static str, i64)> = subject
+            .live
+            .iter()
+            .map(|&k| (k, i64::from(hooks.live(k))))
+            .collect();
+        now.push(("violations", hooks.violations().len() as i64));
+        now
+    };
+    let done =
+        offload_core::faults::workloads::run_all::<B>(&offload_core::faults::workloads::Subject {
+            name: subject.library,
+            fixture: subject.fixture,
+            globals: true,
+            extra: &|_| Ok(()),
+            counters: &counters,
+        });
+    format!("{done}; {}", subject.report(hooks))
+}
+
 /// Bytes as lowercase hex, for a handle passed to a child in an environment variable.
 ///
 /// ```
@@ -838,6 +867,17 @@ macro_rules! fake_backend_tests {
                 "oom",
                 false,
                 &format!("{}; ", expected.join(",")),
+            );
+        }
+
+        #[test]
+        fn every_injected_fault_is_reported_and_cleaned_up_on_the_fake() {
+            let Some(dir) = $subject.built() else { return };
+            let result = $subject.fake.run(&dir, "faults", &[]);
+            println!("fault mode on the fake: {result}");
+            assert!(
+                result.ends_with(&format!("; {}", $subject.clean())),
+                "{result}"
             );
         }
 

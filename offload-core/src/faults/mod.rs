@@ -61,6 +61,10 @@ use crate::runtime::config::Config;
 use crate::sync::lock;
 use crate::{Offload, PlatformEntry, Platforms};
 
+// Its workloads launch the fixture kernels: `Queue::launch` is unsafe by contract.
+#[allow(unsafe_code)]
+pub mod workloads;
+
 /// The driver code of an injected error.
 pub const INJECTED_CODE: i64 = -999;
 

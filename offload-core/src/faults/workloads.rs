@@ -1,17 +1,51 @@
-//! The fault sweeps every backend's fault-mode test runs (issue 13), shared by
-//! offload-core/tests/faults.rs (reference backend) and offload-host/tests/faults.rs (host),
-//! which include this file with `#[path]`. The including test crate defines:
-//! `fixture() -> Vec<u8>` (a program with the conformance kernels `add_one`, `noop` and a
-//! global `g`), `extra(&Device) -> Result<()>` (calls only its backend has), `entry()` (the
-//! backend wrapped in `faults::Faulty`) and `FaultyOnly` (that entry alone, as `Platforms`).
+//! The workloads of every backend's fault-mode test (issue 13), once: an everyday workload
+//! that makes every kind of call (memory, programs, globals, queues, launches, queued
+//! memory work, host functions, events, IPC, explicit releases), one that leaves every
+//! release to shutdown's teardown (L4), one whose module callbacks call offload, and one
+//! over IPC endpoints; [`run_all`] sweeps each with [`sweep`](super::sweep), probes a panic
+//! at every site with [`panic_sweep`](super::panic_sweep), and runs the conformance suite
+//! through the wrapper. A backend's test describes itself in a [`Subject`].
+//!
+//! Test support (feature `conformance`): a failed check panics, as a test would.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::missing_panics_doc)]
 
 use std::any::Any;
 use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
-use offload_core::conformance::{self, Fixtures, SuiteConfig};
-use offload_core::faults::{self, Site, SweepOptions};
-use offload_core::{Dims, Error, MemKind, Offload, Program, Result, args};
+use crate::conformance::{self, Fixtures, SuiteConfig};
+use crate::faults::{self, Site, SweepOptions};
+use crate::{
+    Device, Dims, Error, MemKind, Offload, PlatformEntry, Platforms, Program, Result, args, hal,
+};
+
+/// A backend's fault-mode test: what [`run_all`] needs beyond the backend's type.
+pub struct Subject<'a> {
+    /// The backend's name in the printed reports.
+    pub name: &'a str,
+    /// A program with the conformance kernels `add_one(buf, n)` and `noop()` (and, with
+    /// `globals`, a `u32` global `g`).
+    pub fixture: &'a [u8],
+    /// Whether the backend's programs have globals (Vulkan's have none).
+    pub globals: bool,
+    /// Calls only this backend has (e.g. a program compiled from source), made by the
+    /// everyday workload.
+    pub extra: &'a (dyn Fn(&Device) -> Result<()> + Sync),
+    /// The backend's own live-object counters, checked back at their start after each run.
+    pub counters: &'a (dyn Fn() -> Vec<(&'static str, i64)> + Sync),
+}
+
+/// Backend `P` wrapped in [`Faulty`](super::Faulty), alone, for the conformance suite.
+pub struct FaultyOnly<P>(std::marker::PhantomData<P>);
+
+impl<P: hal::Platform> Platforms for FaultyOnly<P>
+where
+    P::Device: hal::Ipc,
+{
+    fn platforms() -> Vec<PlatformEntry> {
+        vec![faults::entry_with_ipc::<P>()]
+    }
+}
 
 fn invalid(what: String) -> Error {
     Error::InvalidArgument {
@@ -20,7 +54,6 @@ fn invalid(what: String) -> Error {
     }
 }
 
-/// This process's open file descriptors (host IPC memory is memfds passed over sockets).
 fn u32s(bytes: &[u8]) -> Vec<u32> {
     bytes
         .chunks_exact(4)
@@ -30,7 +63,7 @@ fn u32s(bytes: &[u8]) -> Vec<u32> {
 
 /// Every kind of call: memory, programs, globals, queues, launches, queued memory work,
 /// host functions, events, IPC, and explicit releases.
-fn workload(rt: &Offload) -> Result<()> {
+fn workload(rt: &Offload, subject: &Subject<'_>) -> Result<()> {
     let dev = rt.devices()?.remove(0);
     dev.info()?;
     let a = dev.alloc(64, MemKind::Device)?;
@@ -39,24 +72,30 @@ fn workload(rt: &Offload) -> Result<()> {
     a.fill(32, 32, 2)?;
     b.copy_from(0, &a, 0, 64)?;
     b.copy_from(0, &b, 32, 16)?;
-    a.with_mapped(|bytes| bytes[63] = 3)?;
+    // Device memory a backend cannot map says so (CUDA, HIP); that is no fault.
+    match a.with_mapped(|bytes| bytes[63] = 3) {
+        Err(Error::Unsupported { .. }) | Ok(()) => {}
+        Err(e) => return Err(e),
+    }
     let mut out = [0u8; 64];
     b.read(0, &mut out)?;
     if out[..16] != [2; 16] || out[16..32] != [1; 16] {
         return Err(invalid(format!("memory calls gave {out:?}")));
     }
-    dev.validate(&crate::fixture())?;
-    let module = Program::new(crate::fixture()).load(&dev)?;
-    // What only this backend has (the host compiles a C program from source).
-    crate::extra(&dev)?;
+    dev.validate(subject.fixture)?;
+    let module = Program::new(subject.fixture).load(&dev)?;
+    // What only this backend has (e.g. the host compiles a C program from source).
+    (subject.extra)(&dev)?;
     let add_one = module.kernel("add_one")?;
-    module.write_global("g", 0, &7u32.to_ne_bytes())?;
-    let mut g = [0u8; 4];
-    module.read_global("g", 0, &mut g)?;
-    if u32::from_ne_bytes(g) != 7 {
-        return Err(invalid(format!("global reads {g:?}")));
+    if subject.globals {
+        module.write_global("g", 0, &7u32.to_ne_bytes())?;
+        let mut g = [0u8; 4];
+        module.read_global("g", 0, &mut g)?;
+        if u32::from_ne_bytes(g) != 7 {
+            return Err(invalid(format!("global reads {g:?}")));
+        }
+        module.global("g")?;
     }
-    module.global("g")?;
     let q = dev.queue()?;
     let q2 = dev.queue()?;
     q.write(&a, 0, &[0; 16])?;
@@ -106,14 +145,14 @@ static KEPT: Mutex<Vec<Box<dyn Any + Send>>> = Mutex::new(Vec::new());
 /// Makes objects of every kind, leaves work queued, and releases nothing: shutdown's
 /// teardown (L4) drains, unloads, destroys and frees it all, so the faults of the release
 /// calls are met there and must come back from `shutdown`.
-fn teardown_workload(rt: &Offload) -> Result<()> {
+fn teardown_workload(rt: &Offload, subject: &Subject<'_>) -> Result<()> {
     drop(std::mem::take(
         &mut *KEPT.lock().unwrap_or_else(PoisonError::into_inner),
     ));
     let dev = rt.devices()?.remove(0);
     let a = dev.alloc(64, MemKind::Device)?;
     a.write(0, &[1; 64])?;
-    let module = Program::new(crate::fixture()).load(&dev)?;
+    let module = Program::new(subject.fixture).load(&dev)?;
     let add_one = module.kernel("add_one")?;
     let q = dev.queue()?;
     // SAFETY: add_one adds 1 to the first n = 8 u32s of its buffer, which holds 16.
@@ -139,17 +178,24 @@ fn teardown_workload(rt: &Offload) -> Result<()> {
 
 /// Module callbacks that call offload: a fault inside `on_setup` fails the load (the module
 /// is unloaded), one inside `on_teardown` fails the unload.
-fn callback_workload(rt: &Offload) -> Result<()> {
+fn callback_workload(rt: &Offload, subject: &Subject<'_>) -> Result<()> {
     let dev = rt.devices()?.remove(0);
-    let module = Program::new(crate::fixture())
-        .on_setup(|m| {
+    let globals = subject.globals;
+    let module = Program::new(subject.fixture)
+        .on_setup(move |m| {
             m.kernel("noop")?;
-            m.write_global("g", 0, &3u32.to_ne_bytes())?;
+            if globals {
+                m.write_global("g", 0, &3u32.to_ne_bytes())?;
+            }
             Ok(())
         })
-        .on_teardown(|m| {
-            let mut g = [0u8; 4];
-            m.read_global("g", 0, &mut g)?;
+        .on_teardown(move |m| {
+            if globals {
+                let mut g = [0u8; 4];
+                m.read_global("g", 0, &mut g)?;
+            } else {
+                m.kernel("add_one")?;
+            }
             Ok(())
         })
         .load(&dev)?;
@@ -187,17 +233,36 @@ fn endpoint_workload(rt: &Offload) -> Result<()> {
     buf.free()
 }
 
-/// Every sweep, on the backend of `crate::entry()`: the everyday workload, panics at each
-/// site it reaches, releases left to shutdown, offload calls inside module callbacks, IPC
-/// endpoints, and the conformance suite through the wrapper with no fault planned.
-/// `counters` are the backend's own live-object counters, checked back at their start.
-pub fn run_all(name: &str, counters: &(dyn Fn() -> Vec<(&'static str, i64)> + Sync)) {
+/// Every sweep, on backend `P` wrapped in [`Faulty`](super::Faulty): the everyday
+/// workload, panics at each site it reaches, releases left to shutdown, offload calls
+/// inside module callbacks, IPC endpoints, and the conformance suite through the wrapper
+/// with no fault planned. Prints what it did and returns it in one line (injections per
+/// workload, sites, panic probes); panics (a test failure) on any failed check.
+///
+/// ```no_run
+/// use offload_core::faults::workloads::{Subject, run_all};
+/// use offload_core::reference::{Reference, fixture_image};
+/// let fixture = fixture_image();
+/// run_all::<Reference>(&Subject {
+///     name: "reference",
+///     fixture: &fixture,
+///     globals: true,
+///     extra: &|_| Ok(()),
+///     counters: &Vec::new,
+/// });
+/// ```
+pub fn run_all<P: hal::Platform>(subject: &Subject<'_>) -> String
+where
+    P::Device: hal::Ipc,
+{
+    let name = subject.name;
+    let entry = faults::entry_with_ipc::<P>;
     let opts = SweepOptions {
-        counters,
+        counters: subject.counters,
         skip: &|_: Site, _: u64| None,
         ..SweepOptions::default()
     };
-    let report = faults::sweep(crate::entry(), workload, &opts);
+    let report = faults::sweep(entry(), |rt: &Offload| workload(rt, subject), &opts);
     println!("fault mode: {name}: {report}");
     for (site, n) in &report.sites {
         println!("  {site}: {n} calls");
@@ -209,7 +274,12 @@ pub fn run_all(name: &str, counters: &(dyn Fn() -> Vec<(&'static str, i64)> + Sy
     let sites: Vec<Site> = report.sites.iter().map(|&(s, _)| s).collect();
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let bad = faults::panic_sweep(crate::entry(), workload, &sites, Duration::from_secs(60));
+    let bad = faults::panic_sweep(
+        entry(),
+        |rt: &Offload| workload(rt, subject),
+        &sites,
+        Duration::from_secs(60),
+    );
     std::panic::set_hook(hook);
     println!(
         "fault mode: {name}: {} panic probes, {} failed",
@@ -219,7 +289,11 @@ pub fn run_all(name: &str, counters: &(dyn Fn() -> Vec<(&'static str, i64)> + Sy
     assert!(bad.is_empty(), "backend panics: {bad:?}");
 
     // Release calls met by shutdown's teardown instead of by the workload.
-    let teardown = faults::sweep(crate::entry(), teardown_workload, &opts);
+    let teardown = faults::sweep(
+        entry(),
+        |rt: &Offload| teardown_workload(rt, subject),
+        &opts,
+    );
     println!("fault mode: {name} (released by shutdown): {teardown}");
     let reached: Vec<String> = teardown
         .sites
@@ -233,13 +307,17 @@ pub fn run_all(name: &str, counters: &(dyn Fn() -> Vec<(&'static str, i64)> + Sy
     ));
 
     // Offload calls inside module callbacks.
-    let callbacks = faults::sweep(crate::entry(), callback_workload, &opts);
+    let callbacks = faults::sweep(
+        entry(),
+        |rt: &Offload| callback_workload(rt, subject),
+        &opts,
+    );
     println!("fault mode: {name} (module callbacks): {callbacks}");
     assert!(callbacks.failed.is_empty(), "{callbacks}");
 
     // IPC endpoints: export on a first send, import on receipt, unmapping on close.
     let endpoints = faults::sweep(
-        crate::entry(),
+        entry(),
         endpoint_workload,
         &SweepOptions {
             timeout: Duration::from_secs(20),
@@ -260,9 +338,9 @@ pub fn run_all(name: &str, counters: &(dyn Fn() -> Vec<(&'static str, i64)> + Sy
     // With no fault planned the wrapper is transparent: the backend still passes the
     // conformance suite through it, and every object it made was released.
     faults::clear();
-    conformance::run::<crate::FaultyOnly>(
+    conformance::run::<FaultyOnly<P>>(
         &Fixtures {
-            image: crate::fixture(),
+            image: subject.fixture.to_vec(),
         },
         SuiteConfig::default(),
     );
@@ -271,4 +349,14 @@ pub fn run_all(name: &str, counters: &(dyn Fn() -> Vec<(&'static str, i64)> + Sy
         "fault mode: {name}: the conformance suite passes through the wrapper ({} sites reached)",
         faults::all_calls().len()
     );
+    let count = |r: &faults::SweepReport| r.passed.len() + r.skipped.len();
+    format!(
+        "{}+{}+{}+{} injections over {} sites, {} panic probes",
+        count(&report),
+        count(&teardown),
+        count(&callbacks),
+        count(&endpoints),
+        report.sites.len(),
+        sites.len()
+    )
 }

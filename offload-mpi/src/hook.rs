@@ -2,12 +2,21 @@
 //! offload down at the start of `MPI_Finalize`. Owns the process-wide hook state and the
 //! only `unsafe` of the crate (the keyval FFI and the C callback). Must not let a panic
 //! reach MPI, nor free a communicator after finalize.
+//!
+//! Must not hang on a dead rank either: MPICH never reports one (a barrier or receive
+//! with it waits forever), so the protocol is made of point-to-point messages it polls
+//! (`exchange`), looking every [`LIVENESS_POLL`] whether the ranks it waits for died
+//! (`procs`), and each wait ends after `OFFLOAD_MPI_FINALIZE_TIMEOUT` at the latest. Sends
+//! that cannot complete are abandoned, never waited for (`settle`). See the crate docs,
+//! "A rank that dies".
 
+use std::collections::BTreeSet;
 use std::ffi::{c_int, c_void};
 use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use mpi::environment::Universe;
 use mpi::ffi;
@@ -16,10 +25,19 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use offload_core::{Offload, Platforms, Ready, Result};
 
-use crate::mpi_error;
+use crate::procs::{Liveness, Table};
+use crate::{FINALIZE_TIMEOUT_ENV, mpi_error};
 
 /// The MPI tag of the sentinel that ends a rank's offload traffic on a communicator.
 pub(crate) const SENTINEL_TAG: i32 = 0x7ff0;
+/// The MPI tags of the tokens of the finalize protocol's two barriers (on the duplicate of
+/// the world, which carries nothing else).
+const BARRIER_TAGS: [i32; 2] = [0x7ff1, 0x7ff2];
+/// How long each wait of the finalize protocol waits for ranks, unless
+/// `OFFLOAD_MPI_FINALIZE_TIMEOUT` says otherwise.
+pub(crate) const FINALIZE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a wait for ranks looks whether the ranks it waits for are still alive.
+pub(crate) const LIVENESS_POLL: Duration = Duration::from_millis(50);
 
 /// A communicator of offload's own traffic, with its staged sends in flight. Never freed
 /// here: `MPI_Finalize` reclaims it, and a `MPI_Comm_free` after finalize would abort the
@@ -27,18 +45,29 @@ pub(crate) const SENTINEL_TAG: i32 = 0x7ff0;
 pub(crate) struct Comm {
     comm: ManuallyDrop<SimpleCommunicator>,
     pub(crate) pending: Mutex<Vec<Staged>>,
+    /// Its ranks' processes, to tell which are dead.
+    pub(crate) procs: Table,
 }
 
 impl Comm {
+    /// Takes `comm` for offload's traffic. Collective over `comm` (it gathers the ranks'
+    /// processes).
     pub(crate) fn new(comm: SimpleCommunicator) -> Arc<Self> {
+        let procs = Table::gather(&comm);
         Arc::new(Comm {
             comm: ManuallyDrop::new(comm),
             pending: Mutex::new(Vec::new()),
+            procs,
         })
     }
 
     pub(crate) fn get(&self) -> &SimpleCommunicator {
         &self.comm
+    }
+
+    /// Whether `rank`'s process is known to have ended (ranks of this node only).
+    pub(crate) fn is_dead(&self, rank: i32) -> bool {
+        self.procs.liveness(rank) == Liveness::Dead
     }
 
     /// Forgets the staged sends that completed.
@@ -51,6 +80,8 @@ impl Comm {
 pub(crate) struct Staged {
     request: Option<Request<'static, [u8]>>,
     bytes: NonNull<[u8]>,
+    /// The rank it goes to.
+    to: i32,
 }
 
 // SAFETY: `bytes` is owned by this value alone (a leaked box, see `start`): MPI only reads
@@ -71,7 +102,21 @@ impl Staged {
         Staged {
             request: Some(request),
             bytes: NonNull::from(shared),
+            to: rank,
         }
+    }
+
+    /// Gives up on a send that cannot complete (its receiver is dead or does not answer):
+    /// the request is left to MPI, and the bytes stay allocated (leaked), since MPI may
+    /// still read them. Never waits.
+    fn abandon(mut self) {
+        if let Some(request) = self.request.take() {
+            // An MPI request handle, forgotten: rsmpi would panic on dropping it
+            // unfinished, and waiting for it would never end.
+            std::mem::forget(request);
+        }
+        // Not dropped: `drop` would free the bytes MPI may still read.
+        std::mem::forget(self);
     }
 
     fn is_done(&mut self) -> bool {
@@ -135,6 +180,16 @@ pub struct FinalizeReport {
     pub discarded: usize,
     /// Errors met (shutdown steps that failed, a panic caught), in words.
     pub errors: Vec<String>,
+    /// Ranks (of `MPI_COMM_WORLD`) found dead — their process on this node ended — before
+    /// or during the protocol: it neither sent to them nor waited for them.
+    pub dead: Vec<i32>,
+    /// Ranks (of `MPI_COMM_WORLD`) not known dead that did not answer within the
+    /// protocol's timeout (`OFFLOAD_MPI_FINALIZE_TIMEOUT`): a rank of another node that
+    /// died, or one that never reached `MPI_Finalize`. The protocol went on without them.
+    pub unresponsive: Vec<i32>,
+    /// Sends (staged messages, sentinels, barrier tokens) to dead or unresponsive ranks
+    /// that could not complete: left to MPI, their bytes never freed.
+    pub abandoned: usize,
 }
 
 /// Hooks the shutdown of `rt` to `MPI_Finalize` (the drop of `universe`): `rt` is a
@@ -262,52 +317,177 @@ fn run_finalize() -> FinalizeReport {
         State::Attached(hook) => hook,
         _ => return FinalizeReport::default(),
     };
+    let timeout = finalize_timeout();
     let mut report = FinalizeReport::default();
+    let mut lost = Lost::default();
     for comm in &hook.ranks {
-        report.discarded += drain(comm.get());
-        // Every receiver took its messages (or discarded them): the sends complete.
-        lock(&comm.pending).clear();
+        let sent = std::mem::take(&mut *lock(&comm.pending));
+        let (discarded, tokens) = exchange(comm, SENTINEL_TAG, true, timeout, &mut lost);
+        report.discarded += discarded;
+        // Every live receiver took its messages (or discarded them): those sends complete;
+        // the ones to dead or silent ranks are abandoned.
+        let sends = sent.into_iter().chain(tokens).collect();
+        report.abandoned += settle(comm, sends, Instant::now() + timeout, &mut lost);
     }
-    hook.comm.get().barrier();
+    let (_, tokens) = exchange(&hook.comm, BARRIER_TAGS[0], false, timeout, &mut lost);
+    report.abandoned += settle(&hook.comm, tokens, Instant::now() + timeout, &mut lost);
     if let Some(shutdown) = hook.shutdown {
         let (was_last, errors) = shutdown();
         report.shut_down = true;
         report.was_last = was_last;
         report.errors = errors;
     }
-    hook.comm.get().barrier();
+    let (_, tokens) = exchange(&hook.comm, BARRIER_TAGS[1], false, timeout, &mut lost);
+    report.abandoned += settle(&hook.comm, tokens, Instant::now() + timeout, &mut lost);
+    report.dead = lost.dead.iter().copied().collect();
+    report.unresponsive = lost.unresponsive.difference(&lost.dead).copied().collect();
     report
 }
 
-/// Sends a sentinel to every other rank of `comm` and receives from each until its
-/// sentinel, discarding what nobody received. Returns how many were discarded.
-fn drain(comm: &SimpleCommunicator) -> usize {
-    let (me, size) = (comm.rank(), comm.size());
-    let token = [0u8; 1];
+/// The finalize protocol's wait for ranks: `OFFLOAD_MPI_FINALIZE_TIMEOUT` (seconds, a
+/// decimal number ≥ 0), else [`FINALIZE_TIMEOUT`].
+pub(crate) fn finalize_timeout() -> Duration {
+    std::env::var(FINALIZE_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(FINALIZE_TIMEOUT)
+}
+
+/// The ranks (of `MPI_COMM_WORLD`) the finalize protocol stopped waiting for.
+#[derive(Default)]
+struct Lost {
+    dead: BTreeSet<i32>,
+    unresponsive: BTreeSet<i32>,
+}
+
+impl Lost {
+    fn contains(&self, world: i32) -> bool {
+        self.dead.contains(&world) || self.unresponsive.contains(&world)
+    }
+}
+
+/// Sends a token with `tag` to every other rank of `comm` that is not lost, and waits for
+/// each one's token with `tag`: a barrier of the live ranks, made of point-to-point
+/// messages so that it can stop waiting for a rank (a collective cannot). With `drain`,
+/// it receives every message from each rank until its token (the sentinel) and discards
+/// them; it returns how many, with the token sends for [`settle`].
+///
+/// A rank found dead (its process on this node ended: looked up every
+/// [`LIVENESS_POLL`]) is neither sent to nor waited for; one that sent nothing within
+/// `timeout` is recorded unresponsive, and the wait ends.
+fn exchange(
+    comm: &Comm,
+    tag: i32,
+    drain: bool,
+    timeout: Duration,
+    lost: &mut Lost,
+) -> (usize, Vec<Staged>) {
+    let c = comm.get();
+    let (me, size) = (c.rank(), c.size());
+    let deadline = Instant::now() + timeout;
+    let mut waiting = Vec::new();
+    for r in (0..size).filter(|&r| r != me) {
+        let world = comm.procs.world(r);
+        if lost.contains(world) {
+            continue;
+        }
+        if comm.is_dead(r) {
+            lost.dead.insert(world);
+            continue;
+        }
+        waiting.push(r);
+    }
+    let tokens = waiting
+        .iter()
+        .map(|&r| Staged::start(c, r, tag, vec![0]))
+        .collect();
     let mut discarded = 0;
-    mpi::request::scope(|scope| {
-        let sends: Vec<_> = (0..size)
-            .filter(|&r| r != me)
-            .map(|r| {
-                comm.process_at_rank(r)
-                    .immediate_send_with_tag(scope, &token[..], SENTINEL_TAG)
-            })
-            .collect();
-        for r in (0..size).filter(|&r| r != me) {
+    let mut looked = Instant::now();
+    while !waiting.is_empty() {
+        let mut progressed = false;
+        waiting.retain(|&r| {
+            let from = c.process_at_rank(r);
             loop {
-                let (msg, status) = comm.process_at_rank(r).matched_probe();
+                let probed = if drain {
+                    from.immediate_matched_probe()
+                } else {
+                    from.immediate_matched_probe_with_tag(tag)
+                };
+                let Some((msg, status)) = probed else {
+                    return true;
+                };
+                progressed = true;
                 let _ = receive_bytes(msg, &status);
-                if status.tag() == SENTINEL_TAG {
-                    break;
+                if status.tag() == tag {
+                    return false;
                 }
                 discarded += 1;
             }
+        });
+        if waiting.is_empty() {
+            break;
         }
-        for send in sends {
-            send.wait();
+        let now = Instant::now();
+        if now.duration_since(looked) >= LIVENESS_POLL {
+            looked = now;
+            waiting.retain(|&r| {
+                let dead = comm.is_dead(r);
+                if dead {
+                    lost.dead.insert(comm.procs.world(r));
+                }
+                !dead
+            });
         }
-    });
-    discarded
+        if now >= deadline {
+            for &r in &waiting {
+                lost.unresponsive.insert(comm.procs.world(r));
+            }
+            break;
+        }
+        if !progressed {
+            std::thread::yield_now();
+        }
+    }
+    (discarded, tokens)
+}
+
+/// Completes `sends` on `comm` (MPI progresses while it tests them): a send to a lost or
+/// dead rank, or one still running at `deadline` (its rank is then unresponsive), is
+/// abandoned. Returns how many were.
+fn settle(comm: &Comm, mut sends: Vec<Staged>, deadline: Instant, lost: &mut Lost) -> usize {
+    let mut abandoned = 0;
+    let mut looked = Instant::now();
+    loop {
+        sends.retain_mut(|s| !s.is_done());
+        let now = Instant::now();
+        let look = now.duration_since(looked) >= LIVENESS_POLL;
+        if look {
+            looked = now;
+        }
+        let mut left = Vec::with_capacity(sends.len());
+        for s in sends {
+            let world = comm.procs.world(s.to);
+            if look && !lost.contains(world) && comm.is_dead(s.to) {
+                lost.dead.insert(world);
+            }
+            if lost.contains(world) {
+                s.abandon();
+                abandoned += 1;
+            } else if now >= deadline {
+                lost.unresponsive.insert(world);
+                s.abandon();
+                abandoned += 1;
+            } else {
+                left.push(s);
+            }
+        }
+        if left.is_empty() {
+            return abandoned;
+        }
+        sends = left;
+        std::thread::yield_now();
+    }
 }
 
 /// Receives a probed message of bytes.

@@ -20,7 +20,8 @@
 //!
 //! 1. for every [`Ranks`], sends a sentinel to every other rank and receives from every
 //!    other rank until its sentinel, discarding staged messages nobody received, so no
-//!    offload message is pending in MPI when MPI goes away;
+//!    offload message is pending in MPI when MPI goes away (then completes its staged
+//!    sends);
 //! 2. waits in a barrier on the duplicated communicator: from here no rank sends offload
 //!    traffic any more;
 //! 3. gives back the runtime reference [`attach`] was handed (`shutdown`), unless
@@ -30,7 +31,45 @@
 //! 4. waits in a second barrier, so no rank leaves while a peer still waits on it;
 //!
 //! and records what happened in [`finalize_report`]. No panic crosses the C callback; an
-//! error is recorded, never raised inside MPI.
+//! error is recorded, never raised inside MPI. The barriers are point-to-point tokens
+//! (each rank sends one to every other and waits for theirs), not `MPI_Barrier`, so that
+//! the protocol can stop waiting for a rank that died (next section).
+//!
+//! ## A rank that dies
+//!
+//! MPICH (4.0, ch4) does not report a dead rank to the others: with `MPI_ERRORS_RETURN` a
+//! small send to it still returns `MPI_SUCCESS`, and a receive from it, a large
+//! (rendezvous) send to it, a barrier with it and `MPI_Finalize` wait forever. So offload
+//! learns it from the operating system: every communicator it takes gathers each rank's
+//! process id, start time and node, and a rank of this node whose process ended (gone from
+//! `/proc`, all its threads zombies, or its pid reused) is dead ([`Ranks::is_dead`]).
+//!
+//! - [`Ranks::send`] to a dead rank fails with `Error::Ipc { call: "Ranks::send", .. }`
+//!   whose reason names the rank and its process ("rank 2 is dead (its process 1234 on
+//!   this node ended: exited or killed)"), followed, through IPC, by the endpoint's own
+//!   error (the socket closed: `IpcEndpoint::send: peer 3 is not connected ...`). Staged,
+//!   the send is refused before MPI gets it. [`Ranks::recv`] from a dead rank fails the
+//!   same way once nothing it sent is left. Neither hangs nor panics.
+//! - The finalize hook neither sends to a dead rank nor waits for it: its sentinel
+//!   exchange and barriers look every 50 ms whether the ranks they wait for died, staged
+//!   sends to a dead rank are abandoned (left to MPI, their bytes leaked), and the
+//!   runtime's shutdown drops the dead IPC peer. [`FinalizeReport::dead`] lists the dead
+//!   ranks (of `MPI_COMM_WORLD`).
+//! - A rank of another node cannot be seen dead from here: as the last defence each wait
+//!   of the protocol gives up after `OFFLOAD_MPI_FINALIZE_TIMEOUT` seconds (default 60;
+//!   [`FINALIZE_TIMEOUT_ENV`]), and [`FinalizeReport::unresponsive`] lists the ranks it
+//!   stopped waiting for. (So does a live rank that never calls `MPI_Finalize`; the
+//!   runtime's shutdown then also waits for that IPC peer's unmap answers up to offload's
+//!   own bound, `OFFLOAD_IPC_UNMAP_TIMEOUT_MS`.)
+//!
+//! What MPI itself does next is MPI's. Measured with Debian's MPICH 4.0.2 (Hydra, ch4:ucx):
+//! a plain `mpiexec` kills every rank as soon as one dies (exit code 9), so the survivors
+//! never finalize; with `mpiexec -disable-auto-cleanup` they go on (Hydra signals them
+//! `SIGUSR1`, which MPICH catches), but `MPI_Finalize`, after offload's hook returned,
+//! waits for the dead rank and never returns (until `mpiexec` is killed). A rank that is
+//! Hydra's own child and dies by a signal also makes Hydra 4.0.2's proxy fail
+//! (`HYDU_sock_write ... Bad file descriptor`), which kills the survivors; the test runs
+//! each rank under `sh -c 'trap "" USR1; ...'` to keep them (`tests/mpiexec.rs`).
 //!
 //! ```no_run
 //! // Run with `mpiexec -n 2 ./program`.
@@ -77,9 +116,10 @@
 //! ## Limits
 //!
 //! - Tags are `u32`; a rank receives with [`Ranks::recv`] from one rank and tag at a time
-//!   (no wildcard), without a timeout.
-//! - A rank that dies (SIGKILL) is not handled: MPICH's `mpiexec` ends the whole job, and
-//!   the finalize protocol would wait for it in its sentinel exchange and barriers.
+//!   (no wildcard), without a timeout (it fails when that rank is seen dead).
+//! - Dead ranks are seen only on this node and on Linux (`/proc`); a rank of another node
+//!   that dies costs the finalize protocol its timeout, and sends to it are not refused
+//!   (MPI takes them). Nothing makes `MPI_Finalize` itself return after a rank died.
 //! - Built and tested with Debian's MPICH 4.0 only (an MPI whose `MPI_Comm` is an integer,
 //!   so communicators are `Send`).
 //!
@@ -88,11 +128,14 @@
 //! `tests/mpiexec.rs` runs the programs of `src/bin` under `mpiexec -n 2..4` (they are
 //! `[[bin]]` targets so the test finds them with `CARGO_BIN_EXE_*`):
 //! `offload-mpi-finalize` (offload shut down inside `MPI_Finalize`), `offload-mpi-ring`
-//! (a buffer around a ring, IPC or staged) and the `mpi_ring` example;
+//! (a buffer around a ring, IPC or staged), `offload-mpi-killed` (a rank SIGKILLs itself:
+//! the survivors' sends to it fail typed and their finalize hook skips it) and the
+//! `mpi_ring` example;
 //! `offload-mpi-bench` times a cached IPC send against `MPI_Send` of the same bytes
 //! (`mpiexec -n 2 target/release/offload-mpi-bench`).
 
 mod hook;
+mod procs;
 mod ranks;
 
 pub use hook::{FinalizeReport, attach, finalize_report, give_back, is_attached};
@@ -101,6 +144,15 @@ pub use ranks::{Ranks, Route};
 /// The `OFFLOAD_MPI_STAGED` variable: `1` stages every send through host memory and MPI,
 /// also between ranks of one node.
 pub const STAGED_ENV: &str = "OFFLOAD_MPI_STAGED";
+
+/// The `OFFLOAD_MPI_FINALIZE_TIMEOUT` variable: how many seconds (a decimal number) each
+/// wait of the finalize protocol waits for ranks that are not known dead before it goes on
+/// without them (default 60). The last defence only: ranks of this node that died are seen
+/// dead at once and not waited for (see the [crate docs](crate#a-rank-that-dies)). Keep it
+/// above what the runtime's shutdown takes (it may wait for IPC peers' unmap answers up to
+/// `OFFLOAD_IPC_UNMAP_TIMEOUT_MS`): the barrier after the shutdown waits for the slowest
+/// rank's.
+pub const FINALIZE_TIMEOUT_ENV: &str = "OFFLOAD_MPI_FINALIZE_TIMEOUT";
 
 pub(crate) fn mpi_error(call: &'static str, reason: impl Into<String>) -> offload_core::Error {
     offload_core::Error::Ipc {

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mpi::topology::Communicator;
 use mpi::traits::*;
@@ -22,6 +22,8 @@ const STAGED_TAG: i32 = 1;
 const RECORD: usize = 256;
 /// How long [`Ranks::wait_sent`] waits for a peer to drop its views.
 const WAIT_SENT: Duration = Duration::from_secs(120);
+/// How long [`Ranks::recv`] waits for a delivery before it looks whether its rank died.
+const RECV_SLICE: Duration = Duration::from_millis(100);
 
 /// How bytes reach a rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,9 +152,13 @@ impl Ranks {
     /// call [`Ranks::wait_sent`] before writing the range again. Staged, the bytes are
     /// copied out of `buffer` into host memory that an `MPI_Isend` sends from: it returns
     /// at once (no rank waits on its receiver, as through IPC), and `buffer` may change
-    /// right away; sends that nobody receives are completed and discarded at finalize. A
-    /// rank that is gone is `Error::Ipc` (through IPC); after `MPI_Finalize` staged sends
-    /// are `Error::Ipc` too.
+    /// right away; sends that nobody receives are completed and discarded at finalize.
+    ///
+    /// A rank that is dead ([`Ranks::is_dead`]) is `Error::Ipc` with call `Ranks::send`,
+    /// naming the rank and its process (through IPC the endpoint's error follows: its
+    /// socket closed); so is any other IPC failure, naming the rank. A staged send to a
+    /// rank of another node that died is taken by MPI and never delivered. After
+    /// `MPI_Finalize` staged sends are `Error::Ipc` too.
     pub fn send(&self, buffer: &Buffer, range: Range<usize>, rank: i32, tag: u32) -> Result<()> {
         const CALL: &str = "Ranks::send";
         let len = range
@@ -166,7 +172,9 @@ impl Ranks {
             Some(Route::Ipc) => {
                 let peer = self.peers[rank as usize].ok_or_else(|| mpi_error(CALL, "no peer"))?;
                 let tag = (u64::from(self.rank as u32) << 32) | u64::from(tag);
-                self.endpoint.send(peer, buffer, range.start, len, tag)
+                self.endpoint
+                    .send(peer, buffer, range.start, len, tag)
+                    .map_err(|e| self.peer_error(CALL, rank, e))
             }
             Some(Route::Staged) => {
                 if !hook::is_attached() {
@@ -174,6 +182,11 @@ impl Ranks {
                         CALL,
                         "MPI_Finalize ran: no staged sends any more",
                     ));
+                }
+                // MPI would take the message (and never deliver it, or never complete a
+                // large one): a dead rank is refused here.
+                if self.comm.is_dead(rank) {
+                    return Err(mpi_error(CALL, self.dead(rank)));
                 }
                 self.comm.reap();
                 let mut bytes = vec![0u8; 8 + len];
@@ -216,7 +229,8 @@ impl Ranks {
     /// staged a buffer of this rank's device that the receiver owns (an empty send arrives
     /// as a 1-byte buffer: offload allocates no empty buffers). Messages of other tags that
     /// arrive meanwhile are kept for their own `recv`. Through IPC it waits for the next
-    /// delivery of any node-local rank, so a rank that never sends blocks it (no timeout).
+    /// delivery of any node-local rank, so a rank that never sends blocks it (no timeout),
+    /// unless it dies: once `rank` is dead and nothing it sent is left, `Error::Ipc`.
     pub fn recv(&self, rank: i32, tag: u32) -> Result<Buffer> {
         const CALL: &str = "Ranks::recv";
         if let Some(kept) = self.take_kept(rank, tag) {
@@ -224,7 +238,12 @@ impl Ranks {
         }
         match self.route(rank) {
             Some(Route::Ipc) => loop {
-                let got = self.endpoint.recv()?;
+                let Some(got) = self.endpoint.recv_timeout(RECV_SLICE)? else {
+                    if self.comm.is_dead(rank) {
+                        return Err(mpi_error(CALL, self.dead(rank)));
+                    }
+                    continue;
+                };
                 let (from, got_tag) = ((got.tag() >> 32) as i32, got.tag() as u32);
                 if from == rank && got_tag == tag {
                     return Ok(got.into_buffer());
@@ -239,11 +258,7 @@ impl Ranks {
                     ));
                 }
                 self.comm.reap();
-                let (msg, status) = self
-                    .comm
-                    .get()
-                    .process_at_rank(rank)
-                    .matched_probe_with_tag(STAGED_TAG);
+                let (msg, status) = self.probe_staged(CALL, rank)?;
                 let bytes = hook::receive_bytes(msg, &status);
                 if bytes.len() < 8 {
                     return Err(mpi_error(
@@ -265,6 +280,60 @@ impl Ranks {
                     self.size()
                 ),
             }),
+        }
+    }
+
+    /// Whether `rank`'s process is known to have ended: a rank of this node whose process
+    /// exited or was killed. A rank of another node is never known dead (`false`).
+    ///
+    /// Sends to a dead rank fail (`Error::Ipc` naming [`Ranks::send`] and the rank), and
+    /// so do receives from it once nothing it sent is left; `MPI_Finalize` neither sends
+    /// to it nor waits for it (see the [crate docs](crate#a-rank-that-dies)).
+    pub fn is_dead(&self, rank: i32) -> bool {
+        rank != self.rank && self.comm.is_dead(rank)
+    }
+
+    /// Probes for the next staged message of `rank`, looking every [`RECV_SLICE`] whether
+    /// it died (MPI itself would wait for it forever).
+    fn probe_staged(
+        &self,
+        call: &'static str,
+        rank: i32,
+    ) -> Result<(mpi::point_to_point::Message, mpi::point_to_point::Status)> {
+        let from = self.comm.get().process_at_rank(rank);
+        let mut looked = Instant::now();
+        loop {
+            if let Some(got) = from.immediate_matched_probe_with_tag(STAGED_TAG) {
+                return Ok(got);
+            }
+            if looked.elapsed() >= RECV_SLICE {
+                looked = Instant::now();
+                if self.comm.is_dead(rank) {
+                    return Err(mpi_error(call, self.dead(rank)));
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Why a rank is dead, in words.
+    fn dead(&self, rank: i32) -> String {
+        match self.comm.procs.pid(rank) {
+            Some(pid) => format!(
+                "rank {rank} is dead (its process {pid} on this node ended: exited or killed)"
+            ),
+            None => format!("rank {rank} is dead"),
+        }
+    }
+
+    /// An IPC error of a call to `rank`, naming the rank (and saying whether it died).
+    fn peer_error(&self, call: &'static str, rank: i32, e: Error) -> Error {
+        match e {
+            Error::Ipc { .. } if self.comm.is_dead(rank) => {
+                mpi_error(call, format!("{}; {e}", self.dead(rank)))
+            }
+            Error::Ipc { .. } => mpi_error(call, format!("rank {rank}: {e}")),
+            other => other,
         }
     }
 

@@ -1,10 +1,12 @@
 //! Runs the MPI programs of src/bin (and the example) under real `mpiexec` jobs of 2–4
 //! ranks, each with a time limit, and checks what every rank printed. Jobs run one at a
 //! time (MPICH ranks poll: jobs side by side would starve each other on a small machine).
-//! Without `mpiexec` the tests skip, unless `CI=true`, where they fail.
+//! Without `mpiexec` the tests skip, unless `CI=true`, where they fail. The jobs with a
+//! killed rank run under `mpiexec -disable-auto-cleanup` (see `job_with_a_killed_rank`).
 
 use std::process::Command;
 use std::sync::Mutex;
+use std::time::Instant;
 
 static ONE_JOB: Mutex<()> = Mutex::new(());
 
@@ -70,6 +72,178 @@ fn every_rank_says(stdout: &str, n: u32, what: &str) {
 
 const FINALIZE: &str = env!("CARGO_BIN_EXE_offload-mpi-finalize");
 const RING: &str = env!("CARGO_BIN_EXE_offload-mpi-ring");
+const KILLED: &str = env!("CARGO_BIN_EXE_offload-mpi-killed");
+
+/// Seconds a job with a killed rank may run. Its survivors take about 3.5 s: offload's
+/// finalize hook ends within milliseconds of their `MPI_Finalize`, then MPICH's own
+/// finalize hangs and the program ends itself 3 s later (see `src/bin/killed.rs`).
+const KILLED_LIMIT_S: u64 = 60;
+
+/// Runs `offload-mpi-killed` on `n` ranks, whose last rank SIGKILLs itself; returns what
+/// each rank recorded (in a file: MPICH's process manager may lose what ranks print).
+///
+/// How it launches, from what MPICH 4.0.2 (Hydra, ch4:ucx) does when a rank dies:
+/// - plain `mpiexec` kills every rank at once ("BAD TERMINATION ... EXIT CODE: 9"): the
+///   survivors never get to send or finalize. `-disable-auto-cleanup` keeps them.
+/// - a rank that is Hydra's own child and dies by a signal makes Hydra's proxy fail
+///   (`HYDU_sock_write ... write error (Bad file descriptor)`), and the job ends with the
+///   survivors killed; so each rank runs under `sh`, which outlives it and exits 137.
+/// - Hydra then signals every other rank with `SIGUSR1` (MPICH's notice of a failed
+///   process; MPICH catches it in the ranks, but the `sh` would die of it, and its rank
+///   with it): the `sh` ignores `SIGUSR1`.
+///
+/// `OFFLOAD_MPI_FINALIZE_TIMEOUT=600` (far beyond the job's limit): the finalize hook
+/// must end because it sees the rank dead, not because a wait ran out.
+fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!(
+        "offload-mpi-killed-{}-{n}-{}-{}",
+        std::process::id(),
+        args.len(),
+        env.len()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("makes the job's directory");
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "--kill-after=10",
+        &KILLED_LIMIT_S.to_string(),
+        "mpiexec",
+        "-disable-auto-cleanup",
+        "-n",
+        &n.to_string(),
+        "sh",
+        "-c",
+        "trap '' USR1; \"$0\" \"$@\"; exit $?",
+        KILLED,
+    ]);
+    cmd.arg(&dir);
+    cmd.args(args);
+    cmd.env_remove(offload_mpi::STAGED_ENV);
+    cmd.env(offload_mpi::FINALIZE_TIMEOUT_ENV, "600");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let out = cmd.output().expect("runs timeout and mpiexec");
+    let secs = start.elapsed().as_secs_f64();
+    let ranks: Vec<String> = (0..n)
+        .map(|r| std::fs::read_to_string(dir.join(format!("rank-{r}.txt"))).unwrap_or_default())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let all = ranks.concat();
+    println!("{all}mpiexec: {} after {secs:.1} s", out.status);
+    // The dead rank's `sh` exits 137, so mpiexec does too: not a success, but not the
+    // 124 of `timeout` either (nor its SIGKILL, 10 s later, past the limit).
+    assert!(
+        out.status.code() != Some(124) && secs < KILLED_LIMIT_S as f64,
+        "the job with a killed rank timed out after {secs:.1} s ({}):\n{all}\nstderr:\n{stderr}",
+        out.status
+    );
+    ranks
+}
+
+/// Asserts what a job with a killed rank recorded: the victim (the last rank) killed
+/// itself after the exchange (and after rank 0 sent it 4 MiB it never receives); every
+/// survivor saw it dead, got typed errors sending to it and receiving from it, and its
+/// finalize hook completed, naming it dead.
+fn survivors_failed_typed_and_finalized(ranks: &[String], ipc: bool) {
+    let victim = ranks.len() - 1;
+    let lines = |r: usize| ranks[r].lines().map(str::to_owned).collect::<Vec<_>>();
+    let says = |r: usize, what: &str| {
+        assert!(
+            ranks[r].contains(what),
+            "rank {r} did not say {what:?}:\n{}",
+            ranks.concat()
+        )
+    };
+    says(victim, "SIGKILL to myself");
+    says(
+        0,
+        &format!("sent 4194304 bytes rank {victim} never receives"),
+    );
+    assert!(
+        lines(victim)
+            .last()
+            .is_some_and(|l| l.ends_with("SIGKILL to myself")),
+        "rank {victim} went on after its SIGKILL:\n{}",
+        ranks[victim]
+    );
+    for (r, text) in ranks.iter().enumerate().take(victim) {
+        says(r, &format!("rank {victim} is dead (seen after"));
+        // Typed: `Error::Ipc`, naming the call and the rank (the program checks the
+        // variant; the text is its fields, printed with `{:?}`).
+        says(
+            r,
+            &format!(
+                "a send to the dead rank failed: Error::Ipc {{ call: \"Ranks::send\", \
+                 reason: \"rank {victim} is dead (its process "
+            ),
+        );
+        if ipc {
+            // Through IPC the endpoint's own error comes with it: the socket closed.
+            says(r, "; ipc: IpcEndpoint::send: peer ");
+            says(r, "is not connected (its socket closed");
+        }
+        says(
+            r,
+            &format!(
+                "a receive from the dead rank failed: Error::Ipc {{ call: \"Ranks::recv\", \
+                 reason: \"rank {victim} is dead"
+            ),
+        );
+        // Offload's hook ran to its end inside MPI_Finalize: it shut the runtime down
+        // (the last reference), skipped the dead rank and waited for nobody else. Staged,
+        // rank 0's 4 MiB `MPI_Isend` the victim never received cannot complete: abandoned
+        // (through IPC that delivery is just never taken).
+        let abandoned = usize::from(r == 0 && !ipc);
+        says(
+            r,
+            &format!(
+                "offload's finalize hook completed: shut_down true was_last true dead \
+                 [{victim}] unresponsive [] abandoned {abandoned} errors []"
+            ),
+        );
+        // What MPI does next is MPI's: MPICH 4.0.2 waits for the dead rank in
+        // MPI_Finalize and never returns; the program then ends itself. Either is a pass.
+        assert!(
+            text.contains("MPI_Finalize returned")
+                || text.contains("MPI_Finalize did not return within 3 s"),
+            "rank {r} recorded nothing after its finalize hook:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_killed_with_sigkill_fails_ipc_sends_typed_and_finalize_goes_on_without_it() {
+    if !mpiexec_found() {
+        return;
+    }
+    let ranks = job_with_a_killed_rank(4, &[], &[]);
+    for (r, text) in ranks.iter().enumerate() {
+        assert!(
+            text.contains("exchanged a buffer with ranks") && text.contains("(Some(Ipc))"),
+            "rank {r} did not exchange through IPC:\n{text}"
+        );
+    }
+    survivors_failed_typed_and_finalized(&ranks, true);
+}
+
+#[test]
+fn a_staged_rank_killed_with_sigkill_fails_sends_typed_and_finalize_goes_on_without_it() {
+    if !mpiexec_found() {
+        return;
+    }
+    let ranks = job_with_a_killed_rank(3, &[], &[(offload_mpi::STAGED_ENV, "1")]);
+    for (r, text) in ranks.iter().enumerate() {
+        assert!(
+            text.contains("exchanged a buffer with ranks") && text.contains("(Some(Staged))"),
+            "rank {r} did not exchange staged:\n{text}"
+        );
+    }
+    survivors_failed_typed_and_finalized(&ranks, false);
+}
 
 #[test]
 fn ranks_that_only_finalize_shut_offload_down_inside_mpi_finalize() {
@@ -228,4 +402,44 @@ fn the_mpi_ring_example_runs_on_four_ranks() {
         4,
         "offload shut down in MPI_Finalize: Some(FinalizeReport { shut_down: true, was_last: true",
     );
+}
+
+#[test]
+fn a_rank_that_never_finalizes_costs_the_finalize_hook_its_timeout_and_no_more() {
+    if !mpiexec_found() {
+        return;
+    }
+    // The last rank lives on (not finalizing) for 8 s: the survivors' hook cannot see it
+    // dead, waits for it until the timeout (3 s here) and goes on without it. The runtime's
+    // shutdown then waits for that live IPC peer's unmap answers up to offload's own bound,
+    // 1 s here (`OFFLOAD_IPC_UNMAP_TIMEOUT_MS`): a rank that exported to it (rank 1) takes
+    // that long, so the finalize timeout must exceed it, or the last barrier of the other
+    // survivors would give up on rank 1 too.
+    let ranks = job_with_a_killed_rank(
+        3,
+        &["late"],
+        &[
+            (offload_mpi::FINALIZE_TIMEOUT_ENV, "3"),
+            ("OFFLOAD_IPC_UNMAP_TIMEOUT_MS", "1000"),
+        ],
+    );
+    assert!(ranks[2].contains("not finalizing: SIGKILL to myself in 8 s"));
+    for (r, text) in ranks.iter().enumerate().take(2) {
+        assert!(
+            text.contains(
+                "offload's finalize hook completed: shut_down true was_last true dead [] \
+                 unresponsive [2]"
+            ),
+            "rank {r} did not report rank 2 unresponsive:\n{text}"
+        );
+        // One wait ran out (3 s) and the barriers did not wait for rank 2 again; with the
+        // shutdown's wait for unmap answers (1 s, rank 1 only), 3–4 s in all.
+        let secs: f64 = text
+            .split("errors [] (")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("rank {r} did not time its hook:\n{text}"));
+        assert!((3.0..6.0).contains(&secs), "rank {r}'s hook took {secs} s");
+    }
 }

@@ -23,7 +23,7 @@ use offload_core::{BackendKind, Error, ParamKind, Result};
 
 use crate::device::DeviceContext;
 use crate::error::{At, invalid, map_vk_err};
-use crate::spirv::{self, EntryPoint, Reflection, SpirvVersion, WorkgroupSize};
+use crate::spirv::{self, EntryPoint, ForVulkan, Reflection, SpirvVersion, WorkgroupSize};
 use crate::usage::Usage;
 
 /// A pipeline made for a block size other than the declared one, with the shader module it

@@ -56,7 +56,7 @@ mod with_naga {
     use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
     use offload_core::{BackendKind, CompilerId, Error, Language, Result, Source};
 
-    use crate::spirv::SpirvVersion;
+    use crate::spirv::{ForVulkan, SpirvVersion};
 
     /// The SPIR-V version compiled for a device of Vulkan version `api`: the newest it
     /// accepts, at most 1.3.

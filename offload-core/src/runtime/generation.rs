@@ -8,8 +8,8 @@
 //! generation gets `Error::ShutDown` from then on. This module knows the handles only
 //! through [`Resource`]; it never calls a backend except through the erased family.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::cell::Cell;
+use std::sync::Arc;
 
 use slotmap::SlotMap;
 
@@ -17,7 +17,10 @@ use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
 use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::runtime::config::Config;
-use crate::sync::{lock, read, write};
+use crate::runtime::sync::{
+    AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, backoff, lock, read, thread_local,
+    write,
+};
 
 slotmap::new_key_type! {
     /// Key of a device in its generation.
@@ -141,6 +144,19 @@ pub struct Unavailable {
     pub backend: BackendKind,
     /// Why it is absent (usually its driver was not found).
     pub reason: String,
+}
+
+thread_local! {
+    /// The loads in flight on this thread: (generation id, how many), so that a teardown
+    /// started inside one of them (a setup callback gave back the last reference) does not
+    /// wait for itself. A const-initialised `Cell` with no destructor: it registers nothing
+    /// that would pin a `dlclose`d library (L2). Generation ids start at 1.
+    static LOADING: Cell<(u64, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// Whether this thread is inside a load (its setup callbacks included).
+pub(crate) fn loading_here() -> bool {
+    LOADING.with(|l| l.get().1 > 0)
 }
 
 /// One runtime generation: from a 0→1 transition to the matching 1→0 (or the exit hook).
@@ -273,7 +289,18 @@ impl Generation {
     /// consistent), so either the load sees `closing` or teardown sees the load.
     pub(crate) fn begin_load(&self) -> Option<LoadGuard<'_>> {
         self.loads.fetch_add(1, Ordering::SeqCst);
-        let guard = LoadGuard(self);
+        let outer = LOADING.with(|l| {
+            let (id, n) = l.get();
+            l.replace(if id == self.id {
+                (id, n + 1)
+            } else {
+                (self.id, 1)
+            })
+        });
+        let guard = LoadGuard {
+            generation: self,
+            outer,
+        };
         (!self.is_closing()).then_some(guard)
     }
 
@@ -295,10 +322,17 @@ impl Generation {
     /// a second call finds nothing to do.
     pub(crate) fn teardown(self: &Arc<Self>) -> Result<()> {
         // Every load either saw `closing` or is counted (see `begin_load`); wait for the
-        // counted ones, setups included. Rare and short, so a sleep loop will do.
+        // counted ones, setups included (P3), except those of this very thread: a setup
+        // callback that gave back the last reference tears down from inside its load,
+        // which cannot end before this does (waiting for it hung; found by the model
+        // check, tests/model.rs). Rare and short, so a sleep loop will do.
         self.closing.store(true, Ordering::SeqCst);
-        while self.loads.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(100));
+        let own = LOADING.with(|l| match l.get() {
+            (id, n) if id == self.id => n,
+            _ => 0,
+        });
+        while self.loads.load(Ordering::SeqCst) > own {
+            backoff();
         }
         let mut errors = Vec::new();
         // The first two steps may run user code that calls into the runtime, so they run
@@ -353,10 +387,15 @@ impl Generation {
 }
 
 /// A load in flight; dropping it lets a waiting shutdown go on.
-pub(crate) struct LoadGuard<'a>(&'a Generation);
+pub(crate) struct LoadGuard<'a> {
+    generation: &'a Generation,
+    /// This thread's `LOADING` before this load began.
+    outer: (u64, usize),
+}
 
 impl Drop for LoadGuard<'_> {
     fn drop(&mut self) {
-        self.0.loads.fetch_sub(1, Ordering::SeqCst);
+        LOADING.with(|l| l.set(self.outer));
+        self.generation.loads.fetch_sub(1, Ordering::SeqCst);
     }
 }

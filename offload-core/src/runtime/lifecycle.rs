@@ -6,21 +6,36 @@
 //! directly, so the global is touched only by `init`, `clone` and shutdown, where the mutex
 //! costs nothing measurable.
 //!
+//! A 0→1 transition (opening the platforms) runs under the mutex, so concurrent first
+//! `init`s wait for it (L1). A 1→0 transition is decided under the mutex (the count drops
+//! to zero and the generation stops being the live one, in one critical section, so
+//! exactly one caller tears it down), but the teardown itself runs after the mutex is
+//! released: it runs user code — `on_teardown` callbacks, host functions still queued,
+//! and the `on_setup` of loads in flight, which it waits for — and that code may call
+//! `init`, `clone` or drop a runtime of its own. Under the mutex that deadlocked (found by
+//! the model check, `tests/model.rs`; regression tests there and in
+//! `tests/model_regressions.rs`). An `init` meanwhile waits for the teardown to finish
+//! before it starts a fresh generation, so an object of generation N is refused whenever
+//! N+1 runs (L2, L3) — unless it is called from that user code (on a thread that is
+//! tearing down, or inside a load), which cannot wait for the teardown that waits for
+//! it: that `init` starts the fresh generation at once. The exit hook waits for
+//! teardowns in progress likewise.
+//!
 //! Why not `arc-swap` for the live pointer, as DESIGN.md suggests: its read path registers
 //! a thread-local destructor on every thread that loads, and such a destructor pins a
 //! `dlclose`d library until that thread exits (measured; L2 forbids it).
 
+use std::cell::Cell;
 use std::marker::PhantomData;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::erased::{NoPlatforms, PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::handles::Device;
 use crate::runtime::config::{Config, Overrides, list};
-use crate::runtime::generation::{Generation, Live, Unavailable};
-use crate::sync::lock;
+use crate::runtime::generation::{Generation, Live, Unavailable, loading_here};
+use crate::runtime::sync::{Condvar, Mutex, Ordering, lock, statics, thread_local, wait};
 
 /// The process-wide lifecycle state. Const-initialised; starts over whenever the library
 /// that contains it is loaded again (L2).
@@ -28,17 +43,25 @@ struct Lifecycle {
     current: Option<Arc<Generation>>,
     next_id: u64,
     exit_hook: bool,
+    /// Teardowns in progress (outside the mutex); the exit hook waits for them.
+    teardowns: usize,
 }
 
-static LIFECYCLE: Mutex<Lifecycle> = Mutex::new(Lifecycle {
-    current: None,
-    next_id: 0,
-    exit_hook: false,
-});
+statics! {
+    static LIFECYCLE: Mutex<Lifecycle> = Mutex::new(Lifecycle {
+        current: None,
+        next_id: 0,
+        exit_hook: false,
+        teardowns: 0,
+    });
 
-/// Errors of shutdowns nobody could be told about (a runtime dropped without `shutdown`,
-/// or shut down at exit). Bounded; see [`take_unreported_errors`].
-static UNREPORTED: Mutex<Vec<Error>> = Mutex::new(Vec::new());
+    /// Signalled whenever a teardown ends.
+    static TORN_DOWN: Condvar = Condvar::new();
+
+    /// Errors of shutdowns nobody could be told about (a runtime dropped without
+    /// `shutdown`, or shut down at exit). Bounded; see [`take_unreported_errors`].
+    static UNREPORTED: Mutex<Vec<Error>> = Mutex::new(Vec::new());
+}
 const UNREPORTED_MAX: usize = 64;
 
 fn report_later(result: Result<()>) {
@@ -67,6 +90,12 @@ fn acquire(
     extra: &[PlatformEntry],
 ) -> Result<Arc<Generation>> {
     let mut state = lock(&LIFECYCLE);
+    // L2/L3: a fresh generation starts only after the previous one's teardown ended, so
+    // an object of generation N is refused whenever N+1 runs. User code that teardown
+    // waits for cannot wait for it in turn: it starts the fresh generation at once.
+    while state.current.is_none() && state.teardowns > 0 && !inside_teardown_or_load() {
+        state = wait(&TORN_DOWN, state);
+    }
     if let Some(current) = &state.current {
         // L1/L5: later inits share the generation and its configuration, unless they ask
         // explicitly for settings it does not have: sharing would silently give them
@@ -150,32 +179,75 @@ fn conflict(generation: u64, mismatches: &[String]) -> Error {
     )
 }
 
-/// Gives back one reference; the last one tears the generation down (under the lifecycle
-/// lock, so a concurrent `init` waits and then starts a fresh generation).
-/// Returns whether this was the last reference.
+thread_local! {
+    /// Teardowns running on this thread. A const-initialised `Cell` with no destructor:
+    /// it registers nothing that would pin a `dlclose`d library (L2).
+    static TEARING_DOWN_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether this thread runs user code that a teardown may be waiting for: a teardown
+/// callback (this thread is tearing down) or a setup callback (this thread is inside a
+/// load). Such code must not wait for a teardown to end.
+fn inside_teardown_or_load() -> bool {
+    TEARING_DOWN_HERE.with(Cell::get) > 0 || loading_here()
+}
+
+/// A teardown in progress, counted in `Lifecycle::teardowns` until it ends (also if a
+/// backend panics in it).
+struct TearingDown;
+
+impl TearingDown {
+    /// Counts a teardown; called under the lifecycle lock, in the critical section that
+    /// takes the generation out of service.
+    fn start(state: &mut Lifecycle) -> TearingDown {
+        state.teardowns += 1;
+        TEARING_DOWN_HERE.with(|t| t.set(t.get() + 1));
+        TearingDown
+    }
+}
+
+impl Drop for TearingDown {
+    fn drop(&mut self) {
+        TEARING_DOWN_HERE.with(|t| t.set(t.get() - 1));
+        lock(&LIFECYCLE).teardowns -= 1;
+        TORN_DOWN.notify_all();
+    }
+}
+
+/// Gives back one reference; the last one tears the generation down. Returns whether this
+/// was the last reference.
+///
+/// L1: the count and the live generation change under the lifecycle lock, so exactly one
+/// caller sees 1→0 and tears down. The teardown runs after the lock is released (see the
+/// module comment): its callbacks may take and give back references of their own, and a
+/// concurrent `init` waits for it (see [`acquire`]).
 fn release(generation: &Arc<Generation>) -> Result<bool> {
-    let mut state = lock(&LIFECYCLE);
-    let before = generation
-        .refs
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| r.checked_sub(1));
-    if before != Ok(1) {
-        // Other references remain, or the exit hook already shut this generation down.
-        tracing::info!(
-            target: "offload::shutdown",
-            generation = generation.id,
-            deinitialised = false,
-            "reference given back; the runtime stays up for its other references"
-        );
-        return Ok(false);
-    }
-    if state
-        .current
-        .as_ref()
-        .is_some_and(|c| Arc::ptr_eq(c, generation))
-    {
-        state.current = None;
-    }
+    let tearing_down = {
+        let mut state = lock(&LIFECYCLE);
+        let before = generation
+            .refs
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| r.checked_sub(1));
+        if before != Ok(1) {
+            // Other references remain, or the exit hook already shut this generation down.
+            tracing::info!(
+                target: "offload::shutdown",
+                generation = generation.id,
+                deinitialised = false,
+                "reference given back; the runtime stays up for its other references"
+            );
+            return Ok(false);
+        }
+        if state
+            .current
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, generation))
+        {
+            state.current = None;
+        }
+        TearingDown::start(&mut state)
+    };
     let result = generation.teardown();
+    drop(tearing_down);
     tracing::info!(
         target: "offload::shutdown",
         generation = generation.id,
@@ -186,17 +258,31 @@ fn release(generation: &Arc<Generation>) -> Result<bool> {
     result.map(|()| true)
 }
 
-/// The exit hook: shuts down the live generation whoever still holds references.
+/// The exit hook: shuts down the live generation whoever still holds references, and
+/// waits for teardowns in progress on other threads, so no driver is left initialised
+/// when the drivers' own library destructors run. A generation a teardown callback
+/// started meanwhile is shut down too.
 pub(crate) fn shutdown_at_exit() {
     let mut state = lock(&LIFECYCLE);
-    if let Some(generation) = state.current.take() {
-        tracing::debug!(
-            target: "offload::shutdown",
-            generation = generation.id,
-            "still live at exit: shutting down"
-        );
-        generation.refs.store(0, Ordering::Relaxed);
-        report_later(generation.teardown());
+    loop {
+        if let Some(generation) = state.current.take() {
+            // L1 at exit: the references still held become dead ones.
+            generation.refs.store(0, Ordering::Relaxed);
+            let tearing_down = TearingDown::start(&mut state);
+            drop(state);
+            tracing::debug!(
+                target: "offload::shutdown",
+                generation = generation.id,
+                "still live at exit: shutting down"
+            );
+            report_later(generation.teardown());
+            drop(tearing_down);
+            state = lock(&LIFECYCLE);
+        } else if state.teardowns > 0 && !inside_teardown_or_load() {
+            state = wait(&TORN_DOWN, state);
+        } else {
+            return;
+        }
     }
 }
 
@@ -633,7 +719,9 @@ impl<P> Clone for Offload<Ready, P> {
     fn clone(&self) -> Self {
         let state = lock(&LIFECYCLE);
         let generation = self.state.generation.clone();
-        // A generation the exit hook already shut down hands out dead references.
+        // A generation that is no longer the live one (its last reference was given back,
+        // or the exit hook shut it down) hands out dead references: their calls answer
+        // `ShutDown` (L3), and giving them back is a no-op.
         let holds = state
             .current
             .as_ref()

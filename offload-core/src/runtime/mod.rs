@@ -7,3 +7,4 @@ pub(crate) mod config;
 mod exit_hook;
 pub(crate) mod generation;
 pub(crate) mod lifecycle;
+pub(crate) mod sync;

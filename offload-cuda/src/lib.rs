@@ -25,7 +25,7 @@
 //!   functions (`cuLaunchHostFunc`) return once enqueued (Q1); events time with
 //!   `cuEventElapsedTime`.
 //! - **Programs** ([`CudaModule`]): PTX text, cubin and fatbin images, inspected before the
-//!   driver sees them (see [`program`](crate::CudaModule)'s docs); kernels' parameters from
+//!   driver sees them (see [`CudaModule`]'s docs); kernels' parameters from
 //!   the image; dynamic shared memory up to the device's limit.
 //! - **Programs from source** (`Program::from_source(Source::cuda(..))`): CUDA C++
 //!   compiled to PTX by NVRTC, opened at run time at the first compile (see
@@ -56,37 +56,36 @@
 //! }
 //! # Ok::<(), Error>(())
 //! ```
+//!
+//! The backend itself — platform, devices, memory, queues, events, modules, kernels, IPC
+//! and the `hal` traits over them — is offload-driver's generic stream backend, shared with
+//! offload-hip: this crate implements `offload_driver::StreamApi` for the CUDA driver API
+//! ([`CudaApi`]) and names the generic types ([`CudaPlatform`] is
+//! `StreamPlatform<CudaApi>`, …). What is CUDA's own stays here: the driver's symbols and
+//! error names (`ffi/`), primary contexts (`context.rs`), opening and describing devices
+//! (`platform.rs`), PTX/cubin/fatbin inspection (`image/`, `program.rs`) and NVRTC.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 // The driver's C API, behind `Result`-returning calls; `unsafe fn`s where the driver
-// trusts device addresses.
+// trusts device addresses; the `unsafe impl` of offload-driver's `StreamApi`.
 #[allow(unsafe_code)]
 mod ffi;
-// The modules below call those `unsafe fn`s and own the handles, each call with its
-// `SAFETY` argument.
+// Primary contexts: `Send`/`Sync` for the raw handle, and the device record that releases
+// them, each with its `SAFETY` argument.
 #[allow(unsafe_code)]
 mod context;
 mod image;
-#[allow(unsafe_code)]
-mod ipc;
-#[allow(unsafe_code)]
-mod memory;
 mod nvrtc;
-#[allow(unsafe_code)]
 mod platform;
-#[allow(unsafe_code)]
 mod program;
-#[allow(unsafe_code)]
-mod queue;
 
-use offload_core::{BackendKind, PlatformEntry};
-use offload_driver::Counters;
+pub use ffi::Driver as CudaApi;
 
-pub use memory::CudaBuffer;
-pub use platform::{CudaDevice, CudaPlatform};
-pub use program::{CudaKernel, CudaModule};
-pub use queue::{CudaEvent, CudaQueue};
+offload_driver::stream_backend_types! {
+    offload_cuda::CudaApi "CUDA": CudaStats
+    CudaPlatform CudaDevice CudaBuffer CudaQueue CudaEvent CudaModule CudaKernel
+}
 
 /// The conformance kernels as PTX (`fixtures/kernels.ptx`, hand-written): `add_one`,
 /// `fill`, `noop`, `read_global` with a global `g`, and `shared_reverse`.
@@ -110,50 +109,9 @@ pub fn nvrtc_library() -> Option<&'static str> {
     nvrtc::library()
 }
 
-/// The backend family this crate implements.
-///
-/// ```
-/// assert_eq!(offload_cuda::BACKEND, offload_core::BackendKind::Cuda);
-/// ```
-pub const BACKEND: BackendKind = BackendKind::Cuda;
-
 /// The library the platform opens at run time: the CUDA driver.
 ///
 /// ```
 /// assert_eq!(offload_cuda::LIBRARY, "libcuda.so.1");
 /// ```
 pub const LIBRARY: &str = ffi::LIBRARY;
-
-pub(crate) static COUNTERS: Counters = Counters::new();
-
-/// Process-wide counts of what the CUDA backend did.
-///
-/// ```
-/// let s = offload_cuda::stats();
-/// assert!(s.opened >= s.deinitialised);
-/// ```
-pub type CudaStats = offload_driver::Stats;
-
-/// Reads the process-wide counters.
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::{Config};
-/// let before = offload_cuda::stats();
-/// if offload_cuda::CudaPlatform::open(&Config::default()).is_err() {
-///     // A probe that finds no CUDA opens nothing.
-///     assert!(offload_cuda::stats().opened >= before.opened);
-/// }
-/// ```
-pub fn stats() -> CudaStats {
-    COUNTERS.stats()
-}
-
-/// The entry the facade registers for the `cuda` feature (with IPC).
-///
-/// ```
-/// assert_eq!(offload_cuda::platform().kind(), offload_core::BackendKind::Cuda);
-/// ```
-pub fn platform() -> PlatformEntry {
-    PlatformEntry::with_ipc::<CudaPlatform>()
-}

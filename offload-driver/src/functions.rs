@@ -102,3 +102,66 @@ macro_rules! functions {
         }
     };
 }
+
+/// Checks how a symbol table `T` loads (what a backend's test of its table asks): a load
+/// that lacks the required symbol `required` fails naming it; a load that finds nothing
+/// fails naming `first`, the first required symbol; a load that lacks every symbol
+/// starting with `optional` (all optional ones) succeeds, and `probe` holds of the table
+/// it gives (say, that those entries are `None` and the others not). The lookups give a
+/// stand-in for every symbol they find. `Err` says which check failed.
+///
+/// # Safety
+///
+/// The tables are only inspected: no entry of them is ever called (`probe` reads fields
+/// only).
+///
+/// ```
+/// offload_driver::functions! {
+///     api = "C library";
+///     required { strlen = "strlen": fn(*const i8) -> usize; }
+///     optional { offload_absent = "offload_absent": fn() -> i32; }
+/// }
+/// // SAFETY: `probe` only reads which entries are present.
+/// let checked = unsafe {
+///     offload_driver::check_symbol_table("strlen", "strlen", "offload_", |t: &Functions| {
+///         t.offload_absent.is_none()
+///     })
+/// };
+/// assert_eq!(checked, Ok(()));
+/// ```
+#[allow(unsafe_code)]
+pub unsafe fn check_symbol_table<T: crate::SymbolTable>(
+    required: &'static str,
+    first: &'static str,
+    optional: &str,
+    probe: impl FnOnce(&T) -> bool,
+) -> Result<(), String> {
+    extern "C" fn stand_in() {}
+    let found = stand_in as *const std::ffi::c_void;
+    let without = |absent: &dyn Fn(&str) -> bool| {
+        // SAFETY: the caller's promise: the table is only inspected, never called, so the
+        // stand-in is never called through another signature.
+        unsafe {
+            T::load(|name| {
+                if absent(name) {
+                    std::ptr::null()
+                } else {
+                    found
+                }
+            })
+        }
+    };
+    match without(&|name| name == required) {
+        Err(name) if name == required => {}
+        other => return Err(format!("without {required}: {:?}", other.err())),
+    }
+    match without(&|_| true) {
+        Err(name) if name == first => {}
+        other => return Err(format!("without any symbol: {:?}", other.err())),
+    }
+    match without(&|name| name.starts_with(optional)) {
+        Ok(table) if probe(&table) => Ok(()),
+        Ok(_) => Err(format!("without {optional}*: the table is not as expected")),
+        Err(name) => Err(format!("without {optional}*: {name} is missing")),
+    }
+}

@@ -19,12 +19,21 @@
 //! - [`Uses`], [`Stream`], [`HostCallback`] and [`host_trampoline`]: the streams whose
 //!   queued work uses a buffer, and host functions run on a driver thread with their panic
 //!   caught (the CUDA and HIP backends' queues).
+//! - [`StreamApi`] and the backend over it ([`StreamPlatform`], [`StreamDevice`],
+//!   [`StreamBuffer`], [`StreamQueue`], [`StreamEvent`], [`StreamModule`],
+//!   [`StreamKernel`]): the stream-based vendor APIs (CUDA's driver API, HIP's runtime API)
+//!   as one `unsafe trait`, and everything offload builds on them written once; the CUDA
+//!   and HIP crates implement the trait (its one-call methods from a table:
+//!   [`stream_api_calls!`], [`device_calls!`]) and name the types
+//!   ([`stream_backend_types!`]). [`check_symbol_table`] is what their tests of a
+//!   [`functions!`] table ask.
 //! - `testing` (cargo feature `testing`): the harness that builds a fake driver with the C
 //!   compiler and runs test cases against it in child processes.
 //!
-//! This crate's only `unsafe` code is in its ffi helpers (`ffi.rs`), the host-function
-//! callback (`stream.rs`) and the table that [`functions!`] expands to; it owns no
-//! process-wide state.
+//! This crate's `unsafe` code is in its ffi helpers (`ffi.rs`), the host-function
+//! callback (`stream.rs`), the table that [`functions!`] expands to, and the calls the
+//! stream-based backend (`vendor/`) makes through [`StreamApi`], each resting on that
+//! trait's safety contract; it owns no process-wide state.
 //!
 //! ```
 //! use offload_driver::{Library, LoadError};
@@ -38,9 +47,10 @@
 #![warn(missing_docs)]
 
 mod failure;
-// The crate's only unsafe code: opening libraries and reading their C strings.
+// Opening libraries and reading their C strings.
 #[allow(unsafe_code)]
 mod ffi;
+// `check_symbol_table` (its own narrow allow) loads tables of stand-ins, never called.
 mod functions;
 mod launch;
 mod platform;
@@ -49,9 +59,17 @@ mod platform;
 mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
+// The backend over a stream-based vendor API (CUDA, HIP), generic over `StreamApi`: an
+// `unsafe trait` whose contract its `unsafe` code relies on, each use narrowly allowed.
+mod vendor;
 
 pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
+pub use functions::check_symbol_table;
 pub use launch::{LaunchLimits, Packed, pack_args};
 pub use platform::{Counters, Device, Driver, Opened, Platform, Stats};
 pub use stream::{HostCallback, HostFailure, Stream, Uses, host_trampoline};
+pub use vendor::{
+    DeviceCore, HostFnPtr, OpenedApi, RawAddress, StreamApi, StreamBuffer, StreamDevice,
+    StreamEvent, StreamKernel, StreamModule, StreamPlatform, StreamQueue, Word, Words,
+};

@@ -18,7 +18,7 @@ pub(crate) struct KernelInfo {
 
 /// What a code object holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct CodeObject {
+pub struct CodeObject {
     /// `gfx90a`, … (from `e_flags`).
     pub(crate) target: String,
     pub(crate) kernels: Vec<KernelInfo>,
@@ -184,7 +184,12 @@ fn sections(r: &Reader<'_>) -> Result<Vec<Section>, String> {
             let at = shoff
                 .checked_add(i * shentsize)
                 .ok_or("section headers overflow")?;
-            let at = usize::try_from(at).map_err(|_| "section headers overflow")?;
+            // A header's fields are read at `at + 4` to `at + 64`: those must not wrap
+            // (fuzz/corpus/amd_code_object/regression-shoff-overflow).
+            let at = usize::try_from(at)
+                .ok()
+                .filter(|at| at.checked_add(64).is_some())
+                .ok_or("section headers overflow")?;
             Ok(Section {
                 kind: r.u32_at(at + 4)?,
                 offset: r.u64_at(at + 24)?,

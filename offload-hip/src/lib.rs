@@ -91,49 +91,34 @@
 //! }
 //! # Ok::<(), Error>(())
 //! ```
+//!
+//! The backend itself — platform, devices, memory, queues, events, modules, kernels, IPC
+//! and the `hal` traits over them — is offload-driver's generic stream backend, shared with
+//! offload-cuda: this crate implements `offload_driver::StreamApi` for the HIP runtime API
+//! ([`HipApi`]) and names the generic types ([`HipPlatform`] is `StreamPlatform<HipApi>`,
+//! …). What is HIP's own stays here: the runtime's symbols and error names (`ffi/`),
+//! opening and describing devices (`platform.rs`) and AMD code objects (`image.rs`,
+//! `program.rs`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 // HIP's C API, behind `Result`-returning calls; `unsafe fn`s where the runtime trusts
-// addresses.
+// addresses; the `unsafe impl` of offload-driver's `StreamApi`.
 #[allow(unsafe_code)]
 mod ffi;
 // Code objects, read before the runtime sees them (safe code).
 mod image;
-// The modules below call those `unsafe fn`s and own the handles, each call with its
-// `SAFETY` argument.
-#[allow(unsafe_code)]
-mod ipc;
-#[allow(unsafe_code)]
-mod memory;
+// Opening the runtime; `open` makes the device records (`DeviceCore::new`, allowed there
+// alone, with its `SAFETY` argument).
 mod platform;
-#[allow(unsafe_code)]
 mod program;
-#[allow(unsafe_code)]
-mod queue;
 
-use offload_core::{BackendKind, PlatformEntry};
-use offload_driver::Counters;
+pub use ffi::Driver as HipApi;
 
-pub use memory::HipBuffer;
-pub use platform::{HipDevice, HipPlatform};
-pub use program::{HipKernel, HipModule};
-pub use queue::{HipEvent, HipQueue};
-
-/// The conformance kernels as an AMD GPU code object for `gfx90a` (`fixtures/kernels.c`,
-/// built by `fixtures/build.sh` with clang and lld; never run on AMD hardware): `add_one`,
-/// `fill`, `noop`, `read_global` and a global `g`.
-pub mod fixtures {
-    /// The kernels.
-    pub const KERNELS: &[u8] = include_bytes!("../fixtures/kernels.hsaco");
+offload_driver::stream_backend_types! {
+    offload_hip::HipApi "HIP": HipStats
+    HipPlatform HipDevice HipBuffer HipQueue HipEvent HipModule HipKernel
 }
-
-/// The backend family this crate implements.
-///
-/// ```
-/// assert_eq!(offload_hip::BACKEND, offload_core::BackendKind::Hip);
-/// ```
-pub const BACKEND: BackendKind = BackendKind::Hip;
 
 /// The names the HIP runtime is looked for under, in order.
 ///
@@ -143,36 +128,10 @@ pub const BACKEND: BackendKind = BackendKind::Hip;
 /// ```
 pub const LIBRARIES: [&str; 4] = ffi::LIBRARIES;
 
-pub(crate) static COUNTERS: Counters = Counters::new();
-
-/// Process-wide counts of what the HIP backend did.
-///
-/// ```
-/// let s = offload_hip::stats();
-/// assert!(s.opened >= s.deinitialised);
-/// ```
-pub type HipStats = offload_driver::Stats;
-
-/// Reads the process-wide counters.
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::{Config};
-/// let before = offload_hip::stats();
-/// if offload_hip::HipPlatform::open(&Config::default()).is_err() {
-///     // A probe that finds no HIP opens nothing.
-///     assert!(offload_hip::stats().opened >= before.opened);
-/// }
-/// ```
-pub fn stats() -> HipStats {
-    COUNTERS.stats()
-}
-
-/// The entry the facade registers for the `hip` feature (with IPC).
-///
-/// ```
-/// assert_eq!(offload_hip::platform().kind(), offload_core::BackendKind::Hip);
-/// ```
-pub fn platform() -> PlatformEntry {
-    PlatformEntry::with_ipc::<HipPlatform>()
+/// The conformance kernels as an AMD GPU code object for `gfx90a` (`fixtures/kernels.c`,
+/// built by `fixtures/build.sh` with clang and lld; never run on AMD hardware): `add_one`,
+/// `fill`, `noop`, `read_global` and a global `g`.
+pub mod fixtures {
+    /// The kernels.
+    pub const KERNELS: &[u8] = include_bytes!("../fixtures/kernels.hsaco");
 }

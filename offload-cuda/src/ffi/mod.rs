@@ -4,9 +4,13 @@
 //! NVRTC, the runtime compiler behind CUDA source programs, is opened the same way
 //! ([`nvrtc`]).
 //!
-//! This module (with [`sys`], the raw table) is the crate's only `unsafe` code. It decides
-//! nothing: which failures mean "no CUDA here" is the platform's call (`crate::open`), and
-//! how a failure reads as an offload error is `offload_driver::Failure`'s.
+//! This module (with [`sys`], the raw table) is the crate's FFI: every call into the
+//! driver, most of them generated from tables by offload-driver's `device_calls!` and
+//! `stream_api_calls!`, and the `unsafe impl` of `offload_driver::StreamApi` ([`calls`]);
+//! the crate's only other `unsafe` code is context.rs's (a context handle's `Send`/`Sync`,
+//! the device record that releases it). It decides nothing: which failures mean "no CUDA
+//! here" is the platform's call (`crate::platform::open`), and how a failure reads as an
+//! offload error is `offload_driver::Failure`'s.
 
 pub(crate) mod calls;
 pub(crate) mod nvrtc;
@@ -14,16 +18,23 @@ pub(crate) mod sys;
 
 use std::ffi::{c_char, c_int};
 
-use offload_driver::{Failure, LoadError, Loaded, static_text, text_of};
+use offload_driver::{Failure, LoadError, Loaded, static_text};
 
 pub(crate) use sys::{CUDA_ERROR_NO_DEVICE, CuDevice, CuResult};
 
 /// The library the backend opens: the CUDA driver (never the runtime `libcudart`).
 pub(crate) const LIBRARY: &str = "libcuda.so.1";
 
-/// The opened driver library and its entry points (the table kept beside the library
-/// guard, so it never outlives the library it points into).
-pub(crate) struct Driver {
+/// The CUDA driver API, opened: the library and its entry points (the table kept beside
+/// the library guard, so it never outlives the library it points into). It is the
+/// `offload_driver::StreamApi` the generic backend calls ([`CudaPlatform`](crate::CudaPlatform)
+/// is `StreamPlatform<CudaApi>`); only the platform opens it.
+///
+/// ```
+/// use offload_driver::StreamApi;
+/// assert_eq!(<offload_cuda::CudaApi as StreamApi>::WORDS.title, "CUDA");
+/// ```
+pub struct Driver {
     functions: Loaded<sys::Functions>,
 }
 
@@ -38,70 +49,15 @@ impl Driver {
         Ok(Driver { functions })
     }
 
-    /// The name the driver was found under.
-    pub(crate) fn library(&self) -> &'static str {
-        self.functions.library().name()
-    }
-
-    /// `cuInit(0)`.
-    pub(crate) fn init(&self) -> Result<(), Failure> {
-        // SAFETY: cuInit takes its flags by value; 0 is the documented value.
-        let code = unsafe { (self.functions.cu_init)(0) };
-        self.check("cuInit", code)
-    }
-
-    /// `cuDeviceGetCount`.
-    pub(crate) fn device_count(&self) -> Result<c_int, Failure> {
-        let mut count: c_int = 0;
-        // SAFETY: `count` is a valid, writable int for the duration of the call.
-        let code = unsafe { (self.functions.cu_device_get_count)(&mut count) };
-        self.check("cuDeviceGetCount", code).map(|()| count)
-    }
-
-    /// `cuDeviceGet`: the handle of device `ordinal`.
-    pub(crate) fn device(&self, ordinal: c_int) -> Result<CuDevice, Failure> {
-        let mut device: CuDevice = 0;
-        // SAFETY: `device` is a valid, writable CUdevice; a bad ordinal is an error code.
-        let code = unsafe { (self.functions.cu_device_get)(&mut device, ordinal) };
-        self.check("cuDeviceGet", code).map(|()| device)
-    }
-
-    /// `cuDeviceGetName`.
-    pub(crate) fn device_name(&self, device: CuDevice) -> Result<String, Failure> {
-        let mut name: [c_char; 256] = [0; 256];
-        let len = c_int::try_from(name.len()).unwrap_or(c_int::MAX);
-        // SAFETY: the driver writes at most `len` bytes, its NUL included, into `name`,
-        // which has exactly that many.
-        let code = unsafe { (self.functions.cu_device_get_name)(name.as_mut_ptr(), len, device) };
-        self.check("cuDeviceGetName", code).map(|()| text_of(&name))
-    }
-
-    /// `cuDeviceTotalMem_v2`, in bytes.
-    pub(crate) fn total_memory(&self, device: CuDevice) -> Result<u64, Failure> {
-        let mut bytes: usize = 0;
-        // SAFETY: `bytes` is a valid, writable size_t for the duration of the call.
-        let code = unsafe { (self.functions.cu_device_total_mem)(&mut bytes, device) };
-        self.check("cuDeviceTotalMem_v2", code)
-            .map(|()| bytes as u64)
-    }
-
-    /// `cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)`.
-    pub(crate) fn multiprocessor_count(&self, device: CuDevice) -> Result<c_int, Failure> {
-        self.attribute(device, sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-    }
-
-    /// `cuDeviceGetAttribute(attribute)`.
-    pub(crate) fn attribute(
-        &self,
-        device: CuDevice,
-        attribute: sys::CuDeviceAttribute,
-    ) -> Result<c_int, Failure> {
-        let mut value: c_int = 0;
-        // SAFETY: `value` is a valid, writable int; an attribute the driver does not know
-        // is an error code, never a write elsewhere.
-        let code =
-            unsafe { (self.functions.cu_device_get_attribute)(&mut value, attribute, device) };
-        self.check("cuDeviceGetAttribute", code).map(|()| value)
+    offload_driver::device_calls! {
+        device: CuDevice, attribute: sys::CuDeviceAttribute,
+        multiprocessors: sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+        init: cu_init "cuInit";
+        device_count: cu_device_get_count "cuDeviceGetCount";
+        device: cu_device_get "cuDeviceGet";
+        device_name: cu_device_get_name "cuDeviceGetName";
+        total_memory: cu_device_total_mem "cuDeviceTotalMem_v2";
+        attribute: cu_device_get_attribute "cuDeviceGetAttribute";
     }
 
     /// `cuDriverGetVersion` (`1000 × major + 10 × minor`), where the driver has it.

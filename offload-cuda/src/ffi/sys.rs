@@ -56,6 +56,8 @@ pub(crate) const CUDA_ERROR_ALREADY_MAPPED: CuResult = 208;
 pub(crate) const CUDA_ERROR_NO_BINARY_FOR_GPU: CuResult = 209;
 /// `CUDA_ERROR_INVALID_PTX`.
 pub(crate) const CUDA_ERROR_INVALID_PTX: CuResult = 218;
+/// `CUDA_ERROR_NOT_FOUND`: a named symbol (a global) that the module does not have.
+pub(crate) const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 /// `CUDA_ERROR_NOT_READY`: a stream or event query found work still running.
 pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
 
@@ -221,48 +223,17 @@ offload_driver::functions! {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    /// Stands in for every entry point in the tests below; never called.
-    extern "C" fn stub() {}
-
     #[test]
-    fn a_missing_required_symbol_is_named() {
-        let stub = stub as *const c_void;
-        // SAFETY: the table is only inspected for which symbol failed, never called.
-        let missing = unsafe {
-            Functions::load(|name| {
-                if name == "cuDeviceTotalMem_v2" {
-                    std::ptr::null()
-                } else {
-                    stub
-                }
-            })
+    fn missing_symbols_are_named_or_none() {
+        let probe = |t: &super::Functions| {
+            t.cu_get_error_name.is_none()
+                && t.cu_get_error_string.is_none()
+                && t.cu_driver_get_version.is_some()
         };
-        assert_eq!(missing.err(), Some("cuDeviceTotalMem_v2"));
-        // SAFETY: nothing is found, so nothing is converted.
-        let nothing = unsafe { Functions::load(|_| std::ptr::null()) };
-        assert_eq!(nothing.err(), Some("cuInit"));
-    }
-
-    #[test]
-    fn missing_optional_symbols_are_none() {
-        let stub = stub as *const c_void;
-        // SAFETY: the table is only inspected for which entries are present, never called.
-        let table = unsafe {
-            Functions::load(|name| {
-                if name.starts_with("cuGetError") {
-                    std::ptr::null()
-                } else {
-                    stub
-                }
-            })
+        // SAFETY: the tables are only inspected, never called.
+        let checked = unsafe {
+            offload_driver::check_symbol_table("cuDeviceTotalMem_v2", "cuInit", "cuGetError", probe)
         };
-        let Ok(table) = table else {
-            panic!("every required symbol was given");
-        };
-        assert!(table.cu_get_error_name.is_none());
-        assert!(table.cu_get_error_string.is_none());
-        assert!(table.cu_driver_get_version.is_some());
+        assert_eq!(checked, Ok(()));
     }
 }

@@ -132,21 +132,21 @@ pub(crate) struct Global {
 
 /// What [`inspect`] found in a valid image.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Inspected {
+pub struct Inspected {
     /// The image's form.
-    pub kind: ImageKind,
+    pub(crate) kind: ImageKind,
     /// Its kernels, in the image's order. Never empty for PTX and cubins; empty for a
     /// fatbin only when every entry the device could load is zstd-compressed (which this
     /// module does not decode), meaning "unknown".
-    pub entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry>,
     /// Its module-scope variables (see the module's notes for what is left out).
-    pub globals: Vec<Global>,
+    pub(crate) globals: Vec<Global>,
     /// The compute capability the image targets, `(major, minor)`: PTX's `.target sm_XY`,
     /// a cubin's SM from `e_flags`, a fatbin's chosen entry.
-    pub arch: Option<(u32, u32)>,
+    pub(crate) arch: Option<(u32, u32)>,
     /// The PTX ISA version (`.version X.Y`) of PTX, or of a fatbin's PTX entry when that is
     /// the one inspected; `None` for cubins.
-    pub ptx_version: Option<(u32, u32)>,
+    pub(crate) ptx_version: Option<(u32, u32)>,
 }
 
 /// Validates `image` for a device of compute capability `device_cc` (`(major, minor)`)

@@ -1,28 +1,37 @@
 //! The HIP runtime, loaded at run time: the library guard and its symbol table ([`Driver`]),
 //! and every HIP call offload makes, each returning `Result` (cudarc's `result` layer).
 //!
-//! This module (with [`sys`], the raw table) is the crate's only `unsafe` code. It decides
-//! nothing: which failures mean "no HIP here" is the platform's call (`crate::open`), and
-//! how a failure reads as an offload error is `offload_driver::Failure`'s.
+//! The calls are the HIP runtime API as offload-driver's [`StreamApi`], whose generic
+//! backend makes them; the items of the trait that are no runtime call (opening,
+//! describing a device, code objects) delegate to the modules that own them (platform.rs,
+//! program.rs). The calls that are one C call each come from the tables of
+//! offload-driver's `device_calls!` and `stream_api_calls!`; device addresses travel as
+//! `u64` and become `void *` through `offload_driver::RawAddress`.
+//!
+//! This module (with [`sys`], the raw table) is the crate's FFI: every call into the
+//! runtime, most of them generated from tables by offload-driver's `device_calls!` and
+//! `stream_api_calls!`, and the `unsafe impl` of `offload_driver::StreamApi`; the crate's
+//! only other `unsafe` code is platform.rs's device records (`DeviceCore::new`). It decides
+//! nothing: which failures mean "no HIP here" is the platform's call
+//! (`crate::platform::open`), and how a failure reads as an offload error is
+//! `offload_driver::Failure`'s.
 
 pub(crate) mod sys;
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_void};
 
-use offload_driver::{Failure, LoadError, Loaded, static_text, text_of};
+use offload_core::{DeviceInfo, ParamKind};
+use offload_driver::{
+    Failure, LoadError, Loaded, OpenedApi, RawAddress, StreamApi, Word, static_text,
+};
 
 pub(crate) use sys::{
     HIP_ERROR_NO_DEVICE, HipDevice, HipDeviceAttribute, HipError, HipEvent, HipFunction, HipModule,
     HipStream,
 };
 
-/// A fill word: `hipMemsetAsync`, `hipMemsetD16Async` or `hipMemsetD32Async`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Word {
-    W8(u8),
-    W16(u16),
-    W32(u32),
-}
+use crate::image::CodeObject;
+use sys::HipIpcMemHandle;
 
 /// The names the HIP runtime is looked for under, in order: the development link, then the
 /// ROCm 7, 6 and 5 sonames.
@@ -33,9 +42,16 @@ pub(crate) const LIBRARIES: [&str; 4] = [
     "libamdhip64.so.5",
 ];
 
-/// The opened HIP runtime and its entry points. Whatever calls HIP holds this in an `Arc`,
-/// so the table never outlives the library it points into.
-pub(crate) struct Driver {
+/// The HIP runtime API, opened: the library and its entry points. Whatever calls HIP holds
+/// this in an `Arc`, so the table never outlives the library it points into. It is the
+/// `offload_driver::StreamApi` the generic backend calls ([`HipPlatform`](crate::HipPlatform)
+/// is `StreamPlatform<HipApi>`); only the platform opens it.
+///
+/// ```
+/// use offload_driver::StreamApi;
+/// assert_eq!(<offload_hip::HipApi as StreamApi>::WORDS.title, "HIP");
+/// ```
+pub struct Driver {
     functions: Loaded<sys::Functions>,
 }
 
@@ -50,79 +66,17 @@ impl Driver {
         Ok(Driver { functions })
     }
 
-    /// The name the runtime was found under (`libamdhip64.so.6`, …).
-    pub(crate) fn library(&self) -> &'static str {
-        self.functions.library().name()
-    }
-
-    /// `hipInit(0)`.
-    pub(crate) fn init(&self) -> Result<(), Failure> {
-        // SAFETY: hipInit takes its flags by value; 0 is the documented value.
-        let code = unsafe { (self.functions.hip_init)(0) };
-        self.check("hipInit", code)
-    }
-
-    /// `hipGetDeviceCount`.
-    pub(crate) fn device_count(&self) -> Result<c_int, Failure> {
-        let mut count: c_int = 0;
-        // SAFETY: `count` is a valid, writable int for the duration of the call.
-        let code = unsafe { (self.functions.hip_get_device_count)(&mut count) };
-        self.check("hipGetDeviceCount", code).map(|()| count)
-    }
-
-    /// `hipDeviceGet`: the handle of device `ordinal`.
-    pub(crate) fn device(&self, ordinal: c_int) -> Result<HipDevice, Failure> {
-        let mut device: HipDevice = 0;
-        // SAFETY: `device` is a valid, writable hipDevice_t; a bad ordinal is an error code.
-        let code = unsafe { (self.functions.hip_device_get)(&mut device, ordinal) };
-        self.check("hipDeviceGet", code).map(|()| device)
-    }
-
-    /// `hipDeviceGetName`.
-    pub(crate) fn device_name(&self, device: HipDevice) -> Result<String, Failure> {
-        let mut name: [c_char; 256] = [0; 256];
-        let len = c_int::try_from(name.len()).unwrap_or(c_int::MAX);
-        // SAFETY: the runtime writes at most `len` bytes, its NUL included, into `name`,
-        // which has exactly that many.
-        let code = unsafe { (self.functions.hip_device_get_name)(name.as_mut_ptr(), len, device) };
-        self.check("hipDeviceGetName", code)
-            .map(|()| text_of(&name))
-    }
-
-    /// `hipDeviceTotalMem`, in bytes.
-    pub(crate) fn total_memory(&self, device: HipDevice) -> Result<u64, Failure> {
-        let mut bytes: usize = 0;
-        // SAFETY: `bytes` is a valid, writable size_t for the duration of the call.
-        let code = unsafe { (self.functions.hip_device_total_mem)(&mut bytes, device) };
-        self.check("hipDeviceTotalMem", code).map(|()| bytes as u64)
-    }
-
-    /// `hipDeviceGetAttribute(hipDeviceAttributeMultiprocessorCount)` of device `ordinal`
-    /// (this call takes the ordinal, not a `hipDevice_t`).
-    pub(crate) fn multiprocessor_count(&self, ordinal: c_int) -> Result<c_int, Failure> {
-        let mut value: c_int = 0;
-        // SAFETY: `value` is a valid, writable int; the attribute is a documented one.
-        let code = unsafe {
-            (self.functions.hip_device_get_attribute)(
-                &mut value,
-                sys::HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                ordinal,
-            )
-        };
-        self.check("hipDeviceGetAttribute", code).map(|()| value)
-    }
-
-    /// `hipDeviceGetAttribute(attribute)` of device `ordinal`.
-    pub(crate) fn attribute(
-        &self,
-        ordinal: c_int,
-        attribute: HipDeviceAttribute,
-    ) -> Result<c_int, Failure> {
-        let mut value: c_int = 0;
-        // SAFETY: `value` is a valid, writable int; an unknown attribute is an error code.
-        let code =
-            unsafe { (self.functions.hip_device_get_attribute)(&mut value, attribute, ordinal) };
-        self.check("hipDeviceGetAttribute", code).map(|()| value)
+    // `hipDeviceGetAttribute` takes the device's ordinal, not a `hipDevice_t` (both are
+    // ints).
+    offload_driver::device_calls! {
+        device: HipDevice, attribute: HipDeviceAttribute,
+        multiprocessors: sys::HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+        init: hip_init "hipInit";
+        device_count: hip_get_device_count "hipGetDeviceCount";
+        device: hip_device_get "hipDeviceGet";
+        device_name: hip_device_get_name "hipDeviceGetName";
+        total_memory: hip_device_total_mem "hipDeviceTotalMem";
+        attribute: hip_device_get_attribute "hipDeviceGetAttribute";
     }
 
     /// `hipSetDevice`: makes device `ordinal` the calling thread's current device.
@@ -130,523 +84,6 @@ impl Driver {
         // SAFETY: the ordinal is passed by value; a bad one is an error code.
         let code = unsafe { (self.functions.hip_set_device)(ordinal) };
         self.check("hipSetDevice", code)
-    }
-
-    /// `hipMalloc` on the current device.
-    pub(crate) fn malloc(&self, size: usize) -> Result<*mut c_void, Failure> {
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: `ptr` is a valid, writable pointer for the duration of the call.
-        let code = unsafe { (self.functions.hip_malloc)(&mut ptr, size) };
-        self.check("hipMalloc", code).map(|()| ptr)
-    }
-
-    /// `hipHostMalloc` (page-locked host memory, `hipHostMallocDefault`).
-    pub(crate) fn host_malloc(&self, size: usize) -> Result<*mut c_void, Failure> {
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: as in `malloc`.
-        let code = unsafe {
-            (self.functions.hip_host_malloc)(&mut ptr, size, sys::HIP_HOST_MALLOC_DEFAULT)
-        };
-        self.check("hipHostMalloc", code).map(|()| ptr)
-    }
-
-    /// `hipMallocManaged(hipMemAttachGlobal)`; `None` where the runtime lacks it.
-    pub(crate) fn malloc_managed(&self, size: usize) -> Option<Result<*mut c_void, Failure>> {
-        let managed = self.functions.hip_malloc_managed?;
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: as in `malloc`.
-        let code = unsafe { managed(&mut ptr, size, sys::HIP_MEM_ATTACH_GLOBAL) };
-        Some(self.check("hipMallocManaged", code).map(|()| ptr))
-    }
-
-    /// `hipFree`.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live allocation of `hipMalloc` or `hipMallocManaged`, freed once, with no
-    /// work on it left.
-    pub(crate) unsafe fn free(&self, ptr: *mut c_void) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_free)(ptr) };
-        self.check("hipFree", code)
-    }
-
-    /// `hipHostFree`.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a live allocation of `hipHostMalloc`, freed once, with no work on it left.
-    pub(crate) unsafe fn host_free(&self, ptr: *mut c_void) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_host_free)(ptr) };
-        self.check("hipHostFree", code)
-    }
-
-    /// `hipMemcpy(hipMemcpyHostToDevice)`.
-    ///
-    /// # Safety
-    ///
-    /// `dst..dst + src.len()` lies inside one live allocation nothing else touches now.
-    pub(crate) unsafe fn memcpy_htod(&self, dst: *mut c_void, src: &[u8]) -> Result<(), Failure> {
-        // SAFETY: the caller's promise for `dst`; `src` is a valid slice.
-        let code = unsafe {
-            (self.functions.hip_memcpy)(
-                dst,
-                src.as_ptr().cast(),
-                src.len(),
-                sys::HIP_MEMCPY_HOST_TO_DEVICE,
-            )
-        };
-        self.check("hipMemcpy", code)
-    }
-
-    /// `hipMemcpy(hipMemcpyDeviceToHost)`.
-    ///
-    /// # Safety
-    ///
-    /// `src..src + dst.len()` lies inside one live allocation nothing writes to now.
-    pub(crate) unsafe fn memcpy_dtoh(
-        &self,
-        dst: &mut [u8],
-        src: *const c_void,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise for `src`; `dst` is a valid, writable slice.
-        let code = unsafe {
-            (self.functions.hip_memcpy)(
-                dst.as_mut_ptr().cast(),
-                src,
-                dst.len(),
-                sys::HIP_MEMCPY_DEVICE_TO_HOST,
-            )
-        };
-        self.check("hipMemcpy", code)
-    }
-
-    /// `hipMemcpy(hipMemcpyDeviceToDevice)`.
-    ///
-    /// # Safety
-    ///
-    /// Both ranges of `len` bytes lie inside live allocations, do not overlap, and nothing
-    /// else touches them now.
-    pub(crate) unsafe fn memcpy_dtod(
-        &self,
-        dst: *mut c_void,
-        src: *const c_void,
-        len: usize,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code =
-            unsafe { (self.functions.hip_memcpy)(dst, src, len, sys::HIP_MEMCPY_DEVICE_TO_DEVICE) };
-        self.check("hipMemcpy", code)
-    }
-
-    /// `hipMemset` of `len` bytes to `value`.
-    ///
-    /// # Safety
-    ///
-    /// `dst..dst + len` lies inside one live allocation nothing else touches now.
-    pub(crate) unsafe fn memset(
-        &self,
-        dst: *mut c_void,
-        value: u8,
-        len: usize,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_memset)(dst, c_int::from(value), len) };
-        self.check("hipMemset", code)
-    }
-
-    /// `hipStreamCreateWithFlags(hipStreamNonBlocking)` on the current device.
-    pub(crate) fn stream_create(&self) -> Result<HipStream, Failure> {
-        let mut stream: HipStream = std::ptr::null_mut();
-        // SAFETY: `stream` is a valid out-pointer; the flag is a documented value.
-        let code = unsafe {
-            (self.functions.hip_stream_create_with_flags)(&mut stream, sys::HIP_STREAM_NON_BLOCKING)
-        };
-        self.check("hipStreamCreateWithFlags", code)
-            .map(|()| stream)
-    }
-
-    /// `hipStreamDestroy`.
-    ///
-    /// # Safety
-    ///
-    /// `stream` is a live stream, destroyed once.
-    pub(crate) unsafe fn stream_destroy(&self, stream: HipStream) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_stream_destroy)(stream) };
-        self.check("hipStreamDestroy", code)
-    }
-
-    /// `hipStreamSynchronize` (null: the null stream of the current device).
-    ///
-    /// # Safety
-    ///
-    /// `stream` is null or a live stream.
-    pub(crate) unsafe fn stream_synchronize(&self, stream: HipStream) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_stream_synchronize)(stream) };
-        self.check("hipStreamSynchronize", code)
-    }
-
-    /// `hipStreamQuery`: `true` when the stream is idle.
-    ///
-    /// # Safety
-    ///
-    /// `stream` is a live stream.
-    pub(crate) unsafe fn stream_query(&self, stream: HipStream) -> Result<bool, Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_stream_query)(stream) };
-        if code == sys::HIP_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        self.check("hipStreamQuery", code).map(|()| true)
-    }
-
-    /// `hipStreamWaitEvent(stream, event, 0)`.
-    ///
-    /// # Safety
-    ///
-    /// Both are live objects of the current device.
-    pub(crate) unsafe fn stream_wait_event(
-        &self,
-        stream: HipStream,
-        event: HipEvent,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_stream_wait_event)(stream, event, 0) };
-        self.check("hipStreamWaitEvent", code)
-    }
-
-    /// `hipMemcpyAsync(hipMemcpyHostToDevice)` on `stream`.
-    ///
-    /// # Safety
-    ///
-    /// `dst..dst + src.len()` lies inside one live allocation that stays live until the
-    /// stream passed the copy; `src`'s bytes stay where they are until then too.
-    pub(crate) unsafe fn memcpy_htod_async(
-        &self,
-        dst: *mut c_void,
-        src: &[u8],
-        stream: HipStream,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe {
-            (self.functions.hip_memcpy_async)(
-                dst,
-                src.as_ptr().cast(),
-                src.len(),
-                sys::HIP_MEMCPY_HOST_TO_DEVICE,
-                stream,
-            )
-        };
-        self.check("hipMemcpyAsync", code)
-    }
-
-    /// `hipMemcpyAsync(hipMemcpyDeviceToDevice)` on `stream`.
-    ///
-    /// # Safety
-    ///
-    /// Both ranges of `len` bytes lie inside allocations that stay live until the stream
-    /// passed the copy, and do not overlap.
-    pub(crate) unsafe fn memcpy_dtod_async(
-        &self,
-        dst: *mut c_void,
-        src: *const c_void,
-        len: usize,
-        stream: HipStream,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe {
-            (self.functions.hip_memcpy_async)(
-                dst,
-                src,
-                len,
-                sys::HIP_MEMCPY_DEVICE_TO_DEVICE,
-                stream,
-            )
-        };
-        self.check("hipMemcpyAsync", code)
-    }
-
-    /// `hipMemsetAsync` / `hipMemsetD16Async` / `hipMemsetD32Async` of `count` words.
-    ///
-    /// # Safety
-    ///
-    /// `count` words from `dst` (aligned to the word) lie inside one allocation that stays
-    /// live until the stream passed the fill.
-    pub(crate) unsafe fn memset_async(
-        &self,
-        dst: *mut c_void,
-        word: Word,
-        count: usize,
-        stream: HipStream,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let (name, code) = unsafe {
-            match word {
-                Word::W8(v) => (
-                    "hipMemsetAsync",
-                    (self.functions.hip_memset_async)(dst, c_int::from(v), count, stream),
-                ),
-                Word::W16(v) => (
-                    "hipMemsetD16Async",
-                    (self.functions.hip_memset_d16_async)(dst, v, count, stream),
-                ),
-                Word::W32(v) => (
-                    "hipMemsetD32Async",
-                    (self.functions.hip_memset_d32_async)(
-                        dst,
-                        c_int::from_ne_bytes(v.to_ne_bytes()),
-                        count,
-                        stream,
-                    ),
-                ),
-            }
-        };
-        self.check(name, code)
-    }
-
-    /// `hipLaunchHostFunc`; `None` where the runtime lacks it.
-    ///
-    /// # Safety
-    ///
-    /// `stream` is live; `function` may be called with `data` once, on a runtime thread.
-    pub(crate) unsafe fn launch_host_func(
-        &self,
-        stream: HipStream,
-        function: sys::HipHostFn,
-        data: *mut c_void,
-    ) -> Option<Result<(), Failure>> {
-        let launch = self.functions.hip_launch_host_func?;
-        // SAFETY: the caller's promise.
-        let code = unsafe { launch(stream, function, data) };
-        Some(self.check("hipLaunchHostFunc", code))
-    }
-
-    /// `hipEventCreate` (with timing) on the current device.
-    pub(crate) fn event_create(&self) -> Result<HipEvent, Failure> {
-        let mut event: HipEvent = std::ptr::null_mut();
-        // SAFETY: `event` is a valid out-pointer.
-        let code = unsafe { (self.functions.hip_event_create)(&mut event) };
-        self.check("hipEventCreate", code).map(|()| event)
-    }
-
-    /// `hipEventRecord`.
-    ///
-    /// # Safety
-    ///
-    /// Both are live objects of the current device.
-    pub(crate) unsafe fn event_record(
-        &self,
-        event: HipEvent,
-        stream: HipStream,
-    ) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_event_record)(event, stream) };
-        self.check("hipEventRecord", code)
-    }
-
-    /// `hipEventSynchronize`.
-    ///
-    /// # Safety
-    ///
-    /// `event` is live.
-    pub(crate) unsafe fn event_synchronize(&self, event: HipEvent) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_event_synchronize)(event) };
-        self.check("hipEventSynchronize", code)
-    }
-
-    /// `hipEventQuery`: `true` when the event completed.
-    ///
-    /// # Safety
-    ///
-    /// `event` is live.
-    pub(crate) unsafe fn event_query(&self, event: HipEvent) -> Result<bool, Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_event_query)(event) };
-        if code == sys::HIP_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        self.check("hipEventQuery", code).map(|()| true)
-    }
-
-    /// `hipEventElapsedTime` in milliseconds.
-    ///
-    /// # Safety
-    ///
-    /// Both are live, completed events.
-    pub(crate) unsafe fn event_elapsed(
-        &self,
-        start: HipEvent,
-        end: HipEvent,
-    ) -> Result<f32, Failure> {
-        let mut ms = 0f32;
-        // SAFETY: the caller's promise; `ms` is a valid out-pointer.
-        let code = unsafe { (self.functions.hip_event_elapsed_time)(&mut ms, start, end) };
-        self.check("hipEventElapsedTime", code).map(|()| ms)
-    }
-
-    /// `hipEventDestroy`.
-    ///
-    /// # Safety
-    ///
-    /// `event` is live, destroyed once.
-    pub(crate) unsafe fn event_destroy(&self, event: HipEvent) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_event_destroy)(event) };
-        self.check("hipEventDestroy", code)
-    }
-
-    /// `hipModuleLoadData` on the current device.
-    ///
-    /// # Safety
-    ///
-    /// `image` is a code object offload inspected (its headers and sections lie inside the
-    /// bytes), alive for the call.
-    pub(crate) unsafe fn module_load(&self, image: &[u8]) -> Result<HipModule, Failure> {
-        let mut module: HipModule = std::ptr::null_mut();
-        // SAFETY: the caller's promise; `module` is a valid out-pointer.
-        let code =
-            unsafe { (self.functions.hip_module_load_data)(&mut module, image.as_ptr().cast()) };
-        self.check("hipModuleLoadData", code).map(|()| module)
-    }
-
-    /// `hipModuleUnload`.
-    ///
-    /// # Safety
-    ///
-    /// `module` is live, unloaded once, with no launch of it left.
-    pub(crate) unsafe fn module_unload(&self, module: HipModule) -> Result<(), Failure> {
-        // SAFETY: the caller's promise.
-        let code = unsafe { (self.functions.hip_module_unload)(module) };
-        self.check("hipModuleUnload", code)
-    }
-
-    /// `hipModuleGetFunction`.
-    ///
-    /// # Safety
-    ///
-    /// `module` is live.
-    pub(crate) unsafe fn module_function(
-        &self,
-        module: HipModule,
-        name: &CStr,
-    ) -> Result<HipFunction, Failure> {
-        let mut function: HipFunction = std::ptr::null_mut();
-        // SAFETY: the caller's promise; `name` is NUL-terminated; `function` a valid
-        // out-pointer.
-        let code = unsafe {
-            (self.functions.hip_module_get_function)(&mut function, module, name.as_ptr())
-        };
-        self.check("hipModuleGetFunction", code).map(|()| function)
-    }
-
-    /// `hipModuleGetGlobal`: the global's device address and size.
-    ///
-    /// # Safety
-    ///
-    /// `module` is live.
-    pub(crate) unsafe fn module_global(
-        &self,
-        module: HipModule,
-        name: &CStr,
-    ) -> Result<(*mut c_void, usize), Failure> {
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        let mut size = 0usize;
-        // SAFETY: the caller's promise; valid out-pointers; `name` is NUL-terminated.
-        let code = unsafe {
-            (self.functions.hip_module_get_global)(&mut ptr, &mut size, module, name.as_ptr())
-        };
-        self.check("hipModuleGetGlobal", code).map(|()| (ptr, size))
-    }
-
-    /// `hipModuleLaunchKernel` with `kernelParams` (no `extra`).
-    ///
-    /// # Safety
-    ///
-    /// `function` is live (its module too) and of the current device; `params` holds one
-    /// pointer per explicit parameter, each to a value of that parameter's size, alive for
-    /// the call; every device address among the values stays live until the stream passed
-    /// the launch; the geometry is within the device's limits.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn launch_kernel(
-        &self,
-        function: HipFunction,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared: u32,
-        stream: HipStream,
-        params: &mut [*mut c_void],
-    ) -> Result<(), Failure> {
-        let params_ptr = if params.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            params.as_mut_ptr()
-        };
-        // SAFETY: the caller's promise.
-        let code = unsafe {
-            (self.functions.hip_module_launch_kernel)(
-                function,
-                c_uint::from(grid[0]),
-                c_uint::from(grid[1]),
-                c_uint::from(grid[2]),
-                c_uint::from(block[0]),
-                c_uint::from(block[1]),
-                c_uint::from(block[2]),
-                c_uint::from(shared),
-                stream,
-                params_ptr,
-                std::ptr::null_mut(),
-            )
-        };
-        self.check("hipModuleLaunchKernel", code)
-    }
-
-    /// `hipIpcGetMemHandle`; `None` where the runtime lacks IPC.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is the base of a live `hipMalloc` allocation.
-    pub(crate) unsafe fn ipc_get(&self, ptr: *mut c_void) -> Option<Result<[u8; 64], Failure>> {
-        let get = self.functions.hip_ipc_get_mem_handle?;
-        let mut handle = sys::HipIpcMemHandle { reserved: [0; 64] };
-        // SAFETY: the caller's promise; `handle` is a valid out-pointer.
-        let code = unsafe { get(&mut handle, ptr) };
-        Some(
-            self.check("hipIpcGetMemHandle", code)
-                .map(|()| handle.reserved),
-        )
-    }
-
-    /// `hipIpcOpenMemHandle(hipIpcMemLazyEnablePeerAccess)` on the current device; `None`
-    /// where the runtime lacks IPC.
-    pub(crate) fn ipc_open(&self, handle: [u8; 64]) -> Option<Result<*mut c_void, Failure>> {
-        let open = self.functions.hip_ipc_open_mem_handle?;
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `ptr` is a valid out-pointer; the handle is passed by value (the runtime
-        // checks it: a forged one is an error code).
-        let code = unsafe {
-            open(
-                &mut ptr,
-                sys::HipIpcMemHandle { reserved: handle },
-                sys::HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
-            )
-        };
-        Some(self.check("hipIpcOpenMemHandle", code).map(|()| ptr))
-    }
-
-    /// `hipIpcCloseMemHandle`; `None` where the runtime lacks IPC.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` came from `hipIpcOpenMemHandle` and is closed once, with no work on it left.
-    pub(crate) unsafe fn ipc_close(&self, ptr: *mut c_void) -> Option<Result<(), Failure>> {
-        let close = self.functions.hip_ipc_close_mem_handle?;
-        // SAFETY: the caller's promise.
-        let code = unsafe { close(ptr) };
-        Some(self.check("hipIpcCloseMemHandle", code))
     }
 
     /// `hipMemGetAddressRange`: the base and size of the allocation holding `ptr`; `None`
@@ -665,7 +102,7 @@ impl Driver {
 
     /// `hipDeviceGetUuid` (a `hipUUID`: 16 bytes); `None` where the runtime lacks it or
     /// fails.
-    pub(crate) fn uuid(&self, device: HipDevice) -> Option<[u8; 16]> {
+    pub(crate) fn device_uuid(&self, device: HipDevice) -> Option<[u8; 16]> {
         let get = self.functions.hip_device_get_uuid?;
         let mut uuid = [0u8; 16];
         // SAFETY: `uuid` is a valid, writable 16-byte hipUUID; a bad device is an error code.
@@ -700,6 +137,195 @@ impl Driver {
         let description = error_text(self.functions.hip_get_error_string, code)
             .filter(|description| *description != name);
         Err(Failure::new(function, code, name).with_description(description))
+    }
+    /// `hipModuleLoadData` on the current device.
+    ///
+    /// # Safety
+    ///
+    /// `image` is a code object offload inspected (its headers and sections lie inside the
+    /// bytes), alive for the call.
+    pub(crate) unsafe fn module_load_raw(&self, image: &[u8]) -> Result<HipModule, Failure> {
+        let mut module: HipModule = std::ptr::null_mut();
+        // SAFETY: the caller's promise; `module` is a valid out-pointer.
+        let code =
+            unsafe { (self.functions.hip_module_load_data)(&mut module, image.as_ptr().cast()) };
+        self.check("hipModuleLoadData", code).map(|()| module)
+    }
+}
+
+// SAFETY: the calls are `hip_runtime_api.h`'s, as documented, with the arguments given.
+// HIP handles work from any thread once `hipSetDevice` (`bind`) made the device current.
+// A bad handle, ordinal or address is an error code, never a write elsewhere. Allocations
+// and IPC opens give at least the bytes asked for; `hipHostMalloc` memory has one address
+// for host and device (unified addressing on every ROCm GPU); managed memory is
+// host-accessible. `module_bytes` is the code object `image::inspect` checked (headers,
+// sections, notes inside the bytes); `kernel_params` are its metadata's explicit
+// parameters, buffers and scalars of at most 8 bytes.
+unsafe impl StreamApi for Driver {
+    /// The device's ordinal: `hipSetDevice`'s argument.
+    type Context = c_int;
+    type Image = CodeObject;
+
+    /// Loads the runtime, `hipInit(0)`, counts the devices (platform.rs).
+    fn open() -> offload_core::Result<OpenedApi<Driver>> {
+        crate::platform::open()
+    }
+
+    /// `hipSetDevice`.
+    fn bind(&self, ordinal: &c_int) -> Result<(), Failure> {
+        self.set_device(*ordinal)
+    }
+
+    /// HIP has no per-device state to let go of.
+    unsafe fn release(&self, _ordinal: &c_int) {}
+
+    fn device_info(&self, ordinal: &c_int) -> offload_core::Result<DeviceInfo> {
+        crate::platform::info(self, *ordinal)
+    }
+
+    /// `hipDeviceGetUuid`; where the runtime lacks it, `offload-hip` and the ordinal
+    /// (enough to tell this machine's devices apart in processes that see the same ones).
+    fn uuid(&self, ordinal: &c_int, _: u32) -> [u8; 16] {
+        let uuid = self
+            .device(*ordinal)
+            .ok()
+            .and_then(|device| self.device_uuid(device));
+        uuid.unwrap_or_else(|| {
+            let mut uuid = *b"offload-hip\0\0\0\0\0";
+            uuid[15] = *ordinal as u8;
+            uuid
+        })
+    }
+
+    /// An AMD GPU code object, or a clang offload bundle of one (image.rs).
+    fn inspect(&self, _: &c_int, image: &[u8]) -> Result<CodeObject, String> {
+        crate::image::inspect(image)
+    }
+
+    fn image_kernels(object: &CodeObject) -> Vec<String> {
+        object.kernels.iter().map(|k| k.name.clone()).collect()
+    }
+
+    fn image_globals(object: &CodeObject) -> Vec<String> {
+        object.globals.clone()
+    }
+
+    /// The explicit parameters from the code object's metadata.
+    fn kernel_params(
+        object: &CodeObject,
+        name: &str,
+        _: &'static str,
+    ) -> Option<offload_core::Result<Vec<ParamKind>>> {
+        let kernel = object.kernels.iter().find(|k| k.name == name)?;
+        Some(Ok(kernel.params.clone()))
+    }
+
+    /// The code object itself, unpacked from a bundle.
+    fn module_bytes(image: &[u8], _: &CodeObject) -> Result<Vec<u8>, String> {
+        crate::image::code_object(image).map(<[u8]>::to_vec)
+    }
+
+    /// `hipModuleLoadData`; a refused code object is `InvalidBinary` naming its target.
+    unsafe fn module_load(
+        &self,
+        bytes: &[u8],
+        object: &CodeObject,
+        call: &'static str,
+    ) -> offload_core::Result<HipModule> {
+        // SAFETY: the caller's promise: an inspected code object, alive until unloaded.
+        unsafe { self.module_load_raw(bytes) }
+            .map_err(|failure| crate::program::refused(failure, object, call))
+    }
+
+    /// `hipMemGetAddressRange` must say the allocation starts at `ptr` and holds `len`
+    /// bytes; the payload carries no id.
+    fn ipc_identity(
+        &self,
+        ptr: u64,
+        len: usize,
+        call: &'static str,
+    ) -> offload_core::Result<Option<u64>> {
+        crate::platform::check_range(self, RawAddress::from_address(ptr), len, call).map(|()| None)
+    }
+
+    /// `hipMemsetAsync` / `hipMemsetD16Async` / `hipMemsetD32Async` of `count` words.
+    ///
+    /// # Safety
+    ///
+    /// `count` words from `dst` (aligned to the word) lie inside one allocation that stays
+    /// live until the stream passed the fill.
+    unsafe fn memset_async(
+        &self,
+        dst: u64,
+        word: Word,
+        count: usize,
+        stream: HipStream,
+    ) -> Result<(), Failure> {
+        let dst: *mut c_void = RawAddress::from_address(dst);
+        // SAFETY: the caller's promise.
+        let (name, code) = unsafe {
+            match word {
+                Word::W8(v) => (
+                    "hipMemsetAsync",
+                    (self.functions.hip_memset_async)(dst, c_int::from(v), count, stream),
+                ),
+                Word::W16(v) => (
+                    "hipMemsetD16Async",
+                    (self.functions.hip_memset_d16_async)(dst, v, count, stream),
+                ),
+                Word::W32(v) => (
+                    "hipMemsetD32Async",
+                    (self.functions.hip_memset_d32_async)(
+                        dst,
+                        c_int::from_ne_bytes(v.to_ne_bytes()),
+                        count,
+                        stream,
+                    ),
+                ),
+            }
+        };
+        self.check(name, code)
+    }
+
+    offload_driver::stream_api_calls! {
+        words: Hip "hip" "HIP" "Hip" "runtime";
+        leak: "they are freed when they are dropped";
+        // HIP has no `ALREADY_MAPPED` answer to recover from: no stale-mapping defence.
+        codes: sys::HIP_ERROR_NOT_READY, sys::HIP_ERROR_OUT_OF_MEMORY, sys::HIP_ERROR_NOT_FOUND, None;
+        ipc: b"OFHP" false;
+        handles: HipStream, HipEvent, HipModule, HipFunction;
+        alloc_device: hip_malloc() "hipMalloc";
+        alloc_managed: hip_malloc_managed(sys::HIP_MEM_ATTACH_GLOBAL) "hipMallocManaged";
+        alloc_host: hip_host_malloc(sys::HIP_HOST_MALLOC_DEFAULT) "hipHostMalloc";
+        free_device: hip_free() "hipFree";
+        free_host: hip_host_free() "hipHostFree";
+        memcpy_htod: hip_memcpy(sys::HIP_MEMCPY_HOST_TO_DEVICE) "hipMemcpy";
+        memcpy_dtoh: hip_memcpy(sys::HIP_MEMCPY_DEVICE_TO_HOST) "hipMemcpy";
+        memcpy_dtod: hip_memcpy(sys::HIP_MEMCPY_DEVICE_TO_DEVICE) "hipMemcpy";
+        memset_d8: hip_memset() "hipMemset";
+        memcpy_htod_async: hip_memcpy_async(sys::HIP_MEMCPY_HOST_TO_DEVICE) "hipMemcpyAsync";
+        memcpy_dtod_async: hip_memcpy_async(sys::HIP_MEMCPY_DEVICE_TO_DEVICE) "hipMemcpyAsync";
+        stream_create: hip_stream_create_with_flags(sys::HIP_STREAM_NON_BLOCKING)
+            "hipStreamCreateWithFlags";
+        stream_destroy: hip_stream_destroy() "hipStreamDestroy";
+        stream_synchronize: hip_stream_synchronize() "hipStreamSynchronize";
+        stream_query: hip_stream_query() "hipStreamQuery";
+        stream_wait_event: hip_stream_wait_event() "hipStreamWaitEvent";
+        launch_host_func: hip_launch_host_func() "hipLaunchHostFunc";
+        event_create: hip_event_create() "hipEventCreate";
+        event_record: hip_event_record() "hipEventRecord";
+        event_synchronize: hip_event_synchronize() "hipEventSynchronize";
+        event_query: hip_event_query() "hipEventQuery";
+        event_elapsed: hip_event_elapsed_time() "hipEventElapsedTime";
+        event_destroy: hip_event_destroy() "hipEventDestroy";
+        module_unload: hip_module_unload() "hipModuleUnload";
+        module_function: hip_module_get_function() "hipModuleGetFunction";
+        module_global: hip_module_get_global() "hipModuleGetGlobal";
+        launch_kernel: hip_module_launch_kernel() "hipModuleLaunchKernel";
+        ipc_get: hip_ipc_get_mem_handle(HipIpcMemHandle) "hipIpcGetMemHandle";
+        ipc_open: hip_ipc_open_mem_handle(HipIpcMemHandle, sys::HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+            "hipIpcOpenMemHandle";
+        ipc_close: hip_ipc_close_mem_handle() "hipIpcCloseMemHandle";
     }
 }
 

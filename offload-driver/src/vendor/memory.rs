@@ -1,169 +1,192 @@
-//! CUDA memory: device (`cuMemAlloc`), page-locked host (`cuMemAllocHost`), managed
-//! (`cuMemAllocManaged`) and imported IPC memory, and the host's copies in and out of it.
+//! Memory of a stream-based vendor API: device, page-locked host, managed and imported IPC
+//! memory ([`StreamBuffer`]), and the host's copies in and out of it.
 //!
-//! Queued work on a buffer (Q1) is remembered by stream ([`Uses`]): a host access, a free
-//! or an export first synchronises the streams that used the buffer (possibly waiting for
-//! later work on them too, never for less). The driver's synchronous copies and fills run
-//! on the legacy default stream, which offload's non-blocking streams do not wait for, so
-//! each is followed by a synchronisation of that stream: when one returns, its bytes are
-//! where they belong, for the host and for every queue.
+//! Queued work on a buffer (Q1) is remembered by stream ([`Uses`](crate::Uses)): a host
+//! access, a free or an export first synchronises the streams that used the buffer
+//! (possibly waiting for later work on them too, never for less). The vendor's synchronous
+//! copies and fills run on the legacy default (null) stream, which offload's non-blocking
+//! streams do not wait for, so each is followed by a synchronisation of that stream: when
+//! one returns, its bytes are where they belong, for the host and for every queue.
 
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use offload_core::{BackendKind, Error, MemKind, Result};
+use offload_core::{Error, MemKind, Result};
 
-use crate::context::{Context, driver_error};
-use crate::ffi::sys::CuDevicePtr;
-use crate::queue::QueueShared;
+use super::device::DeviceCore;
+use super::ipc::Mapping;
+use super::queue::QueueShared;
+use super::{StreamApi, driver_error};
+
+/// The streams whose queued work uses a buffer or a module.
+pub(crate) type Uses<A> = crate::Uses<QueueShared<A>>;
 
 /// Where a buffer's memory comes from.
 #[derive(Debug)]
 pub(crate) enum Origin {
-    /// `cuMemAlloc`: device memory (exportable to other processes).
+    /// Device memory (exportable to other processes).
     Device,
-    /// `cuMemAllocHost`: page-locked host memory at this host address (which is also its
-    /// device address: unified addressing).
+    /// Page-locked host memory at this host address (which is also its device address:
+    /// unified addressing).
     Pinned(*mut c_void),
-    /// `cuMemAllocManaged`.
+    /// Managed memory.
     Managed,
-    /// Another process's memory, opened through IPC (`cuIpcOpenMemHandle`).
+    /// Another process's memory, opened through IPC.
     Imported,
 }
 
-/// The streams whose queued work uses a buffer or a module.
-pub(crate) type Uses = offload_driver::Uses<QueueShared>;
-
 /// One allocation: freed when its last buffer is gone (an exportable allocation can have
 /// several: its owner, and the imports of it in this same process, which alias it).
-#[derive(Debug)]
-pub(crate) struct Allocation {
-    pub(crate) context: Arc<Context>,
-    pub(crate) ptr: CuDevicePtr,
+pub(crate) struct Allocation<A: StreamApi> {
+    pub(crate) core: Arc<DeviceCore<A>>,
+    pub(crate) ptr: u64,
     len: usize,
     pub(crate) origin: Origin,
     /// The queued work that uses the memory.
-    pub(crate) uses: Uses,
+    pub(crate) uses: Uses<A>,
     /// For an import from another process: the IPC mapping, held open while it lives.
-    _mapping: Option<Arc<crate::ipc::Mapping>>,
+    _mapping: Option<Arc<Mapping<A>>>,
 }
 
 // SAFETY: the allocation owns its memory exclusively; the only non-`Send` member is a
-// pinned allocation's host address, which points into that memory. CUDA calls may come
-// from any thread (the context is bound before each).
-unsafe impl Send for Allocation {}
-// SAFETY: through `&Allocation` nothing is touched but through driver calls.
-unsafe impl Sync for Allocation {}
+// pinned allocation's host address, which points into that memory. Vendor calls may come
+// from any thread (the device is bound before each; `StreamApi`'s contract).
+#[allow(unsafe_code)]
+unsafe impl<A: StreamApi> Send for Allocation<A> {}
+// SAFETY: through `&Allocation` nothing is touched but through vendor calls.
+#[allow(unsafe_code)]
+unsafe impl<A: StreamApi> Sync for Allocation<A> {}
 
-impl Allocation {
+impl<A: StreamApi> Allocation<A> {
     /// Size in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 }
 
-impl Drop for Allocation {
+impl<A: StreamApi> Drop for Allocation<A> {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
         const CALL: &str = "Buffer::free";
         // A wait that fails (a lost device) leaves the memory allocated: freeing it under
         // work that may still run would be worse than the leak.
-        if self.uses.wait(CALL).is_ok() && self.context.bind(CALL).is_ok() {
-            let driver = &self.context.driver;
+        if self.uses.wait(CALL).is_ok() && self.core.bind_to_release(CALL).is_ok() {
+            let api = self.core.api();
             match self.origin {
-                // SAFETY: a live allocation of the bound context, freed once (here), with
-                // no queued work on it (waited) and no buffer left over it.
+                // SAFETY: a live allocation of the bound device, freed once (here), with no
+                // queued work on it (waited) and no buffer left over it.
                 Origin::Device | Origin::Managed => {
-                    let _ = unsafe { driver.mem_free(self.ptr) };
+                    let _ = unsafe { api.free_device(self.ptr) };
                 }
-                // SAFETY: as above, for memory of cuMemAllocHost.
+                // SAFETY: as above, for page-locked host memory.
                 Origin::Pinned(host) => {
-                    let _ = unsafe { driver.mem_free_host(host) };
+                    let _ = unsafe { api.free_host(host) };
                 }
-                // The mapping closes with its last user (`ipc::Mapping`'s drop).
+                // The mapping closes with its last user (`Mapping`'s drop).
                 Origin::Imported => {}
             }
         }
-        self.context.destroyed();
+        self.core.destroyed();
     }
 }
 
-/// An allocation of the CUDA backend.
-#[derive(Debug)]
-pub struct CudaBuffer {
-    pub(crate) alloc: Arc<Allocation>,
+/// An allocation of a stream-based vendor backend (`CudaBuffer`, `HipBuffer`).
+///
+/// ```
+/// fn size<A: offload_driver::StreamApi>(b: &offload_driver::StreamBuffer<A>) -> usize {
+///     b.len()
+/// }
+/// ```
+pub struct StreamBuffer<A: StreamApi> {
+    pub(crate) alloc: Arc<Allocation<A>>,
     len: usize,
     kind: MemKind,
     pub(crate) exportable: bool,
 }
 
-fn out_of_range(call: &'static str, offset: usize, len: usize, size: usize) -> Error {
+impl<A: StreamApi> std::fmt::Debug for StreamBuffer<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(&format!("{}Buffer", A::WORDS.prefix))
+            .field("device", &self.alloc.core.ordinal())
+            .field("len", &self.len)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+fn out_of_range<A: StreamApi>(call: &'static str, offset: usize, len: usize, size: usize) -> Error {
     Error::InvalidArgument {
         call,
         reason: format!(
-            "cuda buffer: range {offset}..{} is outside its {size} bytes",
+            "{} buffer: range {offset}..{} is outside its {size} bytes",
+            A::WORDS.name,
             offset as u128 + len as u128
         ),
     }
 }
 
-impl CudaBuffer {
-    /// Allocates `size` (> 0) bytes of `kind` memory in `context`.
+impl<A: StreamApi> StreamBuffer<A> {
+    /// Allocates `size` (> 0) bytes of `kind` memory on `core`'s device.
     pub(crate) fn new(
-        context: &Arc<Context>,
+        core: &Arc<DeviceCore<A>>,
         size: usize,
         kind: MemKind,
         exportable: bool,
         call: &'static str,
-    ) -> Result<CudaBuffer> {
+    ) -> Result<StreamBuffer<A>> {
+        let words = A::WORDS;
         if size == 0 {
             return Err(Error::InvalidArgument {
                 call,
-                reason: "zero-size allocation on a CUDA device".into(),
+                reason: format!("zero-size allocation on a {} device", words.title),
             });
         }
-        context.bind(call)?;
-        let driver = &context.driver;
-        let oom = |failure: offload_driver::Failure| {
-            if failure.code == i64::from(crate::ffi::sys::CUDA_ERROR_OUT_OF_MEMORY) {
+        core.bind(call)?;
+        let api = core.api();
+        let oom = |failure: crate::Failure| {
+            if failure.code == A::OUT_OF_MEMORY {
                 Error::OutOfMemory {
-                    backend: BackendKind::Cuda,
+                    backend: A::KIND,
                     call,
                     requested: size as u64,
                     reason: failure.message(),
                 }
             } else {
-                failure.into_error(BackendKind::Cuda, call)
+                failure.into_error(A::KIND, call)
             }
         };
         let (ptr, origin) = match (kind, exportable) {
             (MemKind::Device, _) | (_, true) => {
-                (driver.mem_alloc(size).map_err(oom)?, Origin::Device)
+                (api.alloc_device(size).map_err(oom)?, Origin::Device)
             }
             (MemKind::Host, false) => {
-                let host = driver.mem_alloc_host(size).map_err(oom)?;
-                (host as CuDevicePtr, Origin::Pinned(host))
+                let host = api.alloc_host(size).map_err(oom)?;
+                (host as u64, Origin::Pinned(host))
             }
-            (MemKind::Shared, false) => match driver.mem_alloc_managed(size) {
+            (MemKind::Shared, false) => match api.alloc_managed(size) {
                 Some(made) => (made.map_err(oom)?, Origin::Managed),
                 None => {
                     return Err(Error::Unsupported {
-                        backend: BackendKind::Cuda,
+                        backend: A::KIND,
                         call,
-                        reason: "the driver has no cuMemAllocManaged (managed memory)".into(),
+                        reason: format!(
+                            "the {} has no {} (managed memory)",
+                            words.driver, words.managed
+                        ),
                     });
                 }
             },
             (other, false) => {
                 return Err(Error::Unsupported {
-                    backend: BackendKind::Cuda,
+                    backend: A::KIND,
                     call,
                     reason: format!("memory kind {other:?}"),
                 });
             }
         };
-        context.made();
+        core.made();
         let alloc = Arc::new(Allocation {
-            context: context.clone(),
+            core: core.clone(),
             ptr,
             len: size,
             origin,
@@ -171,9 +194,9 @@ impl CudaBuffer {
             _mapping: None,
         });
         if exportable {
-            context.exported(&alloc);
+            core.exported(&alloc);
         }
-        Ok(CudaBuffer {
+        Ok(StreamBuffer {
             alloc,
             len: size,
             kind,
@@ -183,14 +206,14 @@ impl CudaBuffer {
 
     /// A buffer over memory another process exported, mapped by `mapping`.
     pub(crate) fn imported(
-        context: &Arc<Context>,
-        mapping: Arc<crate::ipc::Mapping>,
+        core: &Arc<DeviceCore<A>>,
+        mapping: Arc<Mapping<A>>,
         len: usize,
-    ) -> CudaBuffer {
-        context.made();
-        CudaBuffer {
+    ) -> StreamBuffer<A> {
+        core.made();
+        StreamBuffer {
             alloc: Arc::new(Allocation {
-                context: context.clone(),
+                core: core.clone(),
                 ptr: mapping.ptr,
                 len,
                 origin: Origin::Imported,
@@ -205,8 +228,8 @@ impl CudaBuffer {
 
     /// A buffer over an allocation of this process (an import of a handle this process
     /// exported): it shares the allocation, which lives until both are gone.
-    pub(crate) fn alias(alloc: Arc<Allocation>, len: usize) -> CudaBuffer {
-        CudaBuffer {
+    pub(crate) fn alias(alloc: Arc<Allocation<A>>, len: usize) -> StreamBuffer<A> {
+        StreamBuffer {
             alloc,
             len,
             kind: MemKind::Device,
@@ -214,38 +237,36 @@ impl CudaBuffer {
         }
     }
 
-    pub(crate) fn context(&self) -> &Arc<Context> {
-        &self.alloc.context
+    pub(crate) fn core(&self) -> &Arc<DeviceCore<A>> {
+        &self.alloc.core
     }
 
-    pub(crate) fn ptr(&self) -> CuDevicePtr {
+    /// The device address of the first byte.
+    pub(crate) fn ptr(&self) -> u64 {
         self.alloc.ptr
     }
 
-    pub(crate) fn uses(&self) -> &Uses {
+    pub(crate) fn uses(&self) -> &Uses<A> {
         &self.alloc.uses
     }
 
     /// Size in bytes.
     ///
     /// ```
-    /// use offload_core::hal::{Device as _, Platform as _};
-    /// use offload_core::{Config, MemKind};
-    /// let Ok(cuda) = offload_cuda::CudaPlatform::open(&Config::default()) else { return Ok(()) };
-    /// let dev = cuda.devices().remove(0);
-    /// let buf = dev.alloc(10, MemKind::Device)?;
-    /// assert_eq!(buf.len(), 10);
-    /// dev.free(buf)?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// fn size<A: offload_driver::StreamApi>(b: &offload_driver::StreamBuffer<A>) -> usize {
+    ///     b.len()
+    /// }
     /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Always false: CUDA buffers are never empty.
+    /// Always false: buffers are never empty.
     ///
     /// ```
-    /// fn empty(b: &offload_cuda::CudaBuffer) -> bool { b.is_empty() }
+    /// fn empty<A: offload_driver::StreamApi>(b: &offload_driver::StreamBuffer<A>) -> bool {
+    ///     b.is_empty()
+    /// }
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -254,7 +275,10 @@ impl CudaBuffer {
     /// The memory kind it was allocated with.
     ///
     /// ```
-    /// fn kind(b: &offload_cuda::CudaBuffer) -> offload_core::MemKind { b.kind() }
+    /// use offload_core::MemKind;
+    /// fn kind<A: offload_driver::StreamApi>(b: &offload_driver::StreamBuffer<A>) -> MemKind {
+    ///     b.kind()
+    /// }
     /// ```
     pub fn kind(&self) -> MemKind {
         self.kind
@@ -262,31 +286,27 @@ impl CudaBuffer {
 
     /// Checks that `offset..offset + len` lies inside the buffer; the device address of
     /// `offset`.
-    pub(crate) fn at(&self, call: &'static str, offset: usize, len: usize) -> Result<CuDevicePtr> {
+    pub(crate) fn at(&self, call: &'static str, offset: usize, len: usize) -> Result<u64> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.alloc.ptr + offset as u64),
-            _ => Err(out_of_range(call, offset, len, self.len)),
+            _ => Err(out_of_range::<A>(call, offset, len, self.len)),
         }
     }
 
-    /// Binds the context and waits for the queued work on the buffer.
+    /// Binds the device and waits for the queued work on the buffer.
     fn quiesce(&self, call: &'static str) -> Result<()> {
         self.alloc.uses.wait(call)?;
-        self.alloc.context.bind(call)
+        self.alloc.core.bind(call)
     }
 
-    /// Waits for the legacy default stream, where the synchronous copies and fills run.
+    /// Waits for the stream the synchronous copies and fills run on.
+    #[allow(unsafe_code)]
     fn settle(&self, call: &'static str) -> Result<()> {
-        // SAFETY: the null stream is the context's legacy default stream, always live.
-        unsafe {
-            self.alloc
-                .context
-                .driver
-                .stream_synchronize(std::ptr::null_mut())
-        }
-        .map_err(driver_error(call))
+        // SAFETY: that stream is the bound device's own, always live.
+        unsafe { self.alloc.core.api().stream_synchronize(None) }.map_err(driver_error::<A>(call))
     }
 
+    #[allow(unsafe_code)]
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         const CALL: &str = "Buffer::read";
         let src = self.at(CALL, offset, dst.len())?;
@@ -295,10 +315,11 @@ impl CudaBuffer {
         }
         self.quiesce(CALL)?;
         // SAFETY: the range lies inside this live allocation (checked) of the bound
-        // context; no queued work on it runs (waited).
-        unsafe { self.alloc.context.driver.memcpy_dtoh(dst, src) }.map_err(driver_error(CALL))
+        // device; no queued work on it runs (waited).
+        unsafe { self.alloc.core.api().memcpy_dtoh(dst, src) }.map_err(driver_error::<A>(CALL))
     }
 
+    #[allow(unsafe_code)]
     pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
         const CALL: &str = "Buffer::write";
         let dst = self.at(CALL, offset, src.len())?;
@@ -307,10 +328,11 @@ impl CudaBuffer {
         }
         self.quiesce(CALL)?;
         // SAFETY: as in `read`; `&mut self` excludes every other host access.
-        unsafe { self.alloc.context.driver.memcpy_htod(dst, src) }.map_err(driver_error(CALL))?;
+        unsafe { self.alloc.core.api().memcpy_htod(dst, src) }.map_err(driver_error::<A>(CALL))?;
         self.settle(CALL)
     }
 
+    #[allow(unsafe_code)]
     pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
         const CALL: &str = "Buffer::fill";
         let dst = self.at(CALL, offset, len)?;
@@ -319,27 +341,27 @@ impl CudaBuffer {
         }
         self.quiesce(CALL)?;
         // SAFETY: as in `write`.
-        unsafe { self.alloc.context.driver.memset_d8(dst, value, len) }
-            .map_err(driver_error(CALL))?;
+        unsafe { self.alloc.core.api().memset_d8(dst, value, len) }
+            .map_err(driver_error::<A>(CALL))?;
         self.settle(CALL)
     }
 
-    /// Copies from `src` (another buffer of the same context, or this one: the ranges may
-    /// overlap, staged then through the host).
+    /// Copies from `src`, another buffer of the same device.
+    #[allow(unsafe_code)]
     pub(crate) fn copy_from(
         &mut self,
         dst_offset: usize,
-        src: &CudaBuffer,
+        src: &StreamBuffer<A>,
         src_offset: usize,
         len: usize,
     ) -> Result<()> {
         const CALL: &str = "Buffer::copy_from";
         let from = src.at(CALL, src_offset, len)?;
         let to = self.at(CALL, dst_offset, len)?;
-        if !Arc::ptr_eq(&self.alloc.context, &src.alloc.context) {
+        if !Arc::ptr_eq(&self.alloc.core, &src.alloc.core) {
             return Err(Error::InvalidArgument {
                 call: CALL,
-                reason: "the cuda buffers are on different devices".into(),
+                reason: format!("the {} buffers are on different devices", A::WORDS.name),
             });
         }
         if len == 0 {
@@ -347,15 +369,16 @@ impl CudaBuffer {
         }
         src.alloc.uses.wait(CALL)?;
         self.quiesce(CALL)?;
-        // SAFETY: both ranges lie inside live allocations of the bound context (checked);
+        // SAFETY: both ranges lie inside live allocations of the bound device (checked);
         // no queued work on either runs (waited); they are different allocations (`&mut
         // self` and `&src` cannot alias) so the ranges do not overlap.
-        unsafe { self.alloc.context.driver.memcpy_dtod(to, from, len) }
-            .map_err(driver_error(CALL))?;
+        unsafe { self.alloc.core.api().memcpy_dtod(to, from, len) }
+            .map_err(driver_error::<A>(CALL))?;
         self.settle(CALL)
     }
 
     /// A copy inside the buffer; overlapping ranges are staged through the host.
+    #[allow(unsafe_code)]
     pub(crate) fn copy_within(
         &mut self,
         src_offset: usize,
@@ -376,21 +399,22 @@ impl CudaBuffer {
         self.quiesce(CALL)?;
         // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
         // (checked above); no queued work on it runs (waited).
-        unsafe { self.alloc.context.driver.memcpy_dtod(to, from, len) }
-            .map_err(driver_error(CALL))?;
+        unsafe { self.alloc.core.api().memcpy_dtod(to, from, len) }
+            .map_err(driver_error::<A>(CALL))?;
         self.settle(CALL)
     }
 
     /// The bytes in place, for pinned and managed memory (the host reaches them directly),
     /// after the queued work on them.
+    #[allow(unsafe_code)]
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
         const CALL: &str = "Buffer::with_mapped";
         let base = match self.alloc.origin {
             Origin::Pinned(host) => host.cast::<u8>(),
-            Origin::Managed => self.alloc.ptr as *mut u8,
+            Origin::Managed => std::ptr::with_exposed_provenance_mut::<u8>(self.alloc.ptr as usize),
             Origin::Device | Origin::Imported => {
                 return Err(Error::Unsupported {
-                    backend: BackendKind::Cuda,
+                    backend: A::KIND,
                     call: CALL,
                     reason: "device memory is not host-visible: allocate MemKind::Host \
                              (pinned) or MemKind::Shared (managed) to touch it in place"
@@ -401,9 +425,10 @@ impl CudaBuffer {
         self.quiesce(CALL)?;
         self.settle(CALL)?;
         // SAFETY: pinned and managed allocations are host-addressable for their whole `len`
-        // bytes while the buffer lives; no queued work on it runs and the legacy stream is
-        // idle (waited), none can be queued while `&mut self` is borrowed, and no other
-        // process maps it (not exportable: exportable memory is `Origin::Device`).
+        // bytes while the buffer lives (`StreamApi`'s contract); no queued work on it runs
+        // and the synchronous stream is idle (waited), none can be queued while `&mut
+        // self` is borrowed, and no other process maps it (not exportable: exportable
+        // memory is `Origin::Device`).
         Ok(unsafe { std::slice::from_raw_parts_mut(base, self.len) })
     }
 

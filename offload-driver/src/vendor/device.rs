@@ -1,0 +1,544 @@
+//! Devices of a stream-based vendor API: the record every object made on a device holds
+//! ([`DeviceCore`]: the API, the vendor's context, the launch limits, the count of live
+//! objects, the IPC mappings and exportable allocations), the platform over them
+//! ([`StreamPlatform`]) and the `hal` traits, each call delegating to the module that owns
+//! its objects (memory.rs, queue.rs, program.rs, ipc.rs).
+//!
+//! Every buffer, module, queue and event holds its device's record (an `Arc`), so the
+//! vendor's release of the device ([`StreamApi::release`]: CUDA's primary context) can
+//! never come before their destruction, whatever order a user drops things in: the
+//! platform's `deinit` lets go of its own references and reports the objects still alive
+//! (a leak), and the record goes with the last of them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use offload_core::hal::{self, Exported, HostFn, KernelOf};
+use offload_core::{
+    BackendKind, CompilerId, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, Language,
+    MemKind, ParamKind, Result, Source,
+};
+
+use super::ipc::Mapping;
+use super::memory::Allocation;
+use super::{StreamApi, StreamBuffer, StreamEvent, StreamKernel, StreamModule, StreamQueue};
+use crate::{Failure, LaunchLimits};
+
+/// One device: the API, the vendor's context of it, its launch limits, and the count of
+/// objects made on it.
+pub struct DeviceCore<A: StreamApi> {
+    api: Arc<A>,
+    context: A::Context,
+    ordinal: u32,
+    limits: LaunchLimits,
+    /// Buffers, modules, queues and events made on it and not yet destroyed.
+    live: AtomicUsize,
+    /// The IPC mappings open on it.
+    pub(crate) mappings: Mutex<Vec<Weak<Mapping<A>>>>,
+    /// Its exportable allocations, for imports of their handles in this same process.
+    exported: Mutex<Vec<Weak<Allocation<A>>>>,
+}
+
+impl<A: StreamApi> DeviceCore<A> {
+    /// The record of device `ordinal`, whose vendor context is `context` (released with
+    /// the record, [`StreamApi::release`]).
+    ///
+    /// # Safety
+    ///
+    /// `context` is a context of `api`'s device `ordinal` that `api.release` may release
+    /// once, and nothing else releases.
+    ///
+    /// ```no_run
+    /// fn first<A: offload_driver::StreamApi>(
+    ///     api: std::sync::Arc<A>,
+    ///     context: A::Context,
+    ///     limits: offload_driver::LaunchLimits,
+    /// ) -> offload_driver::DeviceCore<A> {
+    ///     // SAFETY: (in a backend) the context was acquired for this record.
+    ///     unsafe { offload_driver::DeviceCore::new(api, 0, context, limits) }
+    /// }
+    /// ```
+    #[allow(unsafe_code)]
+    pub unsafe fn new(
+        api: Arc<A>,
+        ordinal: u32,
+        context: A::Context,
+        limits: LaunchLimits,
+    ) -> Self {
+        DeviceCore {
+            api,
+            context,
+            ordinal,
+            limits,
+            live: AtomicUsize::new(0),
+            mappings: Mutex::default(),
+            exported: Mutex::default(),
+        }
+    }
+
+    /// The vendor API.
+    ///
+    /// ```
+    /// fn api<A: offload_driver::StreamApi>(d: &offload_driver::DeviceCore<A>) -> &A { d.api() }
+    /// ```
+    pub fn api(&self) -> &A {
+        &self.api
+    }
+
+    /// The vendor's context of the device.
+    ///
+    /// ```
+    /// fn context<A: offload_driver::StreamApi>(d: &offload_driver::DeviceCore<A>) -> &A::Context {
+    ///     d.context()
+    /// }
+    /// ```
+    pub fn context(&self) -> &A::Context {
+        &self.context
+    }
+
+    /// The device's position in the vendor's order.
+    ///
+    /// ```
+    /// fn first<A: offload_driver::StreamApi>(d: &offload_driver::DeviceCore<A>) -> bool {
+    ///     d.ordinal() == 0
+    /// }
+    /// ```
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// What launches are checked against.
+    ///
+    /// ```
+    /// fn threads<A: offload_driver::StreamApi>(d: &offload_driver::DeviceCore<A>) -> u32 {
+    ///     d.limits().max_block_threads
+    /// }
+    /// ```
+    pub fn limits(&self) -> &LaunchLimits {
+        &self.limits
+    }
+
+    /// Makes the device current on the calling thread, for `call`.
+    pub(crate) fn bind(&self, call: &'static str) -> Result<()> {
+        self.api
+            .bind(&self.context)
+            .map_err(|failure: Failure| failure.into_error(A::KIND, call))
+    }
+
+    /// Makes the device current for a release in a destructor, which cannot report a
+    /// failure: a failed bind is tried once more (a transient failure must not leak the
+    /// object); only a bind that keeps failing (a lost device) leaves it unreleased.
+    pub(crate) fn bind_to_release(&self, call: &'static str) -> Result<()> {
+        self.bind(call).or_else(|_| self.bind(call))
+    }
+
+    /// Counts an object made on the device.
+    pub(crate) fn made(&self) {
+        self.live.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts an object destroyed.
+    pub(crate) fn destroyed(&self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Objects made on the device and not yet destroyed.
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Remembers an exportable allocation.
+    pub(crate) fn exported(&self, alloc: &Arc<Allocation<A>>) {
+        let mut exported = self.exported.lock().unwrap_or_else(PoisonError::into_inner);
+        exported.retain(|a| a.strong_count() > 0);
+        exported.push(Arc::downgrade(alloc));
+    }
+
+    /// The live exportable allocation at device address `ptr`, of at least `len` bytes.
+    pub(crate) fn exported_at(&self, ptr: u64, len: u64) -> Option<Arc<Allocation<A>>> {
+        let exported = self.exported.lock().unwrap_or_else(PoisonError::into_inner);
+        exported
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|a| a.ptr == ptr && a.len() as u64 >= len)
+    }
+}
+
+impl<A: StreamApi> Drop for DeviceCore<A> {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: every object made on the device holds this record, so none is left; the
+        // context is released once, here (`new`'s promise).
+        unsafe { self.api.release(&self.context) };
+    }
+}
+
+impl<A: StreamApi> std::fmt::Debug for DeviceCore<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceCore")
+            .field("backend", &A::KIND)
+            .field("ordinal", &self.ordinal)
+            .finish()
+    }
+}
+
+/// An API [`StreamApi::open`] opened: the API, its devices in its order, and the
+/// platform's name (`CUDA 12.4`).
+///
+/// ```
+/// fn count<A: offload_driver::StreamApi>(o: &offload_driver::OpenedApi<A>) -> usize {
+///     o.devices.len()
+/// }
+/// ```
+pub struct OpenedApi<A: StreamApi> {
+    /// The API, shared by every device.
+    pub api: Arc<A>,
+    /// The devices, at least one.
+    pub devices: Vec<Arc<DeviceCore<A>>>,
+    /// The platform's name.
+    pub name: String,
+}
+
+/// The platform of a stream-based vendor API: the library, initialised, with a record per
+/// device (`CudaPlatform`, `HipPlatform`).
+///
+/// ```
+/// use offload_core::hal::Platform;
+/// fn names<A: offload_driver::StreamApi>(p: &offload_driver::StreamPlatform<A>) -> String {
+///     format!("{}: {} device(s)", p.name(), p.devices().len())
+/// }
+/// ```
+pub struct StreamPlatform<A: StreamApi> {
+    api: Arc<A>,
+    /// One per device, in the vendor's order; taken by `deinit`.
+    devices: Mutex<Option<Vec<Arc<DeviceCore<A>>>>>,
+    name: String,
+}
+
+impl<A: StreamApi> std::fmt::Debug for StreamPlatform<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(&format!("{}Platform", A::WORDS.prefix))
+            .field("name", &self.name)
+            .field("library", &self.api.library())
+            .finish()
+    }
+}
+
+/// A device of a stream-based vendor API (`CudaDevice`, `HipDevice`). It holds the library
+/// open, and its device record, for as long as it lives.
+///
+/// ```
+/// fn first<A: offload_driver::StreamApi>(d: &offload_driver::StreamDevice<A>) -> bool {
+///     d.ordinal() == 0
+/// }
+/// ```
+pub struct StreamDevice<A: StreamApi> {
+    core: Arc<DeviceCore<A>>,
+}
+
+impl<A: StreamApi> StreamDevice<A> {
+    /// The device's position in the vendor's order (`cuDeviceGet`'s, `hipSetDevice`'s
+    /// argument).
+    ///
+    /// ```
+    /// fn first<A: offload_driver::StreamApi>(d: &offload_driver::StreamDevice<A>) -> bool {
+    ///     d.ordinal() == 0
+    /// }
+    /// ```
+    pub fn ordinal(&self) -> u32 {
+        self.core.ordinal
+    }
+}
+
+impl<A: StreamApi> std::fmt::Debug for StreamDevice<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(&format!("{}Device", A::WORDS.prefix))
+            .field("ordinal", &self.core.ordinal)
+            .finish()
+    }
+}
+
+impl<A: StreamApi> hal::Platform for StreamPlatform<A> {
+    type Device = StreamDevice<A>;
+    const KIND: BackendKind = A::KIND;
+
+    /// [`StreamApi::open`]: no library, a failing initialisation or no device is
+    /// `DriverNotFound`.
+    fn open(_config: &Config) -> Result<Self> {
+        let OpenedApi { api, devices, name } = A::open()?;
+        A::counters().opened();
+        Ok(StreamPlatform {
+            api,
+            devices: Mutex::new(Some(devices)),
+            name,
+        })
+    }
+
+    /// The vendor and its version, e.g. `CUDA 12.4`.
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn devices(&self) -> Vec<StreamDevice<A>> {
+        let devices = self.devices.lock().unwrap_or_else(PoisonError::into_inner);
+        devices
+            .iter()
+            .flatten()
+            .map(|core| StreamDevice { core: core.clone() })
+            .collect()
+    }
+
+    /// Lets go of the devices: each is released now, or with the last object still made
+    /// on it, which is reported as a leak.
+    fn deinit(&self) -> Result<()> {
+        let taken = self
+            .devices
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(devices) = taken else {
+            return Ok(()); // already deinitialised
+        };
+        A::counters().deinitialised();
+        let leaked: usize = devices.iter().map(|d| d.live()).sum();
+        drop(devices);
+        if leaked > 0 {
+            return Err(Error::Driver {
+                backend: A::KIND,
+                call: "Offload::shutdown",
+                code: leaked as i64,
+                message: format!(
+                    "{leaked} {} objects were still alive at deinit ({})",
+                    A::WORDS.title,
+                    A::WORDS.leak
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<A: StreamApi> hal::Device for StreamDevice<A> {
+    type Buffer = StreamBuffer<A>;
+    type Program = StreamModule<A>;
+    type Queue = StreamQueue<A>;
+    type Event = StreamEvent<A>;
+
+    fn info(&self) -> Result<DeviceInfo> {
+        self.core.api.device_info(&self.core.context)
+    }
+
+    /// `Device`: device memory; `Host`: page-locked host memory; `Shared`: managed memory.
+    fn alloc(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
+        StreamBuffer::new(&self.core, size, kind, false, "Device::alloc")
+    }
+
+    fn free(&self, buffer: StreamBuffer<A>) -> Result<()> {
+        buffer.free()
+    }
+
+    fn read(&self, buffer: &StreamBuffer<A>, offset: usize, dst: &mut [u8]) -> Result<()> {
+        buffer.read(offset, dst)
+    }
+
+    fn write(&self, buffer: &mut StreamBuffer<A>, offset: usize, src: &[u8]) -> Result<()> {
+        buffer.write(offset, src)
+    }
+
+    fn fill(&self, buffer: &mut StreamBuffer<A>, offset: usize, len: usize, v: u8) -> Result<()> {
+        buffer.fill(offset, len, v)
+    }
+
+    fn copy(
+        &self,
+        src: &StreamBuffer<A>,
+        src_offset: usize,
+        dst: &mut StreamBuffer<A>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        dst.copy_from(dst_offset, src, src_offset, len)
+    }
+
+    fn copy_within(&self, b: &mut StreamBuffer<A>, so: usize, d: usize, len: usize) -> Result<()> {
+        b.copy_within(so, d, len)
+    }
+
+    /// Pinned (`MemKind::Host`) and managed (`MemKind::Shared`) memory; device memory is
+    /// `Unsupported`.
+    fn with_mapped(&self, b: &mut StreamBuffer<A>, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        f(b.mapped_bytes()?);
+        Ok(())
+    }
+
+    fn load(&self, image: &[u8]) -> Result<StreamModule<A>> {
+        super::program::load(&self.core, image)
+    }
+
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        super::program::validate(&self.core, image, "Device::validate").map(drop)
+    }
+
+    fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
+        self.core.api.compiler(&self.core.context, language)
+    }
+
+    fn compile(&self, source: &Source) -> Result<Vec<u8>> {
+        self.core.api.compile(&self.core.context, source)
+    }
+
+    fn queue(&self) -> Result<StreamQueue<A>> {
+        StreamQueue::new(&self.core)
+    }
+
+    /// Waits for the stream, then destroys it (L4).
+    fn destroy_queue(&self, queue: StreamQueue<A>) -> Result<()> {
+        let synced = queue.sync();
+        drop(queue);
+        synced
+    }
+
+    // Unverified code runs behind this call: the caller holds the launch contract.
+    #[allow(unsafe_code)]
+    unsafe fn launch(
+        &self,
+        queue: &StreamQueue<A>,
+        kernel: &KernelOf<Self>,
+        dims: &Dims,
+        args: &[KernelArg<'_, StreamBuffer<A>>],
+    ) -> Result<()> {
+        queue.launch(kernel, dims, args)
+    }
+
+    fn enqueue_write(
+        &self,
+        queue: &StreamQueue<A>,
+        buffer: &StreamBuffer<A>,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        queue.enqueue_write(buffer, offset, data)
+    }
+
+    fn enqueue_fill(
+        &self,
+        queue: &StreamQueue<A>,
+        buffer: &StreamBuffer<A>,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        queue.enqueue_fill(buffer, offset, len, pattern)
+    }
+
+    fn enqueue_copy(
+        &self,
+        queue: &StreamQueue<A>,
+        src: &StreamBuffer<A>,
+        src_offset: usize,
+        dst: &StreamBuffer<A>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        queue.enqueue_copy(src, src_offset, dst, dst_offset, len)
+    }
+
+    /// The vendor's host-function launch: `f` runs on a vendor thread and must not call
+    /// offload.
+    fn enqueue_host_fn(&self, queue: &StreamQueue<A>, f: HostFn) -> Result<()> {
+        queue.enqueue_host_fn(f)
+    }
+
+    fn sync(&self, queue: &StreamQueue<A>) -> Result<()> {
+        queue.sync()
+    }
+
+    fn is_idle(&self, queue: &StreamQueue<A>) -> Result<bool> {
+        queue.is_idle()
+    }
+
+    fn record(&self, queue: &StreamQueue<A>) -> Result<StreamEvent<A>> {
+        queue.record()
+    }
+
+    fn wait_event(&self, queue: &StreamQueue<A>, event: &StreamEvent<A>) -> Result<()> {
+        queue.wait_event(event)
+    }
+
+    fn sync_event(&self, event: &StreamEvent<A>) -> Result<()> {
+        event.sync()
+    }
+
+    fn is_complete(&self, event: &StreamEvent<A>) -> Result<bool> {
+        event.is_complete()
+    }
+
+    fn elapsed(&self, start: &StreamEvent<A>, end: &StreamEvent<A>) -> Result<Duration> {
+        end.since(start)
+    }
+
+    fn destroy_event(&self, event: StreamEvent<A>) -> Result<()> {
+        drop(event);
+        Ok(())
+    }
+}
+
+/// Device memory shared with other processes through the vendor's IPC (see ipc.rs).
+impl<A: StreamApi> hal::Ipc for StreamDevice<A> {
+    /// [`StreamApi::uuid`].
+    fn uuid(&self) -> [u8; 16] {
+        self.core.api.uuid(&self.core.context, self.core.ordinal)
+    }
+
+    fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
+        StreamBuffer::new(&self.core, size, kind, true, "Device::alloc_exportable")
+    }
+
+    fn export(&self, buffer: &StreamBuffer<A>) -> Result<Exported> {
+        super::ipc::export(buffer)
+    }
+
+    fn import(&self, exported: Exported) -> Result<StreamBuffer<A>> {
+        super::ipc::import(&self.core, exported)
+    }
+}
+
+impl<A: StreamApi> hal::Program for StreamModule<A> {
+    type Kernel = StreamKernel<A>;
+
+    fn kernel(&self, name: &str) -> Result<StreamKernel<A>> {
+        StreamModule::kernel(self, name)
+    }
+
+    fn params(kernel: &StreamKernel<A>) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        StreamModule::kernels(self)
+    }
+
+    fn globals(&self) -> Vec<String> {
+        StreamModule::globals(self)
+    }
+
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        self.global_info(name)
+    }
+
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        StreamModule::read_global(self, name, offset, dst)
+    }
+
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        StreamModule::write_global(self, name, offset, src)
+    }
+
+    /// Unloads now, or with the last kernel of it, after its queued launches.
+    fn unload(self) -> Result<()> {
+        let waited = self.inner.uses.wait("Module::unload");
+        drop(self);
+        waited
+    }
+}

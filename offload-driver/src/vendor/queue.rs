@@ -1,0 +1,470 @@
+//! Queues of a stream-based vendor API are its streams (non-blocking: they never wait for
+//! the legacy default stream), events are its events with timing, host functions go
+//! through its host-function launch ([`StreamQueue`], [`StreamEvent`]).
+//!
+//! Everything a queue enqueues returns once the vendor has it (Q1). A queued write's bytes
+//! are copied into memory the queue keeps until it knows the stream has passed them (a
+//! sync, or an `is_idle` that finds it idle). A host function runs on a vendor thread; its
+//! panic is caught there and reported by the next `sync` as `Error::Callback`; it must not
+//! call offload (CUDA and HIP forbid their calls from a host function).
+
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use offload_core::hal::HostFn;
+use offload_core::{Dims, Error, KernelArg, Result};
+
+use super::device::DeviceCore;
+use super::{StreamApi, StreamBuffer, StreamKernel, Word, driver_error, invalid};
+use crate::{HostCallback, HostFailure, host_trampoline};
+
+/// A stream and what it keeps; shared with the buffers and modules whose work it holds.
+pub(crate) struct QueueShared<A: StreamApi> {
+    core: Arc<DeviceCore<A>>,
+    stream: A::Stream,
+    /// Bytes of queued writes, until the stream is known to have passed them.
+    kept: Mutex<Vec<Vec<u8>>>,
+    /// A host function's panic, reported by the next sync.
+    failure: HostFailure,
+}
+
+// SAFETY: the stream handle may be used from any thread (`StreamApi`'s contract: the
+// vendor API is thread-safe); it is destroyed only in `Drop`, when no other owner is left.
+#[allow(unsafe_code)]
+unsafe impl<A: StreamApi> Send for QueueShared<A> {}
+// SAFETY: as above; `&QueueShared` only passes the handle to the vendor.
+#[allow(unsafe_code)]
+unsafe impl<A: StreamApi> Sync for QueueShared<A> {}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<A: StreamApi> crate::Stream for QueueShared<A> {
+    /// Waits for everything enqueued so far; then drops what the stream kept.
+    #[allow(unsafe_code)]
+    fn synchronize(&self, call: &'static str) -> Result<()> {
+        self.core.bind(call)?;
+        // What was enqueued before the sync (the list grows in submission order).
+        let passed = lock(&self.kept).len();
+        // SAFETY: the stream is live (destroyed only in Drop) and of the bound device.
+        unsafe { self.core.api().stream_synchronize(Some(self.stream)) }
+            .map_err(driver_error::<A>(call))?;
+        lock(&self.kept).drain(..passed);
+        Ok(())
+    }
+}
+
+impl<A: StreamApi> Drop for QueueShared<A> {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        const CALL: &str = "Queue::destroy";
+        if self.core.bind_to_release(CALL).is_ok() {
+            let api = self.core.api();
+            // SAFETY: the stream is live and of the bound device; it is destroyed once,
+            // here, after its work (waited for first: the kept bytes go after).
+            unsafe {
+                let _ = api.stream_synchronize(Some(self.stream));
+                let _ = api.stream_destroy(self.stream);
+            }
+        }
+        self.core.destroyed();
+    }
+}
+
+/// A queue of a stream-based vendor backend: a non-blocking stream (`CudaQueue`,
+/// `HipQueue`).
+///
+/// ```
+/// fn show<A: offload_driver::StreamApi>(q: &offload_driver::StreamQueue<A>) -> String {
+///     format!("{q:?}")
+/// }
+/// ```
+pub struct StreamQueue<A: StreamApi> {
+    pub(crate) shared: Arc<QueueShared<A>>,
+}
+
+impl<A: StreamApi> std::fmt::Debug for StreamQueue<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}Queue", A::WORDS.prefix)
+    }
+}
+
+/// An event of a stream-based vendor backend, recorded on a queue (`CudaEvent`,
+/// `HipEvent`).
+///
+/// ```
+/// fn show<A: offload_driver::StreamApi>(e: &offload_driver::StreamEvent<A>) -> String {
+///     format!("{e:?}")
+/// }
+/// ```
+pub struct StreamEvent<A: StreamApi> {
+    core: Arc<DeviceCore<A>>,
+    raw: A::Event,
+}
+
+// SAFETY: as for `QueueShared`: the handle is usable from any thread, destroyed once.
+#[allow(unsafe_code)]
+unsafe impl<A: StreamApi> Send for StreamEvent<A> {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl<A: StreamApi> Sync for StreamEvent<A> {}
+
+impl<A: StreamApi> std::fmt::Debug for StreamEvent<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}Event", A::WORDS.prefix)
+    }
+}
+
+impl<A: StreamApi> Drop for StreamEvent<A> {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        if self.core.bind_to_release("Event::destroy").is_ok() {
+            // SAFETY: the event is live and of the bound device, destroyed once, here; the
+            // vendor defers the release of an event still pending.
+            let _ = unsafe { self.core.api().event_destroy(self.raw) };
+        }
+        self.core.destroyed();
+    }
+}
+
+impl<A: StreamApi> StreamQueue<A> {
+    /// A non-blocking stream on `core`'s device.
+    pub(crate) fn new(core: &Arc<DeviceCore<A>>) -> Result<StreamQueue<A>> {
+        const CALL: &str = "Device::queue";
+        core.bind(CALL)?;
+        let stream = core
+            .api()
+            .stream_create()
+            .map_err(driver_error::<A>(CALL))?;
+        core.made();
+        Ok(StreamQueue {
+            shared: Arc::new(QueueShared {
+                core: core.clone(),
+                stream,
+                kept: Mutex::default(),
+                failure: HostFailure::default(),
+            }),
+        })
+    }
+
+    /// Binds the queue's device, after checking that `buffers` are on it.
+    fn bind(&self, call: &'static str, buffers: &[&StreamBuffer<A>]) -> Result<&A> {
+        let core = &self.shared.core;
+        if buffers.iter().any(|b| !Arc::ptr_eq(b.core(), core)) {
+            return Err(invalid(
+                call,
+                format!(
+                    "the {} buffer is on another device than the queue",
+                    A::WORDS.name
+                ),
+            ));
+        }
+        core.bind(call)?;
+        Ok(core.api())
+    }
+
+    fn synchronize(&self, call: &'static str) -> Result<()> {
+        crate::Stream::synchronize(&*self.shared, call)
+    }
+
+    /// Launches `kernel` on the stream.
+    #[allow(unsafe_code)]
+    pub(crate) fn launch(
+        &self,
+        kernel: &StreamKernel<A>,
+        dims: &Dims,
+        args: &[KernelArg<'_, StreamBuffer<A>>],
+    ) -> Result<()> {
+        const CALL: &str = "Queue::launch";
+        let name = &kernel.name;
+        if !Arc::ptr_eq(&kernel.module.core, &self.shared.core) {
+            return Err(invalid(
+                CALL,
+                format!(
+                    "{} kernel `{name}` is loaded on another device than the queue",
+                    A::WORDS.name
+                ),
+            ));
+        }
+        let kernel_name = format!("{} kernel `{name}`", A::WORDS.name);
+        let (mut values, buffers) = crate::pack_args(
+            &kernel_name,
+            &kernel.params,
+            args,
+            StreamBuffer::ptr,
+            StreamBuffer::len,
+        )?;
+        self.shared.core.limits().check(dims, &kernel_name)?;
+        let api = self.bind(CALL, &buffers)?;
+        if dims.blocks() == 0 {
+            return Ok(()); // no blocks: nothing to run
+        }
+        let mut pointers: Vec<*mut c_void> =
+            values.iter_mut().map(|v| v.as_mut_ptr().cast()).collect();
+        // SAFETY: the kernel is live (it holds its module) and of the bound device; one
+        // pointer per declared parameter (count and kinds checked above against the
+        // image's, `StreamApi::kernel_params`), each to 8 bytes that hold the value (a
+        // parameter is at most 8 bytes), alive across the call; every buffer address is a
+        // live allocation of this device, kept alive for the launch by the buffer's `uses`
+        // (a free first waits for this stream); geometry checked against the device's
+        // limits.
+        unsafe {
+            api.launch_kernel(
+                kernel.function,
+                dims.grid,
+                dims.block,
+                dims.shared_memory,
+                self.shared.stream,
+                &mut pointers,
+            )
+        }
+        .map_err(driver_error::<A>(CALL))?;
+        for b in buffers {
+            b.uses().add(&self.shared);
+        }
+        kernel.module.uses.add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a copy of `data` into `buffer` at `offset`.
+    #[allow(unsafe_code)]
+    pub(crate) fn enqueue_write(
+        &self,
+        buffer: &StreamBuffer<A>,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        const CALL: &str = "Queue::write";
+        let dst = buffer.at(CALL, offset, data.len())?;
+        let api = self.bind(CALL, &[buffer])?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut kept = lock(&self.shared.kept);
+        // SAFETY: the range lies inside the live allocation (checked) of the bound device,
+        // kept alive by its `uses`; `data` is kept by the queue until the stream is known
+        // to have passed the copy (a sync), and a Vec's heap bytes do not move when the
+        // Vec is moved into the list.
+        unsafe { api.memcpy_htod_async(dst, &data, self.shared.stream) }
+            .map_err(driver_error::<A>(CALL))?;
+        kept.push(data);
+        drop(kept);
+        buffer.uses().add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a fill: the vendor's 8-, 16- or 32-bit fill where the pattern repeats into
+    /// 1, 2 or 4 bytes at an aligned address, a queued write of the expanded pattern
+    /// otherwise.
+    #[allow(unsafe_code)]
+    pub(crate) fn enqueue_fill(
+        &self,
+        buffer: &StreamBuffer<A>,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        const CALL: &str = "Queue::fill";
+        let dst = buffer.at(CALL, offset, len)?;
+        if pattern.is_empty() || len % pattern.len() != 0 {
+            return Err(invalid(
+                CALL,
+                format!(
+                    "a {}-byte pattern cannot fill {len} bytes exactly",
+                    pattern.len()
+                ),
+            ));
+        }
+        let api = self.bind(CALL, &[buffer])?;
+        if len == 0 {
+            return Ok(());
+        }
+        let word = match *pattern {
+            [b] => Some((Word::W8(b), 1)),
+            [a, b] if dst % 2 == 0 => Some((Word::W16(u16::from_ne_bytes([a, b])), 2)),
+            [a, b, c, d] if dst % 4 == 0 => Some((Word::W32(u32::from_ne_bytes([a, b, c, d])), 4)),
+            _ => None,
+        };
+        let Some((word, size)) = word else {
+            let expanded: Vec<u8> = pattern.iter().copied().cycle().take(len).collect();
+            return self.enqueue_write(buffer, offset, expanded);
+        };
+        // SAFETY: the range of `len / size` words lies inside the live allocation (checked)
+        // of the bound device, kept alive by its `uses`; `dst` is aligned to the word size
+        // (checked above).
+        unsafe { api.memset_async(dst, word, len / size, self.shared.stream) }
+            .map_err(driver_error::<A>(CALL))?;
+        buffer.uses().add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a device-to-device copy (ranges of one buffer must not overlap).
+    #[allow(unsafe_code)]
+    pub(crate) fn enqueue_copy(
+        &self,
+        src: &StreamBuffer<A>,
+        src_offset: usize,
+        dst: &StreamBuffer<A>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Queue::copy";
+        let from = src.at(CALL, src_offset, len)?;
+        let to = dst.at(CALL, dst_offset, len)?;
+        if from.abs_diff(to) < len as u64 && Arc::ptr_eq(&src.alloc, &dst.alloc) {
+            return Err(invalid(
+                CALL,
+                format!("the ranges of one {} buffer overlap", A::WORDS.name),
+            ));
+        }
+        let api = self.bind(CALL, &[src, dst])?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges lie inside live allocations (checked) of the bound device,
+        // kept alive by their `uses`, and do not overlap (checked, for one buffer; two
+        // buffers are two allocations).
+        unsafe { api.memcpy_dtod_async(to, from, len, self.shared.stream) }
+            .map_err(driver_error::<A>(CALL))?;
+        src.uses().add(&self.shared);
+        dst.uses().add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a host function (where the vendor lacks the launch, the stream is synced and
+    /// `f` runs on the caller's thread).
+    #[allow(unsafe_code)]
+    pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
+        const CALL: &str = "Queue::enqueue_host_fn";
+        let api = self.bind(CALL, &[])?;
+        let callback = HostCallback::into_data(f, &self.shared.failure);
+        // SAFETY: the stream is live and of the bound device; `host_trampoline` takes the
+        // box back and runs it once, making no vendor call itself (the function's own
+        // contract, said in the docs, is not to call offload either).
+        let launched =
+            unsafe { api.launch_host_func(self.shared.stream, host_trampoline, callback) };
+        match launched {
+            Some(Ok(())) => Ok(()),
+            Some(Err(failure)) => {
+                // SAFETY: not handed to the vendor: the box is still ours.
+                drop(unsafe { HostCallback::take_back(callback) });
+                Err(failure.into_error(A::KIND, CALL))
+            }
+            None => {
+                // SAFETY: as above.
+                let f = unsafe { HostCallback::take_back(callback) };
+                self.synchronize(CALL)?;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
+                    Error::Callback {
+                        callback: CALL,
+                        source: "the host function panicked".into(),
+                    }
+                })
+            }
+        }
+    }
+
+    /// Waits for the stream; reports (once) a host function's panic.
+    pub(crate) fn sync(&self) -> Result<()> {
+        const CALL: &str = "Queue::sync";
+        self.synchronize(CALL)?;
+        match lock(&self.shared.failure).take() {
+            None => Ok(()),
+            Some(failure) => Err(Error::Callback {
+                callback: "Queue::enqueue_host_fn",
+                source: failure.into(),
+            }),
+        }
+    }
+
+    /// Whether the stream is idle (`cuStreamQuery`, `hipStreamQuery`).
+    #[allow(unsafe_code)]
+    pub(crate) fn is_idle(&self) -> Result<bool> {
+        const CALL: &str = "Queue::is_idle";
+        let api = self.bind(CALL, &[])?;
+        let passed = lock(&self.shared.kept).len();
+        // SAFETY: the stream is live and of the bound device.
+        let idle =
+            unsafe { api.stream_query(self.shared.stream) }.map_err(driver_error::<A>(CALL))?;
+        if idle {
+            lock(&self.shared.kept).drain(..passed);
+        }
+        Ok(idle)
+    }
+
+    /// Records an event after the work enqueued so far.
+    #[allow(unsafe_code)]
+    pub(crate) fn record(&self) -> Result<StreamEvent<A>> {
+        const CALL: &str = "Queue::record";
+        let api = self.bind(CALL, &[])?;
+        let raw = api.event_create().map_err(driver_error::<A>(CALL))?;
+        let core = &self.shared.core;
+        core.made();
+        let event = StreamEvent {
+            core: core.clone(),
+            raw,
+        };
+        // SAFETY: both are live objects of the bound device.
+        unsafe { api.event_record(raw, self.shared.stream) }.map_err(driver_error::<A>(CALL))?;
+        Ok(event)
+    }
+
+    /// Makes the stream's later work wait for `event`.
+    #[allow(unsafe_code)]
+    pub(crate) fn wait_event(&self, event: &StreamEvent<A>) -> Result<()> {
+        const CALL: &str = "Queue::wait";
+        if !Arc::ptr_eq(&event.core, &self.shared.core) {
+            return Err(invalid(
+                CALL,
+                format!(
+                    "the {} event is of another device than the queue",
+                    A::WORDS.name
+                ),
+            ));
+        }
+        let api = self.bind(CALL, &[])?;
+        // SAFETY: both are live objects of the bound device.
+        unsafe { api.stream_wait_event(self.shared.stream, event.raw) }
+            .map_err(driver_error::<A>(CALL))
+    }
+}
+
+impl<A: StreamApi> StreamEvent<A> {
+    /// Waits for the event.
+    #[allow(unsafe_code)]
+    pub(crate) fn sync(&self) -> Result<()> {
+        const CALL: &str = "Event::sync";
+        self.core.bind(CALL)?;
+        // SAFETY: the event is live and of the bound device.
+        unsafe { self.core.api().event_synchronize(self.raw) }.map_err(driver_error::<A>(CALL))
+    }
+
+    /// Whether the work before the event has finished.
+    #[allow(unsafe_code)]
+    pub(crate) fn is_complete(&self) -> Result<bool> {
+        const CALL: &str = "Event::is_complete";
+        self.core.bind(CALL)?;
+        // SAFETY: as above.
+        unsafe { self.core.api().event_query(self.raw) }.map_err(driver_error::<A>(CALL))
+    }
+
+    /// Device time from `start` to `self`, both waited for first.
+    #[allow(unsafe_code)]
+    pub(crate) fn since(&self, start: &StreamEvent<A>) -> Result<Duration> {
+        const CALL: &str = "Event::elapsed_since";
+        if !Arc::ptr_eq(&self.core, &start.core) {
+            return Err(invalid(
+                CALL,
+                format!("the {} events are of different devices", A::WORDS.name),
+            ));
+        }
+        start.sync()?;
+        self.sync()?;
+        // SAFETY: both are live, completed (waited) events of the bound device.
+        let ms = unsafe { self.core.api().event_elapsed(start.raw, self.raw) }
+            .map_err(driver_error::<A>(CALL))?;
+        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
+    }
+}

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use offload::ipc::IpcHandle;
 use offload::{Arg, BackendKind, Device, Dims, Error, MemKind, Offload, Program};
+use offload_driver::testing::cases::{hex, unhex};
 
 const WORDS: usize = 1024;
 const CHILD: &str = "OFFLOAD_TEST_IPC_CHILD";
@@ -53,17 +54,6 @@ fn words(bytes: &[u8]) -> Vec<u32> {
 fn pattern() -> Vec<u8> {
     (0..WORDS as u32)
         .flat_map(|w| (w * 3).to_ne_bytes())
-        .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
         .collect()
 }
 

@@ -39,6 +39,7 @@ const SUBJECT: Subject = Subject {
     defer_var: "FAKE_CU_DEFER",
     kinds: &[MemKind::Device, MemKind::Host, MemKind::Shared],
     fd_handles: false,
+    fail_code: 1, // CUDA_ERROR_INVALID_VALUE
     bad_images,
 };
 

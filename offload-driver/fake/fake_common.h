@@ -294,6 +294,63 @@ static inline int fake_obj_count(const char *kind) {
     return n;
 }
 
+/* Every entry point called so far as "entry=calls" joined by ",", into buf (cap bytes,
+ * NUL-terminated, cut short when full); returns how many entry points there are. */
+static inline int fake_entries_text(char *buf, size_t cap) {
+    size_t used = 0;
+    if (cap) buf[0] = '\0';
+    for (size_t i = 0; i < fake_counter_len; i++) {
+        int n = snprintf(buf + used, cap - used, "%s%s=%lu", i ? "," : "",
+                         fake_counters[i].entry, fake_counters[i].calls);
+        if (n < 0 || (size_t)n >= cap - used) break;
+        used += (size_t)n;
+    }
+    return (int)fake_counter_len;
+}
+
+/* The test hooks every fake exports, named <prefix>_violations, _clear_violations, _fail,
+ * _calls and _entries (offload_driver::testing::FakeHooks); each fake adds <prefix>_live,
+ * its own or FAKE_LIVE_HOOK's. */
+#define FAKE_TEST_HOOKS(prefix)                                                              \
+    int prefix##_violations(char *buf, size_t cap) {                                         \
+        fake_lock();                                                                         \
+        int n = fake_violations_text(buf, cap);                                              \
+        fake_unlock();                                                                       \
+        return n;                                                                            \
+    }                                                                                        \
+    void prefix##_clear_violations(void) {                                                   \
+        fake_lock();                                                                         \
+        fake_clear_violations();                                                             \
+        fake_unlock();                                                                       \
+    }                                                                                        \
+    void prefix##_fail(const char *entry, int nth, int code) {                               \
+        fake_lock();                                                                         \
+        fake_fail_arm(entry, nth, code);                                                     \
+        fake_unlock();                                                                       \
+    }                                                                                        \
+    unsigned long prefix##_calls(const char *entry) {                                        \
+        fake_lock();                                                                         \
+        unsigned long n = entry ? fake_calls(entry) : 0;                                     \
+        fake_unlock();                                                                       \
+        return n;                                                                            \
+    }                                                                                        \
+    int prefix##_entries(char *buf, size_t cap) {                                            \
+        fake_lock();                                                                         \
+        int n = fake_entries_text(buf, cap);                                                 \
+        fake_unlock();                                                                       \
+        return n;                                                                            \
+    }
+
+/* <prefix>_live for a fake whose kinds of object are all in the registry. */
+#define FAKE_LIVE_HOOK(prefix)                                                               \
+    int prefix##_live(const char *kind) {                                                    \
+        if (!kind) return 0;                                                                 \
+        fake_lock();                                                                         \
+        int n = fake_obj_count(kind);                                                        \
+        fake_unlock();                                                                       \
+        return n;                                                                            \
+    }
+
 /* ---- load and exit --------------------------------------------------------------------- */
 
 __attribute__((constructor)) static void fake_common_load(void) {

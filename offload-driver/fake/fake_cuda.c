@@ -26,6 +26,8 @@
  *                                                    the nth call of `entry` from now
  *                                                    (1 = the next) returns `code`
  *   unsigned long fake_cuda_calls(const char *entry) calls of `entry` so far
+ *   int fake_cuda_entries(char *buf, size_t cap)     every entry called, "name=calls,..."
+ *   (these five from fake_common.h's FAKE_TEST_HOOKS)
  *   int fake_cuda_live(const char *kind)             live objects of a kind: "alloc"
  *                                                    (cuMemAlloc, cuMemAllocManaged),
  *                                                    "host" (cuMemAllocHost), "module",
@@ -2177,31 +2179,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
 
 /* ---- test hooks ----------------------------------------------------------------------------- */
 
-int fake_cuda_violations(char *buf, size_t cap) {
-    fake_lock();
-    int n = fake_violations_text(buf, cap);
-    fake_unlock();
-    return n;
-}
-
-void fake_cuda_clear_violations(void) {
-    fake_lock();
-    fake_clear_violations();
-    fake_unlock();
-}
-
-void fake_cuda_fail(const char *entry, int nth, int code) {
-    fake_lock();
-    fake_fail_arm(entry, nth, code);
-    fake_unlock();
-}
-
-unsigned long fake_cuda_calls(const char *entry) {
-    fake_lock();
-    unsigned long n = entry ? fake_calls(entry) : 0;
-    fake_unlock();
-    return n;
-}
+FAKE_TEST_HOOKS(fake_cuda)
 
 int fake_cuda_live(const char *kind) {
     if (!kind) return 0;

@@ -40,6 +40,7 @@
  *   void fake_hip_clear_violations(void)
  *   void fake_hip_fail(const char *entry, int nth, int code)
  *   unsigned long fake_hip_calls(const char *entry)
+ *   int fake_hip_entries(char *buf, size_t cap)   (these five: fake_common.h's FAKE_TEST_HOOKS)
  *   int fake_hip_live(const char *kind)   "alloc" (hipMalloc), "host" (hipHostMalloc),
  *                                         "managed" (hipMallocManaged), "stream", "event",
  *                                         "module", "function", "global", "ipc" (open
@@ -1334,36 +1335,5 @@ __attribute__((constructor)) static void fake_hip_load(void) {
     atexit(at_exit);
 }
 
-int fake_hip_violations(char *buf, size_t cap) {
-    fake_lock();
-    int n = fake_violations_text(buf, cap);
-    fake_unlock();
-    return n;
-}
-
-void fake_hip_clear_violations(void) {
-    fake_lock();
-    fake_clear_violations();
-    fake_unlock();
-}
-
-void fake_hip_fail(const char *entry, int nth, int code) {
-    fake_lock();
-    fake_fail_arm(entry, nth, code);
-    fake_unlock();
-}
-
-unsigned long fake_hip_calls(const char *entry) {
-    fake_lock();
-    unsigned long n = entry ? fake_calls(entry) : 0;
-    fake_unlock();
-    return n;
-}
-
-int fake_hip_live(const char *kind) {
-    if (!kind) return 0;
-    fake_lock();
-    int n = fake_obj_count(kind);
-    fake_unlock();
-    return n;
-}
+FAKE_TEST_HOOKS(fake_hip)
+FAKE_LIVE_HOOK(fake_hip)

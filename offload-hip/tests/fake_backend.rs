@@ -39,6 +39,7 @@ const SUBJECT: Subject = Subject {
     defer_var: "FAKE_HIP_DEFER",
     kinds: &[MemKind::Device, MemKind::Host, MemKind::Shared],
     fd_handles: false,
+    fail_code: 1, // hipErrorInvalidValue
     bad_images,
 };
 

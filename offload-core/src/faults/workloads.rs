@@ -63,7 +63,7 @@ fn u32s(bytes: &[u8]) -> Vec<u32> {
 
 /// Every kind of call: memory, programs, globals, queues, launches, queued memory work,
 /// host functions, events, IPC, and explicit releases.
-fn workload(rt: &Offload, subject: &Subject<'_>) -> Result<()> {
+pub fn everyday(rt: &Offload, subject: &Subject<'_>) -> Result<()> {
     let dev = rt.devices()?.remove(0);
     dev.info()?;
     let a = dev.alloc(64, MemKind::Device)?;
@@ -262,7 +262,7 @@ where
         skip: &|_: Site, _: u64| None,
         ..SweepOptions::default()
     };
-    let report = faults::sweep(entry(), |rt: &Offload| workload(rt, subject), &opts);
+    let report = faults::sweep(entry(), |rt: &Offload| everyday(rt, subject), &opts);
     println!("fault mode: {name}: {report}");
     for (site, n) in &report.sites {
         println!("  {site}: {n} calls");
@@ -276,7 +276,7 @@ where
     std::panic::set_hook(Box::new(|_| {}));
     let bad = faults::panic_sweep(
         entry(),
-        |rt: &Offload| workload(rt, subject),
+        |rt: &Offload| everyday(rt, subject),
         &sites,
         Duration::from_secs(60),
     );

@@ -52,6 +52,7 @@ use super::{FakeDriver, FakeHooks};
 ///     defer_var: "FAKE_DOC_DEFER",
 ///     kinds: &[offload_core::MemKind::Device],
 ///     fd_handles: false,
+///     fail_code: 1,
 ///     bad_images: |_| Vec::new(),
 /// };
 /// assert_eq!(SUBJECT.clean(), "violations=[] live=alloc:0,module:0");
@@ -82,6 +83,9 @@ pub struct Subject {
     pub kinds: &'static [MemKind],
     /// Whether an exported handle carries a file descriptor.
     pub fd_handles: bool,
+    /// The error code the fake's failure switch makes an entry point return (a real error
+    /// of the driver's, such as CUDA_ERROR_INVALID_VALUE).
+    pub fail_code: i32,
     /// Bad images of the backend's own format, made from the fixture (wrong target,
     /// damaged headers, ...), added to the shared ones.
     pub bad_images: fn(&[u8]) -> Vec<Vec<u8>>,
@@ -195,6 +199,7 @@ pub fn child<B: Platform, P: Platforms>(
         "ipc-export" => ipc_export(subject, &hooks),
         "ipc-import" => ipc_import(subject, &hooks),
         "faults" => faults::<B>(subject, &hooks),
+        "driver-faults" => driver_faults(subject, &hooks),
         other => extra(other, &hooks).unwrap_or_else(|| format!("unknown case {other}")),
     };
     println!("RESULT {result}");
@@ -586,6 +591,124 @@ where
     format!("{done}; {}", subject.report(hooks))
 }
 
+/// Whether a failure of `entry` may leave a driver object alive: a release the driver
+/// refused (the object is then the driver's to leak, not offload's).
+fn is_release(entry: &str) -> bool {
+    ["Free", "Destroy", "Unload", "Release", "Close", "Put"]
+        .iter()
+        .any(|word| entry.contains(word))
+}
+
+/// The everyday fault-mode workload through a runtime with only this backend, then
+/// shutdown; with a watchdog: a run that takes 60 s prints `hang` and exits the child.
+fn watched_run(subject: &Subject, what: &str) -> Result<(), String> {
+    let (done, finished) = std::sync::mpsc::channel();
+    let entry = subject.entry;
+    let fixture = subject.fixture;
+    std::thread::spawn(move || {
+        let run = || -> Result<(), String> {
+            let rt = Offload::<Uninit, NoPlatforms>::builder()
+                .backends([])
+                .platform(entry())
+                .start()
+                .map_err(|e| e.to_string())?;
+            let worked = offload_core::faults::workloads::everyday(
+                &rt,
+                &offload_core::faults::workloads::Subject {
+                    name: "driver faults",
+                    fixture,
+                    globals: true,
+                    extra: &|_| Ok(()),
+                    counters: &Vec::new,
+                },
+            );
+            let down = rt.shutdown().map(drop).map_err(|e| e.error().to_string());
+            worked.map_err(|e| e.to_string()).and(down)
+        };
+        let _ = done.send(run());
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| {
+            println!("RESULT hang: {what}");
+            std::process::exit(0)
+        })
+}
+
+/// The fake's own failure switch at every entry point the everyday workload reaches (its
+/// first and its last call in one run): the failure must reach the caller as an error
+/// naming the backend (or be absorbed where offload has a documented fallback, listed),
+/// the fake must see no protocol violation and no object left alive — except the object
+/// whose release the driver refused — and the next run must work. Returns
+/// `<n> driver faults over <m> entry points; absorbed: [...]`.
+pub fn driver_faults(subject: &Subject, hooks: &FakeHooks) -> String {
+    let live = || -> Vec<i32> { subject.live.iter().map(|k| hooks.live(k)).collect() };
+    let before: std::collections::HashMap<String, u64> = hooks.entries().into_iter().collect();
+    watched_run(subject, "the run without faults").unwrap();
+    let calls: Vec<(String, u64)> = hooks
+        .entries()
+        .into_iter()
+        .map(|(entry, n)| {
+            let earlier = before.get(&entry).copied().unwrap_or(0);
+            (entry, n - earlier)
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    assert!(!calls.is_empty(), "the fake lists no entry point");
+    assert_eq!(
+        subject.report(hooks),
+        subject.clean(),
+        "the run without faults"
+    );
+    let backend = format!("{}:", (subject.entry)().kind().name());
+    let (mut injected, mut absorbed, mut failed) = (0, Vec::new(), Vec::new());
+    for (entry, n) in &calls {
+        let mut nths = vec![1, *n];
+        nths.dedup();
+        for nth in nths {
+            let what = format!("{entry} call #{nth}");
+            let alive = live();
+            hooks.fail(entry, i32::try_from(nth).unwrap(), subject.fail_code);
+            let outcome = watched_run(subject, &what);
+            injected += 1;
+            let violations: Vec<String> = hooks
+                .violations()
+                .into_iter()
+                .filter(|v| !(is_release(entry) && v.contains("leak")))
+                .collect();
+            hooks.clear();
+            match &outcome {
+                Err(e) if !e.starts_with(&backend) => {
+                    failed.push(format!("{what}: an error that names no backend: {e}"))
+                }
+                Err(_) => {}
+                Ok(()) => absorbed.push(what.clone()),
+            }
+            if !violations.is_empty() {
+                failed.push(format!("{what}: protocol violations {violations:?}"));
+            }
+            let left = live();
+            let grew = left.iter().zip(&alive).any(|(now, was)| now > was);
+            if grew && !is_release(entry) {
+                failed.push(format!("{what}: left alive {:?} (was {alive:?})", left));
+            }
+            if let Err(e) = watched_run(subject, &format!("the run after {what}")) {
+                failed.push(format!("{what}: the next run fails: {e}"));
+            }
+            hooks.clear();
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "driver faults failed:\n{}",
+        failed.join("\n")
+    );
+    format!(
+        "{injected} driver faults over {} entry points; absorbed: {absorbed:?}",
+        calls.len()
+    )
+}
+
 /// Bytes as lowercase hex, for a handle passed to a child in an environment variable.
 ///
 /// ```
@@ -879,6 +1002,14 @@ macro_rules! fake_backend_tests {
                 result.ends_with(&format!("; {}", $subject.clean())),
                 "{result}"
             );
+        }
+
+        #[test]
+        fn every_driver_entry_point_fails_cleanly() {
+            let Some(dir) = $subject.built() else { return };
+            let result = $subject.fake.run(&dir, "driver-faults", &[]);
+            println!("the fake's failure switch: {result}");
+            assert!(result.contains(" driver faults over "), "{result}");
         }
 
         #[test]

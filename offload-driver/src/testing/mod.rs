@@ -26,6 +26,7 @@ use crate::Stats;
 // child, and the fake's hooks.
 #[allow(unsafe_code)]
 pub mod cases;
+pub mod real;
 
 /// Where a backend's fake driver comes from and how its children are told their case.
 ///
@@ -314,6 +315,8 @@ pub struct FakeHooks {
     fail: unsafe extern "C" fn(*const c_char, c_int, c_int),
     calls: unsafe extern "C" fn(*const c_char) -> c_ulong,
     live: unsafe extern "C" fn(*const c_char) -> c_int,
+    /// Every entry point called ("name=calls,..."); a fake without it lists none.
+    entries: Option<unsafe extern "C" fn(*mut c_char, usize) -> c_int>,
     /// Keeps the fake loaded while the hooks are in use.
     _library: libloading::Library,
 }
@@ -363,6 +366,10 @@ impl FakeHooks {
             fail: hook!("fail"),
             calls: hook!("calls"),
             live: hook!("live"),
+            // SAFETY: the caller promises the hook, where the fake has it, has this signature.
+            entries: unsafe { library.get(format!("{prefix}_entries\0").as_bytes()) }
+                .ok()
+                .map(|symbol| *symbol),
             _library: library,
         }
     }
@@ -428,6 +435,30 @@ impl FakeHooks {
         let calls = unsafe { (self.calls)(entry.as_ptr()) };
         #[allow(clippy::useless_conversion)] // c_ulong is u32 on some targets
         u64::from(calls)
+    }
+
+    /// Every entry point called so far in this process, with its call count, in the order
+    /// of their first calls (empty for a fake without the hook).
+    ///
+    /// ```no_run
+    /// # use offload_driver::testing::FakeHooks;
+    /// # let fake: FakeHooks = unimplemented!();
+    /// for (entry, calls) in fake.entries() {
+    ///     println!("{entry}: {calls}");
+    /// }
+    /// ```
+    pub fn entries(&self) -> Vec<(String, u64)> {
+        let Some(entries) = self.entries else {
+            return Vec::new();
+        };
+        let mut text = vec![0u8; VIOLATIONS_TEXT];
+        // SAFETY: the hook writes at most `text.len()` bytes, NUL-terminated, into `text`.
+        unsafe { entries(text.as_mut_ptr().cast(), text.len()) };
+        let text = CStr::from_bytes_until_nul(&text).unwrap().to_string_lossy();
+        text.split(',')
+            .filter_map(|item| item.split_once('='))
+            .map(|(entry, calls)| (entry.to_string(), calls.parse().unwrap()))
+            .collect()
     }
 
     /// How many objects of `kind` are alive: "alloc", "host", "module", "function",

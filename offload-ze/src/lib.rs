@@ -5,31 +5,65 @@
 //! time with libloading, never linked: this crate builds and starts on any Linux machine, and
 //! a machine without Level Zero simply has no Level Zero platform.
 //!
-//! For now the platform discovers devices and describes them; memory and programs come
-//! later, so it registers as a memory-less platform ([`platform`]).
+//! What it does: devices, memory, queues, events, programs (SPIR-V and native binaries),
+//! globals and IPC.
 //!
 //! - **Platform** ([`ZePlatform`]): opening it loads the loader, reads its entry points,
-//!   calls `zeInit(0)` and lists the drivers (`zeDriverGet`) and their devices
-//!   (`zeDeviceGet`). A missing loader or a missing required symbol is
-//!   `Error::DriverNotFound` with the dynamic loader's message (or `missing symbol X`); so
-//!   is a loader that initialises no driver or finds no device, with a reason naming the
-//!   call and its code. The loader without any driver installed answers `zeInit:
-//!   ZE_RESULT_ERROR_UNINITIALIZED (0x78000001): no Level Zero driver could be
-//!   initialised`. The runtime then lists the platform as unavailable with that reason: a
-//!   missing driver is an absent platform, never a panic. Other failures are
-//!   `Error::Driver` with the `ze_result_t` as `code`.
+//!   calls `zeInit(0)`, lists the drivers (`zeDriverGet`) and their devices (`zeDeviceGet`),
+//!   and makes one context per driver (`zeContextCreate`), destroyed with the last object
+//!   made in it. A missing loader or a missing required symbol is `Error::DriverNotFound`
+//!   with the dynamic loader's message (or `missing symbol X`); so is a loader that
+//!   initialises no driver or finds no device, with a reason naming the call and its code.
+//!   The loader without any driver installed answers `zeInit: ZE_RESULT_ERROR_UNINITIALIZED
+//!   (0x78000001): no Level Zero driver could be initialised`. The runtime then lists the
+//!   platform as unavailable with that reason: a missing driver is an absent platform,
+//!   never a panic. Other failures are `Error::Driver` with the `ze_result_t` as `code`.
 //! - **Devices** ([`ZeDevice`]): every root device of every driver, drivers in the loader's
-//!   order. `device_info` gives the device's name, its vendor (`Intel` for PCI vendor
-//!   0x8086), the sum of its memories' sizes and its execution units (slices × sub-slices
-//!   per slice × EUs per sub-slice).
-//! - **Memory, programs, queues**: not implemented yet. `alloc`, `Program::load` and
-//!   `Device::queue` answer `Error::Unsupported`; their objects are `offload_core::hal::Never`,
-//!   so no other call on them can be reached.
+//!   order. `info` gives the device's name, its vendor (`Intel` for PCI vendor 0x8086), the
+//!   sum of its memories' sizes, its execution units (slices × sub-slices per slice × EUs
+//!   per sub-slice), and the work-group limits of `zeDeviceGetComputeProperties`.
+//! - **Memory** ([`ZeBuffer`]): `MemKind::Device` is `zeMemAllocDevice`, `Host`
+//!   `zeMemAllocHost`, `Shared` `zeMemAllocShared`; out of memory is `Error::OutOfMemory`
+//!   naming the size. The host's copies and fills go through a synchronous immediate
+//!   command list of the device, after the queued work on the buffer; host and shared
+//!   memory can be touched in place (`with_mapped`).
+//! - **Queues** ([`ZeQueue`], [`ZeEvent`]): asynchronous immediate command lists whose
+//!   commands are chained by events into an in-order stream; launches, queued writes,
+//!   fills (`zeCommandListAppendMemoryFill`) and copies return once appended (Q1); events
+//!   time with kernel timestamps. **Host functions**: Level Zero has no host callback, so a
+//!   thread of the queue waits for the work before the function, runs it and signals the
+//!   event the work after it waits for; the queue joins its threads at `sync` and when it
+//!   is destroyed (see `queue.rs`). Fences are not used: immediate command lists have no
+//!   command queue to fence, and events do all the waiting.
+//! - **Programs** ([`ZeModule`], [`ZeKernel`]): SPIR-V modules (OpenCL flavour) are
+//!   validated and reflected before the driver sees them (kernels and their parameters,
+//!   globals: offload-spirv's job, see `spirv.rs`), then built by `zeModuleCreate`; a
+//!   malformed image never reaches it. Native binaries (an ELF for `EM_INTELGT`) are built
+//!   as `ZE_MODULE_FORMAT_NATIVE`; their kernels take no arguments as far as offload can
+//!   tell. A build failure is `Error::InvalidBinary` with the driver's build log. Launches
+//!   check their arguments against the parameters (`offload_driver::pack_args`) and the
+//!   geometry against the device, then `zeKernelSetGroupSize`,
+//!   `zeKernelSetArgumentValue` and `zeCommandListAppendLaunchKernel` under the kernel's
+//!   lock. Dynamic work-group memory is `Unsupported`. Globals are
+//!   `zeModuleGetGlobalPointer`. [`fixtures::KERNELS`] is the conformance kernels' module.
+//! - **IPC**: `alloc_exportable` is device memory; `export` is `zeMemGetIpcHandle`, whose
+//!   file descriptor travels beside the bytes (SCM_RIGHTS, by the core's endpoint), with the
+//!   allocation's identity (`zeMemGetAllocProperties().id`, also
+//!   [`ZeBuffer::allocation_id`]); `import` is `zeMemOpenIpcHandle`, closed
+//!   (`zeMemCloseIpcHandle`) with its buffer. See `ipc.rs`.
 //! - **Shutdown**: Level Zero has no deinitialisation (nothing undoes `zeInit`), so
-//!   `deinit` only counts ([`stats`]). The platform and its devices share the library guard;
-//!   it is released when the runtime drops them, right after `deinit`. The loader itself
-//!   stays mapped (it is opened with `RTLD_NODELETE`): its drivers' threads may run their
-//!   code, and a later open finds it again.
+//!   `deinit` only counts ([`stats`]) and reports objects still alive as an error (they
+//!   stay valid and are freed when dropped); each context is destroyed with its last
+//!   object. The loader itself stays mapped (it is opened with `RTLD_NODELETE`): its
+//!   drivers' threads may run their code, and a later open finds it again.
+//!
+//! How it is tested: against a protocol-checking stand-in loader over host memory
+//! (`offload-driver/fake/fake_ze.c`, which runs the fixture kernels by name, runs queued
+//! commands out of order when their events allow it, and reports use after free, wrong
+//! contexts, events and modules misused, arguments of the wrong size or never set, images
+//! that should never have reached it, IPC handles not put or not closed, leaks, …) and
+//! against the real Debian loader on a machine without a Level Zero driver (the no-device
+//! path, and init/shutdown cycles). It has never run on Intel hardware.
 //!
 //! ```
 //! use offload_core::hal::{Device as _, Platform as _};
@@ -54,14 +88,44 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-// The crate's only unsafe code: Level Zero's C API, behind `Result`-returning calls.
+// Level Zero's C API, behind `Result`-returning calls; `unsafe fn`s where the driver trusts
+// addresses or handles.
 #[allow(unsafe_code)]
 mod ffi;
+// SPIR-V validation and reflection, before the driver sees a module (safe code).
+mod spirv;
+// The modules below call those `unsafe fn`s and own the handles, each call with its
+// `SAFETY` argument.
+#[allow(unsafe_code)]
+mod ipc;
+#[allow(unsafe_code)]
+mod memory;
+#[allow(unsafe_code)]
+mod platform;
+#[allow(unsafe_code)]
+mod program;
+#[allow(unsafe_code)]
+mod queue;
 
-use offload_core::{BackendKind, DeviceInfo, PlatformEntry, Result};
-use offload_driver::{Counters, Failure, Opened, driver_not_found};
+use offload_core::{BackendKind, PlatformEntry};
+use offload_driver::Counters;
 
-use crate::ffi::{DeviceHandle, ZE_RESULT_ERROR_UNINITIALIZED};
+pub use memory::ZeBuffer;
+pub use platform::{ZeDevice, ZePlatform};
+pub use program::{ZeKernel, ZeModule};
+pub use queue::{ZeEvent, ZeQueue};
+
+/// The conformance kernels as an OpenCL-flavour SPIR-V module (`fixtures/kernels.cl`, built
+/// by `fixtures/build.sh` with clang; never run on Intel hardware): `add_one`, `fill`,
+/// `noop`, `read_global` and a global `g`.
+pub mod fixtures {
+    /// The kernels.
+    ///
+    /// ```
+    /// assert_eq!(offload_ze::fixtures::KERNELS[..4], [0x03, 0x02, 0x23, 0x07]);
+    /// ```
+    pub const KERNELS: &[u8] = include_bytes!("../fixtures/kernels.spv");
+}
 
 /// The backend family this crate implements.
 ///
@@ -77,10 +141,7 @@ pub const BACKEND: BackendKind = BackendKind::Ze;
 /// ```
 pub const LIBRARY: &str = ffi::LIBRARY;
 
-/// PCI vendor id of Intel.
-const INTEL: u32 = 0x8086;
-
-static COUNTERS: Counters = Counters::new();
+pub(crate) static COUNTERS: Counters = Counters::new();
 
 /// Process-wide counts of what the Level Zero backend did.
 ///
@@ -105,130 +166,11 @@ pub fn stats() -> ZeStats {
     COUNTERS.stats()
 }
 
-/// The entry the facade registers for the `ze` feature: a memory-less platform (devices
-/// only; memory, programs and queues answer `Error::Unsupported`).
+/// The entry the facade registers for the `ze` feature (with IPC).
 ///
 /// ```
 /// assert_eq!(offload_ze::platform().kind(), offload_core::BackendKind::Ze);
 /// ```
 pub fn platform() -> PlatformEntry {
-    PlatformEntry::of::<ZePlatform>()
-}
-
-/// The Level Zero platform: the loader, initialised, with its drivers' devices (at least
-/// one).
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::{Config, Error};
-/// match offload_ze::ZePlatform::open(&Config::default()) {
-///     Ok(ze) => {
-///         println!("{}: {} device(s)", ze.name(), ze.devices().len());
-///         ze.deinit()?;
-///     }
-///     Err(Error::DriverNotFound { library, reason, .. }) => {
-///         println!("no Level Zero ({library}): {reason}")
-///     }
-///     Err(e) => return Err(e),
-/// }
-/// # Ok::<(), Error>(())
-/// ```
-pub type ZePlatform = offload_driver::Platform<ZeDriver>;
-
-/// A Level Zero device. It holds the loader open for as long as it lives; its `ordinal()`
-/// is its position among the platform's devices: the drivers in the loader's order, each
-/// driver's devices in its order.
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::{Config};
-/// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else {
-///     return; // no Level Zero device on this machine
-/// };
-/// for dev in ze.devices() {
-///     println!("device {}", dev.ordinal());
-/// }
-/// ```
-pub type ZeDevice = offload_driver::Device<ZeDriver>;
-
-/// The Level Zero loader as [`ZePlatform`] uses it: the library and its entry points.
-///
-/// ```
-/// use offload_driver::Driver;
-/// assert_eq!(<offload_ze::ZeDriver as Driver>::KIND, offload_core::BackendKind::Ze);
-/// ```
-pub struct ZeDriver {
-    driver: ffi::Driver,
-}
-
-impl offload_driver::Driver for ZeDriver {
-    const KIND: BackendKind = BackendKind::Ze;
-    type Handle = DeviceHandle;
-
-    /// Loads the loader, `zeInit(0)`, lists the drivers and their devices.
-    fn open() -> Result<Opened<Self>> {
-        let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
-        if let Err(init) = driver.init() {
-            // The loader answers this when it could initialise no driver (none installed,
-            // or none that found its hardware).
-            let reason = if init.code == i64::from(ZE_RESULT_ERROR_UNINITIALIZED) {
-                format!("{init}: no Level Zero driver could be initialised")
-            } else {
-                init.to_string()
-            };
-            return Err(driver_not_found(BACKEND, LIBRARY, reason));
-        }
-        let on_init = |failure: Failure| failure.into_error(BACKEND, "Offload::init");
-        let drivers = driver.drivers().map_err(on_init)?;
-        let Some(&first) = drivers.first() else {
-            return Err(driver_not_found(BACKEND, LIBRARY, "zeDriverGet: 0 drivers"));
-        };
-        let mut devices = Vec::new();
-        for &each in &drivers {
-            devices.extend(driver.devices(each).map_err(on_init)?);
-        }
-        if devices.is_empty() {
-            return Err(driver_not_found(
-                BACKEND,
-                LIBRARY,
-                format!("zeDeviceGet: 0 devices on {} driver(s)", drivers.len()),
-            ));
-        }
-        // `Level Zero <API version of the first driver>`, e.g. `Level Zero 1.3`.
-        let name = match driver.api_version(first) {
-            Some((major, minor)) => format!("Level Zero {major}.{minor}"),
-            None => "Level Zero".into(),
-        };
-        Ok(Opened {
-            driver: ZeDriver { driver },
-            devices,
-            name,
-        })
-    }
-
-    fn library(&self) -> &str {
-        self.driver.library()
-    }
-
-    fn device_info(&self, device: DeviceHandle) -> Result<DeviceInfo> {
-        let driver = &self.driver;
-        let info = |failure: Failure| failure.into_error(BACKEND, "Device::info");
-        let description = driver.describe(device).map_err(info)?;
-        let mut properties = DeviceInfo::new(
-            description.name,
-            match description.vendor_id {
-                INTEL => "Intel".into(),
-                other => format!("PCI vendor {other:#06x}"),
-            },
-            BackendKind::Ze,
-            driver.total_memory(device).map_err(info)?,
-            u32::try_from(description.execution_units).unwrap_or(u32::MAX),
-        );
-        properties.vendor_id = Some(description.vendor_id);
-        Ok(properties)
-    }
-
-    fn counters() -> &'static Counters {
-        &COUNTERS
-    }
+    PlatformEntry::with_ipc::<ZePlatform>()
 }

@@ -2,8 +2,8 @@
 //! Zero driver never takes (drivers and devices found and described, init failures, no
 //! driver or device, driver errors, missing symbols).
 //!
-//! `tests/fixtures/fake_ze.c` is compiled here with the system C compiler into a private
-//! directory as `libze_loader.so.1`; each case runs in a child process (this test binary
+//! `offload-driver/fake/fake_ze.c` (the protocol-checking fake loader) is compiled here with
+//! the system C compiler into a private directory as `libze_loader.so.1`; each case runs in a child process (this test binary
 //! again) with that directory first on `LD_LIBRARY_PATH`, which the dynamic loader reads only
 //! at process start. Without a C compiler the tests print SKIP, except under `CI=true`.
 
@@ -13,7 +13,10 @@ use offload_ze::ZePlatform;
 /// The stand-in loader, built and run by offload-driver's harness.
 const FAKE: FakeDriver = FakeDriver {
     case_var: "OFFLOAD_ZE_FAKE_CASE",
-    source: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake_ze.c"),
+    source: concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../offload-driver/fake/fake_ze.c"
+    ),
     build_dir: env!("CARGO_TARGET_TMPDIR"),
     prefix: "fake-ze",
 };
@@ -33,8 +36,7 @@ fn devices_are_found_and_described() {
         FAKE.run(&dir, "open", &[]),
         "name=Level Zero 1.3 \
          devices=[Fake Arc 0.0|Intel|4294967296|64; Fake Arc 0.1|PCI vendor 0x1234|2147483648|16] \
-         alloc=ze: Device::alloc: unsupported: memory is not implemented for ze yet \
-         opened=1 deinitialised=1"
+         alloc=ok opened=1 deinitialised=1"
     );
     // Devices of every driver, drivers in the loader's order.
     let result = FAKE.run(
@@ -57,8 +59,7 @@ fn the_runtime_lists_the_devices_and_deinitialises() {
     assert!(
         result.starts_with(
             "platform=Level Zero 1.3 devices=[\"Fake Arc 0.0\", \"Fake Arc 0.1\"] \
-             alloc=ze: Device::alloc: unsupported: memory is not implemented for ze yet \
-             load=ze: Program::load: unsupported: "
+             alloc=ok load=ze: Program::load: invalid binary: "
         ),
         "{result}"
     );

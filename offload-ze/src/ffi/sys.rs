@@ -4,9 +4,9 @@
 //!
 //! The table is filled through a lookup closure (`dlsym` on the loader, or a test's own), in
 //! the style of ash's loaders. A required symbol that is missing is an error naming it; an
-//! optional one is `None`. Nothing here calls the loader. The two property structures are
-//! the specification's own (extended only through `pNext`, which offload leaves null), and
-//! their layout is checked against the header's at compile time.
+//! optional one is `None`. Nothing here calls the loader. The structures are the
+//! specification's own (extended only through `pNext`, which offload leaves null), and the
+//! layout of those the driver writes is checked against the header's at compile time.
 
 use std::ffi::{c_char, c_void};
 
@@ -18,6 +18,20 @@ pub(crate) type ZeDriverHandle = *mut c_void;
 pub(crate) type ZeDeviceHandle = *mut c_void;
 /// `ze_api_version_t`: `major << 16 | minor`.
 pub(crate) type ZeApiVersion = u32;
+/// `ze_context_handle_t`.
+pub(crate) type ZeContext = *mut c_void;
+/// `ze_command_list_handle_t`.
+pub(crate) type ZeCommandList = *mut c_void;
+/// `ze_event_pool_handle_t`.
+pub(crate) type ZeEventPool = *mut c_void;
+/// `ze_event_handle_t`.
+pub(crate) type ZeEvent = *mut c_void;
+/// `ze_module_handle_t`.
+pub(crate) type ZeModule = *mut c_void;
+/// `ze_module_build_log_handle_t`.
+pub(crate) type ZeBuildLog = *mut c_void;
+/// `ze_kernel_handle_t`.
+pub(crate) type ZeKernel = *mut c_void;
 
 /// `ZE_RESULT_SUCCESS`.
 pub(crate) const ZE_RESULT_SUCCESS: ZeResult = 0;
@@ -28,6 +42,56 @@ pub(crate) const ZE_RESULT_ERROR_UNINITIALIZED: ZeResult = 0x7800_0001;
 pub(crate) const ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES: u32 = 0x3;
 /// `ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES`.
 pub(crate) const ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES: u32 = 0x7;
+/// `ZE_RESULT_NOT_READY`.
+pub(crate) const ZE_RESULT_NOT_READY: ZeResult = 1;
+/// `ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY`.
+pub(crate) const ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY: ZeResult = 0x7000_0002;
+/// `ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY`.
+pub(crate) const ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY: ZeResult = 0x7000_0003;
+/// `ZE_RESULT_ERROR_MODULE_BUILD_FAILURE`.
+pub(crate) const ZE_RESULT_ERROR_MODULE_BUILD_FAILURE: ZeResult = 0x7000_0004;
+/// `ZE_RESULT_ERROR_INVALID_NATIVE_BINARY`.
+pub(crate) const ZE_RESULT_ERROR_INVALID_NATIVE_BINARY: ZeResult = 0x7800_000f;
+/// `ZE_RESULT_ERROR_INVALID_GLOBAL_NAME`.
+pub(crate) const ZE_RESULT_ERROR_INVALID_GLOBAL_NAME: ZeResult = 0x7800_0010;
+/// `ZE_RESULT_ERROR_INVALID_KERNEL_NAME`.
+pub(crate) const ZE_RESULT_ERROR_INVALID_KERNEL_NAME: ZeResult = 0x7800_0011;
+/// `ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES`.
+pub(crate) const ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES: u32 = 0x4;
+/// `ZE_STRUCTURE_TYPE_CONTEXT_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_CONTEXT_DESC: u32 = 0xd;
+/// `ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC: u32 = 0xe;
+/// `ZE_STRUCTURE_TYPE_EVENT_POOL_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_EVENT_POOL_DESC: u32 = 0x10;
+/// `ZE_STRUCTURE_TYPE_EVENT_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_EVENT_DESC: u32 = 0x11;
+/// `ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC: u32 = 0x15;
+/// `ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC: u32 = 0x16;
+/// `ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES`.
+pub(crate) const ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES: u32 = 0x17;
+/// `ZE_STRUCTURE_TYPE_MODULE_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_MODULE_DESC: u32 = 0x1b;
+/// `ZE_STRUCTURE_TYPE_KERNEL_DESC`.
+pub(crate) const ZE_STRUCTURE_TYPE_KERNEL_DESC: u32 = 0x1d;
+/// `ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS`.
+pub(crate) const ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS: u32 = 1;
+/// `ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS`.
+pub(crate) const ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS: u32 = 2;
+/// `ZE_EVENT_POOL_FLAG_HOST_VISIBLE`.
+pub(crate) const ZE_EVENT_POOL_FLAG_HOST_VISIBLE: u32 = 0x1;
+/// `ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP`.
+pub(crate) const ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP: u32 = 0x4;
+/// `ZE_EVENT_SCOPE_FLAG_HOST`.
+pub(crate) const ZE_EVENT_SCOPE_FLAG_HOST: u32 = 0x4;
+/// `ZE_MODULE_FORMAT_IL_SPIRV`.
+pub(crate) const ZE_MODULE_FORMAT_IL_SPIRV: u32 = 0;
+/// `ZE_MODULE_FORMAT_NATIVE`.
+pub(crate) const ZE_MODULE_FORMAT_NATIVE: u32 = 1;
+/// `ZE_MAX_IPC_HANDLE_SIZE`.
+pub(crate) const ZE_MAX_IPC_HANDLE_SIZE: usize = 64;
 /// `ZE_MAX_DEVICE_NAME`.
 pub(crate) const ZE_MAX_DEVICE_NAME: usize = 256;
 
@@ -174,6 +238,147 @@ impl DeviceMemoryProperties {
     }
 }
 
+/// `ze_device_compute_properties_t` (stype `ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceComputeProperties {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *mut c_void,
+    pub(crate) max_total_group_size: u32,
+    pub(crate) max_group_size: [u32; 3],
+    pub(crate) max_group_count: [u32; 3],
+    pub(crate) max_shared_local_memory: u32,
+    pub(crate) num_sub_group_sizes: u32,
+    pub(crate) sub_group_sizes: [u32; 8],
+}
+
+impl DeviceComputeProperties {
+    /// An empty structure, ready for `zeDeviceGetComputeProperties`.
+    pub(crate) fn new() -> Self {
+        DeviceComputeProperties {
+            stype: ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES,
+            p_next: std::ptr::null_mut(),
+            max_total_group_size: 0,
+            max_group_size: [0; 3],
+            max_group_count: [0; 3],
+            max_shared_local_memory: 0,
+            num_sub_group_sizes: 0,
+            sub_group_sizes: [0; 8],
+        }
+    }
+}
+
+/// `ze_context_desc_t`.
+#[repr(C)]
+pub(crate) struct ContextDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) flags: u32,
+}
+
+/// `ze_device_mem_alloc_desc_t`.
+#[repr(C)]
+pub(crate) struct DeviceMemAllocDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) flags: u32,
+    pub(crate) ordinal: u32,
+}
+
+/// `ze_host_mem_alloc_desc_t`.
+#[repr(C)]
+pub(crate) struct HostMemAllocDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) flags: u32,
+}
+
+/// `ze_memory_allocation_properties_t` (written by the driver).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemoryAllocationProperties {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *mut c_void,
+    pub(crate) memory_type: u32,
+    pub(crate) id: u64,
+    pub(crate) page_size: u64,
+}
+
+/// `ze_command_queue_desc_t` (an immediate command list's `altdesc`).
+#[repr(C)]
+pub(crate) struct CommandQueueDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) ordinal: u32,
+    pub(crate) index: u32,
+    pub(crate) flags: u32,
+    pub(crate) mode: u32,
+    pub(crate) priority: u32,
+}
+
+/// `ze_event_pool_desc_t`.
+#[repr(C)]
+pub(crate) struct EventPoolDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) flags: u32,
+    pub(crate) count: u32,
+}
+
+/// `ze_event_desc_t`.
+#[repr(C)]
+pub(crate) struct EventDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) index: u32,
+    pub(crate) signal: u32,
+    pub(crate) wait: u32,
+}
+
+/// `ze_kernel_timestamp_result_t`: `global` and `context` (start, end) ticks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct KernelTimestampResult {
+    pub(crate) global: [u64; 2],
+    pub(crate) context: [u64; 2],
+}
+
+/// `ze_module_desc_t`.
+#[repr(C)]
+pub(crate) struct ModuleDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) format: u32,
+    pub(crate) input_size: usize,
+    pub(crate) input: *const u8,
+    pub(crate) build_flags: *const c_char,
+    pub(crate) constants: *const c_void,
+}
+
+/// `ze_kernel_desc_t`.
+#[repr(C)]
+pub(crate) struct KernelDesc {
+    pub(crate) stype: u32,
+    pub(crate) p_next: *const c_void,
+    pub(crate) flags: u32,
+    pub(crate) name: *const c_char,
+}
+
+/// `ze_group_count_t`.
+#[repr(C)]
+pub(crate) struct GroupCount {
+    pub(crate) x: u32,
+    pub(crate) y: u32,
+    pub(crate) z: u32,
+}
+
+/// `ze_ipc_mem_handle_t`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IpcMemHandle {
+    pub(crate) data: [u8; ZE_MAX_IPC_HANDLE_SIZE],
+}
+
 // The layout `ze_api.h` 1.8 gives on 64-bit Linux (measured with offsetof): the driver
 // writes these structures, so a mismatch would be memory corruption, not a wrong value.
 #[cfg(target_pointer_width = "64")]
@@ -189,6 +394,14 @@ const _: () = {
     assert!(size_of::<DeviceMemoryProperties>() == 296);
     assert!(offset_of!(DeviceMemoryProperties, total_size) == 32);
     assert!(offset_of!(DeviceMemoryProperties, name) == 40);
+    assert!(size_of::<DeviceComputeProperties>() == 88);
+    assert!(offset_of!(DeviceComputeProperties, max_shared_local_memory) == 44);
+    assert!(size_of::<MemoryAllocationProperties>() == 40);
+    assert!(offset_of!(MemoryAllocationProperties, id) == 24);
+    assert!(size_of::<CommandQueueDesc>() == 40);
+    assert!(size_of::<ModuleDesc>() == 56);
+    assert!(size_of::<KernelTimestampResult>() == 32);
+    assert!(size_of::<IpcMemHandle>() == 64);
 };
 
 offload_driver::functions! {
@@ -202,10 +415,90 @@ offload_driver::functions! {
             "zeDeviceGetProperties": fn(ZeDeviceHandle, *mut DeviceProperties) -> ZeResult;
         ze_device_get_memory_properties = "zeDeviceGetMemoryProperties":
             fn(ZeDeviceHandle, *mut u32, *mut DeviceMemoryProperties) -> ZeResult;
+        ze_device_get_compute_properties = "zeDeviceGetComputeProperties":
+            fn(ZeDeviceHandle, *mut DeviceComputeProperties) -> ZeResult;
+        ze_context_create =
+            "zeContextCreate": fn(ZeDriverHandle, *const ContextDesc, *mut ZeContext) -> ZeResult;
+        ze_context_destroy = "zeContextDestroy": fn(ZeContext) -> ZeResult;
+        ze_mem_alloc_device = "zeMemAllocDevice": fn(
+            ZeContext, *const DeviceMemAllocDesc, usize, usize, ZeDeviceHandle, *mut *mut c_void
+        ) -> ZeResult;
+        ze_mem_alloc_host = "zeMemAllocHost":
+            fn(ZeContext, *const HostMemAllocDesc, usize, usize, *mut *mut c_void) -> ZeResult;
+        ze_mem_alloc_shared = "zeMemAllocShared": fn(
+            ZeContext,
+            *const DeviceMemAllocDesc,
+            *const HostMemAllocDesc,
+            usize,
+            usize,
+            ZeDeviceHandle,
+            *mut *mut c_void
+        ) -> ZeResult;
+        ze_mem_free = "zeMemFree": fn(ZeContext, *mut c_void) -> ZeResult;
+        ze_mem_get_alloc_properties = "zeMemGetAllocProperties": fn(
+            ZeContext, *const c_void, *mut MemoryAllocationProperties, *mut ZeDeviceHandle
+        ) -> ZeResult;
+        ze_mem_get_address_range = "zeMemGetAddressRange":
+            fn(ZeContext, *const c_void, *mut *mut c_void, *mut usize) -> ZeResult;
+        ze_mem_get_ipc_handle = "zeMemGetIpcHandle":
+            fn(ZeContext, *const c_void, *mut IpcMemHandle) -> ZeResult;
+        ze_mem_open_ipc_handle = "zeMemOpenIpcHandle":
+            fn(ZeContext, ZeDeviceHandle, IpcMemHandle, u32, *mut *mut c_void) -> ZeResult;
+        ze_mem_close_ipc_handle =
+            "zeMemCloseIpcHandle": fn(ZeContext, *const c_void) -> ZeResult;
+        ze_command_list_create_immediate = "zeCommandListCreateImmediate": fn(
+            ZeContext, ZeDeviceHandle, *const CommandQueueDesc, *mut ZeCommandList
+        ) -> ZeResult;
+        ze_command_list_destroy = "zeCommandListDestroy": fn(ZeCommandList) -> ZeResult;
+        ze_command_list_append_memory_copy = "zeCommandListAppendMemoryCopy": fn(
+            ZeCommandList, *mut c_void, *const c_void, usize, ZeEvent, u32, *mut ZeEvent
+        ) -> ZeResult;
+        ze_command_list_append_memory_fill = "zeCommandListAppendMemoryFill": fn(
+            ZeCommandList, *mut c_void, *const c_void, usize, usize, ZeEvent, u32, *mut ZeEvent
+        ) -> ZeResult;
+        ze_command_list_append_barrier = "zeCommandListAppendBarrier":
+            fn(ZeCommandList, ZeEvent, u32, *mut ZeEvent) -> ZeResult;
+        ze_command_list_append_launch_kernel = "zeCommandListAppendLaunchKernel": fn(
+            ZeCommandList, ZeKernel, *const GroupCount, ZeEvent, u32, *mut ZeEvent
+        ) -> ZeResult;
+        ze_event_pool_create = "zeEventPoolCreate": fn(
+            ZeContext, *const EventPoolDesc, u32, *mut ZeDeviceHandle, *mut ZeEventPool
+        ) -> ZeResult;
+        ze_event_pool_destroy = "zeEventPoolDestroy": fn(ZeEventPool) -> ZeResult;
+        ze_event_create =
+            "zeEventCreate": fn(ZeEventPool, *const EventDesc, *mut ZeEvent) -> ZeResult;
+        ze_event_destroy = "zeEventDestroy": fn(ZeEvent) -> ZeResult;
+        ze_event_host_signal = "zeEventHostSignal": fn(ZeEvent) -> ZeResult;
+        ze_event_host_synchronize = "zeEventHostSynchronize": fn(ZeEvent, u64) -> ZeResult;
+        ze_event_query_status = "zeEventQueryStatus": fn(ZeEvent) -> ZeResult;
+        ze_event_host_reset = "zeEventHostReset": fn(ZeEvent) -> ZeResult;
+        ze_event_query_kernel_timestamp = "zeEventQueryKernelTimestamp":
+            fn(ZeEvent, *mut KernelTimestampResult) -> ZeResult;
+        ze_module_create = "zeModuleCreate": fn(
+            ZeContext, ZeDeviceHandle, *const ModuleDesc, *mut ZeModule, *mut ZeBuildLog
+        ) -> ZeResult;
+        ze_module_destroy = "zeModuleDestroy": fn(ZeModule) -> ZeResult;
+        ze_module_build_log_destroy = "zeModuleBuildLogDestroy": fn(ZeBuildLog) -> ZeResult;
+        ze_module_build_log_get_string = "zeModuleBuildLogGetString":
+            fn(ZeBuildLog, *mut usize, *mut c_char) -> ZeResult;
+        ze_module_get_global_pointer = "zeModuleGetGlobalPointer":
+            fn(ZeModule, *const c_char, *mut usize, *mut *mut c_void) -> ZeResult;
+        ze_module_get_kernel_names = "zeModuleGetKernelNames":
+            fn(ZeModule, *mut u32, *mut *const c_char) -> ZeResult;
+        ze_kernel_create =
+            "zeKernelCreate": fn(ZeModule, *const KernelDesc, *mut ZeKernel) -> ZeResult;
+        ze_kernel_destroy = "zeKernelDestroy": fn(ZeKernel) -> ZeResult;
+        ze_kernel_set_group_size =
+            "zeKernelSetGroupSize": fn(ZeKernel, u32, u32, u32) -> ZeResult;
+        ze_kernel_set_argument_value = "zeKernelSetArgumentValue":
+            fn(ZeKernel, u32, usize, *const c_void) -> ZeResult;
     }
     optional {
         ze_driver_get_api_version =
             "zeDriverGetApiVersion": fn(ZeDriverHandle, *mut ZeApiVersion) -> ZeResult;
+        // Level Zero 1.6; the Debian loader (1.8.x) does not export it. Without it a handle
+        // is released with its allocation.
+        ze_mem_put_ipc_handle = "zeMemPutIpcHandle": fn(ZeContext, IpcMemHandle) -> ZeResult;
     }
 }
 

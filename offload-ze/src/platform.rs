@@ -1,0 +1,580 @@
+//! The Level Zero platform and its devices: the loader opened and initialised, one context
+//! per driver ([`ContextShared`]), a record per device ([`DeviceShared`]) that every object
+//! made on it holds, and the `hal` traits over them, each call delegating to the module that
+//! owns its objects (memory.rs, queue.rs, program.rs, ipc.rs).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use offload_core::hal::{self, HostFn, KernelOf};
+use offload_core::{
+    BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind, Result,
+};
+use offload_driver::{Failure, LaunchLimits, driver_not_found};
+
+use crate::ffi::{self, ContextHandle, DeviceHandle, DriverHandle, ListHandle};
+use crate::memory::ZeBuffer;
+use crate::program::{self, ZeKernel, ZeModule};
+use crate::queue::{ZeEvent, ZeQueue};
+use crate::{BACKEND, COUNTERS, LIBRARY};
+
+/// A failed driver call as the offload error of `call`.
+pub(crate) fn driver_error(call: &'static str) -> impl Fn(Failure) -> Error {
+    move |failure| failure.into_error(BackendKind::Ze, call)
+}
+
+/// PCI vendor id of Intel.
+const INTEL: u32 = 0x8086;
+
+/// One driver's context: every device of the driver, and every object made on them, use
+/// it. Destroyed (`zeContextDestroy`) when the last of them is gone.
+pub(crate) struct ContextShared {
+    pub(crate) driver: Arc<ffi::Driver>,
+    pub(crate) handle: ContextHandle,
+}
+
+impl Drop for ContextShared {
+    fn drop(&mut self) {
+        // SAFETY: the context is live and destroyed once, here: everything made in it held
+        // this record, so nothing of it is left.
+        let _ = unsafe { self.driver.context_destroy(self.handle) };
+    }
+}
+
+/// One device: its context, its handle, its limits, the synchronous command list that the
+/// host's copies go through, and the count of objects made on it.
+pub(crate) struct DeviceShared {
+    pub(crate) context: Arc<ContextShared>,
+    pub(crate) handle: DeviceHandle,
+    pub(crate) ordinal: u32,
+    /// What launches are checked against, read once.
+    pub(crate) limits: LaunchLimits,
+    /// `ze_device_properties_t::uuid`.
+    pub(crate) uuid: [u8; 16],
+    /// Nanoseconds per timestamp tick.
+    pub(crate) timer_ns: u64,
+    /// A synchronous immediate command list for the host's copies and fills, made at the
+    /// first one; its lock serialises its use (command lists are not thread-safe).
+    copier: Mutex<Option<ListHandle>>,
+    /// Buffers, modules, queues and events made on it and not yet destroyed.
+    live: AtomicUsize,
+    /// The IPC mappings open on it.
+    pub(crate) mappings: Mutex<Vec<std::sync::Weak<crate::ipc::Mapping>>>,
+}
+
+impl DeviceShared {
+    pub(crate) fn driver(&self) -> &ffi::Driver {
+        &self.context.driver
+    }
+
+    pub(crate) fn context(&self) -> ContextHandle {
+        self.context.handle
+    }
+
+    /// Counts an object made on the device.
+    pub(crate) fn made(&self) {
+        self.live.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts an object destroyed.
+    pub(crate) fn destroyed(&self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f` with the device's synchronous command list (made at the first use), which
+    /// nothing else uses meanwhile: every append on it returns once its work has run.
+    pub(crate) fn with_copier<T>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(ListHandle) -> std::result::Result<T, Failure>,
+    ) -> Result<T> {
+        let mut copier: MutexGuard<'_, Option<ListHandle>> =
+            self.copier.lock().unwrap_or_else(PoisonError::into_inner);
+        let list = match *copier {
+            Some(list) => list,
+            None => {
+                let list = self
+                    .driver()
+                    .list_create(self.context(), self.handle, true)
+                    .map_err(driver_error(call))?;
+                *copier = Some(list);
+                list
+            }
+        };
+        f(list).map_err(driver_error(call))
+    }
+}
+
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        let copier = self
+            .copier
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(list) = copier {
+            // SAFETY: the list is live, destroyed once, here; it is synchronous, so no work
+            // on it is pending.
+            let _ = unsafe { self.context.driver.list_destroy(list) };
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceShared")
+            .field("ordinal", &self.ordinal)
+            .finish()
+    }
+}
+
+/// The Level Zero platform: the loader, initialised, with its drivers' devices (at least
+/// one), and one context per driver.
+///
+/// ```
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::{Config, Error};
+/// match offload_ze::ZePlatform::open(&Config::default()) {
+///     Ok(ze) => {
+///         println!("{}: {} device(s)", ze.name(), ze.devices().len());
+///         ze.deinit()?;
+///     }
+///     Err(Error::DriverNotFound { library, reason, .. }) => {
+///         println!("no Level Zero ({library}): {reason}")
+///     }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), Error>(())
+/// ```
+pub struct ZePlatform {
+    driver: Arc<ffi::Driver>,
+    /// One per device, drivers in the loader's order; taken by `deinit`.
+    devices: Mutex<Option<Vec<Arc<DeviceShared>>>>,
+    name: String,
+}
+
+impl std::fmt::Debug for ZePlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZePlatform")
+            .field("name", &self.name)
+            .field("library", &self.driver.library())
+            .finish()
+    }
+}
+
+/// A Level Zero device. It holds its driver's context (and the loader) for as long as it
+/// lives; its `ordinal()` is its position among the platform's devices: the drivers in the
+/// loader's order, each driver's devices in its order.
+///
+/// ```
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::Config;
+/// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else {
+///     return; // no Level Zero device on this machine
+/// };
+/// for dev in ze.devices() {
+///     println!("device {}", dev.ordinal());
+/// }
+/// ```
+pub struct ZeDevice {
+    pub(crate) shared: Arc<DeviceShared>,
+}
+
+impl ZeDevice {
+    /// The device's position among the platform's devices.
+    ///
+    /// ```
+    /// fn first(d: &offload_ze::ZeDevice) -> bool { d.ordinal() == 0 }
+    /// ```
+    pub fn ordinal(&self) -> u32 {
+        self.shared.ordinal
+    }
+}
+
+impl std::fmt::Debug for ZeDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZeDevice")
+            .field("ordinal", &self.shared.ordinal)
+            .finish()
+    }
+}
+
+fn limits(driver: &ffi::Driver, device: DeviceHandle) -> LaunchLimits {
+    let compute = driver.compute(device).ok();
+    let or = |v: u32, fallback: u32| if v > 0 { v } else { fallback };
+    LaunchLimits {
+        max_block_threads: compute.map_or(256, |c| or(c.max_group_threads, 256)),
+        max_block: compute.map_or([256, 256, 256], |c| c.max_group.map(|v| or(v, 1))),
+        max_grid: compute.map_or([65535; 3], |c| c.max_groups.map(|v| or(v, 65535))),
+        max_shared_memory: compute.map_or(0, |c| c.shared_memory),
+        attributes: ("maxGroupSize*", "maxGroupCount*"),
+    }
+}
+
+impl hal::Platform for ZePlatform {
+    type Device = ZeDevice;
+    const KIND: BackendKind = BACKEND;
+
+    /// Loads the loader, `zeInit(0)`, lists the drivers and their devices and makes one
+    /// context per driver that has devices.
+    fn open(_config: &Config) -> Result<Self> {
+        let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
+        if let Err(init) = driver.init() {
+            // The loader answers this when it could initialise no driver (none installed,
+            // or none that found its hardware).
+            let reason = if init.code == i64::from(ffi::ZE_RESULT_ERROR_UNINITIALIZED) {
+                format!("{init}: no Level Zero driver could be initialised")
+            } else {
+                init.to_string()
+            };
+            return Err(driver_not_found(BACKEND, LIBRARY, reason));
+        }
+        let on_init = driver_error("Offload::init");
+        let drivers = driver.drivers().map_err(&on_init)?;
+        let Some(&first) = drivers.first() else {
+            return Err(driver_not_found(BACKEND, LIBRARY, "zeDriverGet: 0 drivers"));
+        };
+        let mut found: Vec<(DriverHandle, Vec<DeviceHandle>)> = Vec::new();
+        for &each in &drivers {
+            let devices = driver.devices(each).map_err(&on_init)?;
+            if !devices.is_empty() {
+                found.push((each, devices));
+            }
+        }
+        if found.is_empty() {
+            return Err(driver_not_found(
+                BACKEND,
+                LIBRARY,
+                format!("zeDeviceGet: 0 devices on {} driver(s)", drivers.len()),
+            ));
+        }
+        // `Level Zero <API version of the first driver>`, e.g. `Level Zero 1.3`.
+        let name = match driver.api_version(first) {
+            Some((major, minor)) => format!("Level Zero {major}.{minor}"),
+            None => "Level Zero".into(),
+        };
+        let driver = Arc::new(driver);
+        let mut devices = Vec::new();
+        for (each, handles) in found {
+            // Made here, destroyed with the last object of it (ContextShared's drop): on a
+            // later failure the ones made so far go with `devices`.
+            let context = Arc::new(ContextShared {
+                handle: driver.context_create(each).map_err(&on_init)?,
+                driver: driver.clone(),
+            });
+            for handle in handles {
+                let description = driver.describe(handle).ok();
+                devices.push(Arc::new(DeviceShared {
+                    context: context.clone(),
+                    handle,
+                    ordinal: devices.len() as u32,
+                    limits: limits(&driver, handle),
+                    uuid: description.as_ref().map_or([0; 16], |d| d.uuid),
+                    timer_ns: description.as_ref().map_or(1, |d| d.timer_ns.max(1)),
+                    copier: Mutex::new(None),
+                    live: AtomicUsize::new(0),
+                    mappings: Mutex::default(),
+                }));
+            }
+        }
+        COUNTERS.opened();
+        Ok(ZePlatform {
+            driver,
+            devices: Mutex::new(Some(devices)),
+            name,
+        })
+    }
+
+    /// `Level Zero <API version>`, e.g. `Level Zero 1.3`.
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn devices(&self) -> Vec<ZeDevice> {
+        let devices = self.devices.lock().unwrap_or_else(PoisonError::into_inner);
+        devices
+            .iter()
+            .flatten()
+            .map(|shared| ZeDevice {
+                shared: shared.clone(),
+            })
+            .collect()
+    }
+
+    /// Level Zero has no deinitialisation (nothing undoes `zeInit`): counts it, lets go of
+    /// the devices (the contexts are destroyed with the last object made in them), and
+    /// reports the objects still alive (a leak; they stay valid and are freed when dropped).
+    fn deinit(&self) -> Result<()> {
+        let taken = self
+            .devices
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(devices) = taken else {
+            return Ok(()); // already deinitialised
+        };
+        COUNTERS.deinitialised();
+        let leaked: usize = devices.iter().map(|d| d.live()).sum();
+        drop(devices);
+        if leaked > 0 {
+            return Err(Error::Driver {
+                backend: BACKEND,
+                call: "Offload::shutdown",
+                code: leaked as i64,
+                message: format!(
+                    "{leaked} Level Zero objects were still alive at deinit (they are freed \
+                     when they are dropped)"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn info(shared: &DeviceShared) -> Result<DeviceInfo> {
+    let driver = shared.driver();
+    let failed = driver_error("Device::info");
+    let description = driver.describe(shared.handle).map_err(&failed)?;
+    let mut info = DeviceInfo::new(
+        description.name,
+        match description.vendor_id {
+            INTEL => "Intel".into(),
+            other => format!("PCI vendor {other:#06x}"),
+        },
+        BACKEND,
+        driver.total_memory(shared.handle).map_err(&failed)?,
+        u32::try_from(description.execution_units).unwrap_or(u32::MAX),
+    );
+    info.vendor_id = Some(description.vendor_id);
+    let limits = &shared.limits;
+    info.max_block_threads = Some(limits.max_block_threads);
+    info.max_block = Some(limits.max_block);
+    info.max_grid = Some(limits.max_grid);
+    info.max_alloc = (description.max_alloc > 0).then_some(description.max_alloc);
+    // Dynamic work-group memory is not offered (see `launch`): none for launches.
+    info.shared_memory = Some(0);
+    info.address_bits = Some(64);
+    info.clock_mhz = (description.clock_mhz > 0).then_some(description.clock_mhz);
+    Ok(info)
+}
+
+impl hal::Device for ZeDevice {
+    type Buffer = ZeBuffer;
+    type Program = ZeModule;
+    type Queue = ZeQueue;
+    type Event = ZeEvent;
+
+    fn info(&self) -> Result<DeviceInfo> {
+        info(&self.shared)
+    }
+
+    /// `Device`: `zeMemAllocDevice`; `Host`: `zeMemAllocHost`; `Shared`: `zeMemAllocShared`.
+    fn alloc(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
+        ZeBuffer::new(&self.shared, size, kind, false, "Device::alloc")
+    }
+
+    fn free(&self, buffer: ZeBuffer) -> Result<()> {
+        buffer.free()
+    }
+
+    fn read(&self, buffer: &ZeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        buffer.read(offset, dst)
+    }
+
+    fn write(&self, buffer: &mut ZeBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        buffer.write(offset, src)
+    }
+
+    fn fill(&self, buffer: &mut ZeBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
+        buffer.fill(offset, len, value)
+    }
+
+    fn copy(
+        &self,
+        src: &ZeBuffer,
+        src_offset: usize,
+        dst: &mut ZeBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        dst.copy_from(dst_offset, src, src_offset, len)
+    }
+
+    fn copy_within(&self, buffer: &mut ZeBuffer, so: usize, d: usize, len: usize) -> Result<()> {
+        buffer.copy_within(so, d, len)
+    }
+
+    /// Host (`zeMemAllocHost`) and shared (`zeMemAllocShared`) memory; device memory and
+    /// imports are `Unsupported`.
+    fn with_mapped(&self, buffer: &mut ZeBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        f(buffer.mapped_bytes()?);
+        Ok(())
+    }
+
+    fn load(&self, image: &[u8]) -> Result<ZeModule> {
+        program::load(&self.shared, image)
+    }
+
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        program::validate(image, "Device::validate").map(drop)
+    }
+
+    fn queue(&self) -> Result<ZeQueue> {
+        ZeQueue::new(&self.shared)
+    }
+
+    /// Waits for the queue's work, then destroys it (L4).
+    fn destroy_queue(&self, queue: ZeQueue) -> Result<()> {
+        let synced = queue.sync();
+        drop(queue);
+        synced
+    }
+
+    // Unverified code runs behind this call: the caller holds the launch contract.
+    #[allow(unsafe_code)]
+    unsafe fn launch(
+        &self,
+        queue: &ZeQueue,
+        kernel: &KernelOf<Self>,
+        dims: &Dims,
+        args: &[KernelArg<'_, ZeBuffer>],
+    ) -> Result<()> {
+        queue.launch(kernel, dims, args)
+    }
+
+    fn enqueue_write(
+        &self,
+        queue: &ZeQueue,
+        buffer: &ZeBuffer,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        queue.enqueue_write(buffer, offset, data)
+    }
+
+    fn enqueue_fill(
+        &self,
+        queue: &ZeQueue,
+        buffer: &ZeBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        queue.enqueue_fill(buffer, offset, len, pattern)
+    }
+
+    fn enqueue_copy(
+        &self,
+        queue: &ZeQueue,
+        src: &ZeBuffer,
+        src_offset: usize,
+        dst: &ZeBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        queue.enqueue_copy(src, src_offset, dst, dst_offset, len)
+    }
+
+    /// Level Zero has no host callbacks: a thread of the queue waits for the work before
+    /// `f`, runs it, then signals the event the later work waits on (queue.rs).
+    fn enqueue_host_fn(&self, queue: &ZeQueue, f: HostFn) -> Result<()> {
+        queue.enqueue_host_fn(f)
+    }
+
+    fn sync(&self, queue: &ZeQueue) -> Result<()> {
+        queue.sync()
+    }
+
+    fn is_idle(&self, queue: &ZeQueue) -> Result<bool> {
+        queue.is_idle()
+    }
+
+    fn record(&self, queue: &ZeQueue) -> Result<ZeEvent> {
+        queue.record()
+    }
+
+    fn wait_event(&self, queue: &ZeQueue, event: &ZeEvent) -> Result<()> {
+        queue.wait_event(event)
+    }
+
+    fn sync_event(&self, event: &ZeEvent) -> Result<()> {
+        event.sync()
+    }
+
+    fn is_complete(&self, event: &ZeEvent) -> Result<bool> {
+        event.is_complete()
+    }
+
+    fn elapsed(&self, start: &ZeEvent, end: &ZeEvent) -> Result<Duration> {
+        end.since(start)
+    }
+
+    fn destroy_event(&self, event: ZeEvent) -> Result<()> {
+        drop(event);
+        Ok(())
+    }
+}
+
+/// Device memory shared with other processes through Level Zero IPC (see ipc.rs).
+impl hal::Ipc for ZeDevice {
+    /// `ze_device_properties_t::uuid`.
+    fn uuid(&self) -> [u8; 16] {
+        self.shared.uuid
+    }
+
+    fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
+        ZeBuffer::new(&self.shared, size, kind, true, "Device::alloc_exportable")
+    }
+
+    fn export(&self, buffer: &ZeBuffer) -> Result<hal::Exported> {
+        crate::ipc::export(buffer)
+    }
+
+    fn import(&self, exported: hal::Exported) -> Result<ZeBuffer> {
+        crate::ipc::import(&self.shared, exported)
+    }
+}
+
+impl hal::Program for ZeModule {
+    type Kernel = ZeKernel;
+
+    fn kernel(&self, name: &str) -> Result<ZeKernel> {
+        ZeModule::kernel(self, name)
+    }
+
+    fn params(kernel: &ZeKernel) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        ZeModule::kernels(self)
+    }
+
+    fn globals(&self) -> Vec<String> {
+        ZeModule::globals(self)
+    }
+
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        self.global_info(name)
+    }
+
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        ZeModule::read_global(self, name, offset, dst)
+    }
+
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        ZeModule::write_global(self, name, offset, src)
+    }
+
+    /// Unloads now, or with the last kernel of it, after its queued launches.
+    fn unload(self) -> Result<()> {
+        let waited = self.inner.uses.wait("Module::unload");
+        drop(self);
+        waited
+    }
+}

@@ -1,0 +1,697 @@
+//! Queues are asynchronous immediate command lists; events order their work; host functions
+//! run on threads of the queue.
+//!
+//! Level Zero runs the commands of a list in no promised order: offload chains them with
+//! events. Each queue has a pool of [`POOL`] host-visible events; every command it appends
+//! signals one and waits for the one the previous command signalled, so the queue is an
+//! in-order stream (Q1: each call returns once appended). When the pool runs out, and at
+//! every `sync`, the queue waits for its last event, then resets the events for reuse
+//! (nothing pending waits on them any more).
+//!
+//! - `record` makes an event of its own (a one-event pool with kernel timestamps), signalled
+//!   by a barrier after the queue's work so far; `elapsed` reads the two events' timestamps
+//!   (`zeEventQueryKernelTimestamp`, ticks of `timerResolution` nanoseconds). An event
+//!   waits for its barrier before it is destroyed.
+//! - `wait_event` appends a barrier that waits for the queue's last event and the other
+//!   queue's event; the queue keeps that event alive until it has passed the barrier.
+//! - Host functions: Level Zero has none. `enqueue_host_fn` appends a barrier that signals
+//!   event A after the work so far, takes an event B that only the host signals, and makes
+//!   B the event the next command waits for; a thread of the queue waits for A
+//!   (`zeEventHostSynchronize`), runs `f` (a panic is caught and reported by the next sync
+//!   as `Error::Callback`), then signals B (`zeEventHostSignal`). The threads are joined by
+//!   `sync` and when the queue is destroyed: none outlives its queue (L2). `f` must not use
+//!   its own queue (the queue would wait for itself).
+//! - Queued writes copy their bytes into memory the queue keeps until it knows the list has
+//!   passed them (a sync or a recycle).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use offload_core::hal::HostFn;
+use offload_core::{BackendKind, Dims, Error, KernelArg, Result};
+use offload_driver::Failure;
+
+/// What went wrong on a queue's host-function thread, reported by the next sync: the
+/// function's panic (`Error::Callback`) or a failed driver call (`Error::Driver`).
+type HostFailure = Arc<Mutex<Option<Error>>>;
+
+use crate::ffi::{EventHandle, ListHandle, PoolHandle};
+use crate::memory::ZeBuffer;
+use crate::platform::{DeviceShared, driver_error};
+use crate::program::ZeKernel;
+
+/// Events per queue.
+const POOL: u32 = 64;
+
+/// What a queue's lock guards.
+#[derive(Default)]
+struct State {
+    /// Events no pending command waits on or signals (reset).
+    free: Vec<EventHandle>,
+    /// Events appended since the last recycle, in order.
+    used: Vec<EventHandle>,
+    /// The event the next command waits for.
+    last: Option<EventHandle>,
+    /// Bytes of queued writes.
+    kept: Vec<Vec<u8>>,
+    /// Host-function threads not yet joined.
+    threads: Vec<JoinHandle<()>>,
+    /// Events of `record` and `wait_event` that pending commands signal or wait on.
+    held: Vec<Arc<EventInner>>,
+}
+
+/// A queue: its command list, its events, and what it keeps; shared with the buffers,
+/// modules and kernels whose work it holds.
+pub(crate) struct QueueShared {
+    device: Arc<DeviceShared>,
+    list: ListHandle,
+    pool: PoolHandle,
+    /// Every event of the pool (destroyed with the queue).
+    events: Vec<EventHandle>,
+    state: Mutex<State>,
+    /// A host function's panic, reported by the next sync.
+    failure: HostFailure,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `zeEventHostSynchronize`, tried once more when it fails: the frees and destroys that
+/// wait for work must not give up (and leak) on one failed call; a driver whose waits keep
+/// failing has lost its device, and the second failure is returned.
+fn wait_for(driver: &crate::ffi::Driver, event: EventHandle) -> std::result::Result<(), Failure> {
+    driver
+        .event_wait(event)
+        .or_else(|_| driver.event_wait(event))
+}
+
+impl QueueShared {
+    /// Waits for everything appended so far, joins the host-function threads, and resets
+    /// the used events for reuse.
+    fn drain(&self, state: &mut State, call: &'static str) -> Result<()> {
+        let driver = self.device.driver();
+        if let Some(last) = state.last {
+            wait_for(driver, last).map_err(driver_error(call))?;
+        }
+        // The events of `record`: their barriers come after `last`'s command, but nothing
+        // orders them before it; wait for them too, so no pending barrier waits on an event
+        // reset below.
+        for event in &state.held {
+            wait_for(driver, event.raw).map_err(driver_error(call))?;
+        }
+        state.held.clear();
+        for thread in state.threads.drain(..) {
+            // The function's panic is caught inside the thread (`run_host_fn`).
+            let _ = thread.join();
+        }
+        state.kept.clear();
+        state.last = None;
+        while let Some(&event) = state.used.last() {
+            // SAFETY: every command appended so far has run (its last event, and the
+            // barriers of the held events, waited for): none waits on or signals it.
+            unsafe { driver.event_reset(event) }.map_err(driver_error(call))?;
+            state.used.pop();
+            state.free.push(event);
+        }
+        Ok(())
+    }
+
+    /// Appends one command through `append(list, signal, waits)`: it signals a fresh event
+    /// and waits for the previous command's (and `extra`).
+    fn append(
+        &self,
+        call: &'static str,
+        extra: Option<EventHandle>,
+        append: impl FnOnce(ListHandle, EventHandle, &[EventHandle]) -> std::result::Result<(), Failure>,
+    ) -> Result<()> {
+        let mut state = lock(&self.state);
+        if state.free.is_empty() {
+            self.drain(&mut state, call)?;
+        }
+        let Some(signal) = state.free.pop() else {
+            return Err(driver_error(call)(Failure::new(call, 0, "no free event")));
+        };
+        let waits: Vec<EventHandle> = state.last.into_iter().chain(extra).collect();
+        if let Err(failure) = append(self.list, signal, &waits) {
+            state.free.push(signal);
+            return Err(failure.into_error(BackendKind::Ze, call));
+        }
+        state.used.push(signal);
+        state.last = Some(signal);
+        Ok(())
+    }
+}
+
+impl offload_driver::Stream for QueueShared {
+    /// Waits for everything enqueued so far.
+    fn synchronize(&self, call: &'static str) -> Result<()> {
+        let mut state = lock(&self.state);
+        self.drain(&mut state, call)
+    }
+}
+
+impl Drop for QueueShared {
+    fn drop(&mut self) {
+        const CALL: &str = "Queue::destroy";
+        let mut state =
+            std::mem::take(self.state.get_mut().unwrap_or_else(PoisonError::into_inner));
+        // A drain that fails once (a reset refused) is tried again before the queue is
+        // given up.
+        let drained = self.drain(&mut state, CALL).is_ok() || self.drain(&mut state, CALL).is_ok();
+        let driver = self.device.driver();
+        if drained {
+            // SAFETY: the list is live, destroyed once, here, after its work (drained).
+            let _ = unsafe { driver.list_destroy(self.list) };
+            let mut all = true;
+            for &event in &self.events {
+                // SAFETY: each event is live, destroyed once; no pending command uses it.
+                all &= unsafe { driver.event_destroy(event) }.is_ok();
+            }
+            if all {
+                // SAFETY: the pool is live, destroyed once, its events gone (a pool whose
+                // event the driver would not destroy is left to it).
+                let _ = unsafe { driver.pool_destroy(self.pool) };
+            }
+        }
+        // A queue whose work cannot be waited for (a lost device) is leaked rather than
+        // destroyed under that work.
+        self.device.destroyed();
+    }
+}
+
+/// A Level Zero queue: an asynchronous immediate command list whose commands are chained
+/// by events.
+///
+/// ```
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::Config;
+/// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else { return Ok(()) };
+/// let dev = ze.devices().remove(0);
+/// let queue = dev.queue()?;
+/// dev.sync(&queue)?;
+/// dev.destroy_queue(queue)?;
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct ZeQueue {
+    pub(crate) shared: Arc<QueueShared>,
+}
+
+impl std::fmt::Debug for ZeQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ZeQueue")
+    }
+}
+
+/// An event of its own pool (with kernel timestamps), signalled by a barrier; destroyed
+/// once that barrier has run.
+pub(crate) struct EventInner {
+    device: Arc<DeviceShared>,
+    pool: PoolHandle,
+    pub(crate) raw: EventHandle,
+}
+
+impl Drop for EventInner {
+    fn drop(&mut self) {
+        let driver = self.device.driver();
+        // The barrier that signals it must have run before it goes.
+        if wait_for(driver, self.raw).is_ok() {
+            // SAFETY: live, destroyed once, here; its barrier has run, and the queues that
+            // wait on it hold this record until they have passed it.
+            unsafe {
+                if driver.event_destroy(self.raw).is_ok() {
+                    let _ = driver.pool_destroy(self.pool);
+                }
+            }
+        }
+        self.device.destroyed();
+    }
+}
+
+/// A Level Zero event, recorded on a queue.
+///
+/// ```
+/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::Config;
+/// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else { return Ok(()) };
+/// let dev = ze.devices().remove(0);
+/// let queue = dev.queue()?;
+/// let (a, b) = (dev.record(&queue)?, dev.record(&queue)?);
+/// println!("{:?}", dev.elapsed(&a, &b)?);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub struct ZeEvent {
+    inner: Arc<EventInner>,
+}
+
+impl std::fmt::Debug for ZeEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ZeEvent")
+    }
+}
+
+fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        call,
+        reason: reason.into(),
+    }
+}
+
+/// Runs a host function on its thread: after the work before it (`after`), then lets the
+/// work after it go (`gate`).
+fn run_host_fn(
+    device: Arc<DeviceShared>,
+    after: EventHandle,
+    gate: EventHandle,
+    f: HostFn,
+    failure: HostFailure,
+) {
+    const CALL: &str = "Queue::enqueue_host_fn";
+    let driver = device.driver();
+    let waited = wait_for(driver, after);
+    if let Err(e) = waited {
+        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, CALL));
+    } else if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string payload".into());
+        lock(&failure).get_or_insert(Error::Callback {
+            callback: CALL,
+            source: format!("the host function panicked: {message}").into(),
+        });
+    }
+    // Whatever happened, the work after it must not wait forever: a failed signal is
+    // tried again (a driver that never signals has lost its device, and its waits fail).
+    let mut last = None;
+    for _ in 0..3 {
+        match driver.event_signal(gate) {
+            Ok(()) => return,
+            Err(e) => last = Some(e),
+        }
+    }
+    if let Some(e) = last {
+        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, CALL));
+    }
+}
+
+impl ZeQueue {
+    /// An asynchronous immediate command list and its events on `device`.
+    pub(crate) fn new(device: &Arc<DeviceShared>) -> Result<ZeQueue> {
+        const CALL: &str = "Device::queue";
+        let driver = device.driver();
+        let failed = driver_error(CALL);
+        let list = driver
+            .list_create(device.context(), device.handle, false)
+            .map_err(&failed)?;
+        let pool = match driver.pool_create(device.context(), device.handle, POOL, false) {
+            Ok(pool) => pool,
+            Err(e) => {
+                // SAFETY: made just above, nothing appended.
+                let _ = unsafe { driver.list_destroy(list) };
+                return Err(failed(e));
+            }
+        };
+        let mut events = Vec::with_capacity(POOL as usize);
+        for index in 0..POOL {
+            match driver.event_create(pool, index) {
+                Ok(event) => events.push(event),
+                Err(e) => {
+                    // SAFETY: all made just above, none used.
+                    unsafe {
+                        let mut all = true;
+                        for &event in &events {
+                            all &= driver.event_destroy(event).is_ok();
+                        }
+                        if all {
+                            let _ = driver.pool_destroy(pool);
+                        }
+                        let _ = driver.list_destroy(list);
+                    }
+                    return Err(failed(e));
+                }
+            }
+        }
+        device.made();
+        Ok(ZeQueue {
+            shared: Arc::new(QueueShared {
+                device: device.clone(),
+                list,
+                pool,
+                state: Mutex::new(State {
+                    free: events.iter().rev().copied().collect(),
+                    ..State::default()
+                }),
+                events,
+                failure: HostFailure::default(),
+            }),
+        })
+    }
+
+    fn device(&self) -> &Arc<DeviceShared> {
+        &self.shared.device
+    }
+
+    /// Checks that `buffers` are on the queue's device.
+    fn check(&self, call: &'static str, buffers: &[&ZeBuffer]) -> Result<()> {
+        if buffers
+            .iter()
+            .any(|b| !Arc::ptr_eq(b.device(), self.device()))
+        {
+            return Err(invalid(
+                call,
+                "the ze buffer is on another device than the queue",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Launches `kernel` on the queue: group size `dims.block`, `dims.grid` groups.
+    pub(crate) fn launch(
+        &self,
+        kernel: &ZeKernel,
+        dims: &Dims,
+        args: &[KernelArg<'_, ZeBuffer>],
+    ) -> Result<()> {
+        const CALL: &str = "Queue::launch";
+        let name = &kernel.name;
+        if !Arc::ptr_eq(&kernel.module.device, self.device()) {
+            return Err(invalid(
+                CALL,
+                format!("ze kernel `{name}` is loaded on another device than the queue"),
+            ));
+        }
+        let kernel_name = format!("ze kernel `{name}`");
+        let (values, buffers) = offload_driver::pack_args(
+            &kernel_name,
+            &kernel.params,
+            args,
+            ZeBuffer::address,
+            ZeBuffer::len,
+        )?;
+        if dims.shared_memory > 0 {
+            return Err(Error::Unsupported {
+                backend: BackendKind::Ze,
+                call: CALL,
+                reason: "dynamic work-group memory is not offered on Level Zero".into(),
+            });
+        }
+        self.device().limits.check(dims, &kernel_name)?;
+        self.check(CALL, &buffers)?;
+        if dims.blocks() == 0 {
+            return Ok(()); // no groups: nothing to run
+        }
+        let driver = self.device().driver();
+        // The kernel's arguments and group size are state of the kernel object: set and
+        // appended under its lock (the driver captures them at the append).
+        let raw = kernel.lock();
+        // SAFETY: the kernel is live (it holds its module) and used by no other thread (its
+        // lock); one value per parameter of the parameter's size (count and kinds checked
+        // above, from the SPIR-V's reflection); every buffer address is a live allocation
+        // of this device, kept alive for the launch by the buffer's `uses` (a free first
+        // waits for this queue); geometry checked against the device's limits.
+        unsafe {
+            driver
+                .set_group_size(*raw, dims.block)
+                .map_err(driver_error(CALL))?;
+            for (i, (value, param)) in values.iter().zip(&kernel.params).enumerate() {
+                let size = param.scalar_size().unwrap_or(8);
+                driver
+                    .set_argument(*raw, i as u32, &value[..size])
+                    .map_err(driver_error(CALL))?;
+            }
+        }
+        self.shared.append(CALL, None, |list, signal, waits| {
+            // SAFETY: as above; the list is used under the queue's lock.
+            unsafe { driver.append_launch(list, *raw, dims.grid, Some(signal), waits) }
+        })?;
+        drop(raw);
+        for b in buffers {
+            b.uses().add(&self.shared);
+        }
+        kernel.uses.add(&self.shared);
+        kernel.module.uses.add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a copy of `data` into `buffer` at `offset`.
+    pub(crate) fn enqueue_write(
+        &self,
+        buffer: &ZeBuffer,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        const CALL: &str = "Queue::write";
+        let dst = buffer.at(CALL, offset, data.len())?;
+        self.check(CALL, &[buffer])?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let driver = self.device().driver();
+        let src = data.as_ptr();
+        let len = data.len();
+        self.shared.append(CALL, None, |list, signal, waits| {
+            // SAFETY: the range lies inside the live allocation (checked), kept alive by
+            // its `uses`; `data` is kept by the queue until the list has passed the copy (a
+            // Vec's heap bytes do not move when the Vec is moved into the list).
+            unsafe { driver.append_copy(list, dst, src.cast(), len, Some(signal), waits) }
+        })?;
+        lock(&self.shared.state).kept.push(data);
+        buffer.uses().add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a fill: `zeCommandListAppendMemoryFill` for a pattern of 1, 2, 4, … 128 bytes,
+    /// a queued write of the expanded pattern otherwise.
+    pub(crate) fn enqueue_fill(
+        &self,
+        buffer: &ZeBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        const CALL: &str = "Queue::fill";
+        let dst = buffer.at(CALL, offset, len)?;
+        if pattern.is_empty() || len % pattern.len() != 0 {
+            return Err(invalid(
+                CALL,
+                format!(
+                    "a {}-byte pattern cannot fill {len} bytes exactly",
+                    pattern.len()
+                ),
+            ));
+        }
+        self.check(CALL, &[buffer])?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !pattern.len().is_power_of_two() || pattern.len() > 128 {
+            let expanded: Vec<u8> = pattern.iter().copied().cycle().take(len).collect();
+            return self.enqueue_write(buffer, offset, expanded);
+        }
+        let driver = self.device().driver();
+        self.shared.append(CALL, None, |list, signal, waits| {
+            // SAFETY: the range lies inside the live allocation (checked), kept alive by
+            // its `uses`; the driver copies the pattern during the call.
+            unsafe { driver.append_fill(list, dst, pattern, len, Some(signal), waits) }
+        })?;
+        buffer.uses().add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a device-to-device copy (ranges of one buffer must not overlap).
+    pub(crate) fn enqueue_copy(
+        &self,
+        src: &ZeBuffer,
+        src_offset: usize,
+        dst: &ZeBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Queue::copy";
+        let from = src.at(CALL, src_offset, len)?;
+        let to = dst.at(CALL, dst_offset, len)?;
+        if (from as usize).abs_diff(to as usize) < len {
+            return Err(invalid(CALL, "the ranges of one ze buffer overlap"));
+        }
+        self.check(CALL, &[src, dst])?;
+        if len == 0 {
+            return Ok(());
+        }
+        let driver = self.device().driver();
+        self.shared.append(CALL, None, |list, signal, waits| {
+            // SAFETY: both ranges lie inside live allocations (checked), kept alive by
+            // their `uses`, and do not overlap (checked).
+            unsafe { driver.append_copy(list, to, from, len, Some(signal), waits) }
+        })?;
+        src.uses().add(&self.shared);
+        dst.uses().add(&self.shared);
+        Ok(())
+    }
+
+    /// Queues a host function on a thread of the queue (see the module's docs).
+    pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
+        const CALL: &str = "Queue::enqueue_host_fn";
+        let driver = self.device().driver();
+        let shared = &self.shared;
+        let mut state = lock(&shared.state);
+        // Two events: A after the work so far, B the gate the later work waits for.
+        if state.free.len() < 2 {
+            shared.drain(&mut state, CALL)?;
+        }
+        let (Some(after), Some(gate)) = (state.free.pop(), state.free.pop()) else {
+            return Err(driver_error(CALL)(Failure::new(CALL, 0, "no free event")));
+        };
+        let waits: Vec<EventHandle> = state.last.into_iter().collect();
+        // SAFETY: the list is used under the queue's lock; the events are live and reset.
+        if let Err(e) = unsafe { driver.append_barrier(shared.list, Some(after), &waits) } {
+            state.free.extend([gate, after]);
+            return Err(e.into_error(BackendKind::Ze, CALL));
+        }
+        state.used.extend([after, gate]);
+        let device = shared.device.clone();
+        let failure = shared.failure.clone();
+        let spawned = std::thread::Builder::new()
+            .name("offload-ze-host-fn".into())
+            .spawn(move || run_host_fn(device, after, gate, f, failure));
+        match spawned {
+            Ok(thread) => {
+                state.threads.push(thread);
+                state.last = Some(gate);
+                Ok(())
+            }
+            Err(e) => {
+                // The barrier is appended and `after` will be signalled; `gate` never is, so
+                // nothing may wait on it: the queue goes on after `after`.
+                state.last = Some(after);
+                Err(Error::Callback {
+                    callback: CALL,
+                    source: format!("cannot start the host function's thread: {e}").into(),
+                })
+            }
+        }
+    }
+
+    /// Waits for the queue; reports (once) a host function's panic.
+    pub(crate) fn sync(&self) -> Result<()> {
+        const CALL: &str = "Queue::sync";
+        offload_driver::Stream::synchronize(&*self.shared, CALL)?;
+        match lock(&self.shared.failure).take() {
+            None => Ok(()),
+            Some(failure) => Err(failure),
+        }
+    }
+
+    /// Whether the last command appended has run (`zeEventQueryStatus`).
+    pub(crate) fn is_idle(&self) -> Result<bool> {
+        const CALL: &str = "Queue::is_idle";
+        let state = lock(&self.shared.state);
+        let Some(last) = state.last else {
+            return Ok(true);
+        };
+        self.device()
+            .driver()
+            .event_done(last)
+            .map_err(driver_error(CALL))
+    }
+
+    /// Records an event after the work enqueued so far.
+    pub(crate) fn record(&self) -> Result<ZeEvent> {
+        const CALL: &str = "Queue::record";
+        let device = self.device();
+        let driver = device.driver();
+        let failed = driver_error(CALL);
+        let pool = driver
+            .pool_create(device.context(), device.handle, 1, true)
+            .map_err(&failed)?;
+        let raw = match driver.event_create(pool, 0) {
+            Ok(raw) => raw,
+            Err(e) => {
+                // SAFETY: made just above, no event in it.
+                let _ = unsafe { driver.pool_destroy(pool) };
+                return Err(failed(e));
+            }
+        };
+        let mut state = lock(&self.shared.state);
+        let waits: Vec<EventHandle> = state.last.into_iter().collect();
+        // SAFETY: the list is used under the queue's lock; the events are live.
+        let appended = unsafe { driver.append_barrier(self.shared.list, Some(raw), &waits) };
+        if let Err(e) = appended {
+            // SAFETY: made just above; nothing was appended that uses them.
+            unsafe {
+                if driver.event_destroy(raw).is_ok() {
+                    let _ = driver.pool_destroy(pool);
+                }
+            }
+            return Err(failed(e));
+        }
+        device.made();
+        let inner = Arc::new(EventInner {
+            device: device.clone(),
+            pool,
+            raw,
+        });
+        state.held.push(inner.clone());
+        Ok(ZeEvent { inner })
+    }
+
+    /// Makes the queue's later work wait for `event`.
+    pub(crate) fn wait_event(&self, event: &ZeEvent) -> Result<()> {
+        const CALL: &str = "Queue::wait";
+        if !Arc::ptr_eq(&event.inner.device, self.device()) {
+            return Err(invalid(
+                CALL,
+                "the ze event is of another device than the queue",
+            ));
+        }
+        let driver = self.device().driver();
+        self.shared
+            .append(CALL, Some(event.inner.raw), |list, signal, waits| {
+                // SAFETY: the list is used under the queue's lock; the events are live, and
+                // the other one stays alive until this queue has passed the barrier (held).
+                unsafe { driver.append_barrier(list, Some(signal), waits) }
+            })?;
+        lock(&self.shared.state).held.push(event.inner.clone());
+        Ok(())
+    }
+}
+
+impl ZeEvent {
+    /// `zeEventHostSynchronize`.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let device = &self.inner.device;
+        device
+            .driver()
+            .event_wait(self.inner.raw)
+            .map_err(driver_error("Event::sync"))
+    }
+
+    /// `zeEventQueryStatus`.
+    pub(crate) fn is_complete(&self) -> Result<bool> {
+        let device = &self.inner.device;
+        device
+            .driver()
+            .event_done(self.inner.raw)
+            .map_err(driver_error("Event::is_complete"))
+    }
+
+    /// Device time from `start` to `self`, both waited for first: the difference of their
+    /// global end timestamps.
+    pub(crate) fn since(&self, start: &ZeEvent) -> Result<Duration> {
+        const CALL: &str = "Event::elapsed_since";
+        let device = &self.inner.device;
+        if !Arc::ptr_eq(device, &start.inner.device) {
+            return Err(invalid(CALL, "the ze events are of different devices"));
+        }
+        start.sync()?;
+        self.sync()?;
+        let driver = device.driver();
+        let failed = driver_error(CALL);
+        let [_, begin] = driver.event_timestamps(start.inner.raw).map_err(&failed)?;
+        let [_, end] = driver.event_timestamps(self.inner.raw).map_err(&failed)?;
+        let ticks = end.saturating_sub(begin);
+        Ok(Duration::from_nanos(ticks.saturating_mul(device.timer_ns)))
+    }
+}

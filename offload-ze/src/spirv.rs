@@ -1,0 +1,18 @@
+//! What offload-ze needs to know of a SPIR-V module before Level Zero sees it: that it is a
+//! well-formed OpenCL-flavour module (Kernel capability, Physical64 addressing, OpenCL
+//! memory model), its kernels with their parameters, and its exported globals. That is
+//! offload-spirv's job ([`offload_spirv::kernels`]); this module is the one place that calls
+//! it. A malformed or foreign module is `Error::InvalidBinary` naming the reason, and never
+//! reaches `zeModuleCreate` (P4).
+
+use offload_core::Result;
+
+pub(crate) use offload_spirv::KernelModule;
+
+/// The SPIR-V magic number, as the first word of a little-endian module.
+pub(crate) const MAGIC: [u8; 4] = [0x03, 0x02, 0x23, 0x07];
+
+/// Validates `image` and reads its kernels and globals, for `call`.
+pub(crate) fn kernels(image: &[u8], call: &'static str) -> Result<KernelModule> {
+    offload_spirv::kernels(image, call)
+}

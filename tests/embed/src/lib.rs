@@ -152,13 +152,24 @@ pub unsafe extern "C" fn offload_embed_launch(image: *const u8, len: usize) -> i
     }
 }
 
-/// [`offload_embed_launch`] on the first CUDA device (a program of the CUDA backend, e.g.
-/// PTX). [`ERR_NO_HOST_DEVICE`] when there is none.
+/// [`offload_embed_launch`] on the first device of a vendor backend: `backend` 0 is CUDA
+/// (a PTX image, say), 1 HIP (an AMD code object), 2 Level Zero (SPIR-V).
+/// [`ERR_NO_HOST_DEVICE`] when there is no such device (or no such backend).
 ///
 /// # Safety
 /// `image` must point to `len` readable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn offload_embed_launch_cuda(image: *const u8, len: usize) -> i32 {
+pub unsafe extern "C" fn offload_embed_launch_on(
+    backend: u32,
+    image: *const u8,
+    len: usize,
+) -> i32 {
+    let kind = match backend {
+        0 => BackendKind::Cuda,
+        1 => BackendKind::Hip,
+        2 => BackendKind::Ze,
+        _ => return ERR_NO_HOST_DEVICE,
+    };
     if image.is_null() {
         return ERR_RUNTIME;
     }
@@ -166,7 +177,7 @@ pub unsafe extern "C" fn offload_embed_launch_cuda(image: *const u8, len: usize)
     let image = unsafe { std::slice::from_raw_parts(image, len) };
     match runtime().as_ref() {
         None => ERR_NOT_INIT,
-        Some(rt) => launch_on(rt, BackendKind::Cuda, image).unwrap_or(ERR_RUNTIME),
+        Some(rt) => launch_on(rt, kind, image).unwrap_or(ERR_RUNTIME),
     }
 }
 

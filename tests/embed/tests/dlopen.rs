@@ -4,7 +4,7 @@
 //!
 //! This file does not link `offload_embed` or `offload`: every call goes through `dlsym`,
 //! so the only copy of the runtime in the process is the one inside the shared library.
-//! (It takes only the bytes of a host test program from `offload_host::fixtures`.)
+//! (It takes only the bytes of test programs from the backends' `fixtures` modules.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,7 +71,7 @@ struct Api {
     generation: extern "C" fn() -> u64,
     counter: extern "C" fn() -> u64,
     launch: unsafe extern "C" fn(*const u8, usize) -> i32,
-    launch_cuda: unsafe extern "C" fn(*const u8, usize) -> i32,
+    launch_on: unsafe extern "C" fn(u32, *const u8, usize) -> i32,
 }
 
 /// Loads the library and looks up its exports.
@@ -105,9 +105,9 @@ fn load(path: &Path) -> (Library, Api) {
             launch: *lib
                 .get(b"offload_embed_launch\0")
                 .expect("offload_embed_launch"),
-            launch_cuda: *lib
-                .get(b"offload_embed_launch_cuda\0")
-                .expect("offload_embed_launch_cuda"),
+            launch_on: *lib
+                .get(b"offload_embed_launch_on\0")
+                .expect("offload_embed_launch_on"),
         }
     };
     (lib, api)
@@ -256,60 +256,149 @@ fn exit_hook_runs_at_dlclose() {
     );
 }
 
-/// The protocol-checking fake libcuda (offload-driver/fake), built for the CUDA cycles.
-const FAKE_CUDA: offload_driver::testing::FakeDriver = offload_driver::testing::FakeDriver {
-    case_var: CHILD_ENV,
-    source: concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../offload-driver/fake/fake_cuda.c"
-    ),
-    build_dir: env!("CARGO_TARGET_TMPDIR"),
-    prefix: "embed-fake-cuda",
-};
-
-/// L2 with the CUDA backend on the protocol-checking fake: 200 × (dlopen → init → launch
-/// on the CUDA device → shutdown → dlclose) in a child that finds the fake as libcuda.so.1;
-/// the library unloads every time (the driver stays: it is opened `RTLD_NODELETE`, as a
-/// real libcuda must be), and the fake saw no protocol violation and nothing left alive.
-/// Skipped (printed) where the library was built without the `cuda` feature; `cargo test
-/// --workspace --all-features`, CI's command, builds it with every backend.
-#[test]
-fn dlopen_cycles_on_the_cuda_fake() {
-    let Some(dir) = FAKE_CUDA.build("full", "libcuda.so.1", &[]) else {
-        return;
-    };
-    let result = FAKE_CUDA.run(&dir, "cuda-cycles", &[]);
-    if result == "no cuda backend" {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but the embedding library has no CUDA backend"
-        );
-        println!("SKIP dlopen_cycles_on_the_cuda_fake: built without the cuda feature");
-        return;
-    }
-    assert_eq!(result, "cycles=200 violations=[] contexts=0 allocations=0");
+/// A vendor backend on its protocol-checking fake (offload-driver/fake), for the dlopen
+/// cycles: what the child loads, launches and asks the fake.
+struct Vendor {
+    /// The backend's number for `offload_embed_launch_on`, and its name.
+    code: u32,
+    name: &'static str,
+    fake: offload_driver::testing::FakeDriver,
+    library: &'static str,
+    hooks: &'static str,
+    /// The fixture program with `add_one(buf, n)`.
+    fixture: &'static [u8],
+    /// The fake's kinds of live object that must be none at the end.
+    live: &'static [&'static str],
 }
 
-/// Child of [`dlopen_cycles_on_the_cuda_fake`] (run by the fake-driver harness, which
+const fn fake(source: &'static str, prefix: &'static str) -> offload_driver::testing::FakeDriver {
+    offload_driver::testing::FakeDriver {
+        case_var: CHILD_ENV,
+        source,
+        build_dir: env!("CARGO_TARGET_TMPDIR"),
+        prefix,
+    }
+}
+
+const VENDORS: [Vendor; 3] = [
+    Vendor {
+        code: 0,
+        name: "cuda",
+        fake: fake(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../offload-driver/fake/fake_cuda.c"
+            ),
+            "embed-fake-cuda",
+        ),
+        library: "libcuda.so.1",
+        hooks: "fake_cuda",
+        fixture: offload_cuda::fixtures::KERNELS,
+        live: &["context", "alloc", "module", "stream"],
+    },
+    Vendor {
+        code: 1,
+        name: "hip",
+        fake: fake(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../offload-driver/fake/fake_hip.c"
+            ),
+            "embed-fake-hip",
+        ),
+        library: "libamdhip64.so",
+        hooks: "fake_hip",
+        fixture: offload_hip::fixtures::KERNELS,
+        live: &["alloc", "module", "stream"],
+    },
+    Vendor {
+        code: 2,
+        name: "ze",
+        fake: fake(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../offload-driver/fake/fake_ze.c"
+            ),
+            "embed-fake-ze",
+        ),
+        library: "libze_loader.so.1",
+        hooks: "fake_ze",
+        fixture: offload_ze::fixtures::KERNELS,
+        live: &["context", "device-mem", "module", "list"],
+    },
+];
+
+/// L2 with a vendor backend on its protocol-checking fake: 200 × (dlopen → init → launch on
+/// the vendor's device → shutdown → dlclose) in a child that finds the fake under the
+/// driver's name; the library unloads every time (the driver stays: it is opened
+/// `RTLD_NODELETE`, as a real one must be), and the fake saw no protocol violation and
+/// nothing left alive. Skipped (printed) where the library was built without the backend's
+/// feature; `cargo test --workspace --all-features`, CI's command, builds it with every
+/// backend.
+fn dlopen_cycles_on_the_fake(vendor: &Vendor) {
+    let Some(dir) = vendor.fake.build("full", vendor.library, &[]) else {
+        return;
+    };
+    let result = vendor
+        .fake
+        .run(&dir, &format!("{}-cycles", vendor.name), &[]);
+    if result.starts_with("no backend") {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the embedding library has no {} backend",
+            vendor.name
+        );
+        println!(
+            "SKIP dlopen cycles on the {} fake: built without the feature",
+            vendor.name
+        );
+        return;
+    }
+    let live: Vec<String> = vendor.live.iter().map(|k| format!("{k}:0")).collect();
+    assert_eq!(
+        result,
+        format!("cycles=200 violations=[] live={}", live.join(","))
+    );
+}
+
+#[test]
+fn dlopen_cycles_on_the_cuda_fake() {
+    dlopen_cycles_on_the_fake(&VENDORS[0]);
+}
+
+#[test]
+fn dlopen_cycles_on_the_hip_fake() {
+    dlopen_cycles_on_the_fake(&VENDORS[1]);
+}
+
+#[test]
+fn dlopen_cycles_on_the_ze_fake() {
+    dlopen_cycles_on_the_fake(&VENDORS[2]);
+}
+
+/// Child of the `dlopen_cycles_on_the_*_fake` tests (run by the fake-driver harness, which
 /// reads its `RESULT` line); does nothing in a normal run.
 #[test]
 fn child() {
-    if !is_child("cuda-cycles") {
+    let Some(vendor) = VENDORS
+        .iter()
+        .find(|v| is_child(&format!("{}-cycles", v.name)))
+    else {
         return;
-    }
+    };
     let path = lib_path();
-    let image = offload_cuda::fixtures::KERNELS;
     let mut done = 0;
     for cycle in 0..CYCLES {
         let (lib, api) = load(&path);
         assert_eq!((api.init)(), 0, "cycle {cycle}: offload_embed_init");
+        let image = vendor.fixture;
         // SAFETY: `image` is a live slice of `image.len()` bytes.
-        let launched = unsafe { (api.launch_cuda)(image.as_ptr(), image.len()) };
+        let launched = unsafe { (api.launch_on)(vendor.code, image.as_ptr(), image.len()) };
         if launched == -4 {
-            println!("RESULT no cuda backend");
+            println!("RESULT no backend");
             return;
         }
-        assert_eq!(launched, 0, "cycle {cycle}: offload_embed_launch_cuda");
+        assert_eq!(launched, 0, "cycle {cycle}: offload_embed_launch_on");
         assert_eq!((api.shutdown)(), 0, "cycle {cycle}: offload_embed_shutdown");
         close(lib, api);
         let left = mappings(&path);
@@ -320,13 +409,17 @@ fn child() {
         );
         done += 1;
     }
-    // SAFETY: in this child, libcuda.so.1 is the fake the parent built.
-    let fake = unsafe { offload_driver::testing::FakeHooks::open("libcuda.so.1", "fake_cuda") };
+    // SAFETY: in this child, the vendor's library is the fake the parent built.
+    let fake = unsafe { offload_driver::testing::FakeHooks::open(vendor.library, vendor.hooks) };
+    let live: Vec<String> = vendor
+        .live
+        .iter()
+        .map(|k| format!("{k}:{}", fake.live(k)))
+        .collect();
     println!(
-        "RESULT cycles={done} violations={:?} contexts={} allocations={}",
+        "RESULT cycles={done} violations={:?} live={}",
         fake.violations(),
-        fake.live("context"),
-        fake.live("alloc")
+        live.join(",")
     );
 }
 

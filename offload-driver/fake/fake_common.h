@@ -351,6 +351,104 @@ static inline int fake_entries_text(char *buf, size_t cap) {
         return n;                                                                            \
     }
 
+/* ---- entry points ---------------------------------------------------------------------- */
+
+/* An integer from the environment, or `fallback`. */
+static inline int fake_env_int(const char *name, int fallback) {
+    const char *value = getenv(name);
+    return value ? atoi(value) : fallback;
+}
+
+/* The driver's result type (int unless the fake defines FAKE_RESULT first). */
+#ifndef FAKE_RESULT
+#define FAKE_RESULT int
+#endif
+
+/* An entry point's start: takes the lock, counts the call and answers an injected failure
+ * (unlocking first); otherwise returns with the lock held. */
+#define FAKE_BEGIN()                                                                         \
+    fake_lock();                                                                             \
+    do {                                                                                     \
+        int injected_ = fake_count_call(__func__);                                           \
+        if (injected_) {                                                                     \
+            fake_unlock();                                                                   \
+            return (FAKE_RESULT)injected_;                                                   \
+        }                                                                                    \
+    } while (0)
+
+/* An entry point's return: unlocks and returns `code`. */
+#define FAKE_END(code)                                                                       \
+    do {                                                                                     \
+        FAKE_RESULT code_ = (code);                                                          \
+        fake_unlock();                                                                       \
+        return code_;                                                                        \
+    } while (0)
+
+/* A call that needs the driver initialised (`flag`) first: a violation naming `init` and
+ * `code` returned otherwise. */
+#define FAKE_NEED_INIT(flag, init, code)                                                     \
+    do {                                                                                     \
+        if (!(flag)) {                                                                       \
+            fake_violation("%s before " init, __func__);                                     \
+            FAKE_END(code);                                                                  \
+        }                                                                                    \
+    } while (0)
+
+/* ---- the fixture kernels ----------------------------------------------------------------- */
+
+/* The conformance kernels every backend's fixture has (offload_driver::testing::cases),
+ * which the fakes run by name over host memory. Thread i is block * block size + thread:
+ *   add_one(u32 *buf, u32 n)          buf[i] += 1 for i < n
+ *   fill(u32 *buf, u32 value, u32 n)  buf[i] = value for i < n
+ *   noop()
+ *   read_global(u32 *buf)             buf[0] = the module's global `g` */
+enum { FAKE_ADD_ONE, FAKE_FILL, FAKE_NOOP, FAKE_READ_GLOBAL, FAKE_FIXTURE_KERNELS };
+
+static const struct {
+    const char *name;
+    int nparams;
+    size_t sizes[3]; /* of each parameter, in bytes */
+} fake_fixture[FAKE_FIXTURE_KERNELS] = {
+    {"add_one", 2, {8, 4, 0}},
+    {"fill", 3, {8, 4, 4}},
+    {"noop", 0, {0, 0, 0}},
+    {"read_global", 1, {8, 0, 0}},
+};
+
+/* Which fixture kernel `name` is, -1 for another. */
+static inline int fake_fixture_index(const char *name) {
+    for (int i = 0; i < FAKE_FIXTURE_KERNELS; i++)
+        if (!strcmp(fake_fixture[i].name, name)) return i;
+    return -1;
+}
+
+/* How many u32s of its buffer a launch of fixture kernel `k` over `threads` x-threads
+ * touches, `n` being its element count argument (add_one's second, fill's third). */
+static inline uint64_t fake_fixture_words(int k, uint64_t n, uint64_t threads) {
+    switch (k) {
+    case FAKE_ADD_ONE:
+    case FAKE_FILL: return n < threads ? n : threads;
+    case FAKE_READ_GLOBAL: return 1;
+    default: return 0;
+    }
+}
+
+/* Runs fixture kernel `k` over the `words` u32s at `buf`: add_one adds `step` (1 per
+ * thread covering the word: the launch's y/z extent), fill writes `value`, read_global
+ * copies the u32 at `global` (0 when the module has none). */
+static inline void fake_fixture_run(int k, uint32_t *buf, uint64_t words, uint32_t step,
+                                    uint32_t value, const void *global) {
+    if (k == FAKE_ADD_ONE) {
+        for (uint64_t i = 0; i < words; i++) buf[i] += step;
+    } else if (k == FAKE_FILL) {
+        for (uint64_t i = 0; i < words; i++) buf[i] = value;
+    } else if (k == FAKE_READ_GLOBAL && words) {
+        uint32_t g = 0;
+        if (global) memcpy(&g, global, 4);
+        buf[0] = g;
+    }
+}
+
 /* ---- load and exit --------------------------------------------------------------------- */
 
 __attribute__((constructor)) static void fake_common_load(void) {

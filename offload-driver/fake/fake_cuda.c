@@ -291,17 +291,12 @@ static unsigned long long op_seq;
 static const char WHY_CONTEXT[] = "destroyed with its context";
 static const char *const DEVICE_MEMORY[] = {"alloc", "ipc", "global", "host", NULL};
 
-static int env_int(const char *name, int fallback) {
-    const char *value = getenv(name);
-    return value ? atoi(value) : fallback;
-}
-
 __attribute__((constructor)) static void fake_cuda_load(void) {
-    deferred = env_int("FAKE_CU_DEFER", 0) != 0;
+    deferred = fake_env_int("FAKE_CU_DEFER", 0) != 0;
 }
 
 static int device_count(void) {
-    int n = env_int("FAKE_CU_COUNT", 2);
+    int n = fake_env_int("FAKE_CU_COUNT", 2);
     return n < 0 ? 0 : n > MAX_DEVICES ? MAX_DEVICES : n;
 }
 
@@ -663,7 +658,7 @@ static void destroy_context(struct fake_ctx *ctx) {
 CUresult cuInit(unsigned int flags) {
     BEGIN(NEEDS_NOTHING);
     if (flags) RETURN(CUDA_ERROR_INVALID_VALUE);
-    int result = env_int("FAKE_CU_INIT", 0);
+    int result = fake_env_int("FAKE_CU_INIT", 0);
     if (result == 0) initialised = 1;
     RETURN(result);
 }
@@ -677,7 +672,7 @@ CUresult cuDriverGetVersion(int *version) {
 
 CUresult cuDeviceGetCount(int *count) {
     BEGIN(NEEDS_INIT);
-    int result = env_int("FAKE_CU_COUNT_RESULT", 0);
+    int result = fake_env_int("FAKE_CU_COUNT_RESULT", 0);
     if (result) RETURN(result);
     if (!count) RETURN(CUDA_ERROR_INVALID_VALUE);
     *count = device_count();
@@ -694,7 +689,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
     BEGIN(NEEDS_INIT);
-    int result = env_int("FAKE_CU_NAME_RESULT", 0);
+    int result = fake_env_int("FAKE_CU_NAME_RESULT", 0);
     if (result) RETURN(result);
     if (ordinal_of(device) < 0) RETURN(CUDA_ERROR_INVALID_DEVICE);
     if (!name || len <= 0) RETURN(CUDA_ERROR_INVALID_VALUE);
@@ -1899,25 +1894,29 @@ CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOff
 
 /* ---- kernels ------------------------------------------------------------------------------ */
 
-static const struct {
-    const char *name;
-    int nparams;
-    size_t sizes[3];
-} KERNELS[] = {
-    {"add_one", 2, {8, 4, 0}},     {"fill", 3, {8, 4, 4}},       {"noop", 0, {0, 0, 0}},
-    {"read_global", 1, {8, 0, 0}}, {"shared_reverse", 1, {8, 0, 0}},
-};
+/* The fixture kernels (fake_common.h), and CUDA's own: shared_reverse(u32 *buf), which
+ * reverses each block's words through dynamic shared memory. */
+#define SHARED_REVERSE FAKE_FIXTURE_KERNELS
 
-/* Which of KERNELS f is, -1 for another, -2 for a known name with other parameters. */
+/* Which kernel f is (a fixture kernel or SHARED_REVERSE), -1 for another, -2 for a known
+ * name with other parameters. */
 static int known_kernel(const struct fake_func *f) {
-    for (int k = 0; k < (int)(sizeof KERNELS / sizeof KERNELS[0]); k++) {
-        if (strcmp(f->name, KERNELS[k].name)) continue;
-        if (f->nparams != KERNELS[k].nparams) return -2;
-        for (int i = 0; i < f->nparams; i++)
-            if (f->params[i].size != KERNELS[k].sizes[i]) return -2;
-        return k;
+    static const size_t reverse_sizes[1] = {8};
+    int k = fake_fixture_index(f->name);
+    int nparams = 1;
+    const size_t *sizes = reverse_sizes;
+    if (k >= 0) {
+        nparams = fake_fixture[k].nparams;
+        sizes = fake_fixture[k].sizes;
+    } else if (!strcmp(f->name, "shared_reverse")) {
+        k = SHARED_REVERSE;
+    } else {
+        return -1;
     }
-    return -1;
+    if (f->nparams != nparams) return -2;
+    for (int i = 0; i < f->nparams; i++)
+        if (f->params[i].size != sizes[i]) return -2;
+    return k;
 }
 
 static uint64_t param_u64(const struct fake_func *f, const unsigned char *params, int i) {
@@ -1930,38 +1929,26 @@ static uint64_t param_u64(const struct fake_func *f, const unsigned char *params
 static uint64_t kernel_extent(int k, const struct fake_func *f, const unsigned char *params,
                               const unsigned grid[3], const unsigned block[3], unsigned shared) {
     uint64_t threads = (uint64_t)grid[0] * block[0];
-    switch (k) {
-    case 0: /* add_one */
-    case 1: /* fill */ {
-        uint64_t n = param_u64(f, params, k == 0 ? 1 : 2);
-        return 4 * (n < threads ? n : threads);
-    }
-    case 3: return 4; /* read_global */
-    case 4: return (uint64_t)shared >= 4ull * block[0] ? 4 * threads : 0; /* shared_reverse */
-    default: return 0;
-    }
+    if (k == SHARED_REVERSE) return (uint64_t)shared >= 4ull * block[0] ? 4 * threads : 0;
+    uint64_t n = k == FAKE_ADD_ONE || k == FAKE_FILL ? param_u64(f, params, k == FAKE_ADD_ONE ? 1 : 2) : 1;
+    return 4 * fake_fixture_words(k, n, threads);
 }
 
 static void run_kernel(const struct fake_op *op) {
     const struct fake_func *f = op->func;
     int k = known_kernel(f);
-    if (k < 0 || k == 2) return; /* another entry, or noop */
+    if (k < 0 || k == FAKE_NOOP) return; /* another entry, or noop */
     uint32_t *buf = (uint32_t *)(uintptr_t)param_u64(f, op->params, 0);
     uint64_t repeats = (uint64_t)op->grid[1] * op->grid[2] * op->block[1] * op->block[2];
     uint64_t count = kernel_extent(k, f, op->params, op->grid, op->block, op->shared) / 4;
-    if (k == 0) {
-        uint32_t step = (uint32_t)((uint64_t)f->add_step * repeats);
-        for (uint64_t i = 0; i < count; i++) buf[i] += step;
-    } else if (k == 1) {
-        uint32_t value = (uint32_t)param_u64(f, op->params, 1);
-        for (uint64_t i = 0; i < count; i++) buf[i] = value;
-    } else if (k == 3) {
-        uint32_t g = 0;
+    if (k < FAKE_FIXTURE_KERNELS) {
+        const void *g = NULL;
         for (int i = 0; i < f->module->nglobals; i++)
             if (!strcmp(f->module->globals[i].name, "g") && f->module->globals[i].size >= 4)
-                memcpy(&g, f->module->globals[i].mem, 4);
-        buf[0] = g;
-    } else if (k == 4 && count && repeats % 2) {
+                g = f->module->globals[i].mem;
+        uint32_t value = k == FAKE_FILL ? (uint32_t)param_u64(f, op->params, 1) : 0;
+        fake_fixture_run(k, buf, count, (uint32_t)((uint64_t)f->add_step * repeats), value, g);
+    } else if (k == SHARED_REVERSE && count && repeats % 2) {
         for (uint64_t b = 0; b < op->grid[0]; b++) {
             uint32_t *lo = buf + b * op->block[0], *hi = lo + op->block[0] - 1;
             for (; lo < hi; lo++, hi--) {
@@ -2037,7 +2024,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
         fake_violation("kernel signature: %s does not have the conformance kernel's parameters; "
                        "it runs as a no-op",
                        f->name);
-    } else if (k >= 0 && KERNELS[k].nparams) {
+    } else if (k == SHARED_REVERSE || (k >= 0 && fake_fixture[k].nparams)) {
         snprintf(what, sizeof what, "%s buffer", f->name);
         uint64_t bytes = kernel_extent(k, f, params, grid, block, sharedMemBytes);
         uintptr_t buf = (uintptr_t)param_u64(f, params, 0);

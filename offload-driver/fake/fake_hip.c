@@ -63,54 +63,30 @@
 #define HIP_ERROR_INVALID_DEVICE 101
 #define HIP_ERROR_NOT_READY 600
 
-static int env_int(const char *name, int fallback) {
-    const char *value = getenv(name);
-    return value ? atoi(value) : fallback;
-}
-
-static int count(void) { return env_int("FAKE_HIP_COUNT", 2); }
+static int count(void) { return fake_env_int("FAKE_HIP_COUNT", 2); }
 
 static int initialised;
 static __thread int current_device;
 
 /* Counts the call and answers an injected failure; returns with the lock held. */
-#define BEGIN()                                                                            \
-    fake_lock();                                                                           \
-    do {                                                                                   \
-        int injected_ = fake_count_call(__func__);                                         \
-        if (injected_) {                                                                   \
-            fake_unlock();                                                                 \
-            return injected_;                                                              \
-        }                                                                                  \
-    } while (0)
-#define END(code)                                                                          \
-    do {                                                                                   \
-        int code_ = (code);                                                                \
-        fake_unlock();                                                                     \
-        return code_;                                                                      \
-    } while (0)
+#define BEGIN() FAKE_BEGIN()
+#define END(code) FAKE_END(code)
 /* A call that needs hipInit first. */
-#define NEED_INIT()                                                                        \
-    do {                                                                                   \
-        if (!initialised) {                                                                \
-            fake_violation("%s before hipInit", __func__);                                 \
-            END(HIP_ERROR_NOT_INITIALIZED);                                                \
-        }                                                                                  \
-    } while (0)
+#define NEED_INIT() FAKE_NEED_INIT(initialised, "hipInit", HIP_ERROR_NOT_INITIALIZED)
 
 /* ---- discovery ------------------------------------------------------------------------- */
 
 int hipInit(unsigned int flags) {
     BEGIN();
     if (flags) END(HIP_ERROR_INVALID_VALUE);
-    int code = env_int("FAKE_HIP_INIT", 0);
+    int code = fake_env_int("FAKE_HIP_INIT", 0);
     if (!code) initialised = 1;
     END(code);
 }
 
 int hipGetDeviceCount(int *n) {
     BEGIN();
-    int result = env_int("FAKE_HIP_COUNT_RESULT", 0);
+    int result = fake_env_int("FAKE_HIP_COUNT_RESULT", 0);
     if (result) END(result);
     *n = count();
     END(HIP_SUCCESS);
@@ -125,7 +101,7 @@ int hipDeviceGet(int *device, int ordinal) {
 
 int hipDeviceGetName(char *name, int len, int device) {
     BEGIN();
-    int result = env_int("FAKE_HIP_NAME_RESULT", 0);
+    int result = fake_env_int("FAKE_HIP_NAME_RESULT", 0);
     if (result) END(result);
     if (device < 10 || device >= 10 + count()) END(HIP_ERROR_INVALID_DEVICE);
     snprintf(name, (size_t)len, "Fake Instinct %d", device - 10);
@@ -713,32 +689,15 @@ int hipModuleGetGlobal(void **ptr, size_t *bytes, void *module, const char *name
     END(HIP_ERROR_NOT_FOUND);
 }
 
-static const struct {
-    const char *name;
-    int nparams;
-    size_t sizes[3];
-} KERNELS[] = {
-    {"add_one", 2, {8, 4, 0}},
-    {"fill", 3, {8, 4, 4}},
-    {"noop", 0, {0, 0, 0}},
-    {"read_global", 1, {8, 0, 0}},
-};
-
-static int known_kernel(const char *name) {
-    for (int i = 0; i < (int)(sizeof KERNELS / sizeof KERNELS[0]); i++)
-        if (!strcmp(KERNELS[i].name, name)) return i;
-    return -1;
-}
 
 /* The bytes of its buffer argument a launch touches: [*base, *base + return). */
 static size_t launch_extent(const struct fake_op *op, const struct fake_function *f,
                             uintptr_t *base) {
-    int k = known_kernel(f->name);
+    int k = fake_fixture_index(f->name);
     *base = (uintptr_t)op->args[0];
-    if (k < 0 || k == 2) return 0;
     uint64_t threads = (uint64_t)op->grid[0] * op->block[0];
-    uint64_t n = k == 0 ? op->args[1] : k == 1 ? op->args[2] : 1;
-    return 4 * (size_t)(n < threads ? n : threads);
+    uint64_t n = k == FAKE_ADD_ONE ? op->args[1] : k == FAKE_FILL ? op->args[2] : 1;
+    return 4 * (size_t)fake_fixture_words(k, n, threads);
 }
 
 /* Whether queued work that has not run yet uses [base, base + size) (size 0: any of the
@@ -794,7 +753,7 @@ static void run_launch(const struct fake_op *op) {
         return;
     }
     struct fake_function *f = obj->data;
-    int k = known_kernel(f->name);
+    int k = fake_fixture_index(f->name);
     uintptr_t base;
     size_t bytes = launch_extent(op, f, &base);
     if (k < 0 || k == 2) return; /* another kernel, or noop */
@@ -802,19 +761,12 @@ static void run_launch(const struct fake_op *op) {
     if (bytes && !check_range("queued hipModuleLaunchKernel", "buffer argument", DEVICE_KINDS,
                               buf, bytes))
         return;
-    uint64_t count = bytes / 4;
     uint64_t repeats = (uint64_t)op->grid[1] * op->grid[2] * op->block[1] * op->block[2];
-    if (k == 0) {
-        for (uint64_t i = 0; i < count; i++) buf[i] += (uint32_t)repeats;
-    } else if (k == 1) {
-        for (uint64_t i = 0; i < count; i++) buf[i] = (uint32_t)op->args[1];
-    } else if (k == 3) {
-        uint32_t g = 0;
-        for (int i = 0; i < f->module->nglobals; i++)
-            if (!strcmp(f->module->globals[i].name, "g") && f->module->globals[i].size >= 4)
-                memcpy(&g, f->module->globals[i].mem, 4);
-        buf[0] = g;
-    }
+    const void *g = NULL;
+    for (int i = 0; i < f->module->nglobals; i++)
+        if (!strcmp(f->module->globals[i].name, "g") && f->module->globals[i].size >= 4)
+            g = f->module->globals[i].mem;
+    fake_fixture_run(k, buf, bytes / 4, (uint32_t)repeats, (uint32_t)op->args[1], g);
 }
 
 /* Runs one queued operation other than a host function (the lock held). */
@@ -1094,20 +1046,20 @@ int hipModuleLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
                        "bytes are beyond the device", f->name, gx, gy, gz, bx, by, bz, shared);
         END(HIP_ERROR_INVALID_VALUE);
     }
-    int k = known_kernel(f->name);
+    int k = fake_fixture_index(f->name);
     struct fake_op *op = new_op(OP_KERNEL);
     if (!op) END(HIP_ERROR_OUT_OF_MEMORY);
     op->function = function;
     op->grid[0] = gx, op->grid[1] = gy, op->grid[2] = gz;
     op->block[0] = bx, op->block[1] = by, op->block[2] = bz;
     if (k >= 0) {
-        if (KERNELS[k].nparams && !params) {
+        if (fake_fixture[k].nparams && !params) {
             free(op);
             fake_violation("hipModuleLaunchKernel of %s without kernelParams", f->name);
             END(HIP_ERROR_INVALID_VALUE);
         }
-        for (int i = 0; i < KERNELS[k].nparams; i++)
-            memcpy(&op->args[i], params[i], KERNELS[k].sizes[i]);
+        for (int i = 0; i < fake_fixture[k].nparams; i++)
+            memcpy(&op->args[i], params[i], fake_fixture[k].sizes[i]);
         uintptr_t base;
         size_t bytes = launch_extent(op, f, &base);
         if (bytes && !check_range(__func__, "buffer argument", DEVICE_KINDS, (void *)base,
@@ -1331,7 +1283,7 @@ static void at_exit(void) {
 }
 
 __attribute__((constructor)) static void fake_hip_load(void) {
-    defer_mode = env_int("FAKE_HIP_DEFER", 0);
+    defer_mode = fake_env_int("FAKE_HIP_DEFER", 0);
     atexit(at_exit);
 }
 

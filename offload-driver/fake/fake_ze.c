@@ -184,36 +184,12 @@ _Static_assert(sizeof(ze_module_desc_t) == 56, "ze_module_desc_t");
 
 /* ---- entry and exit -------------------------------------------------------------------- */
 
-static int env_int(const char *name, int fallback) {
-    const char *value = getenv(name);
-    return value ? atoi(value) : fallback;
-}
-
 static int initialised;
 static int defer_mode;
 
-#define BEGIN()                                                                            \
-    fake_lock();                                                                           \
-    do {                                                                                   \
-        int injected_ = fake_count_call(__func__);                                         \
-        if (injected_) {                                                                   \
-            fake_unlock();                                                                 \
-            return (ze_result_t)injected_;                                                 \
-        }                                                                                  \
-    } while (0)
-#define END(code)                                                                          \
-    do {                                                                                   \
-        ze_result_t code_ = (code);                                                        \
-        fake_unlock();                                                                     \
-        return code_;                                                                      \
-    } while (0)
-#define NEED_INIT()                                                                        \
-    do {                                                                                   \
-        if (!initialised) {                                                                \
-            fake_violation("%s before zeInit", __func__);                                  \
-            END(ZE_UNINITIALIZED);                                                         \
-        }                                                                                  \
-    } while (0)
+#define BEGIN() FAKE_BEGIN()
+#define END(code) FAKE_END(code)
+#define NEED_INIT() FAKE_NEED_INIT(initialised, "zeInit", ZE_UNINITIALIZED)
 
 /* ---- discovery ------------------------------------------------------------------------- */
 
@@ -226,11 +202,11 @@ static int drivers[MAX];
 static device_t devices[MAX][MAX];
 
 static int driver_count(void) {
-    int n = env_int("FAKE_ZE_DRIVERS", 1);
+    int n = fake_env_int("FAKE_ZE_DRIVERS", 1);
     return n < 0 ? 0 : n > MAX ? MAX : n;
 }
 static int device_count(void) {
-    int n = env_int("FAKE_ZE_DEVICES", 2);
+    int n = fake_env_int("FAKE_ZE_DEVICES", 2);
     return n < 0 ? 0 : n > MAX ? MAX : n;
 }
 
@@ -270,7 +246,7 @@ static ze_result_t fill_handles(uint32_t *count, void **out, int available, void
 ze_result_t zeInit(uint32_t flags) {
     BEGIN();
     if (flags) END(ZE_INVALID_ARGUMENT);
-    ze_result_t code = (ze_result_t)env_int("FAKE_ZE_INIT", 0);
+    ze_result_t code = (ze_result_t)fake_env_int("FAKE_ZE_INIT", 0);
     if (!code) initialised = 1;
     END(code);
 }
@@ -295,7 +271,7 @@ ze_result_t zeDeviceGetProperties(void *handle, ze_device_properties_t *p) {
     NEED_INIT();
     const device_t *dev = need_device(__func__, handle);
     if (!dev) END(ZE_INVALID_NULL_HANDLE);
-    ze_result_t result = (ze_result_t)env_int("FAKE_ZE_PROPS_RESULT", 0);
+    ze_result_t result = (ze_result_t)fake_env_int("FAKE_ZE_PROPS_RESULT", 0);
     if (result) END(result);
     if (!p || p->stype != 0x3 || p->pNext) END(ZE_INVALID_ARGUMENT);
     p->type = 1; /* GPU */
@@ -412,7 +388,7 @@ struct fake_module {
 struct fake_kernel {
     void *module;
     char name[128];
-    int known;   /* index in KERNELS, or -1 */
+    int known;   /* index in fake_fixture, or -1 */
     int nparams; /* -1: unknown */
     uint64_t args[8];
     unsigned set; /* bit i: argument i was set */
@@ -847,32 +823,14 @@ struct fake_op {
 static struct fake_op *pending_head;
 static unsigned long long next_seq = 1;
 
-static const struct {
-    const char *name;
-    int nparams;
-    size_t sizes[3];
-} KERNELS[] = {
-    {"add_one", 2, {8, 4, 0}},
-    {"fill", 3, {8, 4, 4}},
-    {"noop", 0, {0, 0, 0}},
-    {"read_global", 1, {8, 0, 0}},
-};
-
-static int known_kernel(const char *name) {
-    for (int i = 0; i < (int)(sizeof KERNELS / sizeof KERNELS[0]); i++)
-        if (!strcmp(KERNELS[i].name, name)) return i;
-    return -1;
-}
-
 /* The bytes of its buffer argument a launch touches: [*base, *base + return). */
 static size_t launch_extent(const struct fake_op *op, uintptr_t *base) {
     *base = (uintptr_t)op->args[0];
-    if (op->known < 0 || op->known == 2) return 0;
     uint64_t threads = (uint64_t)op->count[0] * op->group[0];
-    uint64_t n = op->known == 0 ? (uint32_t)op->args[1]
-                 : op->known == 1 ? (uint32_t)op->args[2]
-                                  : 1;
-    return 4 * (size_t)(n < threads ? n : threads);
+    uint64_t n = op->known == FAKE_ADD_ONE ? (uint32_t)op->args[1]
+                 : op->known == FAKE_FILL  ? (uint32_t)op->args[2]
+                                           : 1;
+    return 4 * (size_t)fake_fixture_words(op->known, n, threads);
 }
 
 static int overlaps(uintptr_t a, size_t alen, uintptr_t b, size_t blen) {
@@ -976,24 +934,17 @@ static void run_launch(const struct fake_op *op) {
     if (!usable("queued zeCommandListAppendLaunchKernel", "buffer argument", ctx,
                 (void *)base, bytes ? bytes : 1, 1))
         return;
-    uint32_t *buf = (uint32_t *)base;
-    uint64_t count = bytes / 4;
     uint64_t repeats =
         (uint64_t)op->count[1] * op->count[2] * op->group[1] * op->group[2];
-    if (op->known == 0) {
-        for (uint64_t i = 0; i < count; i++) buf[i] += (uint32_t)repeats;
-    } else if (op->known == 1) {
-        for (uint64_t i = 0; i < count; i++) buf[i] = (uint32_t)op->args[1];
-    } else if (op->known == 3) {
-        uint32_t g = 0;
-        struct fake_obj *mo = fake_obj_find("module", (uintptr_t)op->module);
-        if (mo) {
-            struct fake_module *m = mo->data;
-            for (int i = 0; i < m->nglobals; i++)
-                if (!strcmp(m->globals[i].name, "g")) memcpy(&g, m->globals[i].mem, 4);
-        }
-        buf[0] = g;
+    const void *g = NULL;
+    struct fake_obj *mo = fake_obj_find("module", (uintptr_t)op->module);
+    if (mo) {
+        struct fake_module *m = mo->data;
+        for (int i = 0; i < m->nglobals; i++)
+            if (!strcmp(m->globals[i].name, "g")) g = m->globals[i].mem;
     }
+    fake_fixture_run(op->known, (uint32_t *)base, bytes / 4, (uint32_t)repeats,
+                     (uint32_t)op->args[1], g);
 }
 
 static void run_op(struct fake_op *op) {
@@ -1376,14 +1327,14 @@ static int read_spirv(const uint8_t *code, size_t len, struct fake_module *m) {
  * kernels are the fixture kernel names it contains (NUL-terminated). */
 static int read_native(const uint8_t *code, size_t len, struct fake_module *m) {
     if (len < 64 || memcmp(code, "\177ELF", 4) || (code[18] | code[19] << 8) != 205) return 0;
-    for (int k = 0; k < (int)(sizeof KERNELS / sizeof KERNELS[0]); k++) {
-        size_t n = strlen(KERNELS[k].name) + 1;
+    for (int k = 0; k < FAKE_FIXTURE_KERNELS; k++) {
+        size_t n = strlen(fake_fixture[k].name) + 1;
         for (size_t at = 64; at + n <= len; at++) {
-            if (memcmp(code + at, KERNELS[k].name, n)) continue;
+            if (memcmp(code + at, fake_fixture[k].name, n)) continue;
             char **grown = realloc(m->names, (size_t)(m->nnames + 1) * sizeof *grown);
             if (!grown) return 0;
             m->names = grown;
-            m->names[m->nnames++] = strdup(KERNELS[k].name);
+            m->names[m->nnames++] = strdup(fake_fixture[k].name);
             break;
         }
     }
@@ -1421,7 +1372,7 @@ ze_result_t zeModuleCreate(void *ctx, void *device, const ze_module_desc_t *desc
                        "(offload validates images first)", desc->inputSize,
                        desc->format == 0 ? "SPIR-V" : "an Intel GPU ELF");
         failure = "fake-ze: the input is not a module this device can build";
-    } else if (env_int("FAKE_ZE_BUILD_FAIL", 0)) {
+    } else if (fake_env_int("FAKE_ZE_BUILD_FAIL", 0)) {
         failure = "fake-ze: error: FAKE_ZE_BUILD_FAIL is set (line 1: this build fails)";
     }
     if (failure) {
@@ -1539,8 +1490,8 @@ ze_result_t zeKernelCreate(void *module, const ze_kernel_desc_t *desc, void **ou
     if (!k) END(ZE_OUT_OF_HOST_MEMORY);
     k->module = module;
     snprintf(k->name, sizeof k->name, "%s", desc->pKernelName);
-    k->known = known_kernel(k->name);
-    k->nparams = k->known >= 0 ? KERNELS[k->known].nparams : -1;
+    k->known = fake_fixture_index(k->name);
+    k->nparams = k->known >= 0 ? fake_fixture[k->known].nparams : -1;
     k->group[0] = k->group[1] = k->group[2] = 1;
     fake_obj_add("kernel", (uintptr_t)k, 0, module, k);
     *out = k;
@@ -1585,9 +1536,9 @@ ze_result_t zeKernelSetArgumentValue(void *kernel, uint32_t index, size_t size,
                        index);
         END(ZE_INVALID_ARG_INDEX);
     }
-    if (k->known >= 0 && size != KERNELS[k->known].sizes[index]) {
+    if (k->known >= 0 && size != fake_fixture[k->known].sizes[index]) {
         fake_violation("zeKernelSetArgumentValue: argument %u of `%s` is %zu bytes, not %zu",
-                       index, k->name, KERNELS[k->known].sizes[index], size);
+                       index, k->name, fake_fixture[k->known].sizes[index], size);
         END(ZE_INVALID_ARG_SIZE);
     }
     if (!value || size > 8) END(ZE_INVALID_ARG_SIZE);
@@ -1650,7 +1601,7 @@ static void at_exit(void) {
 }
 
 __attribute__((constructor)) static void fake_ze_load(void) {
-    defer_mode = env_int("FAKE_ZE_DEFER", 0);
+    defer_mode = fake_env_int("FAKE_ZE_DEFER", 0);
     atexit(at_exit);
 }
 

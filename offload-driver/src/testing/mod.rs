@@ -26,6 +26,7 @@ use crate::Stats;
 // child, and the fake's hooks.
 #[allow(unsafe_code)]
 pub mod cases;
+pub mod probe;
 pub mod real;
 
 /// Where a backend's fake driver comes from and how its children are told their case.

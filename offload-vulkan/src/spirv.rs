@@ -27,6 +27,19 @@ use offload_spirv::{Constant, Context, EntryDecl, HEADER_WORDS, Module, Type};
 /// The largest binding number offload binds: drivers size a descriptor set layout by its
 /// largest binding (lavapipe crashes on one near `u32::MAX`).
 const MAX_BINDING: u32 = 4095;
+/// How many type nodes one size or push-constant walk may visit. A struct may name the same
+/// member type many times at every level, so a walk of 16 levels would otherwise visit up
+/// to (members)^16 nodes: a few kilobytes of SPIR-V could keep it busy for ever (and push
+/// as many leaves). Real push-constant blocks and block members have a few dozen.
+const TYPE_BUDGET: u32 = 1 << 16;
+
+/// Takes one visit from a walk's budget ([`TYPE_BUDGET`]).
+fn spend(budget: &mut u32) -> std::result::Result<(), String> {
+    *budget = budget
+        .checked_sub(1)
+        .ok_or_else(|| format!("a type with more than {TYPE_BUDGET} nested members"))?;
+    Ok(())
+}
 
 /// The `OpSourceExtension` that marks a module as compiled by offload from WGSL with
 /// naga's `Restrict` bounds checks (`wgsl.rs`): its bindings' minimum sizes are then
@@ -418,9 +431,11 @@ impl Vk<'_, '_> {
                 }
                 STORAGE_PUSH_CONSTANT => {
                     push_blocks += 1;
-                    self.leaves(pointee, 0, &mut push, 0).map_err(|reason| {
-                        self.err(format!("push constants of `{name}`: {reason}"))
-                    })?;
+                    let mut budget = TYPE_BUDGET;
+                    self.leaves(pointee, 0, &mut push, 0, &mut budget)
+                        .map_err(|reason| {
+                            self.err(format!("push constants of `{name}`: {reason}"))
+                        })?;
                 }
                 STORAGE_WORKGROUP => uses_workgroup_memory = true,
                 _ => {}
@@ -511,10 +526,12 @@ impl Vk<'_, '_> {
         base: u32,
         out: &mut Vec<PushLeaf>,
         depth: u32,
+        budget: &mut u32,
     ) -> std::result::Result<(), String> {
         if depth > 16 {
             return Err("structs nested more than 16 deep".into());
         }
+        spend(budget)?;
         let Some(Type::Struct(members)) = self.types.get(&ty) else {
             return Err(format!("the block {ty} is not a struct"));
         };
@@ -529,9 +546,9 @@ impl Vk<'_, '_> {
                 .checked_add(offset)
                 .ok_or_else(|| "offsets overflow".to_string())?;
             if let Some(Type::Struct(_)) = self.types.get(&member) {
-                self.leaves(member, at, out, depth + 1)?;
+                self.leaves(member, at, out, depth + 1, budget)?;
             } else {
-                let size = self.size_of(member, matrix_stride, 0)?;
+                let size = self.size_of(member, matrix_stride, 0, budget)?;
                 out.push(PushLeaf {
                     offset: at,
                     size,
@@ -555,7 +572,10 @@ impl Vk<'_, '_> {
             let (offset, matrix_stride) = deco.members.get(&(m as u32)).copied()?;
             let size = match self.types.get(&member) {
                 Some(Type::RuntimeArray) => self.decorations.get(&member)?.array_stride?,
-                _ => self.size_of(member, matrix_stride, 0).ok()?,
+                _ => {
+                    let mut budget = TYPE_BUDGET;
+                    self.size_of(member, matrix_stride, 0, &mut budget).ok()?
+                }
             };
             end = end.max(u64::from(offset?) + u64::from(size));
         }
@@ -568,21 +588,23 @@ impl Vk<'_, '_> {
         ty: u32,
         matrix_stride: Option<u32>,
         depth: u32,
+        budget: &mut u32,
     ) -> std::result::Result<u32, String> {
         if depth > 16 {
             return Err("types nested more than 16 deep".into());
         }
+        spend(budget)?;
         let too_big = || "a member larger than 4 GiB".to_string();
         match self.types.get(&ty) {
             Some(Type::Int(w, _) | Type::Float(w)) if matches!(w, 8 | 16 | 32 | 64) => Ok(w / 8),
             Some(Type::Vector(c, n)) => self
-                .size_of(*c, None, depth + 1)?
+                .size_of(*c, None, depth + 1, budget)?
                 .checked_mul(*n)
                 .ok_or_else(too_big),
             Some(Type::Matrix(col, n)) => {
                 let column = match matrix_stride {
                     Some(s) => s,
-                    None => self.size_of(*col, None, depth + 1)?,
+                    None => self.size_of(*col, None, depth + 1, budget)?,
                 };
                 column.checked_mul(*n).ok_or_else(too_big)
             }
@@ -593,7 +615,7 @@ impl Vk<'_, '_> {
                 };
                 let stride = match self.decorations.get(&ty).and_then(|d| d.array_stride) {
                     Some(s) => s,
-                    None => self.size_of(*elem, None, depth + 1)?,
+                    None => self.size_of(*elem, None, depth + 1, budget)?,
                 };
                 stride.checked_mul(len).ok_or_else(too_big)
             }
@@ -606,7 +628,7 @@ impl Vk<'_, '_> {
                         .unwrap_or((None, None));
                     let offset =
                         offset.ok_or_else(|| format!("member {m} of struct {ty} has no Offset"))?;
-                    let size = self.size_of(member, stride, depth + 1)?;
+                    let size = self.size_of(member, stride, depth + 1, budget)?;
                     end = end.max(offset.checked_add(size).ok_or_else(too_big)?);
                 }
                 Ok(end)
@@ -688,6 +710,56 @@ mod tests {
         w.extend(inst(253, &[])); // return
         w.extend(inst(op::FUNCTION_END, &[]));
         w
+    }
+
+    /// `minimal`'s module whose push-constant block's first member is a struct nested
+    /// `levels` deep, each level holding `width` members of the level below (all at offset
+    /// 0), the innermost one u32: (width)^levels paths through a few kilobytes of words.
+    fn wide_push_block(levels: u32, width: u32) -> Vec<u32> {
+        let words = minimal(0x0001_0300);
+        let mut w = vec![MAGIC, 0x0001_0300, 0, 101 + levels, 0];
+        let mut at = HEADER_WORDS;
+        while at < words.len() {
+            let len = (words[at] >> 16) as usize;
+            let (op, operands) = (words[at] as u16, &words[at + 1..at + len]);
+            if op == op::TYPE_STRUCT && operands[0] == 14 {
+                // The nested structs (ids 100 + k), then the block with the top one.
+                w.extend(inst(op::TYPE_STRUCT, &[100, 4]));
+                for k in 1..=levels {
+                    let mut members = vec![100 + k];
+                    members.extend(std::iter::repeat_n(100 + k - 1, width as usize));
+                    w.extend(inst(op::TYPE_STRUCT, &members));
+                }
+                w.extend(inst(op::TYPE_STRUCT, &[14, 100 + levels, 5]));
+            } else {
+                if op == op::DECORATE && operands == [11, DECORATION_BLOCK] {
+                    w.extend(inst(op::MEMBER_DECORATE, &[100, 0, DECORATION_OFFSET, 0]));
+                    for k in 1..=levels {
+                        for m in 0..width {
+                            w.extend(inst(
+                                op::MEMBER_DECORATE,
+                                &[100 + k, m, DECORATION_OFFSET, 0],
+                            ));
+                        }
+                    }
+                }
+                w.extend_from_slice(&words[at..at + len]);
+            }
+            at += len;
+        }
+        w
+    }
+
+    #[test]
+    fn a_push_block_of_exponentially_many_paths_is_refused_at_once() {
+        // A sane nesting still reflects: 2 levels of 3 give 9 leaves.
+        let small = reflect(&bytes(&wide_push_block(2, 3)), V13, "t").unwrap();
+        assert_eq!(small.entry_points[0].push.len(), 9 + 1);
+        // 64^12 paths: without a budget the walk would never end (or exhaust memory).
+        let started = std::time::Instant::now();
+        let e = reason(reflect(&bytes(&wide_push_block(12, 64)), V13, "t"));
+        assert!(e.contains("nested members"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
     }
 
     /// WGSL through naga as host-order words (the tests' compiler; no bounds checks).

@@ -29,11 +29,15 @@
  *   FAKE_HIP_COUNT=<n>            hipGetDeviceCount reports <n> devices
  *   FAKE_HIP_COUNT_RESULT=<code>  hipGetDeviceCount returns <code>
  *   FAKE_HIP_NAME_RESULT=<code>   hipDeviceGetName returns <code>
+ *   FAKE_HIP_ARCH=<name>          every device's gcnArchName (default gfx90a:sramecc+:xnack-)
  *   FAKE_HIP_DEFER=1              queued work runs only when something waits for it
  *   FAKE_FAIL=entry:nth:code,...  the nth call of entry returns code (fake_common.h)
  * Built with -DNO_ERROR_NAMES it lacks hipGetErrorName/hipGetErrorString; with
  * -DNO_TOTAL_MEM it lacks hipDeviceTotalMem (a required symbol); with -DNO_MANAGED it lacks
- * hipMallocManaged (an optional one).
+ * hipMallocManaged (an optional one); with -DNO_PROPERTIES it lacks hipGetDeviceProperties.
+ * hipGetDeviceProperties writes only `name` (offset 0) and `gcnArchName` (offset 396) of
+ * ROCm 5's hipDeviceProp_t; a code object whose EF_AMDGPU_MACH is not the device's
+ * processor reaching hipModuleLoadData is a violation (hipErrorNoBinaryForGpu).
  *
  * Test hooks (offload_driver::testing::FakeHooks, prefix "fake_hip"):
  *   int fake_hip_violations(char *buf, size_t cap)
@@ -107,6 +111,26 @@ int hipDeviceGetName(char *name, int len, int device) {
     snprintf(name, (size_t)len, "Fake Instinct %d", device - 10);
     END(HIP_SUCCESS);
 }
+
+/* The devices' gcnArchName. */
+static const char *arch_name(void) {
+    const char *arch = getenv("FAKE_HIP_ARCH");
+    return arch ? arch : "gfx90a:sramecc+:xnack-";
+}
+
+#ifndef NO_PROPERTIES
+/* ROCm 5's hipDeviceProp_t: name[256] at 0, ..., gcnArchName[256] at 396, 792 bytes in all
+ * (hip_runtime_api.h of ROCm 5.2); the fake fills in those two names. */
+int hipGetDeviceProperties(unsigned char *prop, int ordinal) {
+    BEGIN();
+    if (!prop) END(HIP_ERROR_INVALID_VALUE);
+    if (ordinal < 0 || ordinal >= count()) END(HIP_ERROR_INVALID_DEVICE);
+    memset(prop, 0, 792);
+    snprintf((char *)prop, 256, "Fake Instinct %d", ordinal);
+    snprintf((char *)prop + 396, 256, "%s", arch_name());
+    END(HIP_SUCCESS);
+}
+#endif
 
 /* 4 GiB, 8 GiB, ... */
 static size_t total_memory(int ordinal) { return (size_t)(ordinal + 1) << 32; }
@@ -539,6 +563,7 @@ static struct fake_event *need_event(const char *entry, void *event) {
  * live device-accessible memory for the bytes the kernel touches. */
 
 #define HIP_ERROR_INVALID_IMAGE 200
+#define HIP_ERROR_NO_BINARY_FOR_GPU 209
 #define HIP_ERROR_NOT_FOUND 500
 #define MAX_SYMBOLS 64
 
@@ -613,6 +638,22 @@ int hipModuleLoadData(void **module, const void *image) {
         fake_violation("hipModuleLoadData: not an AMD GPU code object (offload should have "
                        "refused it first)");
         END(HIP_ERROR_INVALID_IMAGE);
+    }
+    /* EF_AMDGPU_MACH of the processor the device is (the fake knows three). */
+    static const struct { unsigned mach; const char *name; } MACHS[] = {
+        {0x2f, "gfx906"}, {0x3f, "gfx90a"}, {0x41, "gfx1100"}};
+    unsigned mach = rd32((const unsigned char *)image + 48) & 0xff;
+    const char *arch = arch_name();
+    for (size_t i = 0; i < sizeof MACHS / sizeof MACHS[0]; i++) {
+        size_t n = strlen(MACHS[i].name);
+        if (!strncmp(arch, MACHS[i].name, n) && (arch[n] == 0 || arch[n] == ':') &&
+            MACHS[i].mach != mach) {
+            free(m);
+            fake_violation("hipModuleLoadData: a code object for EF_AMDGPU_MACH %#x on a %s "
+                           "device (offload should have refused it first)",
+                           mach, arch);
+            END(HIP_ERROR_NO_BINARY_FOR_GPU);
+        }
     }
     m->ordinal = current_device;
     fake_obj_add("module", (uintptr_t)m, 0, device_owner(current_device), m);

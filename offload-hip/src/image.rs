@@ -2,9 +2,12 @@
 //! `EM_AMDGPU` (224) and the HSA OS ABI, its target from `e_flags` (`EF_AMDGPU_MACH`), its
 //! kernels and their parameters from the `NT_AMDGPU_METADATA` note (MessagePack:
 //! `amdhsa.kernels[].args[]` with `.size`, `.offset` and `.value_kind`), its globals from
-//! the dynamic symbols. A clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`) holding one
-//! `amdgcn-amd-amdhsa` code object is unpacked to it. Anything else is a reason, which the
-//! caller turns into `Error::InvalidBinary`: nothing malformed reaches `hipModuleLoadData`.
+//! the dynamic symbols. A clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`) is unpacked to
+//! its `amdgcn-amd-amdhsa` code object for the device's architecture (its `gcnArchName`,
+//! features after `:` aside). A code object for another architecture, or a bundle without
+//! one for the device, names the targets the image has and the one the device needs.
+//! Anything else is a reason, which the caller turns into `Error::InvalidBinary`: nothing
+//! malformed or foreign reaches `hipModuleLoadData`.
 
 use offload_core::ParamKind;
 
@@ -23,6 +26,8 @@ pub struct CodeObject {
     pub(crate) target: String,
     pub(crate) kernels: Vec<KernelInfo>,
     pub(crate) globals: Vec<String>,
+    /// Where the code object lies in the image (all of it, or a bundle's entry).
+    pub(crate) range: std::ops::Range<usize>,
 }
 
 /// The bundle magic of clang's offload bundler.
@@ -69,10 +74,26 @@ const MACHS: &[(u32, &str)] = &[
     (0x4f, "gfx950"),
 ];
 
-/// The code object itself: `image`, or the one AMD GPU entry of a bundle.
-pub(crate) fn code_object(image: &[u8]) -> Result<&[u8], String> {
+/// The processor of a target id or `gcnArchName`: `gfx90a` of `gfx90a:sramecc+:xnack-`.
+fn processor(target: &str) -> &str {
+    target.split(':').next().unwrap_or(target)
+}
+
+/// The target id of a bundle entry's id: `gfx90a:xnack+` of
+/// `hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+` (empty when it names none).
+fn entry_target(id: &str) -> &str {
+    id.split_once("amdgcn-amd-amdhsa")
+        .map_or("", |(_, rest)| rest.trim_start_matches('-'))
+}
+
+/// Where the code object lies in `image`: all of it, or the AMD GPU entry of a bundle for
+/// `arch` (the device's `gcnArchName`; with `None`, a bundle must hold exactly one).
+pub(crate) fn code_object(
+    image: &[u8],
+    arch: Option<&str>,
+) -> Result<std::ops::Range<usize>, String> {
     if !image.starts_with(BUNDLE_MAGIC) {
-        return Ok(image);
+        return Ok(0..image.len());
     }
     let mut at = Reader::new(image, BUNDLE_MAGIC.len());
     let count = at.u64("the bundle's entry count")?;
@@ -87,30 +108,48 @@ pub(crate) fn code_object(image: &[u8]) -> Result<&[u8], String> {
             let body = usize::try_from(offset)
                 .ok()
                 .zip(usize::try_from(size).ok())
-                .and_then(|(o, s)| image.get(o..o.checked_add(s)?))
+                .and_then(|(o, s)| Some(o..o.checked_add(s)?))
+                .filter(|range| range.end <= image.len())
                 .ok_or_else(|| format!("bundle entry `{id}` lies outside the bundle"))?;
             found.push((id, body));
         }
     }
-    match found.len() {
-        0 => Err("the offload bundle holds no amdgcn-amd-amdhsa code object".into()),
-        1 => Ok(found.remove(0).1),
-        _ => Err(format!(
-            "the offload bundle holds {} AMD GPU code objects ({}); offload does not yet \
-             choose by the device's architecture: pass one code object",
-            found.len(),
-            found
-                .iter()
-                .map(|(id, _)| id.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+    let targets = || {
+        found
+            .iter()
+            .map(|(id, _)| entry_target(id))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (found.len(), arch) {
+        (0, _) => Err("the offload bundle holds no amdgcn-amd-amdhsa code object".into()),
+        (1, None) => Ok(found.remove(0).1),
+        (_, None) => Err(format!(
+            "the offload bundle holds code objects for {}, and the runtime did not say which \
+             architecture the device is: pass one code object",
+            targets()
         )),
+        (_, Some(arch)) => {
+            let wanted = processor(arch);
+            match found
+                .iter()
+                .position(|(id, _)| processor(entry_target(id)) == wanted)
+            {
+                Some(at) => Ok(found.swap_remove(at).1),
+                None => Err(format!(
+                    "the offload bundle holds code objects for {}, none for the device's {arch}",
+                    targets()
+                )),
+            }
+        }
     }
 }
 
-/// Reads a code object (or a bundle of one).
-pub(crate) fn inspect(image: &[u8]) -> Result<CodeObject, String> {
-    let elf = code_object(image)?;
+/// Reads a code object (or the entry of a bundle for `arch`), checked against `arch`, the
+/// device's `gcnArchName`, where it is known.
+pub(crate) fn inspect(image: &[u8], arch: Option<&str>) -> Result<CodeObject, String> {
+    let range = code_object(image, arch)?;
+    let elf = &image[range.clone()];
     if elf.len() < 64 || &elf[..4] != b"\x7fELF" {
         return Err("not an AMD GPU code object (no ELF header)".into());
     }
@@ -156,10 +195,18 @@ pub(crate) fn inspect(image: &[u8]) -> Result<CodeObject, String> {
     let metadata = metadata.ok_or("the code object has no NT_AMDGPU_METADATA note")?;
     let kernels = kernels(&msgpack(metadata)?)?;
     let globals = globals(&r, &sections)?;
+    if let Some(arch) = arch.filter(|arch| processor(arch) != target) {
+        return Err(format!(
+            "the code object is for {target}, the device is {arch}: build it for {} \
+             (--offload-arch / -mcpu)",
+            processor(arch)
+        ));
+    }
     Ok(CodeObject {
         target,
         kernels,
         globals,
+        range,
     })
 }
 
@@ -547,12 +594,13 @@ fn read_value(data: &[u8], at: &mut usize, depth: u32) -> Result<Value, String> 
 mod tests {
     use super::*;
 
-    const KERNELS: &[u8] = include_bytes!("../fixtures/kernels.hsaco");
+    use crate::fixtures::{KERNELS, bundle, for_mach};
 
     #[test]
     fn the_fixture_is_read() {
-        let object = inspect(KERNELS).unwrap();
+        let object = inspect(KERNELS, None).unwrap();
         assert_eq!(object.target, "gfx90a");
+        assert_eq!(object.range, 0..KERNELS.len());
         let names: Vec<&str> = object.kernels.iter().map(|k| k.name.as_str()).collect();
         assert_eq!(names, ["add_one", "fill", "noop", "read_global"]);
         assert_eq!(
@@ -573,27 +621,54 @@ mod tests {
 
     #[test]
     fn a_bundle_of_one_code_object_is_unpacked() {
-        let id = b"hipv4-amdgcn-amd-amdhsa--gfx90a";
-        let host = b"host-x86_64-unknown-linux-gnu-";
-        let header = BUNDLE_MAGIC.len() + 8 + 2 * 24 + id.len() + host.len();
-        let mut bundle = BUNDLE_MAGIC.to_vec();
-        bundle.extend(2u64.to_le_bytes());
-        for (name, offset, size) in [
-            (&host[..], header as u64, 0u64),
-            (&id[..], header as u64, KERNELS.len() as u64),
-        ] {
-            bundle.extend(offset.to_le_bytes());
-            bundle.extend(size.to_le_bytes());
-            bundle.extend((name.len() as u64).to_le_bytes());
-            bundle.extend(name);
-        }
-        bundle.extend(KERNELS);
-        assert_eq!(code_object(&bundle).unwrap(), KERNELS);
-        assert_eq!(inspect(&bundle).unwrap().target, "gfx90a");
+        let bundle = bundle(&[("hipv4-amdgcn-amd-amdhsa--gfx90a", KERNELS)]);
+        let range = code_object(&bundle, None).unwrap();
+        assert_eq!(&bundle[range], KERNELS);
+        assert_eq!(inspect(&bundle, None).unwrap().target, "gfx90a");
         // Truncated: a reason, never a panic.
-        for cut in 0..header {
-            assert!(inspect(&bundle[..cut]).is_err());
+        for cut in 0..bundle.len() - KERNELS.len() {
+            assert!(inspect(&bundle[..cut], None).is_err());
         }
+    }
+
+    #[test]
+    fn a_bundle_of_several_architectures_gives_the_device_its_own() {
+        let gfx906 = for_mach(0x2f);
+        let bundle = bundle(&[
+            ("hipv4-amdgcn-amd-amdhsa--gfx906", &gfx906),
+            ("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-", KERNELS),
+        ]);
+        for (arch, target) in [("gfx90a:sramecc+:xnack-", "gfx90a"), ("gfx906", "gfx906")] {
+            let object = inspect(&bundle, Some(arch)).unwrap();
+            assert_eq!(object.target, target);
+            assert_eq!(
+                bundle[object.range.clone()][48],
+                if target == "gfx906" { 0x2f } else { 0x3f }
+            );
+        }
+        let none = inspect(&bundle, Some("gfx1100")).unwrap_err();
+        assert_eq!(
+            none,
+            "the offload bundle holds code objects for gfx906, gfx90a:xnack-, none for the \
+             device's gfx1100"
+        );
+        let unknown = inspect(&bundle, None).unwrap_err();
+        assert!(
+            unknown.contains("did not say which architecture"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn a_code_object_for_another_architecture_is_refused() {
+        let e = inspect(KERNELS, Some("gfx1100")).unwrap_err();
+        assert_eq!(
+            e,
+            "the code object is for gfx90a, the device is gfx1100: build it for gfx1100 \
+             (--offload-arch / -mcpu)"
+        );
+        // Features after the processor do not count: the runtime checks those.
+        assert!(inspect(KERNELS, Some("gfx90a:sramecc+:xnack-")).is_ok());
     }
 
     #[test]
@@ -608,12 +683,12 @@ mod tests {
                 let at = (x as usize) % image.len();
                 image[at] = (x >> 32) as u8;
             }
-            let _ = inspect(&image);
-            let _ = inspect(&image[..(x as usize) % image.len()]);
+            let _ = inspect(&image, None);
+            let _ = inspect(&image[..(x as usize) % image.len()], Some("gfx90a"));
         }
         let mut foreign = KERNELS.to_vec();
         foreign[18] = 62; // EM_X86_64
-        assert!(inspect(&foreign).unwrap_err().contains("machine 62"));
+        assert!(inspect(&foreign, None).unwrap_err().contains("machine 62"));
     }
 
     #[test]

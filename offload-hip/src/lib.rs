@@ -134,4 +134,52 @@ pub const LIBRARIES: [&str; 4] = ffi::LIBRARIES;
 pub mod fixtures {
     /// The kernels.
     pub const KERNELS: &[u8] = include_bytes!("../fixtures/kernels.hsaco");
+
+    /// A clang offload bundle (`__CLANG_OFFLOAD_BUNDLE__`, as `clang-offload-bundler`
+    /// writes it) of a host entry and one entry per `(id, code object)`: what
+    /// `hipcc --offload-arch=A --offload-arch=B` embeds. For tests of the bundle reader.
+    ///
+    /// ```
+    /// use offload_hip::fixtures::{KERNELS, bundle};
+    /// let fat = bundle(&[("hipv4-amdgcn-amd-amdhsa--gfx90a", KERNELS)]);
+    /// assert!(fat.starts_with(b"__CLANG_OFFLOAD_BUNDLE__"));
+    /// assert!(fat.ends_with(KERNELS));
+    /// ```
+    pub fn bundle(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        const MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
+        let host = "host-x86_64-unknown-linux-gnu-";
+        let ids: usize = entries.iter().map(|(id, _)| id.len()).sum();
+        let mut at = MAGIC.len() + 8 + (entries.len() + 1) * 24 + ids + host.len();
+        let mut out = MAGIC.to_vec();
+        out.extend((entries.len() as u64 + 1).to_le_bytes());
+        let mut table = vec![(host, at, 0)];
+        for (id, object) in entries {
+            table.push((id, at, object.len()));
+            at += object.len();
+        }
+        for (id, offset, size) in table {
+            out.extend((offset as u64).to_le_bytes());
+            out.extend((size as u64).to_le_bytes());
+            out.extend((id.len() as u64).to_le_bytes());
+            out.extend(id.as_bytes());
+        }
+        for (_, object) in entries {
+            out.extend(*object);
+        }
+        out
+    }
+
+    /// [`KERNELS`] relabelled for another processor: `EF_AMDGPU_MACH` (the low byte of
+    /// `e_flags`) set to `mach` (0x2f is gfx906, 0x41 gfx1100). Never loadable on a GPU; for
+    /// tests of the architecture checks.
+    ///
+    /// ```
+    /// let gfx906 = offload_hip::fixtures::for_mach(0x2f);
+    /// assert_eq!(gfx906[48], 0x2f);
+    /// ```
+    pub fn for_mach(mach: u8) -> Vec<u8> {
+        let mut object = KERNELS.to_vec();
+        object[48] = mach;
+        object
+    }
 }

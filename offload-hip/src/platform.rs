@@ -100,6 +100,7 @@ pub(crate) fn open() -> Result<OpenedApi<ffi::Driver>> {
         ),
         None => "HIP".into(),
     };
+    driver.set_archs((0..count).map(|o| driver.device_arch(o)).collect());
     let api = Arc::new(driver);
     let devices = (0..count)
         .map(|ordinal| {

@@ -68,22 +68,116 @@ fn bad_images(good: &[u8]) -> Vec<Vec<u8>> {
     ]
 }
 
-/// The queue case, with the fake's counts of the calls that show which fill each took.
-fn fills(case: &str, hooks: &FakeHooks) -> Option<String> {
-    (case == "fills").then(|| {
-        let line = cases::queues(&SUBJECT, hooks);
-        format!(
-            "memset={} d16={} d32={} async-copies={} host-fns={}; {line}",
-            hooks.calls("hipMemsetAsync"),
-            hooks.calls("hipMemsetD16Async"),
-            hooks.calls("hipMemsetD32Async"),
-            hooks.calls("hipMemcpyAsync"),
-            hooks.calls("hipLaunchHostFunc")
-        )
-    })
+/// HIP's own cases: `fills` (below) and `archs`.
+fn own(case: &str, hooks: &FakeHooks) -> Option<String> {
+    match case {
+        "fills" => Some(fills(hooks)),
+        "archs" => Some(archs(hooks)),
+        _ => None,
+    }
 }
 
-offload_driver::fake_backend_tests!(SUBJECT, HipPlatform, HipOnly, fills);
+/// Code objects against the device's `gcnArchName` (the fake's FAKE_HIP_ARCH): the fixture
+/// alone, and a bundle of gfx906 and gfx90a code objects, loaded and launched through the
+/// runtime; `<what each load gave>; loads=<hipModuleLoadData calls> <report>`.
+fn archs(hooks: &FakeHooks) -> String {
+    use offload_core::{Arg, Dims, Error, Program};
+    let gfx906 = offload_hip::fixtures::for_mach(0x2f);
+    let fat = offload_hip::fixtures::bundle(&[
+        ("hipv4-amdgcn-amd-amdhsa--gfx906", &gfx906),
+        (
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+            offload_hip::fixtures::KERNELS,
+        ),
+    ]);
+    let rt = SUBJECT.start();
+    let dev = rt.devices().unwrap().remove(0);
+    let mut seen = Vec::new();
+    for (what, image) in [
+        ("fixture", offload_hip::fixtures::KERNELS),
+        ("bundle", &fat),
+    ] {
+        seen.push(match Program::new(image).load(&dev) {
+            Ok(module) => {
+                let add_one = module.kernel("add_one").unwrap();
+                let buf = dev.upload(&[1u32; 64]).unwrap();
+                let q = dev.queue().unwrap();
+                // SAFETY: add_one adds 1 to the first 64 u32s of `buf`, which has 64.
+                unsafe {
+                    q.launch(
+                        &add_one,
+                        Dims::for_num_elems(64),
+                        &[Arg::buffer(buf.as_bytes()), Arg::scalar(&64u32)],
+                    )
+                }
+                .unwrap();
+                let sum: u32 = buf.to_vec().unwrap().iter().sum();
+                drop((q, add_one, buf));
+                module.unload().unwrap();
+                format!("{what} ran (sum {sum})")
+            }
+            Err(e @ Error::InvalidBinary { .. }) => format!("{what}: {e}"),
+            Err(e) => format!("{what}: unexpected {e:?}"),
+        });
+    }
+    drop(dev);
+    rt.shutdown().unwrap();
+    format!(
+        "{}; loads={} {}",
+        seen.join("; "),
+        hooks.calls("hipModuleLoadData"),
+        SUBJECT.report(hooks)
+    )
+}
+
+/// The queue case, with the fake's counts of the calls that show which fill each took.
+fn fills(hooks: &FakeHooks) -> String {
+    let line = cases::queues(&SUBJECT, hooks);
+    format!(
+        "memset={} d16={} d32={} async-copies={} host-fns={}; {line}",
+        hooks.calls("hipMemsetAsync"),
+        hooks.calls("hipMemsetD16Async"),
+        hooks.calls("hipMemsetD32Async"),
+        hooks.calls("hipMemcpyAsync"),
+        hooks.calls("hipLaunchHostFunc")
+    )
+}
+
+offload_driver::fake_backend_tests!(SUBJECT, HipPlatform, HipOnly, own);
+
+#[test]
+fn code_objects_are_checked_against_the_device_architecture() {
+    let Some(dir) = SUBJECT.built() else { return };
+    let clean = SUBJECT.clean();
+    // The fake's devices are gfx90a: the fixture runs, and the bundle gives its gfx90a entry.
+    assert_eq!(
+        SUBJECT.fake.run(&dir, "archs", &[]),
+        format!("fixture ran (sum 128); bundle ran (sum 128); loads=2 {clean}")
+    );
+    // A gfx1100 device: neither reaches hipModuleLoadData, and both say why.
+    assert_eq!(
+        SUBJECT
+            .fake
+            .run(&dir, "archs", &[("FAKE_HIP_ARCH", "gfx1100")]),
+        format!(
+            "fixture: hip: Program::load: invalid binary: the code object is for gfx90a, the \
+             device is gfx1100: build it for gfx1100 (--offload-arch / -mcpu); bundle: hip: \
+             Program::load: invalid binary: the offload bundle holds code objects for gfx906, \
+             gfx90a:xnack-, none for the device's gfx1100; loads=0 {clean}"
+        )
+    );
+    // A gfx906 device gets the bundle's gfx906 entry (the fake runs it like any other).
+    assert_eq!(
+        SUBJECT
+            .fake
+            .run(&dir, "archs", &[("FAKE_HIP_ARCH", "gfx906")]),
+        format!(
+            "fixture: hip: Program::load: invalid binary: the code object is for gfx90a, the \
+             device is gfx906: build it for gfx906 (--offload-arch / -mcpu); bundle ran (sum \
+             128); loads=1 {clean}"
+        )
+    );
+}
 
 #[test]
 fn fills_take_the_widest_memset_the_pattern_allows() {

@@ -53,6 +53,9 @@ pub(crate) const LIBRARIES: [&str; 4] = [
 /// ```
 pub struct Driver {
     functions: Loaded<sys::Functions>,
+    /// Each device's `gcnArchName` (`None` where the runtime would not say), read once at
+    /// open: what code objects are checked against.
+    archs: std::sync::OnceLock<Vec<Option<String>>>,
 }
 
 impl Driver {
@@ -63,7 +66,10 @@ impl Driver {
         // hipInit its threads, and ROCr's, run its code). Every address comes from the HIP
         // runtime for a name `sys` declares with the signature `hip_runtime_api.h` gives it.
         let functions = unsafe { Loaded::open(&LIBRARIES) }?;
-        Ok(Driver { functions })
+        Ok(Driver {
+            functions,
+            archs: std::sync::OnceLock::new(),
+        })
     }
 
     // `hipDeviceGetAttribute` takes the device's ordinal, not a `hipDevice_t` (both are
@@ -112,6 +118,47 @@ impl Driver {
 
     /// `hipRuntimeGetVersion` (`10_000_000 × major + 100_000 × minor + patch`), where the
     /// runtime has it.
+    /// The device's `gcnArchName` (`gfx90a:sramecc+:xnack-`, …) from
+    /// `hipGetDeviceProperties`: the one property offload reads from `hipDeviceProp_t`,
+    /// whose layout changed in ROCm 6. The struct is written into a buffer larger than any
+    /// ROCm's; the name is read at ROCm 5's offset (396, after `gcnArch`), else taken from
+    /// the only NUL-terminated string of the struct that starts with `gfx` (the marketing
+    /// name at offset 0 does not). `None` when neither gives one.
+    pub(crate) fn device_arch(&self, ordinal: c_int) -> Option<String> {
+        const ROCM5_GCN_ARCH_NAME: usize = 396;
+        let get = self.functions.hip_get_device_properties?;
+        let mut props = vec![0u8; 16 << 10];
+        // SAFETY: `props` is writable for 16 KiB, more than hipDeviceProp_t of any ROCm
+        // (about 1.5 KiB), and outlives the call.
+        let code = unsafe { get(props.as_mut_ptr(), ordinal) };
+        if code != sys::HIP_SUCCESS {
+            return None;
+        }
+        let text_at = |at: usize| -> Option<String> {
+            let bytes = props.get(at..)?;
+            let end = bytes.iter().position(|&b| b == 0)?;
+            let text = std::str::from_utf8(&bytes[..end]).ok()?;
+            let arch = text.starts_with("gfx")
+                && text.len() > 3
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b":+-".contains(&b));
+            arch.then(|| text.to_string())
+        };
+        text_at(ROCM5_GCN_ARCH_NAME).or_else(|| (256..props.len()).step_by(4).find_map(text_at))
+    }
+
+    /// Remembers the devices' architectures (once, at open).
+    pub(crate) fn set_archs(&self, archs: Vec<Option<String>>) {
+        let _ = self.archs.set(archs);
+    }
+
+    /// Device `ordinal`'s architecture, where known.
+    pub(crate) fn arch(&self, ordinal: c_int) -> Option<&str> {
+        let archs = self.archs.get()?;
+        archs.get(usize::try_from(ordinal).ok()?)?.as_deref()
+    }
+
     pub(crate) fn runtime_version(&self) -> Option<c_int> {
         let get = self.functions.hip_runtime_get_version?;
         let mut version: c_int = 0;
@@ -198,8 +245,10 @@ unsafe impl StreamApi for Driver {
     }
 
     /// An AMD GPU code object, or a clang offload bundle of one (image.rs).
-    fn inspect(&self, _: &c_int, image: &[u8]) -> Result<CodeObject, String> {
-        crate::image::inspect(image)
+    /// The code object (out of a bundle: the one for the device's architecture), checked
+    /// against the device's `gcnArchName` where the runtime gave it.
+    fn inspect(&self, ordinal: &c_int, image: &[u8]) -> Result<CodeObject, String> {
+        crate::image::inspect(image, self.arch(*ordinal))
     }
 
     fn image_kernels(object: &CodeObject) -> Vec<String> {
@@ -220,9 +269,12 @@ unsafe impl StreamApi for Driver {
         Some(Ok(kernel.params.clone()))
     }
 
-    /// The code object itself, unpacked from a bundle.
-    fn module_bytes(image: &[u8], _: &CodeObject) -> Result<Vec<u8>, String> {
-        crate::image::code_object(image).map(<[u8]>::to_vec)
+    /// The code object itself, unpacked from a bundle (the entry inspection chose).
+    fn module_bytes(image: &[u8], object: &CodeObject) -> Result<Vec<u8>, String> {
+        image
+            .get(object.range.clone())
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| "the code object lies outside the image".to_string())
     }
 
     /// `hipModuleLoadData`; a refused code object is `InvalidBinary` naming its target.

@@ -171,6 +171,8 @@ offload_driver::functions! {
         hip_device_get_uuid = "hipDeviceGetUuid": fn(*mut [u8; 16], HipDevice) -> HipError;
         hip_mem_get_address_range =
             "hipMemGetAddressRange": fn(*mut *mut c_void, *mut usize, *mut c_void) -> HipError;
+        // Only for `gcnArchName` (see Driver::device_arch): the struct's layout is ROCm 5's.
+        hip_get_device_properties = "hipGetDeviceProperties": fn(*mut u8, c_int) -> HipError;
     }
 }
 

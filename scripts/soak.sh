@@ -9,3 +9,7 @@ export OFFLOAD_SOAK="${OFFLOAD_SOAK:-1}"
 cargo test --release --test soak -- --nocapture --test-threads=1
 OFFLOAD_CONFORMANCE_CASES="${OFFLOAD_CONFORMANCE_CASES:-60000}" \
     cargo test --release -p offload-host --test conformance -- --nocapture
+# The fuzz soak (tests/fuzz_corpus.rs, issue 13): every parser of untrusted bytes (host ELF,
+# SPIR-V, PTX/cubin/fatbin, AMD code objects, the IPC wire) over its corpus (fuzz/corpus/)
+# and 1,000,000 mutated inputs each (OFFLOAD_SOAK is set; OFFLOAD_FUZZ_CASES=N overrides).
+cargo test --release --test fuzz_corpus -- --nocapture

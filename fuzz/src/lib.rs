@@ -235,8 +235,8 @@ fn dev_null() -> OwnedFd {
 /// words as given; each entry point has ascending bindings in 0..=4095 with one minimum
 /// size each, and push-constant leaves inside its (4-byte rounded) push size; a copy with
 /// another `LocalSize` and a copy marked bounds-checked are accepted with the same
-/// reflection otherwise. Both readers accept a kernel, entry point or global named ""
-/// (fuzz/corpus/spirv/*-named-empty.spv), so names are not checked further.
+/// reflection otherwise. No kernel, entry point or global is named "" (nothing could look
+/// it up: fuzz/corpus/spirv/*-named-empty.spv are refused).
 pub fn spirv(data: &[u8]) -> bool {
     use offload_core::ParamKind;
     use vulkan_spirv::{SpirvVersion, WorkgroupSize};
@@ -246,14 +246,14 @@ pub fn spirv(data: &[u8]) -> bool {
         assert!(module.version.0 == 1 && module.version.1 <= 6, "{module:?}");
         let mut names = std::collections::HashSet::new();
         for k in &module.kernels {
-            assert!(names.insert(&k.name), "{module:?}");
+            assert!(!k.name.is_empty() && names.insert(&k.name), "{module:?}");
             for p in &k.params {
                 assert!(!matches!(p, ParamKind::Scalar(0)), "{module:?}");
             }
         }
         let mut names = std::collections::HashSet::new();
         for g in &module.globals {
-            assert!(names.insert(&g.name), "{module:?}");
+            assert!(!g.name.is_empty() && names.insert(&g.name), "{module:?}");
         }
     }
     let newest = SpirvVersion { major: 1, minor: 6 };
@@ -263,6 +263,7 @@ pub fn spirv(data: &[u8]) -> bool {
     assert_eq!(r.words.len() * 4, data.len());
     assert!(r.version <= newest);
     for e in &r.entry_points {
+        assert!(!e.name.is_empty(), "{e:?}");
         assert!(
             e.bindings.is_sorted() && e.bindings.iter().all(|&b| b <= 4095),
             "{e:?}"

@@ -187,6 +187,11 @@ fn reflect(m: &Module<'_>) -> Result<KernelModule> {
         let (size, _) = layout
             .size_align(pointee, 0)
             .map_err(|reason| m.err(format!("global `{name}`: {reason}")))?;
+        if name.is_empty() {
+            return Err(m.err(format!(
+                "global variable {id} is exported with an empty name"
+            )));
+        }
         if globals.iter().any(|g| g.name == *name) {
             return Err(m.err(format!("two globals are exported as `{name}`")));
         }

@@ -753,6 +753,13 @@ impl<'a> Module<'a> {
                             inst.at
                         ))
                     })?;
+                    if name.is_empty() {
+                        // Nothing could launch it: kernels are looked up by name.
+                        return Err(self.err(format!(
+                            "OpEntryPoint at word {} has an empty name",
+                            inst.at
+                        )));
+                    }
                     let mut interface = Vec::new();
                     for i in next..len {
                         interface.push(self.id(inst, i)?);

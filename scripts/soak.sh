@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OFFLOAD_SOAK="${OFFLOAD_SOAK:-1}"
-cargo test --release --test soak -- --nocapture --test-threads=1
+# With Vulkan: the 64-thread soak runs on the host device and on lavapipe.
+cargo test --release --features vulkan --test soak -- --nocapture --test-threads=1
 OFFLOAD_CONFORMANCE_CASES="${OFFLOAD_CONFORMANCE_CASES:-60000}" \
     cargo test --release -p offload-host --test conformance -- --nocapture
 # The fuzz soak (tests/fuzz_corpus.rs, issue 13): every parser of untrusted bytes (host ELF,

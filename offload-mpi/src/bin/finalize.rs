@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{Rt, fail};
-use offload_core::{Error, MemKind, ipc};
+use offload_core::{Error, ipc};
 use offload_mpi::{Ranks, Route};
 
 static QUEUED_WORK_RAN: AtomicBool = AtomicBool::new(false);
@@ -39,21 +39,7 @@ fn main() {
     }
 
     const LEN: usize = 1 << 20;
-    let buf = dev
-        .alloc_exportable(LEN, MemKind::Device)
-        .unwrap_or_else(|e| fail(me, e));
-    buf.write(0, &vec![me as u8; LEN])
-        .unwrap_or_else(|e| fail(me, e));
-    ranks
-        .send(&buf, 0..LEN, next, 7)
-        .unwrap_or_else(|e| fail(me, e));
-    let got = ranks.recv(prev, 7).unwrap_or_else(|e| fail(me, e));
-    let mut bytes = vec![0u8; LEN];
-    got.read(0, &mut bytes).unwrap_or_else(|e| fail(me, e));
-    if bytes.iter().any(|&b| b != prev as u8) {
-        fail(me, format!("data from rank {prev} is wrong"));
-    }
-    drop(got);
+    let buf = common::ring_step(&ranks, &dev, LEN, next, prev);
     // With `unreceived`, one more send that nobody receives: finalize must still finish
     // (staged: the sentinel exchange discards it; IPC: the shutdown unmaps it).
     let unreceived = std::env::args().any(|a| a == "unreceived");

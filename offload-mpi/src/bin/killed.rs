@@ -79,21 +79,7 @@ fn main() {
     let victim = n - 1;
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
 
-    let buf = dev
-        .alloc_exportable(LEN, MemKind::Device)
-        .unwrap_or_else(|e| fail(me, e));
-    buf.write(0, &vec![me as u8; LEN])
-        .unwrap_or_else(|e| fail(me, e));
-    ranks
-        .send(&buf, 0..LEN, next, 7)
-        .unwrap_or_else(|e| fail(me, e));
-    let got = ranks.recv(prev, 7).unwrap_or_else(|e| fail(me, e));
-    let mut bytes = vec![0u8; LEN];
-    got.read(0, &mut bytes).unwrap_or_else(|e| fail(me, e));
-    if bytes.iter().any(|&b| b != prev as u8) {
-        fail(me, format!("data from rank {prev} is wrong"));
-    }
-    drop(got);
+    let buf = common::ring_step(&ranks, &dev, LEN, next, prev);
     ranks.wait_sent(next).unwrap_or_else(|e| fail(me, e));
     say(format!(
         "exchanged a buffer with ranks {prev} and {next} ({:?})",

@@ -28,7 +28,11 @@
 //!   ([`stream_backend_types!`]). [`check_symbol_table`] is what their tests of a
 //!   [`functions!`] table ask.
 //! - `testing` (cargo feature `testing`): the harness that builds a fake driver with the C
-//!   compiler and runs test cases against it in child processes.
+//!   compiler and runs test cases against it in child processes, and the tests every
+//!   vendor backend runs the same way: `testing::cases` (the fake-backend cases and
+//!   `fake_backend_tests!`, the fault sweeps below and at the driver's own entry points
+//!   included), `testing::probe` (the real driver absent or without a device) and
+//!   `testing::real` (init/shutdown cycles against the real driver).
 //!
 //! This crate's `unsafe` code is in its ffi helpers (`ffi.rs`), the host-function
 //! callback (`stream.rs`), the table that [`functions!`] expands to, and the calls the

@@ -262,22 +262,13 @@ impl ZeBuffer {
             return Ok(());
         }
         self.alloc.uses.wait(CALL)?;
-        let device = &self.alloc.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: the range lies inside this live allocation (checked); no queued work
-            // on it runs (waited); `dst` is host memory the synchronous list is done with
-            // when the call returns.
-            unsafe {
-                device.driver().append_copy(
-                    list,
-                    dst.as_mut_ptr().cast(),
-                    src,
-                    dst.len(),
-                    None,
-                    &[],
-                )
-            }
-        })
+        // SAFETY: the range lies inside this live allocation (checked); no queued work on it
+        // runs (waited); `dst` is host memory, borrowed for the call.
+        unsafe {
+            self.alloc
+                .device
+                .copy_now(CALL, dst.as_mut_ptr().cast(), src, dst.len())
+        }
     }
 
     pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
@@ -287,15 +278,12 @@ impl ZeBuffer {
             return Ok(());
         }
         self.alloc.uses.wait(CALL)?;
-        let device = &self.alloc.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: as in `read`; `&mut self` excludes every other host access.
-            unsafe {
-                device
-                    .driver()
-                    .append_copy(list, dst, src.as_ptr().cast(), src.len(), None, &[])
-            }
-        })
+        // SAFETY: as in `read`; `&mut self` excludes every other host access.
+        unsafe {
+            self.alloc
+                .device
+                .copy_now(CALL, dst, src.as_ptr().cast(), src.len())
+        }
     }
 
     pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
@@ -341,13 +329,10 @@ impl ZeBuffer {
         }
         src.alloc.uses.wait(CALL)?;
         self.alloc.uses.wait(CALL)?;
-        let device = &self.alloc.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: both ranges lie inside live allocations of this device (checked); no
-            // queued work on either runs (waited); they are different allocations, so they
-            // do not overlap.
-            unsafe { device.driver().append_copy(list, to, from, len, None, &[]) }
-        })
+        // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
+        // work on either runs (waited); they are different allocations, so they do not
+        // overlap.
+        unsafe { self.alloc.device.copy_now(CALL, to, from, len) }
     }
 
     /// A copy inside the buffer; overlapping ranges are staged through the host.
@@ -369,12 +354,9 @@ impl ZeBuffer {
             return self.write(dst_offset, &staged);
         }
         self.alloc.uses.wait(CALL)?;
-        let device = &self.alloc.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: both ranges lie inside this live allocation (checked) and do not
-            // overlap (checked above); no queued work on it runs (waited).
-            unsafe { device.driver().append_copy(list, to, from, len, None, &[]) }
-        })
+        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
+        // (checked above); no queued work on it runs (waited).
+        unsafe { self.alloc.device.copy_now(CALL, to, from, len) }
     }
 
     /// The bytes in place, for host and shared memory (the host reaches them directly).

@@ -3,6 +3,7 @@
 //! made on it holds, and the `hal` traits over them, each call delegating to the module that
 //! owns its objects (memory.rs, queue.rs, program.rs, ipc.rs).
 
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -107,6 +108,28 @@ impl DeviceShared {
             }
         };
         f(list).map_err(driver_error(call))
+    }
+
+    /// Copies `len` bytes from `src` to `dst` on the device's synchronous list: done when
+    /// it returns.
+    ///
+    /// # Safety
+    ///
+    /// `dst` and `src` are `len` bytes of memory the device can reach (allocations of its
+    /// context, or host memory), alive, not overlapping, and not otherwise accessed until
+    /// the call returns (no queued work on them may still run).
+    pub(crate) unsafe fn copy_now(
+        &self,
+        call: &'static str,
+        dst: *mut c_void,
+        src: *const c_void,
+        len: usize,
+    ) -> Result<()> {
+        self.with_copier(call, |list| {
+            // SAFETY: the caller's promise; the list is synchronous and used by nothing else
+            // meanwhile (with_copier).
+            unsafe { self.driver().append_copy(list, dst, src, len, None, &[]) }
+        })
     }
 }
 

@@ -314,22 +314,15 @@ impl ZeModule {
             return Ok(());
         }
         self.inner.uses.wait(CALL)?;
-        let device = &self.inner.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: the range lies inside the global (checked against its size), memory of
-            // the live module; no queued launch of the module runs (waited); the list is
-            // synchronous, so `dst` is done with when the call returns.
-            unsafe {
-                device.driver().append_copy(
-                    list,
-                    dst.as_mut_ptr().cast(),
-                    address.cast::<u8>().wrapping_add(offset).cast(),
-                    dst.len(),
-                    None,
-                    &[],
-                )
-            }
-        })
+        let at = address.cast::<u8>().wrapping_add(offset).cast();
+        // SAFETY: the range lies inside the global (checked against its size), memory of the
+        // live module; no queued launch of the module runs (waited); `dst` is host memory,
+        // borrowed for the call.
+        unsafe {
+            self.inner
+                .device
+                .copy_now(CALL, dst.as_mut_ptr().cast(), at, dst.len())
+        }
     }
 
     pub(crate) fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
@@ -340,20 +333,13 @@ impl ZeModule {
             return Ok(());
         }
         self.inner.uses.wait(CALL)?;
-        let device = &self.inner.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: as in `read_global`.
-            unsafe {
-                device.driver().append_copy(
-                    list,
-                    address.cast::<u8>().wrapping_add(offset).cast(),
-                    src.as_ptr().cast(),
-                    src.len(),
-                    None,
-                    &[],
-                )
-            }
-        })
+        let at = address.cast::<u8>().wrapping_add(offset).cast();
+        // SAFETY: as in `read_global`.
+        unsafe {
+            self.inner
+                .device
+                .copy_now(CALL, at, src.as_ptr().cast(), src.len())
+        }
     }
 }
 

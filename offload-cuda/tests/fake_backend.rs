@@ -25,6 +25,7 @@ const SUBJECT: Subject = Subject {
         ),
         build_dir: env!("CARGO_TARGET_TMPDIR"),
         prefix: "fake-cuda-backend",
+        real_var: "OFFLOAD_CUDA_REAL",
     },
     library: "libcuda.so.1",
     hooks: "fake_cuda",

@@ -9,6 +9,12 @@
 //! No real NVRTC ran here: these tests show that offload drives NVRTC's API correctly
 //! (every program destroyed, sizes read before contents, errors and logs passed on, one
 //! compile per target), not that NVRTC compiles any particular source.
+//!
+//! With `OFFLOAD_CUDA_REAL=1` (the GPU kit, scripts/gpu) the first three tests run on the
+//! real libcuda and NVRTC the dynamic loader finds: the source compiles and add_one runs
+//! once per program, and the compile errors carry NVRTC's log naming the line; what only the
+//! fakes know (their logs, call counts, the fixture's other kernels, a second device) reads
+//! `(real driver)`, and the tests of the fakes' own behaviour are skipped, saying so.
 
 use offload_core::hal::{Device as _, Platform as _};
 use offload_core::{
@@ -30,6 +36,7 @@ const CUDA: FakeDriver = FakeDriver {
     ),
     build_dir: env!("CARGO_TARGET_TMPDIR"),
     prefix: PREFIX,
+    real_var: "OFFLOAD_CUDA_REAL",
 };
 
 /// The fake NVRTC.
@@ -41,6 +48,7 @@ const NVRTC: FakeDriver = FakeDriver {
     ),
     build_dir: env!("CARGO_TARGET_TMPDIR"),
     prefix: PREFIX,
+    real_var: "OFFLOAD_CUDA_REAL",
 };
 
 /// What the fake NVRTC compiles a source mentioning `add_one` to.
@@ -99,12 +107,18 @@ fn child() {
 }
 
 fn cuda_hooks() -> FakeHooks {
+    if CUDA.real() {
+        return FakeHooks::absent();
+    }
     // SAFETY: in a child of this harness, libcuda.so.1 is the fake this file built.
     unsafe { FakeHooks::open("libcuda.so.1", "fake_cuda") }
 }
 
 /// The hooks of the fake NVRTC that the backend loaded.
 fn nvrtc_hooks() -> FakeHooks {
+    if CUDA.real() {
+        return FakeHooks::absent();
+    }
     let library = offload_cuda::nvrtc_library().expect("the backend loaded no NVRTC");
     // SAFETY: in a child of this harness, the NVRTC the backend found is the fake this file
     // built (the cases that could find another say so first).
@@ -113,6 +127,9 @@ fn nvrtc_hooks() -> FakeHooks {
 
 /// Both fakes' violations and what is still alive, after everything was dropped.
 fn report(cuda: &FakeHooks, nvrtc: &FakeHooks) -> String {
+    if !cuda.present() {
+        return offload_driver::testing::REAL.to_string();
+    }
     let live: Vec<String> = ["alloc", "module", "stream", "event", "context"]
         .iter()
         .map(|k| format!("{k}:{}", cuda.live(k)))
@@ -127,6 +144,20 @@ fn report(cuda: &FakeHooks, nvrtc: &FakeHooks) -> String {
 }
 
 const CLEAN: &str = "cuda=[] nvrtc=[] programs=0 live=alloc:0,module:0,stream:0,event:0,context:0";
+
+/// What [`report`] says when nothing is wrong: [`CLEAN`] on the fakes.
+fn clean() -> String {
+    CUDA.fake_only(CLEAN)
+}
+
+/// A fake's call count, or [`REAL`](offload_driver::testing::REAL).
+fn calls(hooks: &FakeHooks, entry: &str) -> String {
+    CUDA.fake_only(if hooks.present() {
+        hooks.calls(entry)
+    } else {
+        0
+    })
+}
 
 fn start() -> Offload<Ready, NoPlatforms> {
     Offload::<Uninit, NoPlatforms>::builder()
@@ -188,8 +219,9 @@ fn add_one_case() -> String {
     drop((module, dev));
     rt.shutdown().unwrap();
     format!(
-        "kernels={kernels:?} ran={ran} compiles={compiles} library={:?} {}",
-        offload_cuda::nvrtc_library(),
+        "kernels={} ran={ran} compiles={compiles} library={} {}",
+        CUDA.fake_only(format!("{kernels:?}")),
+        CUDA.fake_only(format!("{:?}", offload_cuda::nvrtc_library())),
         report(&cuda, &nvrtc)
     )
 }
@@ -208,10 +240,10 @@ fn compile_error_case() -> String {
     let nvrtc = nvrtc_hooks();
     let counts = format!(
         "compiles={} created={} destroyed={} module-loads={}",
-        nvrtc.calls("nvrtcCompileProgram"),
-        nvrtc.calls("nvrtcCreateProgram"),
-        nvrtc.calls("nvrtcDestroyProgram"),
-        cuda.calls("cuModuleLoadDataEx")
+        calls(&nvrtc, "nvrtcCompileProgram"),
+        calls(&nvrtc, "nvrtcCreateProgram"),
+        calls(&nvrtc, "nvrtcDestroyProgram"),
+        calls(&cuda, "cuModuleLoadDataEx")
     );
     drop(dev);
     rt.shutdown().unwrap();
@@ -279,10 +311,10 @@ fn threads_case() -> String {
     let nvrtc = nvrtc_hooks();
     let counts = format!(
         "devices={} ran={ran} compiles={} nvrtc-compiles={} module-loads={}",
-        devices.len(),
+        CUDA.fake_only(devices.len()),
         after.compiles - before.compiles,
-        nvrtc.calls("nvrtcCompileProgram"),
-        cuda.calls("cuModuleLoadDataEx"),
+        calls(&nvrtc, "nvrtcCompileProgram"),
+        calls(&cuda, "cuModuleLoadDataEx"),
     );
     drop((program, devices));
     rt.shutdown().unwrap();
@@ -467,8 +499,12 @@ fn cuda_source_compiles_loads_and_runs_add_one() {
     assert_eq!(
         run(&dir, "add-one", &[]),
         format!(
-            "kernels=[\"add_one\", \"fill\", \"noop\", \"read_global\", \"shared_reverse\"] \
-             ran=true compiles=1 library=Some(\"libnvrtc.so\") {CLEAN}"
+            "kernels={} ran=true compiles=1 library={} {}",
+            CUDA.fake_only(
+                "[\"add_one\", \"fill\", \"noop\", \"read_global\", \"shared_reverse\"]"
+            ),
+            CUDA.fake_only("Some(\"libnvrtc.so\")"),
+            clean()
         )
     );
 }
@@ -485,8 +521,26 @@ fn a_compile_error_is_error_compile_with_nvrtcs_log() {
                  log: \"offload.cu(2): catastrophic error: #error directive: N must be a \
                  power of two\\n\\n1 catastrophic error detected in the compilation of \
                  \\\"offload.cu\\\".\\nCompilation terminated.\" }";
+    let result = run(&dir, "compile-error", &[]);
+    if CUDA.real() {
+        // NVRTC's own words: the line of each error, and the four compiles failing.
+        let parts: Vec<&str> = result.split(" | ").collect();
+        assert_eq!(parts.len(), 5, "{result}");
+        for (part, line) in parts[..4]
+            .iter()
+            .zip(["(3): error", "(3): error", "(2):", "(2):"])
+        {
+            assert!(
+                part.starts_with("Compile { backend: Cuda, call: \"Program::load\"")
+                    && part.contains(&format!("offload.cu{line}")),
+                "{part}"
+            );
+        }
+        println!("NVRTC's logs: {result}");
+        return;
+    }
     assert_eq!(
-        run(&dir, "compile-error", &[]),
+        result,
         format!(
             "{syntax} | {syntax} | {error} | {error} | compiles=4 created=4 destroyed=4 \
              module-loads=0 {CLEAN}"
@@ -496,6 +550,9 @@ fn a_compile_error_is_error_compile_with_nvrtcs_log() {
 
 #[test]
 fn without_nvrtc_source_is_a_compile_error_naming_libnvrtc_and_images_still_load() {
+    if CUDA.skip_on_real("checks the fake NVRTC's own answers") {
+        return;
+    }
     let Some(dir) = built("no-nvrtc", None, &[]) else {
         return;
     };
@@ -523,12 +580,21 @@ fn eight_threads_loading_one_program_compile_it_once() {
     };
     assert_eq!(
         run(&dir, "threads", &[("FAKE_NVRTC_COMPILE_MS", "200")]),
-        format!("devices=2 ran=true compiles=1 nvrtc-compiles=1 module-loads=2 {CLEAN}")
+        format!(
+            "devices={} ran=true compiles=1 nvrtc-compiles={} module-loads={} {}",
+            CUDA.fake_only(2),
+            CUDA.fake_only(1),
+            CUDA.fake_only(2),
+            clean()
+        )
     );
 }
 
 #[test]
 fn the_compiler_is_nvrtc_for_the_devices_architecture() {
+    if CUDA.skip_on_real("checks the fake NVRTC's own answers") {
+        return;
+    }
     let Some(dir) = built("with-nvrtc", Some("libnvrtc.so"), &[]) else {
         return;
     };
@@ -570,6 +636,9 @@ fn the_compiler_is_nvrtc_for_the_devices_architecture() {
 
 #[test]
 fn an_nvrtc_without_the_architecture_list_compiles_for_the_device() {
+    if CUDA.skip_on_real("checks the fake NVRTC's own answers") {
+        return;
+    }
     let Some(dir) = built("old-nvrtc", Some("libnvrtc.so"), &["NO_SUPPORTED_ARCHS"]) else {
         return;
     };
@@ -583,6 +652,9 @@ fn an_nvrtc_without_the_architecture_list_compiles_for_the_device() {
 
 #[test]
 fn a_versioned_soname_is_found() {
+    if CUDA.skip_on_real("checks the fake NVRTC's own answers") {
+        return;
+    }
     let Some(dir) = built("nvrtc-11", Some("libnvrtc.so.11.2"), &[]) else {
         return;
     };
@@ -603,6 +675,9 @@ fn a_versioned_soname_is_found() {
 
 #[test]
 fn failing_nvrtc_calls_are_compile_errors_and_destroy_their_program() {
+    if CUDA.skip_on_real("checks the fake NVRTC's own answers") {
+        return;
+    }
     let Some(dir) = built("with-nvrtc", Some("libnvrtc.so"), &[]) else {
         return;
     };
@@ -620,6 +695,9 @@ fn failing_nvrtc_calls_are_compile_errors_and_destroy_their_program() {
 
 #[test]
 fn the_fake_nvrtc_reports_a_careless_client() {
+    if CUDA.skip_on_real("checks the fake NVRTC's own answers") {
+        return;
+    }
     let Some(dir) = built("with-nvrtc", Some("libnvrtc.so"), &[]) else {
         return;
     };

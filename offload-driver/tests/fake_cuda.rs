@@ -22,6 +22,7 @@ const FAKE: FakeDriver = FakeDriver {
     source: concat!(env!("CARGO_MANIFEST_DIR"), "/fake/fake_cuda.c"),
     build_dir: env!("CARGO_TARGET_TMPDIR"),
     prefix: "fake-cuda",
+    real_var: "",
 };
 
 const KERNELS: &str = concat!(

@@ -25,6 +25,7 @@ const SUBJECT: Subject = Subject {
         ),
         build_dir: env!("CARGO_TARGET_TMPDIR"),
         prefix: "fake-hip-backend",
+        real_var: "OFFLOAD_HIP_REAL",
     },
     library: "libamdhip64.so",
     hooks: "fake_hip",

@@ -20,6 +20,7 @@ const FAKE: FakeDriver = FakeDriver {
     ),
     build_dir: env!("CARGO_TARGET_TMPDIR"),
     prefix: "fake-hip",
+    real_var: "",
 };
 
 /// The child side: prints what it saw as `RESULT <text>`.

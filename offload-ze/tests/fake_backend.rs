@@ -32,6 +32,7 @@ const SUBJECT: Subject = Subject {
         ),
         build_dir: env!("CARGO_TARGET_TMPDIR"),
         prefix: "fake-ze-backend",
+        real_var: "OFFLOAD_ZE_REAL",
     },
     library: "libze_loader.so.1",
     hooks: "fake_ze",

@@ -19,6 +19,7 @@ const FAKE: FakeDriver = FakeDriver {
     ),
     build_dir: env!("CARGO_TARGET_TMPDIR"),
     prefix: "fake-ze",
+    real_var: "",
 };
 
 /// The child side: prints what it saw as `RESULT <text>`.

@@ -40,6 +40,7 @@ use super::{FakeDriver, FakeHooks};
 ///         source: "/nonexistent/fake_doc.c",
 ///         build_dir: "/tmp",
 ///         prefix: "fake-doc",
+///         real_var: "OFFLOAD_DOC_REAL",
 ///     },
 ///     library: "libdoc.so.1",
 ///     hooks: "fake_doc",
@@ -100,6 +101,9 @@ impl Subject {
     /// assert!(hooks.violations().is_empty());
     /// ```
     pub fn hooks(&self) -> FakeHooks {
+        if self.fake.real() {
+            return FakeHooks::absent();
+        }
         // SAFETY: cases run only in a child of `FakeDriver::run`, whose LD_LIBRARY_PATH puts
         // the fake built from `self.fake.source` first under `self.library`.
         unsafe { FakeHooks::open(self.library, self.hooks) }
@@ -112,6 +116,9 @@ impl Subject {
     /// assert_eq!(subject.report(&subject.hooks()), subject.clean());
     /// ```
     pub fn report(&self, hooks: &FakeHooks) -> String {
+        if !hooks.present() {
+            return super::REAL.to_string();
+        }
         let live: Vec<String> = self
             .live
             .iter()
@@ -131,6 +138,9 @@ impl Subject {
     /// assert!(subject.clean().starts_with("violations=[] live="));
     /// ```
     pub fn clean(&self) -> String {
+        if self.fake.real() {
+            return super::REAL.to_string();
+        }
         let live: Vec<String> = self.live.iter().map(|k| format!("{k}:0")).collect();
         format!("violations=[] live={}", live.join(","))
     }
@@ -456,7 +466,11 @@ pub fn bad_images<B: Platform>(subject: &Subject, hooks: &FakeHooks) -> String {
         ));
     }
     dev.validate(good).unwrap();
-    let loads = hooks.calls(subject.load_call);
+    let loads = subject.fake.fake_only(if hooks.present() {
+        hooks.calls(subject.load_call)
+    } else {
+        0
+    });
     drop(dev);
     platform.deinit().unwrap();
     format!(
@@ -490,6 +504,12 @@ pub fn oom<B: Platform>(subject: &Subject, hooks: &FakeHooks) -> String {
     let dev = platform.devices().remove(0);
     let mut results = Vec::new();
     for &kind in subject.kinds {
+        if kind == MemKind::Shared && subject.fake.real() {
+            // Managed memory may be oversubscribed on a real GPU, and asking for more than
+            // it has can hang the device: the fake alone is asked.
+            results.push(format!("{kind:?}:{}", 1u64 << 40));
+            continue;
+        }
         results.push(match dev.alloc(1 << 40, kind) {
             Err(Error::OutOfMemory { requested, .. }) => format!("{kind:?}:{requested}"),
             Err(other) => format!("{kind:?}:Err({other})"),
@@ -558,7 +578,8 @@ pub fn queues(subject: &Subject, hooks: &FakeHooks) -> String {
     drop((q, other, dev));
     rt.shutdown().unwrap();
     format!(
-        "idle_before_sync={idle_before_sync}; {}",
+        "idle_before_sync={}; {}",
+        subject.fake.fake_only(idle_before_sync),
         subject.report(hooks)
     )
 }
@@ -822,7 +843,11 @@ pub fn ipc_import(subject: &Subject, hooks: &FakeHooks) -> String {
         .unwrap();
     let mut second = [0u8; 4];
     again.read(100, &mut second).unwrap();
-    let opens = hooks.calls(subject.ipc_open_call);
+    let opens = subject.fake.fake_only(if hooks.present() {
+        hooks.calls(subject.ipc_open_call)
+    } else {
+        0
+    });
     drop((view, again));
     rt.shutdown().unwrap();
     format!(
@@ -869,6 +894,13 @@ pub fn expect_clean(
     defer: bool,
     expected: &str,
 ) {
+    if defer
+        && subject
+            .fake
+            .skip_on_real("deferred streams are a mode of the fake")
+    {
+        return;
+    }
     let vars: &[(&str, &str)] = if defer {
         &[(subject.defer_var, "1")]
     } else {
@@ -947,7 +979,7 @@ macro_rules! fake_backend_tests {
                 &dir,
                 "queues",
                 false,
-                "idle_before_sync=true; ",
+                &format!("idle_before_sync={}; ", $subject.fake.fake_only(true)),
             );
             $crate::testing::cases::expect_clean(
                 &$subject,
@@ -965,12 +997,22 @@ macro_rules! fake_backend_tests {
             let (counts, report) = result.split_once(" loads=").unwrap();
             let (refused, total) = counts["refused=".len()..].split_once('/').unwrap();
             assert_eq!(refused, total, "{result}");
-            assert_eq!(report, format!("0 {}", $subject.clean()), "{result}");
+            assert_eq!(
+                report,
+                format!("{} {}", $subject.fake.fake_only(0), $subject.clean()),
+                "{result}"
+            );
             println!("bad images refused before the driver: {refused}/{total}");
         }
 
         #[test]
         fn a_skipped_free_is_reported_by_the_fake() {
+            if $subject
+                .fake
+                .skip_on_real("the fake's failure switch and leak report")
+            {
+                return;
+            }
             let Some(dir) = $subject.built() else { return };
             let reported = $crate::testing::cases::expect_leak_reported(&$subject, &dir);
             println!("the fake reported, as it should: {reported}");
@@ -995,6 +1037,12 @@ macro_rules! fake_backend_tests {
 
         #[test]
         fn every_injected_fault_is_reported_and_cleaned_up_on_the_fake() {
+            if $subject
+                .fake
+                .skip_on_real("counts the fake's live objects after each fault")
+            {
+                return;
+            }
             let Some(dir) = $subject.built() else { return };
             let result = $subject.fake.run(&dir, "faults", &[]);
             println!("fault mode on the fake: {result}");
@@ -1006,6 +1054,9 @@ macro_rules! fake_backend_tests {
 
         #[test]
         fn every_driver_entry_point_fails_cleanly() {
+            if $subject.fake.skip_on_real("the fake's failure switch") {
+                return;
+            }
             let Some(dir) = $subject.built() else { return };
             let result = $subject.fake.run(&dir, "driver-faults", &[]);
             println!("the fake's failure switch: {result}");
@@ -1023,7 +1074,8 @@ macro_rules! fake_backend_tests {
                 false,
                 &format!(
                     "same process wrote [5]; importer: read [7, 7, 7, 7] then [9, 9, 9, 9] \
-                     with 1 open(s); {clean}; exporter sees [9, 9, 9, 9]; "
+                     with {} open(s); {clean}; exporter sees [9, 9, 9, 9]; ",
+                    $subject.fake.fake_only(1)
                 ),
             );
         }

@@ -31,6 +31,14 @@ pub mod real;
 
 /// Where a backend's fake driver comes from and how its children are told their case.
 ///
+/// With `real_var` set to `1` in the environment, the same cases run on the real driver the
+/// dynamic loader finds instead (the GPU kit, `scripts/gpu/`): nothing is compiled,
+/// `LD_LIBRARY_PATH` is passed on as it is, [`FakeHooks`] are [absent](FakeHooks::absent),
+/// and what only the fake can tell (its protocol log, live objects and call counts, its
+/// failure switch, deferred queues) is reported as `(real driver)` on both sides of an
+/// assertion or skipped with a printed reason. The switch changes the driver, not the
+/// assertions about what offload computes.
+///
 /// ```
 /// use offload_driver::testing::FakeDriver;
 /// const FAKE: FakeDriver = FakeDriver {
@@ -38,6 +46,7 @@ pub mod real;
 ///     source: "/nonexistent/fake_doc.c",
 ///     build_dir: "/tmp",
 ///     prefix: "fake-doc",
+///     real_var: "OFFLOAD_DOC_REAL",
 /// };
 /// assert_eq!(FAKE.prefix, "fake-doc");
 /// ```
@@ -51,6 +60,63 @@ pub struct FakeDriver {
     pub build_dir: &'static str,
     /// Each build's directory is `<prefix>-<variant>`.
     pub prefix: &'static str,
+    /// Set to `1`, the cases run on the real driver (see above); `""`: this harness always
+    /// runs the fake (its cases check the fake's own answers).
+    pub real_var: &'static str,
+}
+
+/// What a report says on the real driver, in place of the fake's protocol log and live
+/// objects (and of any value only the fake determines).
+pub const REAL: &str = "(real driver)";
+
+impl FakeDriver {
+    /// Whether the cases run on the real driver (`real_var` is `1`).
+    ///
+    /// ```
+    /// # let fake = offload_driver::testing::FakeDriver {
+    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
+    /// #     real_var: "OFFLOAD_DOC_REAL" };
+    /// assert!(!fake.real()); // OFFLOAD_DOC_REAL is not set here
+    /// ```
+    pub fn real(&self) -> bool {
+        !self.real_var.is_empty() && std::env::var(self.real_var).as_deref() == Ok("1")
+    }
+
+    /// `value` on the fake, [`REAL`] on the real driver: for what only the fake determines
+    /// (a call count, whether deferred work is still pending), so that one expected line
+    /// serves both.
+    ///
+    /// ```
+    /// # let fake = offload_driver::testing::FakeDriver {
+    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
+    /// #     real_var: "" };
+    /// assert_eq!(fake.fake_only(1), "1");
+    /// ```
+    pub fn fake_only(&self, value: impl std::fmt::Display) -> String {
+        if self.real() {
+            REAL.to_string()
+        } else {
+            value.to_string()
+        }
+    }
+
+    /// In real mode, prints why a check that needs the fake is skipped and returns `true`.
+    ///
+    /// ```
+    /// # let fake = offload_driver::testing::FakeDriver {
+    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
+    /// #     real_var: "" };
+    /// if fake.skip_on_real("needs the fake's failure switch") {
+    ///     return;
+    /// }
+    /// ```
+    pub fn skip_on_real(&self, why: &str) -> bool {
+        let real = self.real();
+        if real {
+            println!("SKIP on the real driver ({}=1): {why}", self.real_var);
+        }
+        real
+    }
 }
 
 impl FakeDriver {
@@ -60,12 +126,17 @@ impl FakeDriver {
     ///
     /// ```no_run
     /// # let fake = offload_driver::testing::FakeDriver {
-    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc" };
+    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
+    /// #     real_var: "" };
     /// if let Some(dir) = fake.build("full", "libfake.so.1", &["NO_TOTAL_MEM"]) {
     ///     assert!(dir.join("libfake.so.1").exists());
     /// }
     /// ```
     pub fn build(&self, variant: &str, file: &str, defines: &[&str]) -> Option<PathBuf> {
+        if self.real() {
+            println!("REAL: {file} is the driver the dynamic loader finds, not the fake");
+            return Some(PathBuf::from(self.build_dir));
+        }
         static BUILDS: AtomicUsize = AtomicUsize::new(0);
         let dir = Path::new(self.build_dir).join(format!("{}-{variant}", self.prefix));
         std::fs::create_dir_all(&dir).unwrap();
@@ -101,24 +172,33 @@ impl FakeDriver {
     ///
     /// ```no_run
     /// # let fake = offload_driver::testing::FakeDriver {
-    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc" };
+    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
+    /// #     real_var: "" };
     /// let dir = fake.build("full", "libfake.so.1", &[]).unwrap();
     /// assert!(fake.run(&dir, "open", &[("FAKE_COUNT", "0")]).starts_with("error "));
     /// ```
     pub fn run(&self, dir: &Path, case: &str, vars: &[(&str, &str)]) -> String {
-        let out = Command::new(std::env::current_exe().unwrap())
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
             .args(["--exact", "child", "--nocapture", "--test-threads=1"])
             .env(self.case_var, case)
-            .env("LD_LIBRARY_PATH", dir)
-            .envs(vars.iter().copied())
-            .output()
-            .unwrap();
+            .envs(vars.iter().copied());
+        if !self.real() {
+            command.env("LD_LIBRARY_PATH", dir);
+        }
+        let out = command.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
             "child {case} failed:\n{stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // The conformance suite's summary (how many cases ran) reaches the test's output.
+        for line in String::from_utf8_lossy(&out.stderr).lines() {
+            if line.starts_with("offload conformance:") {
+                println!("{case}: {line}");
+            }
+        }
         stdout
             .lines()
             .find_map(|l| l.split_once("RESULT ").map(|(_, result)| result))
@@ -133,7 +213,8 @@ impl FakeDriver {
     ///
     /// ```no_run
     /// # let fake = offload_driver::testing::FakeDriver {
-    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc" };
+    /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
+    /// #     real_var: "" };
     /// # fn platform() -> offload_core::PlatformEntry { unimplemented!() }
     /// # fn stats() -> offload_driver::Stats { unimplemented!() }
     /// # type CudaPlatform = offload_core::reference::Reference;
@@ -311,6 +392,12 @@ pub fn through_runtime<B: Platform>(entry: PlatformEntry, stats: fn() -> Stats) 
 /// assert_eq!(fake.live("alloc"), 0);
 /// ```
 pub struct FakeHooks {
+    /// `None`: the real driver is loaded, which has no hooks ([`FakeHooks::absent`]).
+    table: Option<HookTable>,
+}
+
+/// A loaded fake's hook functions.
+struct HookTable {
     violations: unsafe extern "C" fn(*mut c_char, usize) -> c_int,
     clear: unsafe extern "C" fn(),
     fail: unsafe extern "C" fn(*const c_char, c_int, c_int),
@@ -362,17 +449,48 @@ impl FakeHooks {
             }};
         }
         FakeHooks {
-            violations: hook!("violations"),
-            clear: hook!("clear_violations"),
-            fail: hook!("fail"),
-            calls: hook!("calls"),
-            live: hook!("live"),
-            // SAFETY: the caller promises the hook, where the fake has it, has this signature.
-            entries: unsafe { library.get(format!("{prefix}_entries\0").as_bytes()) }
-                .ok()
-                .map(|symbol| *symbol),
-            _library: library,
+            table: Some(HookTable {
+                violations: hook!("violations"),
+                clear: hook!("clear_violations"),
+                fail: hook!("fail"),
+                calls: hook!("calls"),
+                live: hook!("live"),
+                // SAFETY: the caller promises the hook, where the fake has it, has this signature.
+                entries: unsafe { library.get(format!("{prefix}_entries\0").as_bytes()) }
+                    .ok()
+                    .map(|symbol| *symbol),
+                _library: library,
+            }),
         }
+    }
+
+    /// The hooks of a real driver: none. [`violations`](Self::violations) and
+    /// [`entries`](Self::entries) are empty, [`clear`](Self::clear) does nothing, and
+    /// [`fail`](Self::fail), [`calls`](Self::calls) and [`live`](Self::live) panic: a case
+    /// that needs them is skipped on the real driver ([`FakeDriver::skip_on_real`]).
+    ///
+    /// ```
+    /// let hooks = offload_driver::testing::FakeHooks::absent();
+    /// assert!(!hooks.present() && hooks.violations().is_empty());
+    /// ```
+    pub fn absent() -> FakeHooks {
+        FakeHooks { table: None }
+    }
+
+    /// Whether these are a fake's hooks (not [`absent`](Self::absent)).
+    ///
+    /// ```
+    /// assert!(!offload_driver::testing::FakeHooks::absent().present());
+    /// ```
+    pub fn present(&self) -> bool {
+        self.table.is_some()
+    }
+
+    /// The fake's hooks; panics on the real driver.
+    fn table(&self, what: &str) -> &HookTable {
+        self.table.as_ref().unwrap_or_else(|| {
+            panic!("{what} needs the fake driver's hooks; the real driver has none")
+        })
     }
 
     /// The violations recorded so far, oldest first (after 64, a last message says how many
@@ -386,9 +504,12 @@ impl FakeHooks {
     /// }
     /// ```
     pub fn violations(&self) -> Vec<String> {
+        let Some(table) = &self.table else {
+            return Vec::new();
+        };
         let mut text = vec![0u8; VIOLATIONS_TEXT];
         // SAFETY: the hook writes at most `text.len()` bytes, NUL-terminated, into `text`.
-        let count = unsafe { (self.violations)(text.as_mut_ptr().cast(), text.len()) };
+        let count = unsafe { (table.violations)(text.as_mut_ptr().cast(), text.len()) };
         if count == 0 {
             return Vec::new();
         }
@@ -405,8 +526,10 @@ impl FakeHooks {
     /// assert!(fake.violations().is_empty());
     /// ```
     pub fn clear(&self) {
-        // SAFETY: the hook takes no arguments.
-        unsafe { (self.clear)() }
+        if let Some(table) = &self.table {
+            // SAFETY: the hook takes no arguments.
+            unsafe { (table.clear)() }
+        }
     }
 
     /// Makes the `nth` call of `entry` from now on (1: the next one) return `code` instead
@@ -418,9 +541,10 @@ impl FakeHooks {
     /// fake.fail("cuMemAlloc_v2", 1, 2); // the next allocation: CUDA_ERROR_OUT_OF_MEMORY
     /// ```
     pub fn fail(&self, entry: &str, nth: i32, code: i32) {
+        let fail = self.table("FakeHooks::fail").fail;
         let entry = CString::new(entry).unwrap();
         // SAFETY: `entry` is a NUL-terminated string that outlives the call.
-        unsafe { (self.fail)(entry.as_ptr(), nth, code) }
+        unsafe { fail(entry.as_ptr(), nth, code) }
     }
 
     /// How many times `entry` has been called in this process.
@@ -431,9 +555,10 @@ impl FakeHooks {
     /// assert_eq!(fake.calls("cuInit"), 1);
     /// ```
     pub fn calls(&self, entry: &str) -> u64 {
+        let hook = self.table("FakeHooks::calls").calls;
         let entry = CString::new(entry).unwrap();
         // SAFETY: `entry` is a NUL-terminated string that outlives the call.
-        let calls = unsafe { (self.calls)(entry.as_ptr()) };
+        let calls = unsafe { hook(entry.as_ptr()) };
         #[allow(clippy::useless_conversion)] // c_ulong is u32 on some targets
         u64::from(calls)
     }
@@ -449,7 +574,7 @@ impl FakeHooks {
     /// }
     /// ```
     pub fn entries(&self) -> Vec<(String, u64)> {
-        let Some(entries) = self.entries else {
+        let Some(entries) = self.table.as_ref().and_then(|t| t.entries) else {
             return Vec::new();
         };
         let mut text = vec![0u8; VIOLATIONS_TEXT];
@@ -471,8 +596,9 @@ impl FakeHooks {
     /// assert_eq!((fake.live("alloc"), fake.live("module")), (0, 0));
     /// ```
     pub fn live(&self, kind: &str) -> i32 {
+        let live = self.table("FakeHooks::live").live;
         let kind = CString::new(kind).unwrap();
         // SAFETY: `kind` is a NUL-terminated string that outlives the call.
-        unsafe { (self.live)(kind.as_ptr()) }
+        unsafe { live(kind.as_ptr()) }
     }
 }

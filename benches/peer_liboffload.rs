@@ -8,7 +8,7 @@
 //! exits 0 having measured nothing. The few declarations it needs are written out by hand
 //! from `/usr/lib/llvm-22/include/offload/OffloadAPI.h` (LLVM 22.1.8).
 //!
-//! Why only these operations (DESIGN.md, "The peer, on this machine"): liboffload's only
+//! Why only these operations (measured on this project's machines): liboffload's only
 //! device here is a "Virtual Host Device" whose `olMemAlloc`, `olCreateQueue` and
 //! `olCreateProgram` crash (null plugin device), so this bench never calls them; device
 //! listing, device info and a host→host `olMemcpy` work. offload runs with its default

@@ -1,6 +1,6 @@
 //! The backend-independent conformance suite (cargo feature `conformance`).
 //!
-//! Every backend runs the same checks of the contract in DESIGN.md (L1–L4, P1–P4) on its own
+//! Every backend runs the same checks of the contract in docs/contract.md (L1–L4, L6, P1–P4) on its own
 //! devices, with a few lines:
 //!
 //! ```no_run
@@ -265,6 +265,8 @@ fn runner(cases: u32) -> TestRunner {
 // Checking helpers
 
 /// A check: `Err` says what went wrong.
+mod reentry;
+
 type Check<T = ()> = std::result::Result<T, String>;
 
 macro_rules! ensure {
@@ -275,14 +277,24 @@ macro_rules! ensure {
     };
 }
 
-/// The variant name of an error (from its `Debug` form, so new variants need no change).
+/// The variant name of an error (`Error`'s `Debug` prints its message, so it is matched).
 fn variant(e: &Error) -> String {
-    let debug = format!("{e:?}");
-    debug
-        .split(|c: char| !c.is_alphanumeric())
-        .next()
-        .unwrap_or("")
-        .to_string()
+    match e {
+        Error::ShutDown { .. } => "ShutDown",
+        Error::InvalidBinary { .. } => "InvalidBinary",
+        Error::SymbolNotFound { .. } => "SymbolNotFound",
+        Error::OutOfMemory { .. } => "OutOfMemory",
+        Error::InvalidArgument { .. } => "InvalidArgument",
+        Error::InvalidIpcHandle { .. } => "InvalidIpcHandle",
+        Error::Callback { .. } => "Callback",
+        Error::Multiple(_) => "Multiple",
+        Error::DriverNotFound { .. } => "DriverNotFound",
+        Error::Unsupported { .. } => "Unsupported",
+        Error::Ipc { .. } => "Ipc",
+        Error::Compile { .. } => "Compile",
+        Error::Driver { .. } => "Driver",
+    }
+    .to_string()
 }
 
 fn err_text(e: &Error) -> String {
@@ -565,7 +577,7 @@ fn tracked_program(image: &[u8], tracker: &Arc<Tracker>) -> Program {
 
 type FixedTest = fn(&Fixtures) -> Check;
 
-fn fixed_tests<P: Platforms>() -> [(&'static str, FixedTest); 15] {
+fn fixed_tests<P: Platforms>() -> [(&'static str, FixedTest); 16] {
     [
         ("runtime_is_free", runtime_is_free::<P>),
         ("init_shutdown_cycles", init_shutdown_cycles::<P>),
@@ -591,6 +603,7 @@ fn fixed_tests<P: Platforms>() -> [(&'static str, FixedTest); 15] {
             failing_teardown_at_shutdown::<P>,
         ),
         ("concurrent_load", concurrent_load::<P>),
+        ("reentrancy", reentry::reentrancy::<P>),
     ]
 }
 

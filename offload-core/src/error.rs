@@ -296,3 +296,13 @@ impl Error {
         }
     }
 }
+
+/// The text of a panic's payload (a `&str` or `String` message), for an error that reports
+/// it.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".into())
+}

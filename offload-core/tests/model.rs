@@ -110,6 +110,8 @@ mod runtime_config;
 mod runtime_generation;
 #[path = "../src/runtime/lifecycle.rs"]
 mod runtime_lifecycle;
+#[path = "../src/runtime/reentry.rs"]
+mod runtime_reentry;
 
 pub use error::{Error, Result};
 pub use hal::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind};
@@ -119,14 +121,30 @@ mod runtime {
     pub(crate) use super::runtime_config as config;
     pub(crate) use super::runtime_generation as generation;
     pub(crate) use super::runtime_lifecycle as lifecycle;
+    pub(crate) use super::runtime_reentry as reentry;
 
     /// The model's `runtime::sync`: the names of `src/runtime/sync.rs`, given to shuttle's
     /// primitives.
     pub(crate) mod sync {
+        pub(crate) use shuttle::sync::MutexGuard;
         pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
         pub(crate) use shuttle::sync::{Condvar, Mutex, RwLock};
-        use shuttle::sync::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+        use shuttle::sync::{RwLockReadGuard, RwLockWriteGuard};
+        pub(crate) use shuttle::thread::JoinHandle;
         pub(crate) use shuttle::thread_local;
+
+        /// Shuttle's handles cannot tell: a helper is joined by the exit hook.
+        pub(crate) fn finished(_: &JoinHandle<()>) -> bool {
+            false
+        }
+
+        /// The library's helper threads, as shuttle threads.
+        pub(crate) fn spawn(
+            name: &str,
+            f: impl FnOnce() + Send + 'static,
+        ) -> std::io::Result<JoinHandle<()>> {
+            shuttle::thread::Builder::new().name(name.into()).spawn(f)
+        }
         use std::sync::PoisonError;
 
         pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -1,6 +1,6 @@
 //! # offload-mpi
 //!
-//! offload inside MPI programs (DESIGN.md M1), over [rsmpi](https://docs.rs/mpi) 0.8 and the
+//! offload inside MPI programs (docs/contract.md M1), over [rsmpi](https://docs.rs/mpi) 0.8 and the
 //! system MPI (Debian's MPICH):
 //!
 //! - [`attach`] hooks offload's shutdown to `MPI_Finalize`: a program that never calls

@@ -44,6 +44,11 @@ impl Device {
         self.key
     }
 
+    /// The key as a number, for thread-local records of what this thread is doing.
+    pub(crate) fn key_bits(&self) -> u64 {
+        slotmap::Key::data(&self.key).as_ffi()
+    }
+
     /// The backend that drives this device. Works after shutdown too (it is identity, not
     /// state).
     ///

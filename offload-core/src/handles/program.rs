@@ -324,15 +324,30 @@ thread_local! {
     /// unloads or drops its own module does not wait for itself. A const-initialised `Cell`
     /// with no destructor: it registers nothing that would pin a `dlclose`d library (L2).
     static IN_CALLBACK: Cell<usize> = const { Cell::new(0) };
+    /// The (program id, generation id, device) whose setup or teardown callbacks this
+    /// thread runs, so that a callback loading its own program there is refused instead of
+    /// waiting for itself on the load lock (setup) or loading and tearing down without end
+    /// (teardown). Const-initialised, no destructor (L2).
+    static CALLBACKS_OF: Cell<(u64, u64, u64)> = const { Cell::new((0, 0, 0)) };
 }
 
 /// Runs `f` marked as a callback of `entry` on this thread.
 fn as_callback_of<T>(entry: &Arc<ModuleEntry>, f: impl FnOnce() -> T) -> T {
     let me = Arc::as_ptr(entry) as usize;
     let outer = IN_CALLBACK.with(|c| c.replace(me));
+    // User code offload runs (L6): a last reference given back here tears down later.
+    let user = crate::runtime::reentry::enter(None);
     let result = f();
+    drop(user);
     IN_CALLBACK.with(|c| c.set(outer));
     result
+}
+
+/// Calls one callback; its panic is its error (L6: no user panic unwinds through offload).
+fn call_back(callback: &Callback, module: &Module) -> std::result::Result<(), CallbackError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(module))).unwrap_or_else(
+        |payload| Err(format!("panicked: {}", crate::error::panic_text(&*payload)).into()),
+    )
 }
 
 fn in_callback_of(entry: &Arc<ModuleEntry>) -> bool {
@@ -385,17 +400,24 @@ impl ModuleEntry {
             entry: self.clone(),
             counted: false,
         };
+        let mine = (
+            self.program.id,
+            self.generation,
+            slotmap::Key::data(&self.device).as_ffi(),
+        );
+        let outer = CALLBACKS_OF.with(|c| c.replace(mine));
         let errors: Vec<Error> = as_callback_of(self, || {
             self.program
                 .teardown
                 .iter()
-                .filter_map(|cb| cb(&view).err())
+                .filter_map(|cb| call_back(cb, &view).err())
                 .map(|source| Error::Callback {
                     callback: "on_teardown",
                     source,
                 })
                 .collect()
         });
+        CALLBACKS_OF.with(|c| c.set(outer));
         let mut result = Error::join(errors);
         if report == Report::Defer {
             generation.defer(result);
@@ -920,6 +942,16 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
     if !generation.is_live() {
         return Err(Error::shut_down());
     }
+    if CALLBACKS_OF.with(Cell::get) == (program.inner.id, generation.id, device.key_bits()) {
+        return Err(Error::invalid(
+            "Program::load",
+            format!(
+                "a setup or teardown callback loads its own program again on {device}: its \
+                 module is not ready before setup returns, and is going away during teardown \
+                 (L6); use the module the callback is given"
+            ),
+        ));
+    }
     let slot = {
         let mut slots = lock(&program.inner.slots);
         let key = (generation.id, device.key());
@@ -993,13 +1025,16 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
         counted: true,
     };
     // P3: setup runs before anyone else can have the module (they wait on `slot`).
+    let setting_up = (program.inner.id, generation.id, device.key_bits());
+    let outer = CALLBACKS_OF.with(|c| c.replace(setting_up));
     let failed = as_callback_of(&module.entry, || {
         program
             .inner
             .setup
             .iter()
-            .find_map(|setup| setup(&module).err())
+            .find_map(|setup| call_back(setup, &module).err())
     });
+    CALLBACKS_OF.with(|c| c.set(outer));
     if let Some(source) = failed {
         // A failed setup unloads without teardown (setup never completed).
         module.entry.set_phase(Phase::Done);

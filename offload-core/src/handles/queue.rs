@@ -6,6 +6,13 @@
 //! live and on the same device — and only then calls the backend. During the call it holds
 //! the queue, the module (so an `unload` waits for it) and every buffer argument
 //! (exclusively, in address order, each once).
+//!
+//! Host functions are user code that offload runs (L6): each is wrapped ([`HostFn`]) so
+//! that running it and dropping what it captured are marked as such on whatever thread the
+//! backend uses, and its panic is caught there and returned by the queue's next `sync` on
+//! every backend. A host function that waits for its own queue, or for an unfinished event
+//! of it, gets `InvalidArgument` at once (it would wait for itself); a queue dropped inside
+//! its own host function is released on a helper thread once the function returned.
 
 use std::fmt;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
@@ -17,7 +24,8 @@ use crate::hal::{BackendKind, Dims, KernelArg, ParamKind, ScalarType};
 use crate::handles::buffer::Allocation;
 use crate::handles::{Buffer, Device, Kernel};
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
-use crate::sync::read;
+use crate::runtime::reentry;
+use crate::sync::{lock, read};
 
 /// A queue or event as its generation lists it: the backend object, until released.
 pub(crate) struct Entry<T: ?Sized> {
@@ -343,6 +351,42 @@ pub struct Queue {
     generation: Arc<Generation>,
     key: ResourceKey,
     entry: Arc<Entry<dyn DynQueue>>,
+    /// What the queue's host functions panicked with, for its next `sync`.
+    panics: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// A host function as offload hands it to a backend (L6): running it, and dropping it if it
+/// never ran (the queue was destroyed first), is user code of its queue on whatever thread
+/// the backend uses; a panic in either is caught there and kept for the queue's next
+/// `sync`, so no backend sees one.
+struct HostFn {
+    f: Option<Box<dyn FnOnce() + Send>>,
+    /// (generation id, queue id).
+    queue: (u64, u64),
+    panics: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl HostFn {
+    fn run(mut self) {
+        if let Some(f) = self.f.take() {
+            self.as_user_code(f);
+        }
+    }
+
+    fn as_user_code(&self, f: impl FnOnce()) {
+        let _user = reentry::enter(Some(self.queue));
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            lock(&self.panics).push(crate::error::panic_text(&*payload));
+        }
+    }
+}
+
+impl Drop for HostFn {
+    fn drop(&mut self) {
+        if let Some(f) = self.f.take() {
+            self.as_user_code(move || drop(f));
+        }
+    }
 }
 
 impl Queue {
@@ -360,6 +404,7 @@ impl Queue {
                 generation: generation.clone(),
                 key,
                 entry,
+                panics: Arc::default(),
             })
         })
     }
@@ -577,7 +622,30 @@ impl Queue {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
-        self.entry.with(|q| q.sync())
+        if self.is_running_here() {
+            return Err(Error::invalid(
+                "Queue::sync",
+                format!(
+                    "a host function of {self} waits for its own queue, which cannot finish \
+                     before the function returns (L6); sync it after the function, or from \
+                     another thread"
+                ),
+            ));
+        }
+        self.entry.with(|q| q.sync())?;
+        let panics = std::mem::take(&mut *lock(&self.panics));
+        if panics.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Callback {
+            callback: "host function",
+            source: format!("{self}: {}", panics.join("; ")).into(),
+        })
+    }
+
+    /// Whether this thread is running a host function of this queue.
+    fn is_running_here(&self) -> bool {
+        reentry::host_fn_of() == Some((self.generation.id, self.id()))
     }
 
     /// Enqueues a copy of `src` into `buffer` at `offset`, after the work enqueued so far;
@@ -729,7 +797,13 @@ impl Queue {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn enqueue_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        self.entry.with(|q| q.enqueue_host_fn(Box::new(f)))
+        let wrapped = HostFn {
+            f: Some(Box::new(f)),
+            queue: (self.generation.id, self.id()),
+            panics: self.panics.clone(),
+        };
+        self.entry
+            .with(|q| q.enqueue_host_fn(Box::new(move || wrapped.run())))
     }
 
     /// Whether all work enqueued so far has finished, without waiting.
@@ -829,6 +903,7 @@ impl Queue {
                 key,
                 entry,
                 queue: self.id(),
+                in_own_host_fn: self.is_running_here(),
             })
         })
     }
@@ -940,6 +1015,16 @@ fn check_args(
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        if self.is_running_here() {
+            // Dropped by its own host function (L6): releasing it waits for the function
+            // to return (and, on some backends, joins the thread running it), so a helper
+            // thread releases it once it has. Without one, the generation's teardown does.
+            let (generation, key, entry) = (self.generation.clone(), self.key, self.entry.clone());
+            crate::runtime::lifecycle::run_later("offload-queue-release", move || {
+                forget(&generation, Kind::Queue, key, entry);
+            });
+            return;
+        }
         forget(&self.generation, Kind::Queue, self.key, self.entry.clone());
     }
 }
@@ -971,6 +1056,9 @@ pub struct Event {
     entry: Arc<Entry<dyn DynEvent>>,
     /// The queue it was recorded on ([`Queue::id`]).
     queue: u64,
+    /// Recorded by a host function of its own queue: that function may never wait for it
+    /// (on some backends it would complete early, on others never; L6 wants one answer).
+    in_own_host_fn: bool,
 }
 
 impl Event {
@@ -982,6 +1070,17 @@ impl Event {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
+        if reentry::host_fn_of() == Some((self.generation.id, self.queue))
+            && (self.in_own_host_fn || !self.is_complete()?)
+        {
+            return Err(Error::invalid(
+                "Event::sync",
+                format!(
+                    "a host function of the queue that recorded {self:?} waits for it, and \
+                     it cannot complete before the function returns (L6)"
+                ),
+            ));
+        }
         self.entry.with(|e| e.sync())
     }
 

@@ -46,7 +46,7 @@ const ONE_SHOT_WINDOW: u32 = 64;
 /// The longest one round of progress waits in `poll` (others may be waiting to take over).
 const POLL_SLICE: Duration = Duration::from_millis(20);
 /// How long a waiting round of progress polls without sleeping first. Waking a sleeping
-/// process costs 20–75 µs on the project's VMs (DESIGN.md); an answer that comes within
+/// process costs 20–75 µs on the project's VMs (measured); an answer that comes within
 /// this window is seen at once, the way MPI progress engines poll before they block.
 const SPIN: Duration = Duration::from_micros(50);
 

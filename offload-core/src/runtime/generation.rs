@@ -319,8 +319,10 @@ impl Generation {
     /// → close IPC endpoints (peers unmap what was sent to them, bounded wait; mappings of
     /// theirs close) → free buffers → drop devices → deinitialise platforms.
     /// Every step runs whatever failed before; all errors come back together. Idempotent:
-    /// a second call finds nothing to do.
-    pub(crate) fn teardown(self: &Arc<Self>) -> Result<()> {
+    /// a second call finds nothing to do. `releasing` is called once the steps that run
+    /// user code (draining, teardown callbacks) are done and only backend objects remain
+    /// to be released (the lifecycle lets `init` wait from then on, L6).
+    pub(crate) fn teardown(self: &Arc<Self>, releasing: &dyn Fn()) -> Result<()> {
         // Every load either saw `closing` or is counted (see `begin_load`); wait for the
         // counted ones, setups included (P3), except those of this very thread: a setup
         // callback that gave back the last reference tears down from inside its load,
@@ -358,6 +360,7 @@ impl Generation {
             errors.extend(module.prepare(self).err());
         }
 
+        releasing();
         // Taking the write lock waits for every operation in flight on a device.
         let Some(live) = write(&self.live).take() else {
             return Error::join(errors);

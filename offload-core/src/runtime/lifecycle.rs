@@ -21,7 +21,18 @@
 //! it: that `init` starts the fresh generation at once. The exit hook waits for
 //! teardowns in progress likewise.
 //!
-//! Why not `arc-swap` for the live pointer, as DESIGN.md suggests: its read path registers
+//! Re-entrancy (L6): a teardown has two phases. The first runs user code (it drains
+//! queues, whose host functions run, and calls `on_teardown`); the second only releases
+//! backend objects. An `init` waits only for teardowns in their second phase, which always
+//! end: user code of the first phase may spawn and join a thread that calls `init`, and
+//! that thread must not wait for the teardown waiting for it. And the last reference given
+//! back *in* user code that offload runs (a host function, the drop of what it captured,
+//! a module callback: `reentry`) is not torn down there — that code may run on the
+//! executor the teardown drains, or under a lock the teardown takes — but on a helper
+//! thread, after it returned. Helper threads are joined by the next `init` and by the exit
+//! hook, so none outlives the runtime (L2).
+//!
+//! Why not `arc-swap` for the live pointer, the usual choice: its read path registers
 //! a thread-local destructor on every thread that loads, and such a destructor pins a
 //! `dlclose`d library until that thread exits (measured; L2 forbids it).
 
@@ -35,7 +46,10 @@ use crate::hal::BackendKind;
 use crate::handles::Device;
 use crate::runtime::config::{Config, Overrides, list};
 use crate::runtime::generation::{Generation, Live, Unavailable, loading_here};
-use crate::runtime::sync::{Condvar, Mutex, Ordering, lock, statics, thread_local, wait};
+use crate::runtime::reentry;
+use crate::runtime::sync::{
+    Condvar, JoinHandle, Mutex, Ordering, finished, lock, spawn, statics, thread_local, wait,
+};
 
 /// The process-wide lifecycle state. Const-initialised; starts over whenever the library
 /// that contains it is loaded again (L2).
@@ -45,6 +59,14 @@ struct Lifecycle {
     exit_hook: bool,
     /// Teardowns in progress (outside the mutex); the exit hook waits for them.
     teardowns: usize,
+    /// Of those, the ones releasing backend objects (their second phase, which runs no
+    /// user code); `init` waits for them.
+    releasing: usize,
+    /// Helper threads running teardowns decided in user code (L6); joined once finished.
+    helpers: Vec<JoinHandle<()>>,
+    /// Generations whose helper thread could not be started: torn down by the next `init`
+    /// or the exit hook.
+    pending: Vec<Arc<Generation>>,
 }
 
 statics! {
@@ -53,6 +75,9 @@ statics! {
         next_id: 0,
         exit_hook: false,
         teardowns: 0,
+        releasing: 0,
+        helpers: Vec::new(),
+        pending: Vec::new(),
     });
 
     /// Signalled whenever a teardown ends.
@@ -90,10 +115,12 @@ fn acquire(
     extra: &[PlatformEntry],
 ) -> Result<Arc<Generation>> {
     let mut state = lock(&LIFECYCLE);
-    // L2/L3: a fresh generation starts only after the previous one's teardown ended, so
-    // an object of generation N is refused whenever N+1 runs. User code that teardown
-    // waits for cannot wait for it in turn: it starts the fresh generation at once.
-    while state.current.is_none() && state.teardowns > 0 && !inside_teardown_or_load() {
+    state = reap(state);
+    // L2/L3: a fresh generation starts only after the previous one released its backend
+    // objects, so no driver is opened by one generation while another deinitialises it.
+    // A teardown still running user code is not waited for (that code may be what calls
+    // this, or wait for a thread that does: L6), nor is any by user code offload runs.
+    while state.current.is_none() && state.releasing > 0 && !inside_teardown_or_load() {
         state = wait(&TORN_DOWN, state);
     }
     if let Some(current) = &state.current {
@@ -189,28 +216,131 @@ thread_local! {
 /// callback (this thread is tearing down) or a setup callback (this thread is inside a
 /// load). Such code must not wait for a teardown to end.
 fn inside_teardown_or_load() -> bool {
-    TEARING_DOWN_HERE.with(Cell::get) > 0 || loading_here()
+    TEARING_DOWN_HERE.with(Cell::get) > 0 || loading_here() || reentry::in_user_code()
 }
 
-/// A teardown in progress, counted in `Lifecycle::teardowns` until it ends (also if a
-/// backend panics in it).
-struct TearingDown;
+/// A teardown in progress, counted in `Lifecycle::teardowns` (and, in its second phase,
+/// `Lifecycle::releasing`) until it ends, also if a backend panics in it.
+struct TearingDown {
+    releasing: std::cell::Cell<bool>,
+}
 
 impl TearingDown {
     /// Counts a teardown; called under the lifecycle lock, in the critical section that
     /// takes the generation out of service.
     fn start(state: &mut Lifecycle) -> TearingDown {
         state.teardowns += 1;
+        TearingDown {
+            releasing: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Runs the teardown on this thread (marked as tearing down), then ends the count.
+    fn run(self, generation: &Arc<Generation>) -> Result<()> {
         TEARING_DOWN_HERE.with(|t| t.set(t.get() + 1));
-        TearingDown
+        let result = generation.teardown(&|| {
+            lock(&LIFECYCLE).releasing += 1;
+            self.releasing.set(true);
+        });
+        TEARING_DOWN_HERE.with(|t| t.set(t.get() - 1));
+        drop(self);
+        result
     }
 }
 
 impl Drop for TearingDown {
     fn drop(&mut self) {
-        TEARING_DOWN_HERE.with(|t| t.set(t.get() - 1));
-        lock(&LIFECYCLE).teardowns -= 1;
+        let mut state = lock(&LIFECYCLE);
+        state.teardowns -= 1;
+        if self.releasing.get() {
+            state.releasing -= 1;
+        }
+        drop(state);
         TORN_DOWN.notify_all();
+    }
+}
+
+/// Joins the helper threads that have finished, and tears down the generations whose
+/// helper could not start (with the lock released meanwhile). Returns the lock.
+fn reap(
+    mut state: crate::runtime::sync::MutexGuard<'static, Lifecycle>,
+) -> crate::runtime::sync::MutexGuard<'static, Lifecycle> {
+    let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut state.helpers)
+        .into_iter()
+        .partition(finished);
+    state.helpers = running;
+    let pending = std::mem::take(&mut state.pending);
+    if done.is_empty() && pending.is_empty() {
+        return state;
+    }
+    let tearing: Vec<TearingDown> = pending
+        .iter()
+        .map(|_| TearingDown::start(&mut state))
+        .collect();
+    drop(state);
+    for helper in done {
+        let _ = helper.join(); // a helper that panicked has reported nothing more to give
+    }
+    for (generation, tearing_down) in pending.iter().zip(tearing) {
+        report_later(tearing_down.run(generation));
+    }
+    lock(&LIFECYCLE)
+}
+
+/// Tears `generation` down on a helper thread (L6: the last reference was given back in
+/// user code that the teardown may wait for). Its errors are reported later
+/// ([`take_unreported_errors`]).
+fn tear_down_later(generation: &Arc<Generation>, tearing_down: TearingDown) {
+    let on_helper = generation.clone();
+    // If no thread starts, the closure (and with it the count) is dropped, and the
+    // generation waits in `pending`.
+    let started = spawn("offload-teardown", move || {
+        report_later(tearing_down.run(&on_helper));
+    });
+    match started {
+        Ok(helper) => keep_helper(helper),
+        Err(e) => {
+            tracing::warn!(
+                target: "offload::shutdown",
+                generation = generation.id,
+                error = %e,
+                "no helper thread for a teardown decided in user code; the next init or \
+                 the exit hook runs it"
+            );
+            lock(&LIFECYCLE).pending.push(generation.clone());
+        }
+    }
+}
+
+/// Lists a helper thread for joining, and joins those that have finished (at once: they
+/// have), so a process that never initialises again keeps no handles.
+fn keep_helper(helper: JoinHandle<()>) {
+    let done: Vec<JoinHandle<()>> = {
+        let mut state = lock(&LIFECYCLE);
+        state.helpers.push(helper);
+        let (done, running) = std::mem::take(&mut state.helpers)
+            .into_iter()
+            .partition(finished);
+        state.helpers = running;
+        done
+    };
+    for finished in done {
+        let _ = finished.join();
+    }
+}
+
+/// Runs `f` on a helper thread of the runtime (joined by the next `init` or the exit hook,
+/// so none outlives a `dlclose`, L2): for a release that cannot run where it was decided
+/// (L6). Without a thread, `f` is dropped unrun; callers leave the object listed in its
+/// generation, whose teardown then releases it.
+pub(crate) fn run_later(name: &str, f: impl FnOnce() + Send + 'static) {
+    match spawn(name, f) {
+        Ok(helper) => keep_helper(helper),
+        Err(e) => tracing::warn!(
+            target: "offload::lifecycle",
+            error = %e,
+            "no helper thread: the release waits for the runtime's teardown"
+        ),
     }
 }
 
@@ -246,8 +376,16 @@ fn release(generation: &Arc<Generation>) -> Result<bool> {
         }
         TearingDown::start(&mut state)
     };
-    let result = generation.teardown();
-    drop(tearing_down);
+    if reentry::in_user_code() {
+        tracing::info!(
+            target: "offload::shutdown",
+            generation = generation.id,
+            "last reference given back in user code offload runs: teardown on a helper thread"
+        );
+        tear_down_later(generation, tearing_down);
+        return Ok(true);
+    }
+    let result = tearing_down.run(generation);
     tracing::info!(
         target: "offload::shutdown",
         generation = generation.id,
@@ -265,6 +403,7 @@ fn release(generation: &Arc<Generation>) -> Result<bool> {
 pub(crate) fn shutdown_at_exit() {
     let mut state = lock(&LIFECYCLE);
     loop {
+        state = reap(state);
         if let Some(generation) = state.current.take() {
             // L1 at exit: the references still held become dead ones.
             generation.refs.store(0, Ordering::Relaxed);
@@ -275,11 +414,18 @@ pub(crate) fn shutdown_at_exit() {
                 generation = generation.id,
                 "still live at exit: shutting down"
             );
-            report_later(generation.teardown());
-            drop(tearing_down);
+            report_later(tearing_down.run(&generation));
             state = lock(&LIFECYCLE);
         } else if state.teardowns > 0 && !inside_teardown_or_load() {
             state = wait(&TORN_DOWN, state);
+        } else if !state.helpers.is_empty() && !inside_teardown_or_load() {
+            // Every teardown ended; its helper is returning. Join it (L2).
+            let helpers = std::mem::take(&mut state.helpers);
+            drop(state);
+            for helper in helpers {
+                let _ = helper.join();
+            }
+            state = lock(&LIFECYCLE);
         } else {
             return;
         }

@@ -7,9 +7,11 @@
 //! its scheduler controls every lock, atomic and wait of the lifecycle. No cargo feature
 //! switches this: the library always uses std.
 
+pub(crate) use std::sync::MutexGuard;
+use std::sync::PoisonError;
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 pub(crate) use std::sync::{Condvar, Mutex, RwLock};
-use std::sync::{MutexGuard, PoisonError};
+pub(crate) use std::thread::JoinHandle;
 pub(crate) use std::thread_local;
 
 pub(crate) use crate::sync::{lock, read, write};
@@ -34,4 +36,19 @@ pub(crate) use statics;
 /// flight): a short sleep.
 pub(crate) fn backoff() {
     std::thread::sleep(std::time::Duration::from_micros(100));
+}
+
+/// Starts one of the runtime's helper threads: a teardown that cannot run on the thread
+/// that decided it (L6). The lifecycle joins it (`lifecycle::reap`), so none outlives the
+/// runtime or a `dlclose` (L2).
+pub(crate) fn spawn(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name.into()).spawn(f)
+}
+
+/// Whether a helper thread has finished (so joining it returns at once).
+pub(crate) fn finished(helper: &JoinHandle<()>) -> bool {
+    helper.is_finished()
 }

@@ -1,0 +1,65 @@
+//! Where offload runs user code, as each thread knows it (L6, docs/contract.md).
+//!
+//! Offload runs user code in host functions (on a backend's executor, a driver's callback
+//! thread or the caller's own thread), in the drop of what a host function captured, and in
+//! module callbacks (`on_setup`, `on_teardown`). An offload call made from there must never
+//! wait for something that waits for that very code. This module only keeps the facts the
+//! rest of the runtime decides by: how deep this thread is in user code offload runs, and
+//! which queue's host function it is running. Two const-initialised `Cell`s with no
+//! destructor, so they register nothing that would pin a `dlclose`d library (L2).
+//!
+//! What is decided by them:
+//! - the last reference given back in user code tears down on a helper thread, after the
+//!   user code returned (`lifecycle::release`): the teardown drains queues and takes locks
+//!   that this very code holds or runs under;
+//! - an `init` from user code never waits for a teardown in progress (the teardown may be
+//!   waiting for it);
+//! - a host function that waits for its own queue, or for an unfinished event of it, gets
+//!   `InvalidArgument` at once instead of waiting for itself (`handles::queue`);
+//! - a queue dropped inside its own host function is released on a helper thread.
+
+use std::cell::Cell;
+
+use crate::runtime::sync::thread_local;
+
+thread_local! {
+    /// How many levels of user code offload is running on this thread.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// The queue whose host function this thread runs: (generation id, queue id), or
+    /// (0, 0). Generation ids start at 1.
+    static HOST_FN_OF: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// This thread runs user code until the scope is dropped.
+pub(crate) struct UserCode {
+    outer_queue: (u64, u64),
+}
+
+/// Marks user code that offload runs (a module callback, or a host function of `queue` =
+/// (generation id, queue id) and the drop of what it captured).
+pub(crate) fn enter(queue: Option<(u64, u64)>) -> UserCode {
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let outer_queue = HOST_FN_OF.with(|q| match queue {
+        Some(queue) => q.replace(queue),
+        None => q.get(),
+    });
+    UserCode { outer_queue }
+}
+
+impl Drop for UserCode {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        HOST_FN_OF.with(|q| q.set(self.outer_queue));
+    }
+}
+
+/// Whether this thread is running user code that offload called.
+pub(crate) fn in_user_code() -> bool {
+    DEPTH.with(Cell::get) > 0
+}
+
+/// The queue whose host function this thread is running, if any: (generation id, queue id).
+pub(crate) fn host_fn_of() -> Option<(u64, u64)> {
+    let queue = HOST_FN_OF.with(Cell::get);
+    (queue.0 != 0).then_some(queue)
+}

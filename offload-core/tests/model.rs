@@ -883,12 +883,15 @@ fn generations() {
         let rt = Rt::init().expect("init");
         let works = use_device(&old);
         if rt.generation() != first {
-            seen("generations: old device used in a new generation");
-            assert!(
-                !works,
-                "a device of generation {first} worked in generation {}",
-                rt.generation()
-            );
+            // L6: a new generation may start while the old one still drains (its teardown's
+            // first phase runs user code that may itself need `init`); the old devices then
+            // work until it releases them, and never reach a deinitialised driver (the
+            // model backend panics if they do).
+            seen(if works {
+                "generations: old device used while its generation drained"
+            } else {
+                "generations: old device refused in a new generation"
+            });
         }
         let new = rt.devices().expect("devices").remove(0);
         assert!(use_device(&new));
@@ -1005,7 +1008,7 @@ fn model_generations() {
         "generations",
         generations,
         &[
-            "generations: old device used in a new generation",
+            "generations: old device refused in a new generation",
             "use: ok",
             "use: ShutDown",
         ],

@@ -121,13 +121,15 @@ fn a_setup_callback_may_give_back_the_last_reference() {
                 Ok(())
             })
             .load(&dev);
-        // The runtime ended inside the load: a typed error, never a hang.
+        // L6: the teardown runs on a helper thread once the setup returned (it waits for the
+        // load), so the load completes or, if the teardown came first, is refused: never a
+        // hang.
         assert!(
-            loaded.is_err(),
-            "the module of a runtime that ended during its setup"
+            loaded.is_ok() || matches!(loaded, Err(Error::ShutDown { .. })),
+            "{loaded:?}"
         );
+        drop(loaded);
         assert!(held.lock().unwrap().is_none());
-        assert!(matches!(dev.info(), Err(Error::ShutDown { .. })));
         let again = Offload::init().unwrap();
         assert!(again.shutdown().unwrap().was_last());
     });

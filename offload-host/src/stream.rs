@@ -6,7 +6,8 @@
 //! whichever thread holds the stream's *run token*: the stream's executor thread, or a
 //! thread that waits for the stream (`sync`, an event, a host access) and finds the token
 //! free — it runs the commands up to the one it waits for itself, as the synchronous
-//! queues did, instead of waking a thread and sleeping. A launch of several blocks is
+//! queues did, instead of waking a thread and sleeping; up to a host function, which only
+//! the executor runs (user code stays on a thread offload owns: see `drain`). A launch of several blocks is
 //! handed to the device's worker pool (pool.rs); a thread waiting while another runs it
 //! takes blocks too.
 //!
@@ -22,6 +23,7 @@
 //! pool's workers it is a plain pthread whose body touches no thread-local with a
 //! destructor, so a library that embeds offload still unloads (L2).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ffi::{CString, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +36,12 @@ use offload_core::{BackendKind, Dims, Error, Result};
 use crate::memory::Memory;
 use crate::pool::{Job, LazyPool};
 use crate::program::{KernelFn, Loaded};
+
+std::thread_local! {
+    /// Set on a stream's executor thread (a pthread of this backend's own). Const-initialised
+    /// and without a destructor, so it pins nothing (L2).
+    static ON_EXECUTOR: Cell<bool> = const { Cell::new(false) };
+}
 
 /// How long an idle executor, or a thread waiting for one, spins before it sleeps.
 pub(crate) const SPIN: Duration = Duration::from_micros(50);
@@ -208,15 +216,27 @@ impl StreamCore {
     }
 
     /// With the token: runs commands in order until command `until` has finished (all of
-    /// them for `None`) or none is left.
-    fn drain(&self, until: Option<u64>) {
+    /// them for `None`) or none is left. A thread other than the executor stops before a
+    /// host function and returns `true`: user code runs only on the executor, a thread
+    /// offload owns, because a panic there initialises thread-local state with a destructor
+    /// (std's panic hook asks for the current thread), which on a caller's thread would pin
+    /// a `dlclose`d library that embeds offload (L2, L6; tests/embed).
+    fn drain(&self, until: Option<u64>) -> bool {
+        let executor = ON_EXECUTOR.with(Cell::get);
         while !until.is_some_and(|t| self.reached(t)) {
-            let next = lock(&self.inner).commands.pop_front();
+            let next = {
+                let mut inner = lock(&self.inner);
+                if !executor && matches!(inner.commands.front(), Some(Command::HostFn(_))) {
+                    return true;
+                }
+                inner.commands.pop_front()
+            };
             match next {
                 Some(command) => self.run(command),
                 None => break,
             }
         }
+        false
     }
 
     /// Blocks until command `ticket` has finished. Runs the commands up to it itself if
@@ -231,8 +251,11 @@ impl StreamCore {
                 return;
             }
             if self.try_take_token() {
-                self.drain(Some(ticket));
-                self.give_token_back();
+                let for_the_executor = self.drain(Some(ticket));
+                self.give_token_back(); // wakes the executor if commands are left
+                if for_the_executor {
+                    break; // sleep until the executor has run up to our command
+                }
                 continue;
             }
             if self.helpable.load(Ordering::Acquire) {
@@ -352,6 +375,7 @@ impl StreamCore {
     /// The executor: sleeps until commands wait and the token is free, runs them all,
     /// and exits once the queue is destroyed and nothing is left.
     fn executor_loop(&self) {
+        ON_EXECUTOR.with(|e| e.set(true));
         loop {
             {
                 let mut inner = lock(&self.inner);

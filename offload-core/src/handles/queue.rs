@@ -638,7 +638,7 @@ impl Queue {
             return Ok(());
         }
         Err(Error::Callback {
-            callback: "host function",
+            callback: "Queue::enqueue_host_fn",
             source: format!("{self}: {}", panics.join("; ")).into(),
         })
     }

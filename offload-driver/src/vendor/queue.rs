@@ -19,12 +19,41 @@ use super::device::DeviceCore;
 use super::{StreamApi, StreamBuffer, StreamKernel, Word, driver_error, invalid};
 use crate::{HostCallback, HostFailure, host_trampoline};
 
+/// The bytes of queued writes in submission order, numbered, so that two threads syncing
+/// the stream at once each drop only what was enqueued before their own wait (a drain by
+/// position dropped bytes still in flight, or panicked, when another sync had drained
+/// first: found when teardown began to sync on a helper thread, L6).
+#[derive(Default)]
+pub(crate) struct Kept {
+    /// The number of the first entry of `bytes`.
+    first: u64,
+    bytes: std::collections::VecDeque<Vec<u8>>,
+}
+
+impl Kept {
+    /// The number the next pushed entry gets: what a wait that starts now covers.
+    fn end(&self) -> u64 {
+        self.first + self.bytes.len() as u64
+    }
+
+    fn push(&mut self, data: Vec<u8>) {
+        self.bytes.push_back(data);
+    }
+
+    /// Drops the entries numbered below `end` that are still here.
+    fn release_before(&mut self, end: u64) {
+        while self.first < end && self.bytes.pop_front().is_some() {
+            self.first += 1;
+        }
+    }
+}
+
 /// A stream and what it keeps; shared with the buffers and modules whose work it holds.
 pub(crate) struct QueueShared<A: StreamApi> {
     core: Arc<DeviceCore<A>>,
     stream: A::Stream,
     /// Bytes of queued writes, until the stream is known to have passed them.
-    kept: Mutex<Vec<Vec<u8>>>,
+    kept: Mutex<Kept>,
     /// A host function's panic, reported by the next sync.
     failure: HostFailure,
 }
@@ -47,11 +76,11 @@ impl<A: StreamApi> crate::Stream for QueueShared<A> {
     fn synchronize(&self, call: &'static str) -> Result<()> {
         self.core.bind(call)?;
         // What was enqueued before the sync (the list grows in submission order).
-        let passed = lock(&self.kept).len();
+        let passed = lock(&self.kept).end();
         // SAFETY: the stream is live (destroyed only in Drop) and of the bound device.
         unsafe { self.core.api().stream_synchronize(Some(self.stream)) }
             .map_err(driver_error::<A>(call))?;
-        lock(&self.kept).drain(..passed);
+        lock(&self.kept).release_before(passed);
         Ok(())
     }
 }
@@ -384,12 +413,12 @@ impl<A: StreamApi> StreamQueue<A> {
     pub(crate) fn is_idle(&self) -> Result<bool> {
         const CALL: &str = "Queue::is_idle";
         let api = self.bind(CALL, &[])?;
-        let passed = lock(&self.shared.kept).len();
+        let passed = lock(&self.shared.kept).end();
         // SAFETY: the stream is live and of the bound device.
         let idle =
             unsafe { api.stream_query(self.shared.stream) }.map_err(driver_error::<A>(CALL))?;
         if idle {
-            lock(&self.shared.kept).drain(..passed);
+            lock(&self.shared.kept).release_before(passed);
         }
         Ok(idle)
     }

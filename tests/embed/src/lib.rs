@@ -181,6 +181,32 @@ pub unsafe extern "C" fn offload_embed_launch_on(
     }
 }
 
+/// Enqueues a host function that panics on a queue of the first host device and syncs: the
+/// panic must come back as `Error::Callback` (L6), wherever it ran (the queue's executor
+/// or this thread, which runs queued work itself when it waits). `OK` when it did.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_panicking_host_fn() -> i32 {
+    let Some(rt) = runtime().clone() else {
+        return ERR_NOT_INIT;
+    };
+    let run = || -> offload::Result<i32> {
+        let Some(dev) = rt
+            .devices()?
+            .into_iter()
+            .find(|d| d.backend() == BackendKind::Host)
+        else {
+            return Ok(ERR_NO_HOST_DEVICE);
+        };
+        let queue = dev.queue()?;
+        queue.enqueue_host_fn(|| panic!("a planted panic in a host function"))?;
+        Ok(match queue.sync() {
+            Err(offload::Error::Callback { .. }) => OK,
+            _ => ERR_MISMATCH,
+        })
+    };
+    run().unwrap_or(ERR_RUNTIME)
+}
+
 /// Takes the runtime out of this library and shuts it down.
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_embed_shutdown() -> i32 {

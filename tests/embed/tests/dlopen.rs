@@ -72,6 +72,7 @@ struct Api {
     counter: extern "C" fn() -> u64,
     launch: unsafe extern "C" fn(*const u8, usize) -> i32,
     launch_on: unsafe extern "C" fn(u32, *const u8, usize) -> i32,
+    panicking_host_fn: extern "C" fn() -> i32,
 }
 
 /// Loads the library and looks up its exports.
@@ -108,6 +109,9 @@ fn load(path: &Path) -> (Library, Api) {
             launch_on: *lib
                 .get(b"offload_embed_launch_on\0")
                 .expect("offload_embed_launch_on"),
+            panicking_host_fn: *lib
+                .get(b"offload_embed_panicking_host_fn\0")
+                .expect("offload_embed_panicking_host_fn"),
         }
     };
     (lib, api)
@@ -166,6 +170,54 @@ fn cycles(shutdown_before_close: bool) {
         assert!(
             left.is_empty(),
             "cycle {cycle}: {LIB_NAME} still mapped after dlclose (something pins it):\n{}",
+            left.join("\n")
+        );
+    }
+}
+
+/// L2 and L6: 200 × (dlopen → init → a host function that panics, caught and returned by
+/// the next sync → shutdown → dlclose): the panic machinery leaves nothing behind that pins
+/// the library (no thread-local destructor on a thread offload does not own).
+///
+/// With `RUST_BACKTRACE` set, std's backtrace printer maps the library's file to read its
+/// symbols and keeps that mapping in a cache of its own, which `/proc/self/maps` shows after
+/// `dlclose` although the library itself is gone: the cycles then run in a child without it.
+#[test]
+fn dlopen_cycles_with_a_panicking_host_function() {
+    if std::env::var("RUST_BACKTRACE").is_ok_and(|v| v != "0") {
+        let out = Command::new(std::env::current_exe().expect("current_exe"))
+            .args([
+                "--exact",
+                "dlopen_cycles_with_a_panicking_host_function",
+                "--test-threads=1",
+            ])
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("run the test again");
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let _serial = serial();
+    let path = lib_path();
+    for cycle in 0..CYCLES {
+        let (lib, api) = load(&path);
+        assert_eq!((api.init)(), 0, "cycle {cycle}: offload_embed_init");
+        assert_eq!(
+            (api.panicking_host_fn)(),
+            0,
+            "cycle {cycle}: the host function's panic did not come back as Error::Callback"
+        );
+        assert_eq!((api.shutdown)(), 0, "cycle {cycle}: offload_embed_shutdown");
+        close(lib, api);
+        let left = mappings(&path);
+        assert!(
+            left.is_empty(),
+            "cycle {cycle}: {LIB_NAME} still mapped after a panicking host function:\n{}",
             left.join("\n")
         );
     }

@@ -95,6 +95,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestError, TestRunner};
 
+use crate::error::panic_text;
 use crate::hal::ScalarType::U32;
 use crate::ipc::{IpcEndpoint, IpcHandle, PeerId};
 use crate::sync::lock;
@@ -347,14 +348,6 @@ fn stale<T>(what: &str, r: Result<T>) -> Check<Option<T>> {
             err_text(&e)
         )),
     }
-}
-
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "<non-string panic>".into())
 }
 
 // ---------------------------------------------------------------------------------------

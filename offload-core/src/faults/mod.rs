@@ -52,7 +52,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, panic_text};
 use crate::hal::{
     self, BackendKind, CompilerId, DeviceInfo, Dims, Exported, GlobalInfo, HostFn, KernelArg,
     Language, MemKind, ParamKind, Source,
@@ -805,16 +805,6 @@ where
             Ok(Err(p)) | Err(p) => Err(format!("panicked: {}", panic_text(&*p))),
         }
     })
-}
-
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(not a string)".into()
-    }
 }
 
 fn snapshot(opts: &SweepOptions<'_>) -> (Live, Vec<(&'static str, i64)>) {

@@ -223,6 +223,8 @@ fn inside_teardown_or_load() -> bool {
 /// `Lifecycle::releasing`) until it ends, also if a backend panics in it.
 struct TearingDown {
     releasing: std::cell::Cell<bool>,
+    /// Counted in this thread's `TEARING_DOWN_HERE` (by [`TearingDown::run`]).
+    here: std::cell::Cell<bool>,
 }
 
 impl TearingDown {
@@ -232,24 +234,26 @@ impl TearingDown {
         state.teardowns += 1;
         TearingDown {
             releasing: std::cell::Cell::new(false),
+            here: std::cell::Cell::new(false),
         }
     }
 
     /// Runs the teardown on this thread (marked as tearing down), then ends the count.
     fn run(self, generation: &Arc<Generation>) -> Result<()> {
         TEARING_DOWN_HERE.with(|t| t.set(t.get() + 1));
-        let result = generation.teardown(&|| {
+        self.here.set(true);
+        generation.teardown(&|| {
             lock(&LIFECYCLE).releasing += 1;
             self.releasing.set(true);
-        });
-        TEARING_DOWN_HERE.with(|t| t.set(t.get() - 1));
-        drop(self);
-        result
+        })
     }
 }
 
 impl Drop for TearingDown {
     fn drop(&mut self) {
+        if self.here.get() {
+            TEARING_DOWN_HERE.with(|t| t.set(t.get() - 1));
+        }
         let mut state = lock(&LIFECYCLE);
         state.teardowns -= 1;
         if self.releasing.get() {
@@ -260,15 +264,22 @@ impl Drop for TearingDown {
     }
 }
 
+/// Takes the helper threads that have finished out of `state` (joining them returns at
+/// once).
+fn finished_helpers(state: &mut Lifecycle) -> Vec<JoinHandle<()>> {
+    let (done, running) = std::mem::take(&mut state.helpers)
+        .into_iter()
+        .partition(finished);
+    state.helpers = running;
+    done
+}
+
 /// Joins the helper threads that have finished, and tears down the generations whose
 /// helper could not start (with the lock released meanwhile). Returns the lock.
 fn reap(
     mut state: crate::runtime::sync::MutexGuard<'static, Lifecycle>,
 ) -> crate::runtime::sync::MutexGuard<'static, Lifecycle> {
-    let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut state.helpers)
-        .into_iter()
-        .partition(finished);
-    state.helpers = running;
+    let done = finished_helpers(&mut state);
     let pending = std::mem::take(&mut state.pending);
     if done.is_empty() && pending.is_empty() {
         return state;
@@ -289,58 +300,43 @@ fn reap(
 
 /// Tears `generation` down on a helper thread (L6: the last reference was given back in
 /// user code that the teardown may wait for). Its errors are reported later
-/// ([`take_unreported_errors`]).
+/// ([`take_unreported_errors`]). If no thread starts, the closure (and with it the count)
+/// is dropped, and the generation waits in `pending` for the next `init` or the exit hook.
 fn tear_down_later(generation: &Arc<Generation>, tearing_down: TearingDown) {
     let on_helper = generation.clone();
-    // If no thread starts, the closure (and with it the count) is dropped, and the
-    // generation waits in `pending`.
-    let started = spawn("offload-teardown", move || {
+    if !run_later("offload-teardown", move || {
         report_later(tearing_down.run(&on_helper));
-    });
-    match started {
-        Ok(helper) => keep_helper(helper),
+    }) {
+        lock(&LIFECYCLE).pending.push(generation.clone());
+    }
+}
+
+/// Runs `f` on a helper thread of the runtime (joined once finished: by the next helper,
+/// the next `init` or the exit hook, so none outlives a `dlclose`, L2), for work that
+/// cannot run where it was decided (L6). Returns `false`, with `f` dropped unrun, when no
+/// thread starts: callers leave the work to the generation's teardown.
+pub(crate) fn run_later(name: &str, f: impl FnOnce() + Send + 'static) -> bool {
+    match spawn(name, f) {
+        Ok(helper) => {
+            let done = {
+                let mut state = lock(&LIFECYCLE);
+                state.helpers.push(helper);
+                finished_helpers(&mut state)
+            };
+            for finished in done {
+                let _ = finished.join();
+            }
+            true
+        }
         Err(e) => {
             tracing::warn!(
-                target: "offload::shutdown",
-                generation = generation.id,
+                target: "offload::lifecycle",
+                helper = name,
                 error = %e,
-                "no helper thread for a teardown decided in user code; the next init or \
-                 the exit hook runs it"
+                "no helper thread: the generation's teardown (or the next init) does its work"
             );
-            lock(&LIFECYCLE).pending.push(generation.clone());
+            false
         }
-    }
-}
-
-/// Lists a helper thread for joining, and joins those that have finished (at once: they
-/// have), so a process that never initialises again keeps no handles.
-fn keep_helper(helper: JoinHandle<()>) {
-    let done: Vec<JoinHandle<()>> = {
-        let mut state = lock(&LIFECYCLE);
-        state.helpers.push(helper);
-        let (done, running) = std::mem::take(&mut state.helpers)
-            .into_iter()
-            .partition(finished);
-        state.helpers = running;
-        done
-    };
-    for finished in done {
-        let _ = finished.join();
-    }
-}
-
-/// Runs `f` on a helper thread of the runtime (joined by the next `init` or the exit hook,
-/// so none outlives a `dlclose`, L2): for a release that cannot run where it was decided
-/// (L6). Without a thread, `f` is dropped unrun; callers leave the object listed in its
-/// generation, whose teardown then releases it.
-pub(crate) fn run_later(name: &str, f: impl FnOnce() + Send + 'static) {
-    match spawn(name, f) {
-        Ok(helper) => keep_helper(helper),
-        Err(e) => tracing::warn!(
-            target: "offload::lifecycle",
-            error = %e,
-            "no helper thread: the release waits for the runtime's teardown"
-        ),
     }
 }
 

@@ -185,21 +185,7 @@ fn cycles(shutdown_before_close: bool) {
 #[test]
 fn dlopen_cycles_with_a_panicking_host_function() {
     if std::env::var("RUST_BACKTRACE").is_ok_and(|v| v != "0") {
-        let out = Command::new(std::env::current_exe().expect("current_exe"))
-            .args([
-                "--exact",
-                "dlopen_cycles_with_a_panicking_host_function",
-                "--test-threads=1",
-            ])
-            .env_remove("RUST_BACKTRACE")
-            .output()
-            .expect("run the test again");
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_child("dlopen_cycles_with_a_panicking_host_function", "panicking");
         return;
     }
     let _serial = serial();

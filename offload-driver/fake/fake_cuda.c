@@ -89,7 +89,9 @@
  * Streams, events, host functions. Every stream (the legacy NULL stream and
  * CU_STREAM_PER_THREAD of each context included) is an in-order queue of operations. By
  * default each operation runs when it is enqueued, in the caller's thread, so queries answer
- * CUDA_SUCCESS unless a host function of that stream is still running on another thread.
+ * CUDA_SUCCESS unless a host function of that stream is still running on another thread;
+ * work enqueued while one of its host functions runs waits (the enqueue returns at once, as
+ * CUDA's does) and runs after it, on the thread that ran the function.
  * With FAKE_CU_DEFER=1 work waits in its queue until something needs it: a synchronize
  * (stream, event, context), a synchronous copy or set (legacy-stream semantics: the
  * context's blocking streams first), a free, unload, IPC close or context release (which
@@ -195,7 +197,8 @@ struct fake_stream {
     unsigned flags;
     enum stream_kind kind;
     struct fake_op *head, *tail;
-    int busy; /* a host function of this stream is running (without the lock) */
+    int busy; /* a host function or a wait of this stream is running (without the lock) */
+    unsigned long long running; /* while busy: the sequence number of that operation */
 };
 
 struct fake_ctx {
@@ -459,13 +462,19 @@ static void free_op(struct fake_op *op) {
 /* Runs the stream's operations up to sequence number `upto`, in order. */
 static void stream_run(struct fake_stream *s, unsigned long long upto) {
     for (;;) {
-        while (s->busy) fake_wait();
         struct fake_op *op = s->head;
-        if (!op || op->seq > upto) return;
+        /* Nothing up to `upto` left: done, even while a later operation runs elsewhere
+         * (two streams waiting for each other's earlier events must not wait forever). */
+        if ((!op || op->seq > upto) && (!s->busy || s->running > upto)) return;
+        if (s->busy) {
+            fake_wait();
+            continue;
+        }
         s->head = op->next;
         if (!s->head) s->tail = NULL;
         if (op->kind == OP_HOST) {
             s->busy = 1;
+            s->running = op->seq;
             fake_unlock();
             in_host_fn = 1;
             op->host(op->user);
@@ -473,8 +482,21 @@ static void stream_run(struct fake_stream *s, unsigned long long upto) {
             fake_lock();
             s->busy = 0;
             fake_wake();
+            /* What was enqueued meanwhile was left for this thread (`enqueue`). */
+            if (!deferred && s->tail && s->tail->seq > upto) upto = s->tail->seq;
         } else if (op->kind == OP_WAIT) {
-            if (op->event->done_seq < op->wait_seq) stream_run(op->wait_stream, op->wait_seq);
+            if (op->event->done_seq < op->wait_seq) {
+                /* Busy while it waits: the other stream's run may release the lock (around
+                 * its host functions), and this stream's later work must not start
+                 * meanwhile on another thread (it did: a host function ran before one
+                 * enqueued earlier on the stream waited for). */
+                s->busy = 1;
+                s->running = op->seq;
+                stream_run(op->wait_stream, op->wait_seq);
+                s->busy = 0;
+                fake_wake();
+                if (!deferred && s->tail && s->tail->seq > upto) upto = s->tail->seq;
+            }
         } else {
             exec_op(op);
         }
@@ -524,7 +546,7 @@ static unsigned long long enqueue(struct fake_stream *s, struct fake_op *op) {
     if (s->tail) s->tail->next = op;
     else s->head = op;
     s->tail = op;
-    if (!deferred) stream_run(s, seq);
+    if (!deferred && !s->busy) stream_run(s, seq);
     return seq;
 }
 

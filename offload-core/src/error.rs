@@ -298,8 +298,13 @@ impl Error {
 }
 
 /// The text of a panic's payload (a `&str` or `String` message), for an error that reports
-/// it.
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+/// it (backends that run user code on threads of their own use it too).
+///
+/// ```
+/// let payload = std::panic::catch_unwind(|| panic!("boom {}", 1)).unwrap_err();
+/// assert_eq!(offload_core::hal::panic_text(&*payload), "boom 1");
+/// ```
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_string())

@@ -345,12 +345,10 @@ impl StreamCore {
                 .map_err(|e| e.to_string()),
             Command::HostFn(f) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
                 .map_err(|payload| {
-                    let message = payload
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| payload.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a non-string payload".into());
-                    format!("the host function panicked: {message}")
+                    format!(
+                        "the host function panicked: {}",
+                        offload_core::hal::panic_text(&*payload)
+                    )
                 }),
             Command::Record(time) => {
                 let _ = time.set(Instant::now());

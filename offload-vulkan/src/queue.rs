@@ -841,14 +841,13 @@ impl VulkanQueue {
         const CALL: &str = "Queue::enqueue_host_fn";
         self.sync_as(CALL)?;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string payload".into());
             Error::Callback {
                 callback: CALL,
-                source: format!("the host function panicked: {message}").into(),
+                source: format!(
+                    "the host function panicked: {}",
+                    offload_core::hal::panic_text(&*payload)
+                )
+                .into(),
             }
         })
     }

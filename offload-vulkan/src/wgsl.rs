@@ -150,13 +150,9 @@ mod with_naga {
         // naga is a large parser and code generator; a bug in it that panics must not
         // unwind through the compile cache's lock into the caller.
         catch_unwind(AssertUnwindSafe(|| naga_compile(source, version))).unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".to_string());
             Err(error(format!(
-                "naga panicked compiling this source: {what}"
+                "naga panicked compiling this source: {}",
+                offload_core::hal::panic_text(&*panic)
             )))
         })
     }

@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::runtime::config::Config;
 
+pub use crate::error::panic_text;
 pub use ipc::{Exported, Ipc};
 mod source;
 pub use source::{CompilerId, Language, Source};

@@ -879,7 +879,9 @@ static void enqueue(struct fake_stream *s, struct fake_op *op) {
         s->head = op;
     }
     s->tail = op;
-    if (!defer_mode || s == &null_stream) drain(s, NULL);
+    /* A stream being drained (a host function of it running) runs this after it, on the
+     * draining thread: the enqueue returns at once, as HIP's does. */
+    if ((!defer_mode || s == &null_stream) && !s->draining) drain(s, NULL);
 }
 
 static struct fake_op *new_op(int type) {

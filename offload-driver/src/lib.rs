@@ -16,9 +16,10 @@
 //!   whose memory, programs and queues answer `Error::Unsupported`.
 //! - [`pack_args`] and [`LaunchLimits`]: a launch's arguments checked against the image's
 //!   parameters and packed, its geometry checked against the device.
-//! - [`Uses`], [`Stream`], [`HostCallback`] and [`host_trampoline`]: the streams whose
-//!   queued work uses a buffer, and host functions run on a driver thread with their panic
-//!   caught (the CUDA and HIP backends' queues).
+//! - [`Uses`] and [`Stream`]: the streams whose queued work uses a buffer or a module.
+//! - [`HostThread`], [`HostCallback`], [`host_trampoline`] and [`run_marked`]: host
+//!   functions run on a thread of their queue, never on the driver's (L6), their panic
+//!   caught.
 //! - [`StreamApi`] and the backend over it ([`StreamPlatform`], [`StreamDevice`],
 //!   [`StreamBuffer`], [`StreamQueue`], [`StreamEvent`], [`StreamModule`],
 //!   [`StreamKernel`]): the stream-based vendor APIs (CUDA's driver API, HIP's runtime API)
@@ -35,7 +36,7 @@
 //!   `testing::real` (init/shutdown cycles against the real driver).
 //!
 //! This crate's `unsafe` code is in its ffi helpers (`ffi.rs`), the host-function
-//! callback (`stream.rs`), the table that [`functions!`] expands to, and the calls the
+//! callback (`host_fn.rs`), the table that [`functions!`] expands to, and the calls the
 //! stream-based backend (`vendor/`) makes through [`StreamApi`], each resting on that
 //! trait's safety contract; it owns no process-wide state.
 //!
@@ -60,6 +61,7 @@ mod launch;
 mod platform;
 // Host functions cross into C callbacks: the box handed to the driver and taken back.
 #[allow(unsafe_code)]
+mod host_fn;
 mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -70,9 +72,12 @@ mod vendor;
 pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
 pub use functions::check_symbol_table;
+pub use host_fn::{
+    HostCallback, HostFailure, HostThread, host_trampoline, run_marked, running_host_fn,
+};
 pub use launch::{LaunchLimits, Packed, pack_args};
 pub use platform::{Counters, Device, Driver, Opened, Platform, Stats};
-pub use stream::{HostCallback, HostFailure, Stream, Uses, host_trampoline};
+pub use stream::{Stream, Uses};
 pub use vendor::{
     DeviceCore, HostFnPtr, OpenedApi, RawAddress, StreamApi, StreamBuffer, StreamDevice,
     StreamEvent, StreamKernel, StreamModule, StreamPlatform, StreamQueue, Word, Words,

@@ -1,27 +1,31 @@
-//! What the stream-based backends (CUDA, HIP) share about queued work: which streams use a
-//! buffer or a module ([`Uses`]), and host functions handed to a driver thread
-//! ([`HostCallback`], with [`host_trampoline`] as the C callback).
+//! What the vendor backends (CUDA, HIP, Level Zero) share about queued work: which streams
+//! use a buffer or a module, and up to which of their operations ([`Uses`]).
 
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use offload_core::Result;
-use offload_core::hal::HostFn;
+use offload_core::{Error, Result};
 
-/// A driver stream that can be waited for.
+/// A driver stream that can be waited for, whose operations are numbered.
 pub trait Stream: Send + Sync + 'static {
     /// Waits for everything enqueued on the stream so far, for `call`.
     fn synchronize(&self, call: &'static str) -> Result<()>;
+    /// How many operations were enqueued on the stream so far (numbered from 1): a queue
+    /// numbers each after the driver has it, except a host function, numbered before (its
+    /// function may run before the enqueue returns), so an operation numbered below a
+    /// host function's was enqueued before it.
+    fn enqueued(&self) -> u64;
 }
 
-/// The streams whose queued work uses a buffer or a module: a host access, a free or an
-/// unload first waits for them ([`Uses::wait`]).
+/// The streams whose queued work uses a buffer or a module, each with the number of its
+/// latest operation that does: a host access, a free or an unload first waits for them
+/// ([`Uses::wait`]).
 ///
 /// ```
 /// use offload_driver::{Stream, Uses};
 /// struct Idle;
 /// impl Stream for Idle {
 ///     fn synchronize(&self, _: &'static str) -> offload_core::Result<()> { Ok(()) }
+///     fn enqueued(&self) -> u64 { 1 }
 /// }
 /// let stream = std::sync::Arc::new(Idle);
 /// let uses = Uses::<Idle>::default();
@@ -32,7 +36,7 @@ pub trait Stream: Send + Sync + 'static {
 /// assert_eq!(format!("{uses:?}"), "Uses(0)");
 /// # Ok::<(), offload_core::Error>(())
 /// ```
-pub struct Uses<S>(Mutex<Vec<Weak<S>>>);
+pub struct Uses<S>(Mutex<Vec<(Weak<S>, u64)>>);
 
 impl<S> Default for Uses<S> {
     fn default() -> Self {
@@ -41,28 +45,64 @@ impl<S> Default for Uses<S> {
 }
 
 impl<S: Stream> Uses<S> {
-    fn lock(&self) -> MutexGuard<'_, Vec<Weak<S>>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<(Weak<S>, u64)>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Notes that `stream` has work that uses this.
+    /// Notes that `stream`'s operations so far include work that uses this.
     pub fn add(&self, stream: &Arc<S>) {
+        let number = stream.enqueued();
         let mut streams = self.lock();
-        streams.retain(|q| q.strong_count() > 0);
-        if !streams
-            .iter()
-            .any(|q| std::ptr::eq(q.as_ptr(), Arc::as_ptr(stream)))
+        streams.retain(|(q, _)| q.strong_count() > 0);
+        match streams
+            .iter_mut()
+            .find(|(q, _)| std::ptr::eq(q.as_ptr(), Arc::as_ptr(stream)))
         {
-            streams.push(Arc::downgrade(stream));
+            Some((_, latest)) => *latest = (*latest).max(number),
+            None => streams.push((Arc::downgrade(stream), number)),
         }
     }
 
     /// Waits for the work queued so far on every stream that used this.
+    ///
+    /// From inside a host function (L6), its own stream is not waited for: the work
+    /// enqueued before the function has run; work enqueued after it cannot run before the
+    /// function returns, so a use by such work is refused (`InvalidArgument`) rather than
+    /// waited for forever.
     pub fn wait(&self, call: &'static str) -> Result<()> {
-        let streams: Vec<Arc<S>> = self.lock().drain(..).filter_map(|q| q.upgrade()).collect();
-        for stream in streams {
-            stream.synchronize(call)?;
+        // Read, not taken: a use is forgotten only once its stream was waited for, so a
+        // second thread waiting meanwhile also waits (it found the list emptied by the
+        // first, and read bytes a queued write had not yet written: a flaky state-machine
+        // case under deferred streams).
+        let entries: Vec<(Weak<S>, u64)> = self.lock().clone();
+        let running = crate::running_host_fn();
+        for (stream, latest) in &entries {
+            if let Some((at, number)) = running
+                && at == stream.as_ptr().cast::<()>() as usize
+            {
+                if *latest < number {
+                    continue;
+                }
+                return Err(Error::InvalidArgument {
+                    call,
+                    reason: "work enqueued on its queue after the running host function uses \
+                             it: waiting for that work from the host function would wait for \
+                             the function itself"
+                        .into(),
+                });
+            }
+            if let Some(stream) = stream.upgrade() {
+                stream.synchronize(call)?;
+            }
         }
+        // Forget what was waited for (or had run before the host function); a use added
+        // meanwhile has a higher number and stays.
+        self.lock().retain(|(stream, latest)| {
+            stream.strong_count() > 0
+                && !entries
+                    .iter()
+                    .any(|(done, upto)| Weak::ptr_eq(done, stream) && latest <= upto)
+        });
         Ok(())
     }
 }
@@ -70,81 +110,5 @@ impl<S: Stream> Uses<S> {
 impl<S: Stream> std::fmt::Debug for Uses<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Uses({})", self.lock().len())
-    }
-}
-
-/// Where a queue's host-function panics go: the first is kept for the next sync.
-pub type HostFailure = Arc<Mutex<Option<String>>>;
-
-/// A host function and where its panic goes, handed to a driver thread as the `void *` of
-/// a C callback ([`host_trampoline`]).
-///
-/// ```
-/// use offload_driver::{HostCallback, HostFailure, host_trampoline};
-/// let failure = HostFailure::default();
-/// let data = HostCallback::into_data(Box::new(|| panic!("boom")), &failure);
-/// // SAFETY: `data` was made just above and is run once.
-/// unsafe { host_trampoline(data) };
-/// let message = failure.lock().unwrap().take().unwrap();
-/// assert_eq!(message, "the host function panicked: boom");
-/// ```
-pub struct HostCallback {
-    f: HostFn,
-    failure: HostFailure,
-}
-
-#[allow(unsafe_code)]
-impl HostCallback {
-    /// Boxes `f` for a driver: the pointer goes to [`host_trampoline`] once, or back through
-    /// [`HostCallback::take_back`] if the driver refused it.
-    pub fn into_data(f: HostFn, failure: &HostFailure) -> *mut c_void {
-        Box::into_raw(Box::new(HostCallback {
-            f,
-            failure: failure.clone(),
-        }))
-        .cast()
-    }
-
-    /// The function of a callback the driver never took.
-    ///
-    /// # Safety
-    ///
-    /// `data` comes from [`HostCallback::into_data`] and was neither run nor taken back.
-    ///
-    /// ```
-    /// use offload_driver::{HostCallback, HostFailure};
-    /// let data = HostCallback::into_data(Box::new(|| ()), &HostFailure::default());
-    /// // SAFETY: made just above, never handed to a driver.
-    /// let f = unsafe { HostCallback::take_back(data) };
-    /// f();
-    /// ```
-    pub unsafe fn take_back(data: *mut c_void) -> HostFn {
-        // SAFETY: the caller's promise: the box is still ours, taken once.
-        unsafe { Box::from_raw(data.cast::<HostCallback>()) }.f
-    }
-}
-
-/// The C callback of every host function (`CUhostFn`, `hipHostFn_t`): runs it once,
-/// catching a panic into its queue's [`HostFailure`].
-///
-/// # Safety
-///
-/// `data` comes from [`HostCallback::into_data`] and is passed here exactly once (drivers
-/// call each host function once).
-#[allow(unsafe_code)]
-pub unsafe extern "C" fn host_trampoline(data: *mut c_void) {
-    // SAFETY: the caller's promise: the box is taken back exactly once, here.
-    let callback = unsafe { Box::from_raw(data.cast::<HostCallback>()) };
-    let HostCallback { f, failure } = *callback;
-    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string payload".into());
-        failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert(format!("the host function panicked: {message}"));
     }
 }

@@ -19,18 +19,22 @@
 //!   B the event the next command waits for; a thread of the queue waits for A
 //!   (`zeEventHostSynchronize`), runs `f` (a panic is caught and reported by the next sync
 //!   as `Error::Callback`), then signals B (`zeEventHostSignal`). The threads are joined by
-//!   `sync` and when the queue is destroyed: none outlives its queue (L2). `f` must not use
-//!   its own queue (the queue would wait for itself).
+//!   `sync` and when the queue is destroyed: none outlives its queue (L2). `f` may enqueue on
+//!   its own queue, record events there and free what it used (L6): a sync waits without
+//!   the queue's lock, and `f` is marked as running on this queue (`run_marked`), so a free
+//!   inside it does not wait for it; only a function that appends more commands than the
+//!   queue has free events gets an error (the events come back after it returns).
 //! - Queued writes copy their bytes into memory the queue keeps until it knows the list has
 //!   passed them (a sync or a recycle).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use offload_core::hal::HostFn;
 use offload_core::{BackendKind, Dims, Error, KernelArg, Result};
-use offload_driver::Failure;
+use offload_driver::{Failure, HostFailure as PanicText};
 
 /// What went wrong on a queue's host-function thread, reported by the next sync: the
 /// function's panic (`Error::Callback`) or a failed driver call (`Error::Driver`).
@@ -59,6 +63,12 @@ struct State {
     threads: Vec<JoinHandle<()>>,
     /// Events of `record` and `wait_event` that pending commands signal or wait on.
     held: Vec<Arc<EventInner>>,
+    /// Changes whenever something is appended or recycled: a drain recycles only if nothing
+    /// was appended while it waited.
+    epoch: u64,
+    /// Drains waiting without the lock: the events they wait on must not be reset under
+    /// them, so only the last one out recycles.
+    waiters: usize,
 }
 
 /// A queue: its command list, its events, and what it keeps; shared with the buffers,
@@ -72,6 +82,8 @@ pub(crate) struct QueueShared {
     state: Mutex<State>,
     /// A host function's panic, reported by the next sync.
     failure: HostFailure,
+    /// Operations appended so far (`Stream::enqueued`).
+    ops: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -88,26 +100,45 @@ fn wait_for(driver: &crate::ffi::Driver, event: EventHandle) -> std::result::Res
 }
 
 impl QueueShared {
-    /// Waits for everything appended so far, joins the host-function threads, and resets
-    /// the used events for reuse.
-    fn drain(&self, state: &mut State, call: &'static str) -> Result<()> {
+    /// Numbers an operation (under the state's lock, in list order).
+    fn count(&self, state: &mut State) -> u64 {
+        state.epoch += 1;
+        self.ops.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Waits for the last command of a snapshot and the barriers of its held events.
+    fn wait_all(
+        &self,
+        last: Option<EventHandle>,
+        held: &[Arc<EventInner>],
+        call: &'static str,
+    ) -> Result<()> {
         let driver = self.device.driver();
-        if let Some(last) = state.last {
+        if let Some(last) = last {
             wait_for(driver, last).map_err(driver_error(call))?;
         }
         // The events of `record`: their barriers come after `last`'s command, but nothing
         // orders them before it; wait for them too, so no pending barrier waits on an event
-        // reset below.
-        for event in &state.held {
+        // reset by a recycle.
+        for event in held {
             wait_for(driver, event.raw).map_err(driver_error(call))?;
         }
+        Ok(())
+    }
+
+    /// With everything in `state` run: joins the host-function threads, drops the kept
+    /// bytes and resets the used events for reuse.
+    fn recycle(&self, state: &mut State, call: &'static str) -> Result<()> {
+        let driver = self.device.driver();
         state.held.clear();
         for thread in state.threads.drain(..) {
-            // The function's panic is caught inside the thread (`run_host_fn`).
+            // Finished: its gate, at or before `last`, was signalled. The function's panic
+            // is caught inside the thread (`run_host_fn`).
             let _ = thread.join();
         }
         state.kept.clear();
         state.last = None;
+        state.epoch += 1;
         while let Some(&event) = state.used.last() {
             // SAFETY: every command appended so far has run (its last event, and the
             // barriers of the held events, waited for): none waits on or signals it.
@@ -118,6 +149,47 @@ impl QueueShared {
         Ok(())
     }
 
+    /// Waits for everything appended before the call, then recycles if nothing was appended
+    /// meanwhile. The lock is not held while waiting: a host function of this queue, which
+    /// the wait may be waiting for, may append to it (L6). From inside such a function it
+    /// is refused: it would wait for itself.
+    fn drain(&self, call: &'static str) -> Result<()> {
+        if offload_driver::running_host_fn()
+            .is_some_and(|(at, _)| at == std::ptr::from_ref(self).cast::<()>() as usize)
+        {
+            return Err(invalid(
+                call,
+                "a host function waits for its own Level Zero queue (more commands appended \
+                 from it than the queue has free events?): it would wait for itself",
+            ));
+        }
+        let (last, held, epoch) = {
+            let mut state = lock(&self.state);
+            state.waiters += 1;
+            (state.last, state.held.clone(), state.epoch)
+        };
+        let waited = self.wait_all(last, &held, call);
+        drop(held);
+        let mut state = lock(&self.state);
+        state.waiters -= 1;
+        waited?;
+        if state.epoch == epoch && state.waiters == 0 {
+            self.recycle(&mut state, call)?;
+        }
+        Ok(())
+    }
+
+    /// Locks the state with at least `events` free events, draining as needed.
+    fn with_free(&self, events: usize, call: &'static str) -> Result<MutexGuard<'_, State>> {
+        let mut state = lock(&self.state);
+        while state.free.len() < events {
+            drop(state);
+            self.drain(call)?;
+            state = lock(&self.state);
+        }
+        Ok(state)
+    }
+
     /// Appends one command through `append(list, signal, waits)`: it signals a fresh event
     /// and waits for the previous command's (and `extra`).
     fn append(
@@ -126,10 +198,7 @@ impl QueueShared {
         extra: Option<EventHandle>,
         append: impl FnOnce(ListHandle, EventHandle, &[EventHandle]) -> std::result::Result<(), Failure>,
     ) -> Result<()> {
-        let mut state = lock(&self.state);
-        if state.free.is_empty() {
-            self.drain(&mut state, call)?;
-        }
+        let mut state = self.with_free(1, call)?;
         let Some(signal) = state.free.pop() else {
             return Err(driver_error(call)(Failure::new(call, 0, "no free event")));
         };
@@ -140,6 +209,7 @@ impl QueueShared {
         }
         state.used.push(signal);
         state.last = Some(signal);
+        self.count(&mut state);
         Ok(())
     }
 }
@@ -147,8 +217,11 @@ impl QueueShared {
 impl offload_driver::Stream for QueueShared {
     /// Waits for everything enqueued so far.
     fn synchronize(&self, call: &'static str) -> Result<()> {
-        let mut state = lock(&self.state);
-        self.drain(&mut state, call)
+        self.drain(call)
+    }
+
+    fn enqueued(&self) -> u64 {
+        self.ops.load(Ordering::Acquire)
     }
 }
 
@@ -159,7 +232,13 @@ impl Drop for QueueShared {
             std::mem::take(self.state.get_mut().unwrap_or_else(PoisonError::into_inner));
         // A drain that fails once (a reset refused) is tried again before the queue is
         // given up.
-        let drained = self.drain(&mut state, CALL).is_ok() || self.drain(&mut state, CALL).is_ok();
+        let settle = |state: &mut State| {
+            let held = state.held.clone();
+            self.wait_all(state.last, &held, CALL)
+                .and_then(|()| self.recycle(state, CALL))
+                .is_ok()
+        };
+        let drained = settle(&mut state) || settle(&mut state);
         let driver = self.device.driver();
         if drained {
             // SAFETY: the list is live, destroyed once, here, after its work (drained).
@@ -259,11 +338,11 @@ fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
 }
 
 /// Runs a host function on its thread: after the work before it (`after`), then lets the
-/// work after it go (`gate`).
+/// work after it go (`gate`). It is operation `number` of the queue at `at`.
 fn run_host_fn(
     device: Arc<DeviceShared>,
-    after: EventHandle,
-    gate: EventHandle,
+    (after, gate): (EventHandle, EventHandle),
+    (at, number): (usize, u64),
     f: HostFn,
     failure: HostFailure,
 ) {
@@ -272,16 +351,15 @@ fn run_host_fn(
     let waited = wait_for(driver, after);
     if let Err(e) = waited {
         lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, CALL));
-    } else if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string payload".into());
-        lock(&failure).get_or_insert(Error::Callback {
-            callback: CALL,
-            source: format!("the host function panicked: {message}").into(),
-        });
+    } else {
+        let panic = PanicText::default();
+        offload_driver::run_marked(at, number, f, &panic);
+        if let Some(message) = lock(&panic).take() {
+            lock(&failure).get_or_insert(Error::Callback {
+                callback: CALL,
+                source: message.into(),
+            });
+        }
     }
     // Whatever happened, the work after it must not wait forever: a failed signal is
     // tried again (a driver that never signals has lost its device, and its waits fail).
@@ -346,6 +424,7 @@ impl ZeQueue {
                 }),
                 events,
                 failure: HostFailure::default(),
+                ops: AtomicU64::new(0),
             }),
         })
     }
@@ -536,11 +615,8 @@ impl ZeQueue {
         const CALL: &str = "Queue::enqueue_host_fn";
         let driver = self.device().driver();
         let shared = &self.shared;
-        let mut state = lock(&shared.state);
         // Two events: A after the work so far, B the gate the later work waits for.
-        if state.free.len() < 2 {
-            shared.drain(&mut state, CALL)?;
-        }
+        let mut state = shared.with_free(2, CALL)?;
         let (Some(after), Some(gate)) = (state.free.pop(), state.free.pop()) else {
             return Err(driver_error(CALL)(Failure::new(CALL, 0, "no free event")));
         };
@@ -551,11 +627,13 @@ impl ZeQueue {
             return Err(e.into_error(BackendKind::Ze, CALL));
         }
         state.used.extend([after, gate]);
+        let number = shared.count(&mut state);
+        let at = Arc::as_ptr(shared).cast::<()>() as usize;
         let device = shared.device.clone();
         let failure = shared.failure.clone();
         let spawned = std::thread::Builder::new()
             .name("offload-ze-host-fn".into())
-            .spawn(move || run_host_fn(device, after, gate, f, failure));
+            .spawn(move || run_host_fn(device, (after, gate), (at, number), f, failure));
         match spawned {
             Ok(thread) => {
                 state.threads.push(thread);
@@ -634,6 +712,7 @@ impl ZeQueue {
             raw,
         });
         state.held.push(inner.clone());
+        self.shared.count(&mut state);
         Ok(ZeEvent { inner })
     }
 

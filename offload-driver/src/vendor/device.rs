@@ -38,6 +38,11 @@ pub struct DeviceCore<A: StreamApi> {
     pub(crate) mappings: Mutex<Vec<Weak<Mapping<A>>>>,
     /// Its exportable allocations, for imports of their handles in this same process.
     exported: Mutex<Vec<Weak<Allocation<A>>>>,
+    /// Buffers and modules whose last handle went inside a host function, released at the
+    /// next blocking call outside one ([`DeviceCore::settle`]).
+    later: Mutex<Vec<Box<dyn Send>>>,
+    /// Host functions of its queues running now (`HostThread::counting`).
+    pub(crate) host_fns: Arc<AtomicUsize>,
 }
 
 impl<A: StreamApi> DeviceCore<A> {
@@ -74,6 +79,8 @@ impl<A: StreamApi> DeviceCore<A> {
             live: AtomicUsize::new(0),
             mappings: Mutex::default(),
             exported: Mutex::default(),
+            later: Mutex::default(),
+            host_fns: Arc::default(),
         }
     }
 
@@ -131,6 +138,35 @@ impl<A: StreamApi> DeviceCore<A> {
     /// object); only a bind that keeps failing (a lost device) leaves it unreleased.
     pub(crate) fn bind_to_release(&self, call: &'static str) -> Result<()> {
         self.bind(call).or_else(|_| self.bind(call))
+    }
+
+    /// Whether a release now could wait for a host function: one runs on this thread, or
+    /// one of the device's is running (its stream waits for it).
+    pub(crate) fn host_fn_running(&self) -> bool {
+        crate::running_host_fn().is_some() || self.host_fns.load(Ordering::Acquire) > 0
+    }
+
+    /// Keeps a last reference given back while a host function runs (L6) until
+    /// [`DeviceCore::settle`]: CUDA's and HIP's frees and unloads synchronize the device,
+    /// whose stream waits for the running function, so releasing then would wait for the
+    /// function, which may be waiting for this very release (a thread it joins).
+    pub(crate) fn keep_if_in_host_fn(&self, object: impl Send + 'static) {
+        if self.host_fn_running() {
+            self.later
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(Box::new(object));
+        }
+    }
+
+    /// Releases what host functions gave back (outside one only); called by the calls that
+    /// block anyway (sync, alloc, free, load) and at deinit.
+    pub(crate) fn settle(&self) {
+        if self.host_fn_running() {
+            return;
+        }
+        let kept = std::mem::take(&mut *self.later.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(kept);
     }
 
     /// Counts an object made on the device.
@@ -301,6 +337,9 @@ impl<A: StreamApi> hal::Platform for StreamPlatform<A> {
             return Ok(()); // already deinitialised
         };
         A::counters().deinitialised();
+        for device in &devices {
+            device.settle();
+        }
         let leaked: usize = devices.iter().map(|d| d.live()).sum();
         drop(devices);
         if leaked > 0 {

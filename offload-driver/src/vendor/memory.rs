@@ -90,6 +90,14 @@ impl<A: StreamApi> Drop for Allocation<A> {
     }
 }
 
+impl<A: StreamApi> Drop for StreamBuffer<A> {
+    /// Inside a host function the allocation is kept for a later release (L6,
+    /// `DeviceCore::keep_if_in_host_fn`).
+    fn drop(&mut self) {
+        self.alloc.core.keep_if_in_host_fn(self.alloc.clone());
+    }
+}
+
 /// An allocation of a stream-based vendor backend (`CudaBuffer`, `HipBuffer`).
 ///
 /// ```
@@ -134,6 +142,7 @@ impl<A: StreamApi> StreamBuffer<A> {
         exportable: bool,
         call: &'static str,
     ) -> Result<StreamBuffer<A>> {
+        core.settle();
         let words = A::WORDS;
         if size == 0 {
             return Err(Error::InvalidArgument {
@@ -434,7 +443,9 @@ impl<A: StreamApi> StreamBuffer<A> {
 
     /// Lets go of the memory: freed once no buffer and no queued work uses it.
     pub(crate) fn free(self) -> Result<()> {
-        if Arc::strong_count(&self.alloc) == 1 {
+        self.alloc.core.settle();
+        // While a host function runs the release waits for later (its drop keeps it).
+        if Arc::strong_count(&self.alloc) == 1 && !self.alloc.core.host_fn_running() {
             // The last user: wait here, so a failure is reported (the drop only ignores it).
             self.alloc.uses.wait("Buffer::free")?;
         }

@@ -49,6 +49,21 @@ impl<A: StreamApi> Drop for ModuleInner<A> {
     }
 }
 
+impl<A: StreamApi> Drop for StreamModule<A> {
+    /// Inside a host function the module is kept for a later unload (L6,
+    /// `DeviceCore::keep_if_in_host_fn`).
+    fn drop(&mut self) {
+        self.inner.core.keep_if_in_host_fn(self.inner.clone());
+    }
+}
+
+impl<A: StreamApi> Drop for StreamKernel<A> {
+    /// As a module's (the kernel holds its module).
+    fn drop(&mut self) {
+        self.module.core.keep_if_in_host_fn(self.module.clone());
+    }
+}
+
 /// A program loaded on a device of a stream-based vendor backend (`CudaModule`,
 /// `HipModule`).
 ///
@@ -127,6 +142,7 @@ pub(crate) fn load<A: StreamApi>(
     image: &[u8],
 ) -> Result<StreamModule<A>> {
     const CALL: &str = "Program::load";
+    core.settle();
     let inspected = validate(core, image, CALL)?;
     let bytes = A::module_bytes(image, &inspected).map_err(|r| invalid_binary::<A>(CALL, r))?;
     core.bind(CALL)?;

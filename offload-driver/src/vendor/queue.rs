@@ -4,11 +4,13 @@
 //!
 //! Everything a queue enqueues returns once the vendor has it (Q1). A queued write's bytes
 //! are copied into memory the queue keeps until it knows the stream has passed them (a
-//! sync, or an `is_idle` that finds it idle). A host function runs on a vendor thread; its
-//! panic is caught there and reported by the next `sync` as `Error::Callback`; it must not
-//! call offload (CUDA and HIP forbid their calls from a host function).
+//! sync, or an `is_idle` that finds it idle). A host function runs on the queue's own thread,
+//! the vendor's callback waiting for it (`HostThread`: CUDA and HIP forbid their calls on
+//! the vendor's thread, and a host function may call offload, L6); its panic is caught
+//! there and reported by the next `sync` as `Error::Callback`.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use offload_core::{Dims, Error, KernelArg, Result};
 
 use super::device::DeviceCore;
 use super::{StreamApi, StreamBuffer, StreamKernel, Word, driver_error, invalid};
-use crate::{HostCallback, HostFailure, host_trampoline};
+use crate::{HostCallback, HostFailure, HostThread, host_trampoline};
 
 /// The bytes of queued writes in submission order, numbered, so that two threads syncing
 /// the stream at once each drop only what was enqueued before their own wait (a drain by
@@ -56,6 +58,17 @@ pub(crate) struct QueueShared<A: StreamApi> {
     kept: Mutex<Kept>,
     /// A host function's panic, reported by the next sync.
     failure: HostFailure,
+    /// Operations enqueued so far (`Stream::enqueued`).
+    ops: AtomicU64,
+    /// Where its host functions run; joined after the stream is destroyed.
+    host: HostThread,
+}
+
+impl<A: StreamApi> QueueShared<A> {
+    /// Numbers an operation the vendor has taken.
+    fn count(&self) -> u64 {
+        self.ops.fetch_add(1, Ordering::AcqRel) + 1
+    }
 }
 
 // SAFETY: the stream handle may be used from any thread (`StreamApi`'s contract: the
@@ -75,6 +88,7 @@ impl<A: StreamApi> crate::Stream for QueueShared<A> {
     #[allow(unsafe_code)]
     fn synchronize(&self, call: &'static str) -> Result<()> {
         self.core.bind(call)?;
+        self.core.settle();
         // What was enqueued before the sync (the list grows in submission order).
         let passed = lock(&self.kept).end();
         // SAFETY: the stream is live (destroyed only in Drop) and of the bound device.
@@ -82,6 +96,10 @@ impl<A: StreamApi> crate::Stream for QueueShared<A> {
             .map_err(driver_error::<A>(call))?;
         lock(&self.kept).release_before(passed);
         Ok(())
+    }
+
+    fn enqueued(&self) -> u64 {
+        self.ops.load(Ordering::Acquire)
     }
 }
 
@@ -174,6 +192,8 @@ impl<A: StreamApi> StreamQueue<A> {
                 stream,
                 kept: Mutex::default(),
                 failure: HostFailure::default(),
+                ops: AtomicU64::new(0),
+                host: HostThread::counting(core.host_fns.clone()),
             }),
         })
     }
@@ -250,6 +270,7 @@ impl<A: StreamApi> StreamQueue<A> {
             )
         }
         .map_err(driver_error::<A>(CALL))?;
+        self.shared.count();
         for b in buffers {
             b.uses().add(&self.shared);
         }
@@ -278,6 +299,7 @@ impl<A: StreamApi> StreamQueue<A> {
         // Vec is moved into the list.
         unsafe { api.memcpy_htod_async(dst, &data, self.shared.stream) }
             .map_err(driver_error::<A>(CALL))?;
+        self.shared.count();
         kept.push(data);
         drop(kept);
         buffer.uses().add(&self.shared);
@@ -325,6 +347,7 @@ impl<A: StreamApi> StreamQueue<A> {
         // (checked above).
         unsafe { api.memset_async(dst, word, len / size, self.shared.stream) }
             .map_err(driver_error::<A>(CALL))?;
+        self.shared.count();
         buffer.uses().add(&self.shared);
         Ok(())
     }
@@ -357,23 +380,27 @@ impl<A: StreamApi> StreamQueue<A> {
         // buffers are two allocations).
         unsafe { api.memcpy_dtod_async(to, from, len, self.shared.stream) }
             .map_err(driver_error::<A>(CALL))?;
+        self.shared.count();
         src.uses().add(&self.shared);
         dst.uses().add(&self.shared);
         Ok(())
     }
 
-    /// Queues a host function (where the vendor lacks the launch, the stream is synced and
-    /// `f` runs on the caller's thread).
+    /// Queues a host function, run on the queue's thread (where the vendor lacks the
+    /// launch, the stream is synced and `f` runs on the caller's thread).
     #[allow(unsafe_code)]
     pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         const CALL: &str = "Queue::enqueue_host_fn";
         let api = self.bind(CALL, &[])?;
-        let callback = HostCallback::into_data(f, &self.shared.failure);
+        let shared = &self.shared;
+        // Numbered before the launch: the function may run before the launch returns.
+        let number = shared.count();
+        let at = Arc::as_ptr(shared).cast::<()>() as usize;
+        let callback = HostCallback::into_data(f, &shared.failure, &shared.host, at, number)?;
         // SAFETY: the stream is live and of the bound device; `host_trampoline` takes the
-        // box back and runs it once, making no vendor call itself (the function's own
-        // contract, said in the docs, is not to call offload either).
-        let launched =
-            unsafe { api.launch_host_func(self.shared.stream, host_trampoline, callback) };
+        // box back and runs it once, on the queue's thread, making no vendor call on the
+        // vendor's thread itself.
+        let launched = unsafe { api.launch_host_func(shared.stream, host_trampoline, callback) };
         match launched {
             Some(Ok(())) => Ok(()),
             Some(Err(failure)) => {
@@ -385,12 +412,14 @@ impl<A: StreamApi> StreamQueue<A> {
                 // SAFETY: as above.
                 let f = unsafe { HostCallback::take_back(callback) };
                 self.synchronize(CALL)?;
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| {
-                    Error::Callback {
+                crate::run_marked(at, number, f, &shared.failure);
+                match lock(&shared.failure).take() {
+                    None => Ok(()),
+                    Some(failure) => Err(Error::Callback {
                         callback: CALL,
-                        source: "the host function panicked".into(),
-                    }
-                })
+                        source: failure.into(),
+                    }),
+                }
             }
         }
     }
@@ -437,6 +466,7 @@ impl<A: StreamApi> StreamQueue<A> {
         };
         // SAFETY: both are live objects of the bound device.
         unsafe { api.event_record(raw, self.shared.stream) }.map_err(driver_error::<A>(CALL))?;
+        self.shared.count();
         Ok(event)
     }
 
@@ -456,7 +486,9 @@ impl<A: StreamApi> StreamQueue<A> {
         let api = self.bind(CALL, &[])?;
         // SAFETY: both are live objects of the bound device.
         unsafe { api.stream_wait_event(self.shared.stream, event.raw) }
-            .map_err(driver_error::<A>(CALL))
+            .map_err(driver_error::<A>(CALL))?;
+        self.shared.count();
+        Ok(())
     }
 }
 
@@ -466,6 +498,7 @@ impl<A: StreamApi> StreamEvent<A> {
     pub(crate) fn sync(&self) -> Result<()> {
         const CALL: &str = "Event::sync";
         self.core.bind(CALL)?;
+        self.core.settle();
         // SAFETY: the event is live and of the bound device.
         unsafe { self.core.api().event_synchronize(self.raw) }.map_err(driver_error::<A>(CALL))
     }

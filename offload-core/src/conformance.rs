@@ -1206,8 +1206,16 @@ fn failing_setup<P: Platforms>(fixtures: &Fixtures) -> Check {
     ok("Queue::sync", queue.sync())?;
     drop((noop, module));
     ensure!(
+        tracker.teardowns_of(id) == 0,
+        "teardown ran {} times after the module's handles were dropped while its program lives \
+         (expected 0: the program keeps its module, P2)",
+        tracker.teardowns_of(id)
+    );
+    drop(program);
+    ensure!(
         tracker.teardowns_of(id) == 1,
-        "teardown ran {} times after the last handle of the module was dropped (expected 1)",
+        "teardown ran {} times after the last handle of the module and its program were \
+         dropped (expected 1)",
         tracker.teardowns_of(id)
     );
     drop(queue);
@@ -1259,6 +1267,27 @@ fn teardown_exactly_once<P: Platforms>(fixtures: &Fixtures) -> Check {
     expect("after dropping two of three handles", id, 0)?;
     drop(kernel);
     expect("by the last drop", id, 1)?;
+
+    // P2: the program keeps its module: loads after every handle went find it (no load,
+    // no setup); dropping the program lets it go.
+    let program = tracked_program(&fixtures.image, &tracker);
+    let id = ok("Program::load", program.load(&dev))?.id();
+    for round in 0..3 {
+        let again = ok("Program::load after every handle went", program.load(&dev))?;
+        ensure!(
+            again.id() == id,
+            "round {round}: a load after every Module handle was dropped loaded a new module \
+             (the program keeps its module, P2)"
+        );
+    }
+    ensure!(
+        tracker.setups_of(id) == 1,
+        "setup ran {} times for 4 loads of one program (expected 1, P2)",
+        tracker.setups_of(id)
+    );
+    expect("while its program lives", id, 0)?;
+    drop(program);
+    expect("by dropping the program", id, 1)?;
 
     // By shutdown; using the handles afterwards runs nothing again.
     let m = ok(
@@ -1365,15 +1394,69 @@ fn failing_teardown_at_shutdown<P: Platforms>(fixtures: &Fixtures) -> Check {
 
 /// P2/P3: threads loading one program at once get one module, set up once.
 fn concurrent_load<P: Platforms>(fixtures: &Fixtures) -> Check {
-    const THREADS: usize = 8;
+    const THREADS: usize = 32;
+    const ROUNDS: usize = 100;
     let rt = init::<P>()?;
     let dev = first_device(&rt)?;
     let tracker = Arc::new(Tracker::default());
+    // P2: 32 threads × 100 rounds of (load, launch, drop the module) on one program: one
+    // backend load (every backend load is a new module, with a new id) and one setup for
+    // the program's lifetime, however often every handle went.
+    let program = tracked_program(&fixtures.image, &tracker);
+    let barrier = Barrier::new(THREADS);
+    let results: Vec<Check<HashSet<u64>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| {
+                    let queue = ok("Device::queue", dev.queue())?;
+                    let mut ids = HashSet::new();
+                    for _ in 0..ROUNDS {
+                        barrier.wait();
+                        let module = ok("Program::load", program.load(&dev))?;
+                        let noop = ok("Module::kernel", module.kernel("noop"))?;
+                        ok("Queue::launch", unsafe {
+                            queue.launch(&noop, dims(1, 1), &[])
+                        })?;
+                        ids.insert(module.id());
+                    }
+                    ok("Queue::sync", queue.sync())?;
+                    Ok(ids)
+                })
+            })
+            .collect();
+        join_all(handles)
+    });
+    let mut ids = HashSet::new();
+    for r in results {
+        ids.extend(r?);
+    }
+    ensure!(
+        ids.len() == 1,
+        "{THREADS} threads × {ROUNDS} rounds of (load, launch, drop) on one program got \
+         modules {ids:?} (P2: one module per program and device while the program lives)"
+    );
+    let id = *ids.iter().next().unwrap_or(&0);
+    ensure!(
+        tracker.setups_of(id) == 1,
+        "setup ran {} times for {THREADS} × {ROUNDS} loads of one program (P2, P3: once)",
+        tracker.setups_of(id)
+    );
+    ensure!(
+        tracker.teardowns_of(id) == 0,
+        "teardown ran while the program lives (P2)"
+    );
+    drop(program);
+    ensure!(
+        tracker.teardowns_of(id) == 1,
+        "teardown ran {} times after the program and every handle were dropped (expected 1)",
+        tracker.teardowns_of(id)
+    );
+    // Fresh programs loaded at once by 8 threads: one module each, set up once.
     for round in 0..5 {
         let program = tracked_program(&fixtures.image, &tracker);
-        let barrier = Barrier::new(THREADS);
+        let barrier = Barrier::new(8);
         let results: Vec<Check<Module>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..THREADS)
+            let handles: Vec<_> = (0..8)
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
@@ -1387,19 +1470,20 @@ fn concurrent_load<P: Platforms>(fixtures: &Fixtures) -> Check {
         let ids: HashSet<u64> = modules.iter().map(Module::id).collect();
         ensure!(
             ids.len() == 1,
-            "round {round}: {THREADS} threads loading one program at once got modules {ids:?} \
+            "round {round}: 8 threads loading one program at once got modules {ids:?} \
              (P2: one module per program and device)"
         );
         let id = modules[0].id();
         ensure!(
             tracker.setups_of(id) == 1,
-            "round {round}: setup ran {} times for {THREADS} concurrent loads (P3: once)",
+            "round {round}: setup ran {} times for 8 concurrent loads (P3: once)",
             tracker.setups_of(id)
         );
-        drop(modules);
+        drop((modules, program));
         ensure!(
             tracker.teardowns_of(id) == 1,
-            "round {round}: teardown ran {} times after every handle was dropped",
+            "round {round}: teardown ran {} times after every handle and the program were \
+             dropped",
             tracker.teardowns_of(id)
         );
     }

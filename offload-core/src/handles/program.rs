@@ -6,10 +6,14 @@
 //! backend loads once and runs setup once, while different programs load in parallel
 //! (P2, P3).
 //!
-//! A module lives while any `Module` handle (or `Kernel`, which holds one) lives, until an
-//! explicit `unload()`, or until runtime shutdown; teardown callbacks run exactly once before
-//! the backend unloads it. Its backend objects live in the generation, so a handle that
-//! outlives them gets a typed error, never a dangling driver object.
+//! A module lives while its `Program` (any clone of it) or any `Module` handle (or `Kernel`,
+//! which holds one) lives, until an explicit `unload()`, or until runtime shutdown: the
+//! program keeps a handle of its own per loaded module (numba-cuda's lesson: one module per
+//! context, reused by every later caller), so a later `load` on that device finds it without
+//! loading or running setup again, even after every other handle was dropped (P2).
+//! Teardown callbacks run exactly once before the backend unloads it. Its backend objects
+//! live in the generation, so a handle that outlives them gets a typed error, never a
+//! dangling driver object.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -55,8 +59,32 @@ struct ProgramInner {
 /// The load lock of one (program, device): its module once loaded.
 type LoadSlot = RwLock<Weak<ModuleEntry>>;
 
+/// The program's own handles, one per module it loaded (P2): dropped with the last clone of
+/// the [`Program`], which lets their modules go.
+#[derive(Default)]
+struct Kept(Mutex<Vec<Module>>);
+
+impl Kept {
+    /// Keeps `module`; gives back the handles it no longer needs (modules unloaded, of
+    /// ended generations, or replaced on the same device), for the caller to drop after
+    /// letting go of its locks.
+    fn keep(&self, module: &Module) -> Vec<Module> {
+        let mut kept = lock(&self.0);
+        let (stale, live): (Vec<Module>, Vec<Module>) =
+            std::mem::take(&mut *kept).into_iter().partition(|m| {
+                !m.generation.is_live()
+                    || m.entry.unloaded.load(Ordering::SeqCst)
+                    || (Arc::ptr_eq(&m.generation, &module.generation)
+                        && m.entry.device == module.entry.device)
+            });
+        *kept = live;
+        kept.push(module.clone());
+        stale
+    }
+}
+
 /// A program image, independent of any device (P1). Cheap to clone; clones are the same
-/// program.
+/// program, and keep its modules loaded (P2).
 ///
 /// ```
 /// use offload_core::{Program, reference::{self, Offload}};
@@ -71,6 +99,7 @@ type LoadSlot = RwLock<Weak<ModuleEntry>>;
 #[derive(Clone)]
 pub struct Program {
     inner: Arc<ProgramInner>,
+    kept: Arc<Kept>,
 }
 
 impl Program {
@@ -91,6 +120,7 @@ impl Program {
                 source: None,
                 slots: Mutex::default(),
             }),
+            kept: Arc::default(),
         }
     }
 
@@ -122,6 +152,7 @@ impl Program {
                 source: Some((source, Arc::default())),
                 slots: Mutex::default(),
             }),
+            kept: Arc::default(),
         }
     }
 
@@ -191,6 +222,7 @@ impl Program {
         f(&mut inner);
         Program {
             inner: Arc::new(inner),
+            kept: Arc::default(),
         }
     }
 
@@ -239,14 +271,17 @@ impl Program {
     }
 
     /// The module of this program on `device`: loaded by the first caller, shared by every
-    /// other (P2). Corrupt or foreign images are `Error::InvalidBinary`.
+    /// other, and kept loaded while the program lives, so a later `load` returns the same
+    /// module without loading it or running setup again (P2). Corrupt or foreign images are
+    /// `Error::InvalidBinary`.
     ///
     /// ```
     /// use offload_core::{Program, reference::{self, Offload}};
     /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
     /// let p = Program::new(reference::fixture_image());
-    /// assert_eq!(p.load(&dev)?.id(), p.load(&dev)?.id());
+    /// let first = p.load(&dev)?.id(); // every handle dropped at once: the program keeps it
+    /// assert_eq!(first, p.load(&dev)?.id());
     /// assert!(matches!(
     ///     Program::new(b"garbage").load(&dev),
     ///     Err(offload_core::Error::InvalidBinary { .. })
@@ -475,7 +510,8 @@ impl Resource for ModuleEntry {
 }
 
 /// The module of one program on one device. Cloning gives another handle to the same
-/// module; the module is unloaded when the last handle (including `Kernel`s) is dropped.
+/// module; the module is unloaded by [`Module::unload`], or when the last handle (including
+/// `Kernel`s and the one its [`Program`] keeps) is dropped, or at shutdown.
 ///
 /// ```
 /// use offload_core::{Program, reference::{self, Offload}};
@@ -528,6 +564,16 @@ impl Module {
 
     pub(crate) fn generation(&self) -> &Arc<Generation> {
         &self.generation
+    }
+
+    /// Its program, without a share in keeping its modules (the conformance suite's
+    /// callbacks load their own program through it without holding it).
+    #[cfg(feature = "conformance")]
+    pub(crate) fn program(&self) -> Program {
+        Program {
+            inner: self.entry.program.clone(),
+            kept: Arc::default(),
+        }
     }
 
     /// Runs `f` on the loaded module; a typed error if it was unloaded or shut down.
@@ -1059,6 +1105,9 @@ fn load(program: &Program, device: &Device) -> Result<Module> {
         .setup_order
         .store(generation.next_setup_order(), Ordering::SeqCst);
     *current = Arc::downgrade(&module.entry);
+    let stale = program.kept.keep(&module);
+    drop(current);
+    drop(stale);
     Ok(module)
 }
 

@@ -66,7 +66,9 @@
 //! the exit hook ∥ clone, use and shutdown; loads and unload ∥ last shutdown; setup and
 //! teardown callbacks that call `init`/`clone`/drop ∥ last shutdown; a setup callback
 //! that gives back the last reference ∥ device use; generation N's device ∥ N's shutdown
-//! and N+1's init; shutdown ∥ shutdown ∥ shutdown. Every execution ends with: each
+//! and N+1's init; shutdown ∥ shutdown ∥ shutdown; a host function that gives back the last
+//! reference on the executor its queue's drain waits for (the teardown, whose module
+//! callback calls `init`, goes to a helper thread) ∥ init and device use (L6). Every execution ends with: each
 //! platform opened was deinitialised exactly once and never used after, no module
 //! outlived its runtime, nothing left unreported, and a fresh `init` opens a new
 //! generation whose `shutdown` is the last reference (the count went back to zero).
@@ -901,6 +903,76 @@ fn generations() {
     join(vec![a, b]);
 }
 
+/// A queue as teardown sees it: its `prepare` drains it, which waits until the host
+/// function its executor runs has returned (what the real queue's sync does).
+struct ModelQueue {
+    returned: Arc<(Mutex<bool>, shuttle::sync::Condvar)>,
+}
+
+impl Resource for ModelQueue {
+    fn prepare(self: Arc<Self>, _generation: &Arc<Generation>) -> Result<()> {
+        let (returned, told) = &*self.returned;
+        let mut done = lock(returned);
+        while !*done {
+            done = told
+                .wait(done)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        Ok(())
+    }
+
+    fn release(self: Arc<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// L6: a host function gives back the last reference on the executor thread its queue's
+/// drain waits for, while another thread inits and uses a device. The teardown must not
+/// run on the executor (it would wait for itself): it runs on a helper thread once the
+/// function returned, and its module's teardown callback calls `init` there (a fresh
+/// runtime: the one being torn down is not handed out).
+fn last_reference_on_an_executor() {
+    let rt = Rt::init().expect("init");
+    let device = rt.devices().expect("devices").remove(0);
+    let generation = device.generation().id;
+    // Kept loaded: the teardown runs its callback, which calls `init`.
+    let _module = load_with(&device, true, || ()).expect("load");
+    let returned = Arc::new((Mutex::new(false), shuttle::sync::Condvar::new()));
+    device
+        .generation()
+        .with_live(|live| {
+            live.register(Kind::Queue, |_| {
+                Arc::new(ModelQueue {
+                    returned: returned.clone(),
+                })
+            })
+        })
+        .expect("queue");
+    let executor = spawn(move || {
+        // What the core's host-function wrapper does around the user's function.
+        let user = runtime::reentry::enter(Some((generation, 1)));
+        drop(rt);
+        drop(user);
+        let (done, told) = &*returned;
+        *lock(done) = true;
+        told.notify_all();
+    });
+    let other = spawn(move || {
+        let rt = Rt::init().expect("init beside the teardown");
+        seen(if rt.generation() == generation {
+            "executor: init shared the live runtime"
+        } else {
+            "executor: init got a fresh runtime"
+        });
+        let d = rt.devices().expect("devices").remove(0);
+        assert!(use_device(&d));
+        drop(rt);
+    });
+    join(vec![executor, other]);
+    // The helper's teardown ends on its own; wait for it (as the exit hook would).
+    while runtime::lifecycle::settle_once() {}
+}
+
 /// L1: three references shut down at once: exactly one is the last, and it deinitialises.
 fn shutdown_vs_shutdown() {
     let rt = Rt::init().expect("init");
@@ -1011,6 +1083,19 @@ fn model_generations() {
             "generations: old device refused in a new generation",
             "use: ok",
             "use: ShutDown",
+        ],
+    );
+}
+
+#[test]
+fn model_last_reference_on_an_executor() {
+    model(
+        "last_reference_on_an_executor",
+        last_reference_on_an_executor,
+        &[
+            "executor: init shared the live runtime",
+            "executor: init got a fresh runtime",
+            "teardown callback: fresh runtime",
         ],
     );
 }

@@ -13,9 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use super::{Check, Fixtures, first_device, init, variant};
-use crate::{
-    BackendKind, Buffer, Device, Error, MemKind, Module, Offload, Platforms, Program, Queue, Ready,
-};
+use crate::{Buffer, Device, Error, MemKind, Module, Offload, Platforms, Program, Queue, Ready};
 
 /// Where offload runs the user code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,16 +185,12 @@ impl<P: Platforms> Scene<P> {
             }
             Action::Init => result_text(use_a_runtime::<P>()),
             Action::LoadSame => {
-                let callback_program = self
-                    .callback_program
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clone();
-                result_text(
-                    callback_program
-                        .unwrap_or_else(|| self.loaded.clone())
-                        .load(&self.dev),
-                )
+                let program = match own {
+                    // Its own program (a clone would keep the module of a last-drop context).
+                    Some(module) => module.program(),
+                    None => self.loaded.clone(),
+                };
+                result_text(program.load(&self.dev))
             }
             Action::LoadOther => result_text(Program::new(&self.image).load(&self.dev)),
             Action::UnloadOwn => match own {
@@ -375,7 +369,9 @@ fn cell<P: Platforms>(
         Context::TeardownLastDrop => {
             let program = with_callback(&scene, |p| p.on_teardown(callback));
             let module = program.load(&dev).map_err(|e| e.to_string())?;
-            drop(module);
+            drop((module, program));
+            // The program keeps its module (P2): the last drop is of its last clone.
+            drop(take(&scene.callback_program));
             "drop=done".to_string()
         }
         Context::TeardownShutdown => {
@@ -403,8 +399,8 @@ fn cell<P: Platforms>(
     Ok(line)
 }
 
-/// A program of its own for the callback (the scene's loaded module stays as it is); the
-/// action's `LoadSame` loads it.
+/// A program of its own for the callback (the scene's loaded module stays as it is), kept
+/// by the scene until the test lets it go.
 fn with_callback<P: Platforms>(scene: &Scene<P>, f: impl FnOnce(Program) -> Program) -> Program {
     let program = f(Program::new(&scene.image));
     *scene
@@ -433,30 +429,7 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 pub(super) fn reentrancy<P: Platforms>(fixtures: &Fixtures) -> Check {
     let only = std::env::var("OFFLOAD_REENTRY_ONLY").ok();
     let mut failures = Vec::new();
-    let backend = {
-        let rt = init::<P>()?;
-        let kind = first_device(&rt)?.backend();
-        rt.shutdown().map_err(|e| e.to_string())?;
-        kind
-    };
-    // Not yet on the vendor backends (docs/contract.md, L6, "Today"): CUDA and HIP run host
-    // functions on the driver's callback thread, where the driver forbids API calls; on
-    // Level Zero a host function that enqueues on its own queue, records an event there or
-    // frees a buffer its queue used hangs (found by this table).
-    let stream_backend = matches!(
-        backend,
-        BackendKind::Cuda | BackendKind::Hip | BackendKind::Ze
-    );
-    if stream_backend {
-        eprintln!(
-            "offload conformance: re-entrancy cells of host functions skipped on {backend}: \
-             not yet L6 there (docs/contract.md)"
-        );
-    }
     for context in CONTEXTS {
-        if stream_backend && matches!(context, Context::HostFn | Context::CapturedDrop) {
-            continue;
-        }
         for action in ACTIONS {
             for panics in [false, true] {
                 let name = format!(

@@ -397,9 +397,8 @@ fn release(generation: &Arc<Generation>) -> Result<bool> {
 /// when the drivers' own library destructors run. A generation a teardown callback
 /// started meanwhile is shut down too.
 pub(crate) fn shutdown_at_exit() {
-    let mut state = lock(&LIFECYCLE);
     loop {
-        state = reap(state);
+        let mut state = reap(lock(&LIFECYCLE));
         if let Some(generation) = state.current.take() {
             // L1 at exit: the references still held become dead ones.
             generation.refs.store(0, Ordering::Relaxed);
@@ -411,20 +410,36 @@ pub(crate) fn shutdown_at_exit() {
                 "still live at exit: shutting down"
             );
             report_later(tearing_down.run(&generation));
-            state = lock(&LIFECYCLE);
-        } else if state.teardowns > 0 && !inside_teardown_or_load() {
-            state = wait(&TORN_DOWN, state);
-        } else if !state.helpers.is_empty() && !inside_teardown_or_load() {
-            // Every teardown ended; its helper is returning. Join it (L2).
-            let helpers = std::mem::take(&mut state.helpers);
-            drop(state);
-            for helper in helpers {
-                let _ = helper.join();
-            }
-            state = lock(&LIFECYCLE);
-        } else {
+            continue;
+        }
+        drop(state);
+        if !settle_once() {
             return;
         }
+    }
+}
+
+/// One step of waiting for the teardowns running on other threads: waits until one ends,
+/// or joins the helper threads of those that ended (L2). `false` when there is nothing to
+/// wait for (or this thread runs a teardown or load that those may wait for).
+pub(crate) fn settle_once() -> bool {
+    let mut state = reap(lock(&LIFECYCLE));
+    if inside_teardown_or_load() {
+        return false;
+    }
+    if state.teardowns > 0 {
+        drop(wait(&TORN_DOWN, state));
+        true
+    } else if !state.helpers.is_empty() {
+        // Every teardown ended; its helper is returning. Join it.
+        let helpers = std::mem::take(&mut state.helpers);
+        drop(state);
+        for helper in helpers {
+            let _ = helper.join();
+        }
+        true
+    } else {
+        false
     }
 }
 

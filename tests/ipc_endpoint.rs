@@ -910,3 +910,46 @@ fn forged_and_malformed_messages_are_rejected_counted_and_leak_nothing() {
     drop((endpoint, probe));
     rt.shutdown().unwrap();
 }
+
+/// I4: a new endpoint removes the socket files that processes which are gone left behind
+/// (a SIGKILLed owner leaves one), never a live process's; its own name carries this copy
+/// of offload's token, so two copies in one process never share a name.
+#[test]
+fn stale_sockets_of_dead_processes_go_and_names_are_per_copy() {
+    let rt = Offload::init().unwrap();
+    let first = rt.ipc_endpoint().unwrap();
+    let dir = first.path().parent().unwrap().to_path_buf();
+    // A process that is gone: a child that exited (and was reaped).
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = dir.join(format!("{dead}-0badc0de-1.sock"));
+    let live = dir.join(format!("{}-0badc0de-999.sock", std::process::id()));
+    std::fs::write(&stale, b"").unwrap();
+    std::fs::write(&live, b"").unwrap();
+    let second = rt.ipc_endpoint().unwrap();
+    let alive = std::path::Path::new(&format!("/proc/{dead}")).exists();
+    assert!(
+        !stale.exists() || alive,
+        "the socket file of process {dead}, which is gone, was not removed"
+    );
+    assert!(
+        live.exists(),
+        "the socket file of a live process was removed"
+    );
+    std::fs::remove_file(&live).unwrap();
+    // `<pid>-<token>-<n>.sock`, one token for both endpoints of this copy.
+    let parts = |e: &IpcEndpoint| -> Vec<String> {
+        let name = e.path().file_name().unwrap().to_str().unwrap();
+        let stem = name.strip_suffix(".sock").expect(name);
+        stem.split('-').map(str::to_string).collect()
+    };
+    let (a, b) = (parts(&first), parts(&second));
+    assert_eq!(a.len(), 3, "{a:?}");
+    assert_eq!(a[0], std::process::id().to_string());
+    assert_eq!(a[1].len(), 8, "the token is 8 hex digits: {a:?}");
+    assert_eq!(a[1], b[1], "one token per copy of offload");
+    assert_ne!(a[2], b[2], "two endpoints, two names");
+    drop((first, second));
+    rt.shutdown().unwrap();
+}

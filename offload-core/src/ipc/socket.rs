@@ -52,26 +52,62 @@ pub(crate) fn private_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A listening socket at a fresh path of the private directory, 0600.
+/// A listening socket at a fresh path of the private directory, 0600: named
+/// `<pid>-<token>-<n>.sock`, where the token is this copy of offload's own (two copies in
+/// one process, say two plugins each embedding it, never take each other's name, I4), and
+/// never bound over an existing file. First the sockets of processes that are gone are
+/// removed ([`remove_stale`]).
 pub(crate) fn listen() -> io::Result<(OwnedFd, PathBuf)> {
     let dir = private_dir()?;
-    let n = NEXT_SOCKET.fetch_add(1, Ordering::Relaxed);
-    let path = dir.join(format!(
-        "{}-{n}.sock",
-        rustix::process::getpid().as_raw_nonzero()
-    ));
-    let _ = std::fs::remove_file(&path); // a stale socket of a dead process with our pid
-    let addr = SocketAddrUnix::new(&path)?;
+    remove_stale(&dir);
+    let pid = rustix::process::getpid().as_raw_nonzero();
+    let token = crate::ipc::process_token() as u32;
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
         None,
     )?;
-    rustix::net::bind(&fd, &addr)?;
+    let mut attempts = 0;
+    let path = loop {
+        let n = NEXT_SOCKET.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("{pid}-{token:08x}-{n}.sock"));
+        let addr = SocketAddrUnix::new(&path)?;
+        match rustix::net::bind(&fd, &addr) {
+            Ok(()) => break path,
+            // Somebody's file: never replaced; the next number.
+            Err(rustix::io::Errno::ADDRINUSE) if attempts < 16 => attempts += 1,
+            Err(e) => return Err(e.into()),
+        }
+    };
     rustix::fs::chmod(&path, Mode::RUSR | Mode::WUSR)?;
     rustix::net::listen(&fd, 128)?;
     Ok((fd, path))
+}
+
+/// Removes the socket files in `dir` whose owning process is gone (its pid, the name's
+/// first part, names no process): a killed process leaves its socket behind. A live
+/// process's are never touched (a pid in use by another process keeps its file: the check
+/// cannot tell, and leaving one is harmless). Best effort: errors are ignored.
+pub(crate) fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = name
+            .strip_suffix(".sock")
+            .and_then(|stem| stem.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            continue;
+        };
+        if rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// The peer's user must be ours (`SO_PEERCRED`); gives its pid.

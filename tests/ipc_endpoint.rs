@@ -473,15 +473,26 @@ fn sixty_four_buffers_through_sixteen_entries_to_three_peers() {
         let before = offload::ipc::stats();
         for round in 0..3u64 {
             for (i, b) in buffers.iter().enumerate() {
+                if i == 16 {
+                    // Let the sends of the first 16 buffers be answered, so the 17th finds
+                    // idle entries to evict. Without this, whether any entry is idle when
+                    // the 17th goes out depends on how fast the peers answer: the first 16
+                    // of each round hit (or fill) all 16 entries, which stay busy until
+                    // answered, and a send that finds every entry busy goes one-shot. (It
+                    // waited only between rounds, and failed 5 of 6 runs on a quiet
+                    // machine: 0 evictions.)
+                    for (_, to) in &peers {
+                        endpoint
+                            .wait_answered(*to, Duration::from_secs(30))
+                            .unwrap();
+                    }
+                }
                 for (_, to) in &peers {
                     endpoint
                         .send(*to, b, 0, 256, tag(op::QUIET, round * 64 + i as u64))
                         .unwrap();
                 }
             }
-            // Let every send be answered before the next round, so its first sends find
-            // idle entries to evict whatever the machine's load (on a loaded machine
-            // every entry could otherwise still be busy, and all sends go one-shot).
             for (_, to) in &peers {
                 endpoint
                     .wait_answered(*to, Duration::from_secs(30))

@@ -927,6 +927,8 @@ fn forged_and_malformed_messages_are_rejected_counted_and_leak_nothing() {
 /// of offload's token, so two copies in one process never share a name.
 #[test]
 fn stale_sockets_of_dead_processes_go_and_names_are_per_copy() {
+    // One runtime at a time in this binary: the other tests ask for their own settings.
+    let _serial = common::serial();
     let rt = Offload::init().unwrap();
     let first = rt.ipc_endpoint().unwrap();
     let dir = first.path().parent().unwrap().to_path_buf();

@@ -49,8 +49,8 @@
 //!         }
 //!         cuda.deinit()?;
 //!     }
-//!     // On a machine without CUDA: "cuda: driver not found: libcuda.so.1: libcuda.so.1:
-//!     // cannot open shared object file: No such file or directory".
+//!     // On a machine without CUDA: "cuda: driver not found: libcuda.so.1: cannot open
+//!     // shared object file: No such file or directory".
 //!     Err(e @ Error::DriverNotFound { .. }) => println!("{e}"),
 //!     Err(e) => return Err(e),
 //! }

@@ -54,6 +54,13 @@ impl Library {
     /// let Err(LoadError { library, reason }) = opened else { unreachable!() };
     /// assert_eq!(library, "libx.so, liby.so");
     /// assert!(reason.starts_with("libx.so") && reason.contains("; liby.so"), "{reason}");
+    /// // One name: the loader's message without the name again.
+    /// // SAFETY: as above.
+    /// let Err(LoadError { library, reason }) = (unsafe { Library::open(&["libx.so"]) }) else {
+    ///     unreachable!()
+    /// };
+    /// assert_eq!(library, "libx.so");
+    /// assert!(reason.starts_with("cannot open shared object file"), "{reason}");
     /// ```
     pub unsafe fn open(names: &[&'static str]) -> Result<Arc<Library>, LoadError> {
         let mut errors = Vec::new();
@@ -64,6 +71,13 @@ impl Library {
             } {
                 Ok(library) => return Ok(Arc::new(Library { name, library })),
                 Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if let ([name], [error]) = (names, errors.as_mut_slice()) {
+            // The loader's message starts with the name, which the error names already
+            // ("libcuda.so.1: libcuda.so.1: cannot open …" read twice).
+            if let Some(rest) = error.strip_prefix(&format!("{name}: ")) {
+                *error = rest.to_string();
             }
         }
         Err(LoadError {

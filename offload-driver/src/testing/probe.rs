@@ -64,9 +64,11 @@ impl Probe {
             eprintln!("{} found, no device: {e}", self.what);
             return true;
         }
-        // Anything else must be the library's absence.
+        // Anything else must be the library's absence: the loader's message (naming each
+        // library tried where there were several; one is named by the error already).
         assert!(
-            self.libraries.iter().any(|l| reason.contains(l)),
+            reason.contains("cannot open shared object")
+                || self.libraries.iter().any(|l| reason.contains(l)),
             "neither a missing library nor a missing device: {e}"
         );
         if self.may_be_absent {

@@ -31,6 +31,16 @@ thread_local! {
     static THREAD_OF: Cell<usize> = const { Cell::new(0) };
 }
 
+/// The key that names a stream in [`running_host_fn`] and [`run_marked`]: its address.
+///
+/// ```
+/// let stream = 7u32;
+/// assert_eq!(offload_driver::stream_key(&stream), &stream as *const u32 as usize);
+/// ```
+pub fn stream_key<S>(stream: *const S) -> usize {
+    stream.cast::<()>() as usize
+}
+
 /// The host function the calling thread is running, if any: its stream's address and its
 /// number among the stream's operations ([`crate::Stream::enqueued`]).
 ///

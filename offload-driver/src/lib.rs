@@ -73,7 +73,7 @@ pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
 pub use functions::check_symbol_table;
 pub use host_fn::{
-    HostCallback, HostFailure, HostThread, host_trampoline, run_marked, running_host_fn,
+    HostCallback, HostFailure, HostThread, host_trampoline, run_marked, running_host_fn, stream_key,
 };
 pub use launch::{LaunchLimits, Packed, pack_args};
 pub use platform::{Counters, Device, Driver, Opened, Platform, Stats};

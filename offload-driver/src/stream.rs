@@ -78,7 +78,7 @@ impl<S: Stream> Uses<S> {
         let running = crate::running_host_fn();
         for (stream, latest) in &entries {
             if let Some((at, number)) = running
-                && at == stream.as_ptr().cast::<()>() as usize
+                && at == crate::stream_key(stream.as_ptr())
             {
                 if *latest < number {
                     continue;

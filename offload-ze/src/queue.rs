@@ -155,7 +155,7 @@ impl QueueShared {
     /// is refused: it would wait for itself.
     fn drain(&self, call: &'static str) -> Result<()> {
         if offload_driver::running_host_fn()
-            .is_some_and(|(at, _)| at == std::ptr::from_ref(self).cast::<()>() as usize)
+            .is_some_and(|(at, _)| at == offload_driver::stream_key(self))
         {
             return Err(invalid(
                 call,
@@ -628,7 +628,7 @@ impl ZeQueue {
         }
         state.used.extend([after, gate]);
         let number = shared.count(&mut state);
-        let at = Arc::as_ptr(shared).cast::<()>() as usize;
+        let at = offload_driver::stream_key(Arc::as_ptr(shared));
         let device = shared.device.clone();
         let failure = shared.failure.clone();
         let spawned = std::thread::Builder::new()

@@ -395,7 +395,7 @@ impl<A: StreamApi> StreamQueue<A> {
         let shared = &self.shared;
         // Numbered before the launch: the function may run before the launch returns.
         let number = shared.count();
-        let at = Arc::as_ptr(shared).cast::<()>() as usize;
+        let at = crate::stream_key(Arc::as_ptr(shared));
         let callback = HostCallback::into_data(f, &shared.failure, &shared.host, at, number)?;
         // SAFETY: the stream is live and of the bound device; `host_trampoline` takes the
         // box back and runs it once, on the queue's thread, making no vendor call on the
@@ -412,8 +412,10 @@ impl<A: StreamApi> StreamQueue<A> {
                 // SAFETY: as above.
                 let f = unsafe { HostCallback::take_back(callback) };
                 self.synchronize(CALL)?;
-                crate::run_marked(at, number, f, &shared.failure);
-                match lock(&shared.failure).take() {
+                // Its own panic only: an earlier function's stays for the next sync.
+                let failure = HostFailure::default();
+                crate::run_marked(at, number, f, &failure);
+                match lock(&failure).take() {
                     None => Ok(()),
                     Some(failure) => Err(Error::Callback {
                         callback: CALL,

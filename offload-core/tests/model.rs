@@ -132,11 +132,15 @@ mod runtime {
         pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
         pub(crate) use shuttle::sync::{Condvar, Mutex, RwLock};
         use shuttle::sync::{RwLockReadGuard, RwLockWriteGuard};
-        pub(crate) use shuttle::thread::JoinHandle;
+        pub(crate) type JoinHandle = shuttle::thread::JoinHandle<()>;
         pub(crate) use shuttle::thread_local;
 
+        pub(crate) fn join(helper: JoinHandle) {
+            let _ = helper.join();
+        }
+
         /// Shuttle's handles cannot tell: a helper is joined by the exit hook.
-        pub(crate) fn finished(_: &JoinHandle<()>) -> bool {
+        pub(crate) fn finished(_: &JoinHandle) -> bool {
             false
         }
 
@@ -144,7 +148,7 @@ mod runtime {
         pub(crate) fn spawn(
             name: &str,
             f: impl FnOnce() + Send + 'static,
-        ) -> std::io::Result<JoinHandle<()>> {
+        ) -> std::io::Result<JoinHandle> {
             shuttle::thread::Builder::new().name(name.into()).spawn(f)
         }
         use std::sync::PoisonError;
@@ -258,6 +262,10 @@ mod ipc {
             pub(crate) fn new(_cache_size: usize) -> Shared {
                 Shared
             }
+
+            pub(crate) fn stop_progress(&self) {}
+
+            pub(crate) fn released(&self) {}
         }
     }
 }

@@ -17,7 +17,6 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
 
 use offload_core::hal::{HostFn, panic_text};
 
@@ -105,7 +104,7 @@ pub struct HostThread {
 
 struct Started {
     jobs: mpsc::Sender<Job>,
-    thread: JoinHandle<()>,
+    thread: offload_thread::Thread,
     id: usize,
 }
 
@@ -153,18 +152,18 @@ impl HostThread {
         }
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let (jobs, queue) = mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new()
-            .name("offload-host-fn".into())
-            .spawn(move || {
-                THREAD_OF.set(id);
-                while let Ok(job) = queue.recv() {
-                    job();
-                }
-            })
-            .map_err(|e| offload_core::Error::Callback {
-                callback: call,
-                source: format!("cannot start the queue's host-function thread: {e}").into(),
-            })?;
+        // A plain pthread: `std::thread` would pin a `dlclose`d library embedding offload
+        // (L2; see offload-thread).
+        let thread = offload_thread::spawn("offload-host-fn", move || {
+            THREAD_OF.set(id);
+            while let Ok(job) = queue.recv() {
+                job();
+            }
+        })
+        .map_err(|e| offload_core::Error::Callback {
+            callback: call,
+            source: format!("cannot start the queue's host-function thread: {e}").into(),
+        })?;
         *started = Some(Started {
             jobs: jobs.clone(),
             thread,
@@ -185,7 +184,7 @@ impl Drop for HostThread {
             drop(jobs); // the thread's loop ends when its queue of jobs is empty
             // Never from the thread itself: it would wait for itself (it ends by itself).
             if THREAD_OF.get() != id {
-                let _ = thread.join();
+                thread.join();
             }
         }
     }

@@ -10,12 +10,13 @@
 //! Workers start at the first parallel launch and are joined when the device is dropped
 //! (runtime shutdown drops devices before it deinitialises the platform).
 //!
-//! Workers are plain pthreads, not `std::thread`s: `std::thread::spawn` registers a
-//! thread-local destructor on the *calling* thread (its spawn hooks), and such a destructor
-//! pins a `dlclose`d library until that thread exits (L2: a library embedding offload must
-//! really unload). The worker body touches no thread-local with a destructor either.
+//! Workers are plain pthreads (`offload-thread`), not `std::thread`s: `std::thread::spawn`
+//! registers a thread-local destructor on the *calling* thread (its spawn hooks), and such
+//! a destructor pins a `dlclose`d library until that thread exits (L2: a library embedding
+//! offload must really unload). The worker body touches no thread-local with a destructor
+//! either.
 
-use std::ffi::{CString, c_void};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -189,45 +190,20 @@ fn worker(shared: Arc<Shared>, me: usize) {
     }
 }
 
-extern "C" fn worker_main(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: `arg` is the `Box<WorkerArg>` leaked by `spawn_worker` for this thread
-    // alone; it is taken back exactly once, here.
-    let arg = unsafe { Box::from_raw(arg.cast::<WorkerArg>()) };
-    let WorkerArg(shared, me) = *arg;
-    // Nothing in `worker` panics, but a panic must never unwind into C.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || worker(shared, me)));
-    std::ptr::null_mut()
-}
-
-/// What a worker thread starts with: the pool's shared state and its participant index.
-struct WorkerArg(Arc<Shared>, usize);
-
-/// Starts worker pthread number `me` (participant `me`; the caller is 0); `None` if the
+/// Starts worker thread number `me` (participant `me`; the caller is 0); `None` if the
 /// system refuses.
-fn spawn_worker(shared: &Arc<Shared>, me: usize) -> Option<libc::pthread_t> {
-    let name = format!("offload-host-{}", me - 1);
-    let arg = Box::into_raw(Box::new(WorkerArg(shared.clone(), me))).cast::<c_void>();
-    let mut thread: libc::pthread_t = 0;
-    // SAFETY: `thread` is a valid out-pointer; default attributes (null); `worker_main`
-    // has the signature pthread expects and takes ownership of `arg`.
-    let rc = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), worker_main, arg) };
-    if rc != 0 {
-        // SAFETY: the thread was not created, so `arg` is still ours to free.
-        drop(unsafe { Box::from_raw(arg.cast::<WorkerArg>()) });
-        return None;
-    }
-    if let Ok(name) = CString::new(name) {
-        // SAFETY: `thread` is a live thread we created; `name` is NUL-terminated and at
-        // most 15 bytes plus NUL (longer names only make the call fail, harmlessly).
-        unsafe { libc::pthread_setname_np(thread, name.as_ptr()) };
-    }
-    Some(thread)
+fn spawn_worker(shared: &Arc<Shared>, me: usize) -> Option<offload_thread::Thread> {
+    let shared = shared.clone();
+    offload_thread::spawn(&format!("offload-host-{}", me - 1), move || {
+        worker(shared, me)
+    })
+    .ok()
 }
 
 /// The workers of one device.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
-    workers: Vec<libc::pthread_t>,
+    workers: Vec<offload_thread::Thread>,
     /// Held by the launch that is using the workers.
     busy: Mutex<()>,
 }
@@ -251,8 +227,7 @@ impl Drop for Pool {
         lock(&self.shared.state).shutdown = true;
         self.shared.wake.notify_all();
         for thread in self.workers.drain(..) {
-            // SAFETY: each id is a joinable thread we created and join exactly once.
-            unsafe { libc::pthread_join(thread, std::ptr::null_mut()) };
+            thread.join();
         }
     }
 }

@@ -20,12 +20,11 @@
 //! is waiting for it; enqueueing wakes it (one system call, only when it sleeps and was not
 //! woken already), so work progresses without a `sync`. It is joined when the queue is
 //! destroyed, after every command pushed before has run (L4: shutdown drains). Like the
-//! pool's workers it is a plain pthread whose body touches no thread-local with a
-//! destructor, so a library that embeds offload still unloads (L2).
+//! pool's workers it is a plain pthread (`offload-thread`) whose body touches no
+//! thread-local with a destructor, so a library that embeds offload still unloads (L2).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::ffi::{CString, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -92,7 +91,7 @@ pub(crate) enum Command {
 struct Inner {
     commands: VecDeque<Command>,
     /// The executor thread, once started.
-    thread: Option<libc::pthread_t>,
+    thread: Option<offload_thread::Thread>,
     /// The executor is asleep on `work`.
     sleeping: bool,
     /// The executor was woken and has not looked at the commands since.
@@ -404,36 +403,14 @@ impl StreamCore {
     }
 }
 
-extern "C" fn executor_main(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: `arg` is the `Box<Arc<StreamCore>>` leaked by `spawn_executor` for this
-    // thread alone; it is taken back exactly once, here.
-    let core = unsafe { Box::from_raw(arg.cast::<Arc<StreamCore>>()) };
-    // Host functions are caught where they run; nothing else panics, but a panic must
-    // never unwind into C.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || core.executor_loop()));
-    std::ptr::null_mut()
-}
-
-/// Starts the executor pthread of `core`; `None` if the system refuses.
-fn spawn_executor(core: &Arc<StreamCore>) -> Option<libc::pthread_t> {
+/// Starts the executor thread of `core`; `None` if the system refuses.
+fn spawn_executor(core: &Arc<StreamCore>) -> Option<offload_thread::Thread> {
     static STREAMS: AtomicU64 = AtomicU64::new(0);
-    let arg = Box::into_raw(Box::new(core.clone())).cast::<c_void>();
-    let mut thread: libc::pthread_t = 0;
-    // SAFETY: `thread` is a valid out-pointer; default attributes (null); `executor_main`
-    // has the signature pthread expects and takes ownership of `arg`.
-    let rc = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), executor_main, arg) };
-    if rc != 0 {
-        // SAFETY: the thread was not created, so `arg` is still ours to free.
-        drop(unsafe { Box::from_raw(arg.cast::<Arc<StreamCore>>()) });
-        return None;
-    }
     let name = format!("offload-q{}", STREAMS.fetch_add(1, Ordering::Relaxed));
-    if let Ok(name) = CString::new(name) {
-        // SAFETY: `thread` is a live thread we created; `name` is NUL-terminated and at
-        // most 15 bytes plus NUL (longer names only make the call fail, harmlessly).
-        unsafe { libc::pthread_setname_np(thread, name.as_ptr()) };
-    }
-    Some(thread)
+    let core = core.clone();
+    // Host functions are caught where they run; nothing else panics (and the thread
+    // catches what would).
+    offload_thread::spawn(&name, move || core.executor_loop()).ok()
 }
 
 /// A queue's stream: drains and joins its executor when dropped.
@@ -469,18 +446,14 @@ impl Drop for Stream {
             inner.thread.take()
         };
         let Some(thread) = thread else { return };
-        // SAFETY: pthread_equal has no preconditions; both are thread ids.
-        let on_executor = unsafe { libc::pthread_equal(thread, libc::pthread_self()) } != 0;
-        if on_executor || self.core.on_runner() {
+        if thread.is_current() || self.core.on_runner() {
             // The last handle of the queue was dropped by one of its own host functions:
             // joining would wait for the function's own thread (or for commands only this
-            // thread may run). The executor exits once its commands are done.
-            // SAFETY: `thread` is our joinable executor, detached exactly once instead of
-            // joined.
-            unsafe { libc::pthread_detach(thread) };
+            // thread may run). The executor exits once its commands are done: dropping the
+            // handle detaches it.
+            drop(thread);
         } else {
-            // SAFETY: `thread` is the joinable executor we created, joined exactly once.
-            unsafe { libc::pthread_join(thread, std::ptr::null_mut()) };
+            thread.join();
         }
     }
 }

@@ -48,7 +48,7 @@ use crate::runtime::config::{Config, Overrides, list};
 use crate::runtime::generation::{Generation, Live, Unavailable, loading_here};
 use crate::runtime::reentry;
 use crate::runtime::sync::{
-    Condvar, JoinHandle, Mutex, Ordering, finished, lock, spawn, statics, thread_local, wait,
+    Condvar, JoinHandle, Mutex, Ordering, finished, join, lock, spawn, statics, thread_local, wait,
 };
 
 /// The process-wide lifecycle state. Const-initialised; starts over whenever the library
@@ -63,7 +63,7 @@ struct Lifecycle {
     /// user code); `init` waits for them.
     releasing: usize,
     /// Helper threads running teardowns decided in user code (L6); joined once finished.
-    helpers: Vec<JoinHandle<()>>,
+    helpers: Vec<JoinHandle>,
     /// Generations whose helper thread could not be started: torn down by the next `init`
     /// or the exit hook.
     pending: Vec<Arc<Generation>>,
@@ -266,7 +266,7 @@ impl Drop for TearingDown {
 
 /// Takes the helper threads that have finished out of `state` (joining them returns at
 /// once).
-fn finished_helpers(state: &mut Lifecycle) -> Vec<JoinHandle<()>> {
+fn finished_helpers(state: &mut Lifecycle) -> Vec<JoinHandle> {
     let (done, running) = std::mem::take(&mut state.helpers)
         .into_iter()
         .partition(finished);
@@ -290,7 +290,7 @@ fn reap(
         .collect();
     drop(state);
     for helper in done {
-        let _ = helper.join(); // a helper that panicked has reported nothing more to give
+        join(helper);
     }
     for (generation, tearing_down) in pending.iter().zip(tearing) {
         report_later(tearing_down.run(generation));
@@ -324,7 +324,7 @@ pub(crate) fn run_later(name: &str, f: impl FnOnce() + Send + 'static) -> bool {
                 finished_helpers(&mut state)
             };
             for finished in done {
-                let _ = finished.join();
+                join(finished);
             }
             true
         }
@@ -435,7 +435,7 @@ pub(crate) fn settle_once() -> bool {
         let helpers = std::mem::take(&mut state.helpers);
         drop(state);
         for helper in helpers {
-            let _ = helper.join();
+            join(helper);
         }
         true
     } else {
@@ -563,6 +563,19 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// ```
     pub fn ipc_cache_size(mut self, entries: usize) -> Self {
         self.state.set.ipc_cache_size = Some(entries);
+        self
+    }
+
+    /// Sets how long freeing exported memory waits for its peers to unmap it before the
+    /// memory is quarantined (like `OFFLOAD_IPC_UNMAP_TIMEOUT_MS`; I3).
+    ///
+    /// ```standalone_crate
+    /// let rt = offload_core::reference::Offload::builder().ipc_unmap_timeout_ms(250).start()?;
+    /// assert_eq!(rt.config()?.ipc_unmap_timeout_ms, 250);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn ipc_unmap_timeout_ms(mut self, ms: u64) -> Self {
+        self.state.set.ipc_unmap_timeout_ms = Some(ms);
         self
     }
 

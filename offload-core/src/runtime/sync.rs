@@ -11,7 +11,6 @@ pub(crate) use std::sync::MutexGuard;
 use std::sync::PoisonError;
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 pub(crate) use std::sync::{Condvar, Mutex, RwLock};
-pub(crate) use std::thread::JoinHandle;
 pub(crate) use std::thread_local;
 
 pub(crate) use crate::sync::{lock, read, write};
@@ -38,17 +37,23 @@ pub(crate) fn backoff() {
     std::thread::sleep(std::time::Duration::from_micros(100));
 }
 
+/// A helper thread: a plain pthread (`offload-thread`), so starting one never pins a
+/// library that is `dlclose`d later (L2).
+pub(crate) type JoinHandle = offload_thread::Thread;
+
 /// Starts one of the runtime's helper threads: a teardown that cannot run on the thread
 /// that decided it (L6). The lifecycle joins it (`lifecycle::reap`), so none outlives the
 /// runtime or a `dlclose` (L2).
-pub(crate) fn spawn(
-    name: &str,
-    f: impl FnOnce() + Send + 'static,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(name.into()).spawn(f)
+pub(crate) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle> {
+    offload_thread::spawn(name, f)
+}
+
+/// Waits for a helper thread to end (one that panicked has nothing more to report).
+pub(crate) fn join(helper: JoinHandle) {
+    helper.join();
 }
 
 /// Whether a helper thread has finished (so joining it returns at once).
-pub(crate) fn finished(helper: &JoinHandle<()>) -> bool {
+pub(crate) fn finished(helper: &JoinHandle) -> bool {
     helper.is_finished()
 }

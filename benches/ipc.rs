@@ -15,8 +15,15 @@
 //!   `wait_answered`, cached and uncached; printed with the exports and imports per send.
 //! * `alloc_exportable_<size>_<backend>`: what making memory exportable costs, paired with
 //!   `alloc`: allocate + free, 4 KiB and 1 MiB.
+//! * `ipc free`: 100 frees of buffers a peer has mapped (cached), the peer idle (blocked in
+//!   `read(stdin)`), asleep (`sleep` in a loop) or spinning in plain Rust — never calling
+//!   offload: its progress thread answers — or polling (`endpoint.poll()` in a loop):
+//!   median and p99 of one free, unmap round trip included. Goal: p99 ≤ 50 ms.
 //!
 //! Run with `cargo bench --bench ipc` (add `--features vulkan` for Vulkan).
+//! `OFFLOAD_BENCH_IPC_FREE=idle,sleeping,spinning,polling` runs only the frees, with those peers (to compare
+//! builds: a build without a progress thread waits out the unmap timeout with an idle
+//! peer, so leave `idle` out there).
 
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
@@ -34,6 +41,8 @@ const ROLE: &str = "OFFLOAD_BENCH_IPC_ROLE";
 const MESSAGE: usize = 56; // a `Use` message
 const ANSWER: usize = 16; // a `Done` message
 const STREAM: usize = 10_000;
+/// Buffers freed per peer in the `ipc free` scenario.
+const FREES: usize = 100;
 
 fn line(out: &str) {
     let mut stdout = std::io::stdout().lock();
@@ -72,6 +81,33 @@ fn child(role: &str) {
                 }
             }
         }
+        "idle" | "sleeping" | "spinning" | "polling" => {
+            // Takes FREES views and drops them (the mappings stay cached), says HELD, then
+            // waits for a line on stdin: blocked in `read`, or calling `poll` meanwhile.
+            let rt = Offload::init().unwrap();
+            let endpoint = rt.ipc_endpoint().unwrap();
+            line(&format!("NAME {}", endpoint.name()));
+            for _ in 0..FREES {
+                drop(endpoint.recv().unwrap());
+            }
+            line("HELD");
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = done.clone();
+            let reader = std::thread::spawn(move || {
+                let _ = std::io::stdin().read_line(&mut String::new());
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            while role != "idle" && !done.load(std::sync::atomic::Ordering::SeqCst) {
+                match role {
+                    "polling" => endpoint.poll().unwrap(),
+                    "sleeping" => std::thread::sleep(Duration::from_millis(20)),
+                    _ => std::hint::spin_loop(),
+                }
+            }
+            reader.join().unwrap();
+            drop(endpoint);
+            let _ = rt.shutdown();
+        }
         _ => {
             let rt = Offload::init().unwrap();
             let endpoint = rt.ipc_endpoint().unwrap();
@@ -101,6 +137,7 @@ impl Peer {
             .arg("--bench")
             .env(ROLE, role)
             .env("OFFLOAD_BACKENDS", kind.name())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -287,6 +324,52 @@ fn run(
     Some(out)
 }
 
+/// `FREES` frees of buffers a `role` peer ("idle" or "polling") has mapped: a line with the
+/// median and p99 of one free.
+fn frees(kind: BackendKind, role: &str) -> Option<String> {
+    let rt = Offload::builder()
+        .backends([kind])
+        .ipc_cache_size(FREES)
+        .start()
+        .ok()?;
+    let dev = rt
+        .devices()
+        .ok()?
+        .into_iter()
+        .find(|d| d.backend() == kind)?;
+    let endpoint = rt.ipc_endpoint().unwrap();
+    let mut peer = Peer::spawn(role, kind);
+    let to = endpoint.connect(&peer.name).unwrap();
+    let buffers: Vec<Buffer> = (0..FREES)
+        .map(|i| {
+            let b = dev.alloc_exportable(4096, MemKind::Device).unwrap();
+            endpoint.send(to, &b, 0, 64, i as u64).unwrap();
+            b
+        })
+        .collect();
+    peer.expect("HELD");
+    endpoint.wait_answered(to, Duration::from_secs(30)).unwrap();
+    let mut times: Vec<Duration> = buffers
+        .into_iter()
+        .map(|b| {
+            let start = Instant::now();
+            b.free().unwrap();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    let stdin = peer.child.stdin.as_mut().unwrap();
+    let _ = writeln!(stdin, "done");
+    let _ = peer.child.wait();
+    drop(endpoint);
+    rt.shutdown().unwrap();
+    Some(format!(
+        "ipc free {kind}, {role} peer: {FREES} frees, median {:.1} µs, p99 {:.1} µs",
+        times[FREES / 2].as_secs_f64() * 1e6,
+        times[FREES * 99 / 100 - 1].as_secs_f64() * 1e6,
+    ))
+}
+
 fn alloc_cost(c: &mut Criterion, kind: BackendKind) -> Vec<Paired> {
     let Ok(rt) = Offload::builder().backends([kind]).start() else {
         return Vec::new();
@@ -325,11 +408,28 @@ fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         return child(&role);
     }
-    let mut c = Criterion::default().configure_from_args();
     let mut kinds = vec![BackendKind::Host];
     if cfg!(feature = "vulkan") {
         kinds.push(BackendKind::Vulkan);
     }
+    let free_roles = |list: &str| -> Vec<String> {
+        list.split(',')
+            .filter(|r| !r.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if let Ok(list) = std::env::var("OFFLOAD_BENCH_IPC_FREE") {
+        for kind in &kinds {
+            for role in free_roles(&list) {
+                match frees(*kind, &role) {
+                    Some(r) => println!("  {r}"),
+                    None => println!("{kind}: no device here, not measured"),
+                }
+            }
+        }
+        return;
+    }
+    let mut c = Criterion::default().configure_from_args();
     let mut paired_reports = Vec::new();
     let mut streams = Vec::new();
     for kind in kinds {
@@ -340,6 +440,9 @@ fn main() {
             }
         }
         paired_reports.extend(alloc_cost(&mut c, kind));
+        for role in ["idle", "sleeping", "spinning", "polling"] {
+            streams.extend(frees(kind, role));
+        }
     }
     c.final_summary();
     println!("\nsummary (goal: cached ping-pong <= 1.15 x the raw floor):");

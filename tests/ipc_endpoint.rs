@@ -425,6 +425,41 @@ fn a_thousand_sends_export_once_and_import_once() {
     }
 }
 
+/// A broadcast: 1,000 pipelined sends of one buffer to each of three peers cost one export
+/// and one import per peer, and none goes as a one-shot.
+#[test]
+fn a_broadcast_to_three_peers_exports_once_and_imports_once_per_peer() {
+    let _serial = common::serial();
+    for kind in kinds() {
+        let (rt, endpoint, peers) = setup(kind, 16, 3);
+        let buf = device(&rt, kind)
+            .alloc_exportable(4096, MemKind::Device)
+            .unwrap();
+        let before = offload::ipc::stats();
+        for i in 0..1000 {
+            for (_, to) in &peers {
+                endpoint
+                    .send(*to, &buf, (i % 64) * 64, 64, tag(op::QUIET, i as u64))
+                    .unwrap();
+            }
+        }
+        for (n, (peer, to)) in peers.iter().enumerate() {
+            let s = peer.stats(&endpoint, *to, &buf, n as u64);
+            assert_eq!(s["imports"], 1, "{kind}: one import per peer: {s:?}");
+        }
+        let after = offload::ipc::stats();
+        assert_eq!(after.exports - before.exports, 1, "{kind}: one export");
+        assert_eq!(after.one_shots - before.one_shots, 0, "{kind}: no one-shot");
+        assert_eq!(after.cache_misses - before.cache_misses, 3, "{kind}");
+        assert_eq!(after.cache_hits - before.cache_hits, 3000, "{kind}"); // 2,997 + 3 STATS
+        for (peer, to) in peers {
+            peer.exit(&endpoint, to, &buf);
+        }
+        drop((endpoint, buf));
+        rt.shutdown().unwrap();
+    }
+}
+
 #[test]
 fn without_a_cache_every_send_maps_once_and_unmaps_after_use() {
     let _serial = common::serial();
@@ -532,6 +567,14 @@ fn sixty_four_buffers_through_sixteen_entries_to_three_peers() {
         }
         let after = offload::ipc::stats();
         let sent = (after.unmaps_sent - before.unmaps_sent) as u64;
+        let sends = 3 * 64 * 3 + 2 * 3;
+        println!(
+            "{kind}: {sends} sends: {} one-shots, {} hits, {} misses, {} evictions",
+            after.one_shots - before.one_shots,
+            after.cache_hits - before.cache_hits,
+            after.cache_misses - before.cache_misses,
+            after.evictions - before.evictions,
+        );
         assert!(
             after.evictions > before.evictions,
             "{kind}: the cache evicted"

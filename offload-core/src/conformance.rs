@@ -292,6 +292,7 @@ fn variant(e: &Error) -> String {
         Error::DriverNotFound { .. } => "DriverNotFound",
         Error::Unsupported { .. } => "Unsupported",
         Error::Ipc { .. } => "Ipc",
+        Error::Quarantined { .. } => "Quarantined",
         Error::Compile { .. } => "Compile",
         Error::Driver { .. } => "Driver",
     }

@@ -156,6 +156,28 @@ pub enum Error {
         reason: String,
     },
 
+    /// Exported memory was freed while a live process that mapped it had not acknowledged
+    /// unmapping it within the unmap timeout (I3). The handle is gone; the memory is kept
+    /// (quarantined, counted in `ipc::stats()`) and released when those processes answer or
+    /// are seen dead, or at shutdown. Nothing is lost and nothing is unsafe: this reports a
+    /// peer that is slow, stopped or stuck.
+    #[error(
+        "{backend}: {call}: {object} is quarantined: {peers} had not unmapped it after \
+         {timeout_ms} ms; it is released when they answer or exit, or at shutdown"
+    )]
+    Quarantined {
+        /// Backend of the memory.
+        backend: BackendKind,
+        /// The offload call that was made.
+        call: &'static str,
+        /// The buffer, in the user's words.
+        object: String,
+        /// The processes that had not answered (`pid 1234, pid 1240`).
+        peers: String,
+        /// How long the free waited.
+        timeout_ms: u64,
+    },
+
     /// Source did not compile, or its compiler is missing. `log` is the compiler's
     /// diagnostics (or what was looked for and not found).
     #[error("{backend}: {call}: {language} compile failed: {log}")]

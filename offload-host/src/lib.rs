@@ -637,8 +637,14 @@ impl hal::Device for HostDevice {
         Ok(buffer.counted(self.shared.clone()))
     }
 
-    /// Releases the buffer, or defers the release behind queued work that uses it (Q1).
+    /// Releases the buffer, or defers the release behind queued work that uses it (Q1). A
+    /// mapping of another process's memory is the exception: it is freed when that process
+    /// unmaps it, which it must see done, queued work included (I3), so this waits for the
+    /// work first.
     fn free(&self, buffer: HostBuffer) -> Result<()> {
+        if buffer.is_mapping() {
+            buffer.mem.uses.wait();
+        }
         drop(buffer);
         Ok(())
     }

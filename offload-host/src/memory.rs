@@ -184,6 +184,11 @@ impl HostBuffer {
         }
     }
 
+    /// Whether this is a mapping of another process's memory (`Device::import`).
+    pub(crate) fn is_mapping(&self) -> bool {
+        matches!(self.mem.backing, Backing::Shared { fd: None })
+    }
+
     /// The memfd of an exportable allocation (`None` for heap or imported memory).
     pub(crate) fn memfd(&self) -> Option<&OwnedFd> {
         match &self.mem.backing {

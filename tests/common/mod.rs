@@ -4,6 +4,8 @@
 //! a test that counts transitions or needs a fresh generation takes `serial()` first.
 #![allow(dead_code)]
 
+pub mod child;
+
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -74,7 +74,7 @@ pub(crate) struct BufferEntry {
 
 impl BufferEntry {
     /// Frees the allocation if it is still there (waits for copies in flight).
-    fn free(&self) -> Result<()> {
+    pub(crate) fn free(&self) -> Result<()> {
         match write(&self.allocation).take() {
             Some(a) => {
                 if self.origin == Origin::Imported {
@@ -95,6 +95,10 @@ impl BufferEntry {
 
     pub(crate) fn size(&self) -> usize {
         self.size
+    }
+
+    pub(crate) fn backend(&self) -> BackendKind {
+        self.backend
     }
 
     pub(crate) fn origin(&self) -> Origin {
@@ -664,8 +668,14 @@ impl Buffer {
     fn release(&mut self) -> Result<()> {
         match std::mem::replace(&mut self.role, Role::Released) {
             Role::Owner(key) => {
-                // Not under the generation's lock: it may wait for peers (bounded).
-                ipc::before_free(&self.generation, &self.entry);
+                // Not under the generation's lock: it may wait for peers (bounded). Memory a
+                // live peer has not unmapped yet is quarantined, not freed (I3).
+                let this: &Buffer = self;
+                if let Some(quarantined) =
+                    ipc::before_free(&self.generation, &self.entry, key, this)
+                {
+                    return Err(quarantined);
+                }
                 self.generation.with_live(|live| {
                     live.forget(Kind::Buffer, key);
                     self.entry.free()
@@ -683,7 +693,9 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         match self.release() {
-            Ok(()) | Err(Error::ShutDown { .. }) => {}
+            // Quarantined memory is counted in `ipc::stats()` and logged; by the shutdown it
+            // is usually released, so it is not reported there.
+            Ok(()) | Err(Error::ShutDown { .. } | Error::Quarantined { .. }) => {}
             Err(e) => self.generation.defer(Err(e)),
         }
     }

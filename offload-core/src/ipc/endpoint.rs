@@ -1,12 +1,14 @@
 //! [`IpcEndpoint`]: sends buffer ranges to peers through the process's one sender-side
 //! cache, and receives theirs as views (I2–I4).
 //!
-//! An endpoint is a listening socket plus its connections. There is no thread of its own:
-//! whoever calls into the endpoint (`send`, `recv`, a free that waits for unmaps, shutdown)
-//! makes progress for everyone — accepts connections, reads and answers messages, flushes
-//! what is queued — one caller at a time, the others waiting on a condition variable. Every
-//! write goes through a per-peer outbox flushed without blocking, so two processes that
-//! both send never deadlock on full socket buffers.
+//! An endpoint is a listening socket plus its connections. Whoever calls into the endpoint
+//! (`send`, `recv`, a free that waits for unmaps, shutdown) makes progress for everyone —
+//! accepts connections, reads and answers messages, flushes what is queued — one caller at
+//! a time, the others waiting on a condition variable; when nobody does, the generation's
+//! progress thread (`progress.rs`) makes a round every few milliseconds, so a receiver that
+//! computes, sleeps or blocks elsewhere still answers unmaps (I3, I5). Every write goes
+//! through a per-peer outbox flushed without blocking, so two processes that both send
+//! never deadlock on full socket buffers.
 //!
 //! Lock order: the cache, then the endpoint's state, then the generation. Answers and
 //! deaths that concern the cache are read under the state lock and applied after it is
@@ -26,6 +28,8 @@ use rustix::event::{PollFd, PollFlags};
 use crate::error::{Error, Result};
 use crate::handles::{Buffer, BufferEntry, Device, Origin, ViewOwner, import_entry};
 use crate::ipc::cache::{PeerRef, Plan, Unmap};
+use crate::ipc::progress::Progress;
+use crate::ipc::quarantine::Quarantine;
 use crate::ipc::socket::{self, Sent};
 use crate::ipc::wire::{self, FailCode, Message, ONE_SHOT};
 use crate::ipc::{IpcHandle, PeerId, stats};
@@ -83,8 +87,9 @@ struct Peer {
     mappings: Vec<Mapping>,
     /// Unmaps sent to it and not yet acknowledged: (entry, generation).
     unacked: Vec<(u32, u32)>,
-    /// One-shots sent to it and not yet answered.
-    one_shots: u32,
+    /// One-shots sent to it and neither answered nor unmapped: (allocation, sequence). A
+    /// free of the allocation unmaps them too (I3).
+    one_shots: Vec<(u64, u32)>,
     /// Deliveries (`Map`, `Use`, `OneShot`) sent to it and not yet answered.
     unanswered: u64,
 }
@@ -191,6 +196,8 @@ struct State {
 enum CacheNews {
     Mapped(PeerId, u32, u32, u32),
     Answered(PeerId, u32, u32, bool),
+    /// An `UnmapAck` (for the quarantine).
+    Acked(PeerId, u32, u32),
     Gone(PeerId),
 }
 
@@ -210,6 +217,16 @@ struct Engine {
     closed: AtomicBool,
     /// Cache news learnt where the cache may be held (see the module docs).
     stashed: Mutex<Vec<CacheNews>>,
+    /// Rounds of progress made so far (the progress thread skips endpoints others drive).
+    rounds: AtomicU64,
+}
+
+/// Mappings a round of progress closes once the state lock is released, with the
+/// `UnmapAck`s that may leave only after their mapping is closed (I3).
+#[derive(Default)]
+struct Closing {
+    mappings: Vec<Mapping>,
+    acks: Vec<(PeerId, Message)>,
 }
 
 /// A peer's buffer range, received: a view of the mapping its memory has in this process,
@@ -348,11 +365,13 @@ impl IpcEndpoint {
                 unmap_timeout: Duration::from_millis(generation.config.ipc_unmap_timeout_ms),
                 closed: AtomicBool::new(false),
                 stashed: Mutex::new(Vec::new()),
+                rounds: AtomicU64::new(0),
             });
             generation
                 .ipc
                 .add_endpoint(engine.id, Arc::downgrade(&engine));
             let (key, engine) = live.register(Kind::Ipc, |_| engine)?;
+            generation.ipc.progress.start(generation);
             tracing::info!(
                 target: "offload::ipc",
                 endpoint = engine.id,
@@ -720,7 +739,7 @@ impl Engine {
             outbox: VecDeque::new(),
             mappings: Vec::new(),
             unacked: Vec::new(),
-            one_shots: 0,
+            one_shots: Vec::new(),
             unanswered: 0,
         };
         peer.outbox.push_back(
@@ -849,7 +868,7 @@ impl Engine {
                     (self.one_shot(whole(buffer)?, tag, offset, len), Vec::new())
                 }
             };
-            let queued = self.queue(unmaps, to, message);
+            let queued = self.queue(unmaps, to, entry.id, message);
             if queued.is_err() {
                 // The peer is gone: what `plan` counted for it must not pin the entry.
                 cache.forget_peer(at);
@@ -897,7 +916,7 @@ impl Engine {
             let open = {
                 let state = lock(&self.state);
                 match state.peers.iter().find(|p| p.id == to) {
-                    Some(p) if p.alive => p.one_shots < ONE_SHOT_WINDOW,
+                    Some(p) if p.alive => p.one_shots.len() < ONE_SHOT_WINDOW as usize,
                     _ => return Err(self.gone(to, call)),
                 }
             };
@@ -931,7 +950,13 @@ impl Engine {
 
     /// Queues `unmaps` (to whichever peers they name) and then `message` to `to`, and
     /// flushes what the sockets take now.
-    fn queue(&self, unmaps: Vec<Unmap>, to: PeerId, message: Message) -> Result<()> {
+    fn queue(
+        &self,
+        unmaps: Vec<Unmap>,
+        to: PeerId,
+        allocation: u64,
+        message: Message,
+    ) -> Result<()> {
         let mut state = lock(&self.state);
         let mut news = Vec::new();
         for u in unmaps {
@@ -956,8 +981,8 @@ impl Engine {
             .iter_mut()
             .find(|p| p.id == to && p.alive)
             .ok_or_else(|| self.gone(to, "IpcEndpoint::send"))?;
-        if matches!(message, Message::OneShot { .. }) {
-            peer.one_shots += 1;
+        if let Message::OneShot { sequence, .. } = message {
+            peer.one_shots.push((allocation, sequence));
         }
         peer.unanswered += 1;
         peer.outbox.push_back(message.encode());
@@ -998,9 +1023,9 @@ impl Engine {
     }
 
     /// Sends unmaps for these mappings (all of this endpoint's peers) and, if `wait`, waits
-    /// until each peer acknowledged them, exited, or the bound ran out (then it is
-    /// disconnected).
-    fn unmap(&self, unmaps: &[Unmap], wait: bool) {
+    /// until each peer acknowledged them, exited, or the bound ran out. Returns the unmaps
+    /// live peers had not acknowledged by then (the caller quarantines or disconnects).
+    fn unmap(&self, unmaps: &[Unmap], wait: bool) -> Vec<Unmap> {
         let mut targets: Vec<PeerId> = Vec::new();
         {
             let mut state = lock(&self.state);
@@ -1024,11 +1049,11 @@ impl Engine {
             self.stash(news);
         }
         if !wait {
-            return;
+            return Vec::new();
         }
         self.apply_stashed();
         if targets.is_empty() {
-            return; // nobody to wait for
+            return Vec::new(); // nobody to wait for
         }
         let started = Instant::now();
         let deadline = started + self.unmap_timeout;
@@ -1057,34 +1082,57 @@ impl Engine {
                     elapsed_us = started.elapsed().as_micros() as u64,
                     "peers unmapped (or are gone)"
                 );
-                return;
+                return Vec::new();
             }
             let now = Instant::now();
             if now >= deadline {
-                // A peer that does not answer in time is cut off: it keeps no view that
-                // works, and nothing waits for it again.
                 tracing::warn!(
                     target: "offload::ipc",
                     endpoint = self.id,
                     peers = ?waiting,
                     timeout_ms = self.unmap_timeout.as_millis() as u64,
-                    "peers did not acknowledge unmaps in time: cutting them off"
+                    "peers did not acknowledge unmaps in time"
                 );
-                let mut news = Vec::new();
-                {
-                    let mut state = lock(&self.state);
-                    for peer in state.peers.iter_mut().filter(|p| waiting.contains(&p.id)) {
-                        kill(peer, &mut news, "it did not acknowledge unmaps in time");
-                    }
-                }
-                self.finish_dead(news);
-                return;
+                let state = lock(&self.state);
+                return unmaps
+                    .iter()
+                    .filter(|u| self.still_unacked(&state, u))
+                    .copied()
+                    .collect();
             }
             // The peer may be another endpoint of this process that nobody is driving now:
             // help every local endpoint along while waiting.
             self.generation.ipc.help(self.id);
             self.progress((deadline - now).min(Duration::from_millis(1)));
         }
+    }
+
+    /// Whether `u`'s peer is alive and has not acknowledged it.
+    fn still_unacked(&self, state: &State, u: &Unmap) -> bool {
+        u.at.endpoint == self.id
+            && state.peers.iter().any(|p| {
+                p.id == u.at.peer && p.alive && p.unacked.contains(&(u.entry, u.generation))
+            })
+    }
+
+    /// Cuts off the peers that did not acknowledge these unmaps in time (the endpoint is
+    /// closing: nothing waits for them again, and they keep no view that works).
+    fn cut_off_unanswered(&self, unanswered: &[Unmap]) {
+        if unanswered.is_empty() {
+            return;
+        }
+        let mut news = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            for peer in state
+                .peers
+                .iter_mut()
+                .filter(|p| unanswered.iter().any(|u| u.at.peer == p.id))
+            {
+                kill(peer, &mut news, "it did not acknowledge unmaps in time");
+            }
+        }
+        self.finish_dead(news);
     }
 
     /// A view of (entry, generation) from `peer` was dropped: tell the peer; a one-shot
@@ -1143,7 +1191,7 @@ impl Engine {
     /// One round of progress, waiting at most `wait` for something to happen: accept, read
     /// and answer, flush. If another thread is making progress, waits for its round instead.
     fn progress(&self, wait: Duration) {
-        let Ok(_turn) = self.progress.try_lock() else {
+        let Ok(turn) = self.progress.try_lock() else {
             if !wait.is_zero() {
                 let state = lock(&self.state);
                 self.waiting.fetch_add(1, Ordering::SeqCst);
@@ -1171,7 +1219,7 @@ impl Engine {
                     match socket::recv(socket.as_fd()) {
                         Ok(None) => {}
                         read => {
-                            self.finish_round(Some((*id, read)), Vec::new(), false);
+                            self.finish_round(turn, Some((*id, read)), Vec::new(), false);
                             return;
                         }
                     }
@@ -1222,19 +1270,21 @@ impl Engine {
         if listening {
             self.accept_all();
         }
-        self.finish_round(None, ready, true);
+        self.finish_round(turn, None, ready, true);
     }
 
     /// The second half of a round of progress: handle a packet read while spinning, or read
     /// the peers `poll` found ready; flush; close what died; wake waiters.
     fn finish_round(
         &self,
+        turn: std::sync::MutexGuard<'_, ()>,
         spun: Option<(PeerId, std::io::Result<Option<socket::Packet>>)>,
         ready: Vec<(PeerId, PollFlags)>,
         flush_all: bool,
     ) {
+        self.rounds.fetch_add(1, Ordering::Relaxed);
         let mut news = Vec::new();
-        let mut closing = Vec::new();
+        let mut closing = Closing::default();
         {
             let mut state = lock(&self.state);
             let mut touched = Vec::new();
@@ -1256,24 +1306,31 @@ impl Engine {
                 }
                 touched.push(id);
             }
-            // I3: an `UnmapAck` may only leave once its mapping is really closed, so when
-            // this round closes mappings, answers wait until they are (below).
-            if closing.is_empty() {
-                for peer in state
-                    .peers
-                    .iter_mut()
-                    .filter(|p| p.alive && (flush_all || touched.contains(&p.id)))
-                {
-                    flush(peer, &mut news);
-                }
+            for peer in state
+                .peers
+                .iter_mut()
+                .filter(|p| p.alive && (flush_all || touched.contains(&p.id)))
+            {
+                flush(peer, &mut news);
             }
             state.peers.retain(|p| p.alive || !p.mappings.is_empty());
         }
-        if !closing.is_empty() {
-            for m in closing {
+        // The turn ends before mappings close: closing waits for the work queued on them,
+        // which may itself call into this endpoint (a host function that receives).
+        drop(turn);
+        // I3: an `UnmapAck` enters its peer's outbox only once its mapping is really
+        // closed (queued work on it finished, the memory unmapped), so no other thread's
+        // flush can send it early.
+        if !closing.mappings.is_empty() || !closing.acks.is_empty() {
+            for m in closing.mappings {
                 self.close_mapping(m);
             }
             let mut state = lock(&self.state);
+            for (id, ack) in closing.acks {
+                if let Some(peer) = state.peers.iter_mut().find(|p| p.id == id && p.alive) {
+                    peer.outbox.push_back(ack.encode());
+                }
+            }
             for peer in state
                 .peers
                 .iter_mut()
@@ -1322,7 +1379,7 @@ impl Engine {
         state: &mut State,
         index: usize,
         news: &mut Vec<CacheNews>,
-        closing: &mut Vec<Mapping>,
+        closing: &mut Closing,
     ) -> bool {
         let mut delivered = false;
         for _ in 0..READ_BATCH {
@@ -1343,7 +1400,7 @@ impl Engine {
         index: usize,
         read: std::io::Result<Option<socket::Packet>>,
         news: &mut Vec<CacheNews>,
-        closing: &mut Vec<Mapping>,
+        closing: &mut Closing,
     ) -> Option<bool> {
         let cut_off = |state: &mut State, news: &mut Vec<CacheNews>, why: Option<&'static str>| {
             let why = match why {
@@ -1369,7 +1426,7 @@ impl Engine {
             Ok(Some(packet)) => packet,
             Ok(None) => return None,
             Err(_) => {
-                closing.extend(cut_off(state, news, None));
+                closing.mappings.extend(cut_off(state, news, None));
                 return None;
             }
         };
@@ -1381,7 +1438,7 @@ impl Engine {
         // Malformed, forged or oversized: counted, and the peer is cut off (its
         // descriptors were closed with the packet).
         let Ok(message) = message else {
-            closing.extend(cut_off(
+            closing.mappings.extend(cut_off(
                 state,
                 news,
                 Some("a malformed, forged or oversized message"),
@@ -1391,7 +1448,9 @@ impl Engine {
         match self.handle(state, index, message, news, closing) {
             Ok(delivered) => Some(delivered),
             Err(()) => {
-                closing.extend(cut_off(state, news, Some("a message out of turn")));
+                closing
+                    .mappings
+                    .extend(cut_off(state, news, Some("a message out of turn")));
                 None
             }
         }
@@ -1404,7 +1463,7 @@ impl Engine {
         index: usize,
         message: Message,
         news: &mut Vec<CacheNews>,
-        closing: &mut Vec<Mapping>,
+        closing: &mut Closing,
     ) -> std::result::Result<bool, ()> {
         let peer_id = state.peers[index].id;
         if !state.peers[index].greeted {
@@ -1416,7 +1475,6 @@ impl Engine {
                 _ => Err(()), // anything before `Hello`
             };
         }
-        let reply = |state: &mut State, m: Message| state.peers[index].outbox.push_back(m.encode());
         match message {
             Message::Hello { .. } => return Err(()), // a second one
             Message::Map { entry, .. } if entry == ONE_SHOT => return Err(()),
@@ -1445,23 +1503,50 @@ impl Engine {
                     "the sender unmapped memory it sent"
                 );
                 let peer = &mut state.peers[index];
-                if let Some(i) = peer
+                let ack = Message::UnmapAck { entry, generation };
+                match peer
                     .mappings
                     .iter()
                     .position(|m| m.entry == entry && m.generation == generation)
                 {
-                    closing.push(peer.mappings.remove(i));
+                    Some(i) => {
+                        closing.mappings.push(peer.mappings.remove(i));
+                        closing.acks.push((peer_id, ack));
+                    }
+                    None => peer.outbox.push_back(ack.encode()),
                 }
                 // Deliveries of it not taken yet go too (their descriptors close): the
-                // sender no longer has it.
+                // sender no longer has it. Each is answered, so the sender does not wait
+                // for it.
+                let mut dropped = 0;
                 state.deliveries.retain(|d| {
-                    d.peer != peer_id
-                        || !matches!(d.what,
-                            Pending::Map { entry: e, generation: g, .. }
-                            | Pending::Use { entry: e, generation: g, .. }
-                            if e == entry && g == generation)
+                    let of_it = d.peer == peer_id
+                        && match d.what {
+                            Pending::Map {
+                                entry: e,
+                                generation: g,
+                                ..
+                            }
+                            | Pending::Use {
+                                entry: e,
+                                generation: g,
+                                ..
+                            } => e == entry && g == generation,
+                            Pending::OneShot { sequence, .. } => {
+                                entry == ONE_SHOT && sequence == generation
+                            }
+                        };
+                    dropped += usize::from(of_it);
+                    !of_it
                 });
-                reply(state, Message::UnmapAck { entry, generation });
+                for _ in 0..dropped {
+                    let failed = Message::Failed {
+                        entry,
+                        generation,
+                        code: FailCode::UnknownMapping,
+                    };
+                    state.peers[index].outbox.push_back(failed.encode());
+                }
             }
             Message::Mapped {
                 entry,
@@ -1474,8 +1559,7 @@ impl Engine {
                 let peer = &mut state.peers[index];
                 peer.unanswered = peer.unanswered.saturating_sub(1);
                 if entry == ONE_SHOT {
-                    let peer = &mut state.peers[index];
-                    peer.one_shots = peer.one_shots.saturating_sub(1);
+                    peer.one_shots.retain(|&(_, s)| s != generation);
                 } else {
                     news.push(CacheNews::Answered(peer_id, entry, generation, false));
                 }
@@ -1484,8 +1568,7 @@ impl Engine {
                 let peer = &mut state.peers[index];
                 peer.unanswered = peer.unanswered.saturating_sub(1);
                 if entry == ONE_SHOT {
-                    let peer = &mut state.peers[index];
-                    peer.one_shots = peer.one_shots.saturating_sub(1);
+                    peer.one_shots.retain(|&(_, s)| s != generation);
                 } else {
                     news.push(CacheNews::Answered(peer_id, entry, generation, true));
                 }
@@ -1498,7 +1581,13 @@ impl Engine {
                     .position(|&(e, g)| e == entry && g == generation)
                 {
                     peer.unacked.remove(i);
+                    if entry == ONE_SHOT {
+                        // Unmapped: it no longer counts against the window (its `Done`
+                        // still comes when the receiver drops the view).
+                        peer.one_shots.retain(|&(_, s)| s != generation);
+                    }
                     stats::UNMAPS_ACKED.fetch_add(1, Ordering::Relaxed);
+                    news.push(CacheNews::Acked(peer_id, entry, generation));
                 }
                 // An acknowledgement nobody waits for is stale: dropped.
             }
@@ -1785,21 +1874,35 @@ impl Engine {
         self.finish_dead(news);
     }
 
-    /// Applies what peers answered to the cache.
+    /// Applies what peers answered to the cache, then to the quarantine (which may free
+    /// memory: not under the cache's lock).
     fn apply(&self, news: Vec<CacheNews>) {
         if news.is_empty() {
             return;
         }
-        let mut cache = lock(&self.generation.ipc.cache);
+        {
+            let mut cache = lock(&self.generation.ipc.cache);
+            for n in &news {
+                match *n {
+                    CacheNews::Mapped(peer, entry, generation, mapping) => {
+                        cache.mapped(self.at(peer), entry, generation, mapping)
+                    }
+                    CacheNews::Answered(peer, entry, generation, done) => {
+                        cache.answered(self.at(peer), entry, generation, done)
+                    }
+                    CacheNews::Gone(peer) => cache.forget_peer(self.at(peer)),
+                    CacheNews::Acked(..) => {}
+                }
+            }
+        }
+        let quarantine = &self.generation.ipc.quarantine;
         for n in news {
             match n {
-                CacheNews::Mapped(peer, entry, generation, mapping) => {
-                    cache.mapped(self.at(peer), entry, generation, mapping)
+                CacheNews::Acked(peer, entry, generation) => {
+                    quarantine.acked(&self.generation, self.at(peer), entry, generation)
                 }
-                CacheNews::Answered(peer, entry, generation, done) => {
-                    cache.answered(self.at(peer), entry, generation, done)
-                }
-                CacheNews::Gone(peer) => cache.forget_peer(self.at(peer)),
+                CacheNews::Gone(peer) => quarantine.gone(&self.generation, self.at(peer)),
+                CacheNews::Mapped(..) | CacheNews::Answered(..) => {}
             }
         }
     }
@@ -1837,7 +1940,8 @@ impl Engine {
             unmaps = unmaps.len(),
             "closing an IPC endpoint"
         );
-        self.unmap(&unmaps, true);
+        let unanswered = self.unmap(&unmaps, true);
+        self.cut_off_unanswered(&unanswered);
         let (mappings, deliveries, peers) = {
             let mut state = lock(&self.state);
             let mappings: Vec<Mapping> = state
@@ -1916,10 +2020,13 @@ fn kill(peer: &mut Peer, news: &mut Vec<CacheNews>, why: &'static str) {
     news.push(CacheNews::Gone(peer.id));
 }
 
-/// The IPC state a generation owns: its one sender-side cache and its endpoints.
+/// The IPC state a generation owns: its one sender-side cache, its endpoints, its
+/// quarantine and its progress thread.
 pub(crate) struct Shared {
     pub(crate) cache: Mutex<super::cache::Cache>,
     endpoints: Mutex<Vec<(u64, Weak<Engine>)>>,
+    quarantine: Quarantine,
+    progress: Progress,
 }
 
 impl Shared {
@@ -1927,6 +2034,120 @@ impl Shared {
         Shared {
             cache: Mutex::new(super::cache::Cache::new(capacity)),
             endpoints: Mutex::new(Vec::new()),
+            quarantine: Quarantine::default(),
+            progress: Progress::default(),
+        }
+    }
+
+    /// Stops and joins the progress thread (a teardown begins releasing).
+    pub(crate) fn stop_progress(&self) {
+        self.progress.stop();
+    }
+
+    /// The teardown released every endpoint and buffer: quarantined memory went with them.
+    pub(crate) fn released(&self) {
+        self.quarantine.clear();
+    }
+
+    /// One tick of the progress thread: a round, without waiting, on every endpoint
+    /// nobody made progress on since the last tick. `seen` is the thread's memory of
+    /// (endpoint, rounds).
+    pub(crate) fn tick(&self, seen: &mut Vec<(u64, u64)>) {
+        let engines: Vec<Arc<Engine>> = lock(&self.endpoints)
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        seen.retain(|(id, _)| engines.iter().any(|e| e.id == *id));
+        for engine in engines {
+            if engine.closed.load(Ordering::SeqCst) {
+                continue;
+            }
+            let rounds = engine.rounds.load(Ordering::Relaxed);
+            let last = match seen.iter().position(|(id, _)| *id == engine.id) {
+                Some(i) => i,
+                None => {
+                    seen.push((engine.id, u64::MAX));
+                    seen.len() - 1
+                }
+            };
+            if seen[last].1 == rounds {
+                engine.progress(Duration::ZERO);
+            }
+            seen[last].1 = engine.rounds.load(Ordering::Relaxed);
+        }
+    }
+
+    /// The unmaps of the one-shot mappings of `allocation` peers may still hold (sent,
+    /// neither answered nor unmapped yet): its owner is freeing it (I3).
+    pub(crate) fn one_shot_unmaps(&self, allocation: u64) -> Vec<Unmap> {
+        let engines: Vec<Arc<Engine>> = lock(&self.endpoints)
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        let mut unmaps = Vec::new();
+        for engine in engines {
+            let state = lock(&engine.state);
+            for peer in state.peers.iter().filter(|p| p.alive) {
+                for &(_, sequence) in peer.one_shots.iter().filter(|(a, _)| *a == allocation) {
+                    unmaps.push(Unmap {
+                        at: engine.at(peer.id),
+                        entry: ONE_SHOT,
+                        generation: sequence,
+                        mapping: 0,
+                    });
+                }
+            }
+        }
+        unmaps
+    }
+
+    /// Quarantines `entry` for the unmaps live peers had not acknowledged (see
+    /// `quarantine.rs`); false if every one of them was answered meanwhile.
+    pub(crate) fn quarantine(
+        &self,
+        entry: &Arc<BufferEntry>,
+        key: ResourceKey,
+        unanswered: &[Unmap],
+    ) -> bool {
+        let awaited = unanswered
+            .iter()
+            .map(|u| (u.at, u.entry, u.generation))
+            .collect();
+        self.quarantine
+            .hold(entry, key, awaited, |&(at, entry, generation)| {
+                let Some(engine) = self.endpoint(at.endpoint).and_then(|w| w.upgrade()) else {
+                    return false;
+                };
+                let state = lock(&engine.state);
+                engine.still_unacked(
+                    &state,
+                    &Unmap {
+                        at,
+                        entry,
+                        generation,
+                        mapping: 0,
+                    },
+                )
+            })
+    }
+
+    /// The pids of the peers these unmaps went to, for messages (`pid 12, pid 40`).
+    pub(crate) fn pids(&self, unmaps: &[Unmap]) -> String {
+        let mut pids: Vec<u32> = Vec::new();
+        for u in unmaps {
+            if let Some(engine) = self.endpoint(u.at.endpoint).and_then(|w| w.upgrade()) {
+                let state = lock(&engine.state);
+                if let Some(p) = state.peers.iter().find(|p| p.id == u.at.peer) {
+                    if !pids.contains(&p.pid) {
+                        pids.push(p.pid);
+                    }
+                }
+            }
+        }
+        let named: Vec<String> = pids.iter().map(|p| format!("pid {p}")).collect();
+        match named.len() {
+            0 => "a peer".into(),
+            _ => named.join(", "),
         }
     }
 
@@ -1974,8 +2195,8 @@ impl Shared {
     }
 
     /// Sends these unmaps through the endpoints that own their peers; `wait` for the
-    /// acknowledgements (bounded).
-    pub(crate) fn send_unmaps(&self, unmaps: Vec<Unmap>, wait: bool) {
+    /// acknowledgements (bounded). Returns those live peers had not acknowledged in time.
+    pub(crate) fn send_unmaps(&self, unmaps: Vec<Unmap>, wait: bool) -> Vec<Unmap> {
         let mut by_endpoint: Vec<(u64, Vec<Unmap>)> = Vec::new();
         for u in unmaps {
             match by_endpoint.iter_mut().find(|(e, _)| *e == u.at.endpoint) {
@@ -1983,11 +2204,13 @@ impl Shared {
                 None => by_endpoint.push((u.at.endpoint, vec![u])),
             }
         }
+        let mut unanswered = Vec::new();
         for (endpoint, list) in by_endpoint {
             if let Some(engine) = self.endpoint(endpoint).and_then(|w| w.upgrade()) {
-                engine.unmap(&list, wait);
+                unanswered.extend(engine.unmap(&list, wait));
             }
         }
+        unanswered
     }
 }
 

@@ -8,6 +8,10 @@
 //! - The one sender-side cache of the process (`cache.rs`, I2): sends of an allocation
 //!   already mapped by a peer carry only the range; freeing exported memory unmaps it from
 //!   every peer first (I3).
+//! - The progress thread of a generation (`progress.rs`, I5): started with its first
+//!   endpoint, it answers peers when the application does not call in.
+//! - The quarantine (`quarantine.rs`, I3): memory freed while a live peer had not
+//!   acknowledged its unmap, kept until that peer answers or is gone.
 //! - [`stats`]: process-wide counters.
 //!
 //! Memory other processes will map is allocated with `Device::alloc_exportable`: Vulkan must
@@ -24,6 +28,8 @@
 mod cache;
 pub(crate) mod endpoint;
 mod handle;
+mod progress;
+mod quarantine;
 mod socket;
 pub(crate) mod stats;
 pub mod wire;
@@ -37,7 +43,7 @@ pub use handle::{IpcHandle, MAX_HANDLE_BYTES, backend_code};
 pub use stats::{IpcStats, stats};
 
 use crate::handles::BufferEntry;
-use crate::runtime::generation::Generation;
+use crate::runtime::generation::{Generation, ResourceKey};
 use crate::sync::lock;
 
 /// This process's token, part of every allocation's identity in a handle: allocation ids
@@ -91,21 +97,44 @@ fn draw_token() -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerId(pub(crate) u64);
 
-/// Called before an owner frees `entry`: if it was ever exported, every process that mapped
-/// it through an endpoint is told to unmap it, and the call waits (bounded) until each did,
-/// exited, or was cut off (I3). The memory is released only after that.
-pub(crate) fn before_free(generation: &Arc<Generation>, entry: &Arc<BufferEntry>) {
+/// Called before an owner frees `entry` (listed as `key`; `object` names it): if it was
+/// ever exported, every process that mapped it through an endpoint is told to unmap it, and
+/// the call waits (bounded) until each did or is gone (I3). Returns `Some` — the typed
+/// outcome for the free to return — when a live peer had not answered by then: the memory
+/// is then quarantined, not freed (see `quarantine.rs`); `None`: free it now.
+pub(crate) fn before_free(
+    generation: &Arc<Generation>,
+    entry: &Arc<BufferEntry>,
+    key: ResourceKey,
+    object: &dyn std::fmt::Display,
+) -> Option<crate::Error> {
     if !entry.was_exported() {
-        return;
+        return None;
     }
-    let unmaps = lock(&generation.ipc.cache).evict_allocation(entry.id);
-    if !unmaps.is_empty() {
-        tracing::debug!(
-            target: "offload::ipc",
-            allocation = entry.id,
-            mappings = unmaps.len(),
-            "freeing exported memory: peers unmap it first"
-        );
-        generation.ipc.send_unmaps(unmaps, true);
+    let mut unmaps = lock(&generation.ipc.cache).evict_allocation(entry.id);
+    unmaps.extend(generation.ipc.one_shot_unmaps(entry.id));
+    if unmaps.is_empty() {
+        return None;
     }
+    tracing::debug!(
+        target: "offload::ipc",
+        allocation = entry.id,
+        mappings = unmaps.len(),
+        "freeing exported memory: peers unmap it first"
+    );
+    let unanswered = generation.ipc.send_unmaps(unmaps, true);
+    if unanswered.is_empty() {
+        return None;
+    }
+    let peers = generation.ipc.pids(&unanswered);
+    generation
+        .ipc
+        .quarantine(entry, key, &unanswered)
+        .then(|| crate::Error::Quarantined {
+            backend: entry.backend(),
+            call: "Buffer::free",
+            object: object.to_string(),
+            peers,
+            timeout_ms: generation.config.ipc_unmap_timeout_ms,
+        })
 }

@@ -19,6 +19,23 @@ pub(crate) static UNMAPS_ACKED: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static UNMAPS_RECEIVED: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static REJECTED: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static PEERS_REFUSED: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static QUARANTINED: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static QUARANTINED_BYTES: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static QUARANTINES: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static QUARANTINE_RELEASES: AtomicUsize = AtomicUsize::new(0);
+
+/// An allocation of `bytes` went into quarantine.
+pub(crate) fn quarantined(bytes: usize) {
+    QUARANTINES.fetch_add(1, Ordering::Relaxed);
+    QUARANTINED.fetch_add(1, Ordering::SeqCst);
+    QUARANTINED_BYTES.fetch_add(bytes, Ordering::SeqCst);
+}
+
+/// An allocation of `bytes` left quarantine.
+pub(crate) fn unquarantined(bytes: usize) {
+    QUARANTINED.fetch_sub(1, Ordering::SeqCst);
+    QUARANTINED_BYTES.fetch_sub(bytes, Ordering::SeqCst);
+}
 
 /// A mapping opened here (an import).
 pub(crate) fn opened() {
@@ -84,6 +101,16 @@ pub struct IpcStats {
     pub rejected: usize,
     /// Connections refused (another user, a failed handshake).
     pub peers_refused: usize,
+    /// Allocations freed by their owner but kept now, because a live peer had not
+    /// acknowledged unmapping them when the free's wait ran out (`Error::Quarantined`).
+    pub quarantined: usize,
+    /// Their bytes.
+    pub quarantined_bytes: usize,
+    /// Allocations that went into quarantine so far.
+    pub quarantines: usize,
+    /// Quarantined allocations released so far (their peers answered or were seen dead;
+    /// a shutdown frees the rest without counting here).
+    pub quarantine_releases: usize,
 }
 
 /// Reads the counters.
@@ -109,5 +136,9 @@ pub fn stats() -> IpcStats {
         unmaps_received: get(&UNMAPS_RECEIVED),
         rejected: get(&REJECTED),
         peers_refused: get(&PEERS_REFUSED),
+        quarantined: get(&QUARANTINED),
+        quarantined_bytes: get(&QUARANTINED_BYTES),
+        quarantines: get(&QUARANTINES),
+        quarantine_releases: get(&QUARANTINE_RELEASES),
     }
 }

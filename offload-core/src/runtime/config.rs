@@ -34,9 +34,10 @@ pub struct Config {
     /// Entries in the sender-side IPC cache; 0 disables it.
     /// Environment: `OFFLOAD_IPC_CACHE_SIZE=16`.
     pub ipc_cache_size: usize,
-    /// How long freeing exported memory (or shutting down) waits for every peer that
-    /// mapped it to unmap it, in milliseconds; a peer that has not answered by then is
-    /// disconnected. Environment: `OFFLOAD_IPC_UNMAP_TIMEOUT_MS=2000`.
+    /// How long freeing exported memory (or closing an endpoint) waits for every peer that
+    /// mapped it to unmap it, in milliseconds. Freed memory a live peer has not unmapped by
+    /// then is quarantined (`Error::Quarantined`); an endpoint that closes disconnects such
+    /// a peer. Environment: `OFFLOAD_IPC_UNMAP_TIMEOUT_MS=2000`.
     pub ipc_unmap_timeout_ms: u64,
     /// Number of CPU devices the host backend exposes. Environment: `OFFLOAD_HOST_DEVICES=1`.
     pub host_devices: usize,
@@ -84,6 +85,7 @@ impl Default for Config {
 pub(crate) struct Overrides {
     pub backends: Option<Vec<BackendKind>>,
     pub ipc_cache_size: Option<usize>,
+    pub ipc_unmap_timeout_ms: Option<u64>,
     pub host_devices: Option<usize>,
     /// `Some(None)`: the builder disabled the compile cache.
     pub compile_cache: Option<Option<std::path::PathBuf>>,
@@ -138,6 +140,9 @@ impl Config {
         }
         if let Some(n) = set.ipc_cache_size {
             config.ipc_cache_size = n;
+        }
+        if let Some(ms) = set.ipc_unmap_timeout_ms {
+            config.ipc_unmap_timeout_ms = ms;
         }
         if let Some(n) = set.host_devices {
             config.host_devices = n;
@@ -207,6 +212,14 @@ impl Overrides {
                 out.push(format!(
                     "ipc_cache_size: asked {asked}, in force {}",
                     in_force.ipc_cache_size
+                ));
+            }
+        }
+        if let Some(asked) = self.ipc_unmap_timeout_ms {
+            if asked != in_force.ipc_unmap_timeout_ms {
+                out.push(format!(
+                    "ipc_unmap_timeout_ms: asked {asked}, in force {}",
+                    in_force.ipc_unmap_timeout_ms
                 ));
             }
         }

@@ -361,6 +361,9 @@ impl Generation {
         }
 
         releasing();
+        // The IPC progress thread is joined before the state is taken: a round of its may
+        // be waiting for the read lock (L2: no offload thread outlives the shutdown).
+        self.ipc.stop_progress();
         // Taking the write lock waits for every operation in flight on a device.
         let Some(live) = write(&self.live).take() else {
             return Error::join(errors);
@@ -372,6 +375,8 @@ impl Generation {
                 errors.extend(resource.release().err());
             }
         }
+        // Quarantined memory was freed with the other buffers (I3).
+        self.ipc.released();
         // Devices go before their platforms.
         drop(live.devices);
         for platform in live.platforms.iter().rev() {

@@ -4,13 +4,22 @@
 //! functions and `dlclose`s it again, to check lifecycle rule L2 (a library embedding
 //! offload unloads cleanly and starts over when loaded again) and the exit hook.
 //!
+//! `tests/two_copies.rs` loads two copies of it at once (`RTLD_LOCAL`), each with its own
+//! runtime, and sends buffer ranges between them through the IPC endpoints the
+//! `offload_embed_endpoint`/`_send`/`_recv` exports drive (I4: two copies of offload in one
+//! process never share an endpoint name, and each delivery reaches its addressee).
+//!
 //! Every export returns a status: 0 for success, a negative number for an error. Nothing
 //! panics, so no unwinding ever crosses the C boundary.
 
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
+use offload::ipc::{IpcEndpoint, PeerId};
 use offload::{BackendKind, Config, MemKind, Offload, PlatformEntry, hal};
 
 /// Status: success.
@@ -25,10 +34,32 @@ pub const ERR_RUNTIME: i32 = -3;
 pub const ERR_NO_HOST_DEVICE: i32 = -4;
 /// Status: the bytes read back differ from the bytes written.
 pub const ERR_MISMATCH: i32 = -5;
+/// Status: no IPC endpoint is held (call `offload_embed_endpoint` first).
+pub const ERR_NO_ENDPOINT: i32 = -6;
+/// Status: `offload_embed_endpoint` was called while an endpoint is already held.
+pub const ERR_ENDPOINT_HELD: i32 = -7;
+/// Status: `offload_embed_recv` timed out: nothing arrived.
+pub const ERR_NOTHING_ARRIVED: i32 = -8;
+/// Status: a null pointer, a name that is not UTF-8, or an output too small.
+pub const ERR_INVALID_ARGUMENT: i32 = -9;
+
+/// How long `offload_embed_send` waits for the addressee to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The runtime this library holds between `init` and `shutdown`. Const-initialised, so it
 /// starts over whenever the library is loaded again.
 static RUNTIME: Mutex<Option<Offload>> = Mutex::new(None);
+
+/// The IPC endpoint this library holds between `offload_embed_endpoint` and
+/// `offload_embed_close_endpoint` (or `offload_embed_shutdown`). An `Arc`, so a long call
+/// (a `recv` waiting, a `send` waiting for its answer) does not hold the lock.
+static ENDPOINT: Mutex<Option<Arc<Held>>> = Mutex::new(None);
+
+/// An endpoint, and the peers it connected to, by name.
+struct Held {
+    endpoint: IpcEndpoint,
+    peers: Mutex<HashMap<String, PeerId>>,
+}
 
 /// Calls of [`offload_embed_counter`] since this copy of the library was loaded.
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -41,6 +72,16 @@ fn runtime() -> MutexGuard<'static, Option<Offload>> {
     RUNTIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn endpoint() -> MutexGuard<'static, Option<Arc<Held>>> {
+    ENDPOINT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn install(start: impl FnOnce() -> offload::Result<Offload>) -> i32 {
@@ -207,12 +248,163 @@ pub extern "C" fn offload_embed_panicking_host_fn() -> i32 {
     run().unwrap_or(ERR_RUNTIME)
 }
 
-/// Takes the runtime out of this library and shuts it down.
+/// Makes an IPC endpoint of the runtime this library holds and keeps it (one at a time);
+/// writes its name (the socket's path) to `name_out`, NUL-terminated. On
+/// [`ERR_INVALID_ARGUMENT`] (a null `name_out`, or `cap` too small for the name and its
+/// NUL) the endpoint is not kept.
+///
+/// # Safety
+/// `name_out` must point to `cap` writable bytes (or be null, which is refused).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_embed_endpoint(name_out: *mut u8, cap: usize) -> i32 {
+    if name_out.is_null() {
+        return ERR_INVALID_ARGUMENT;
+    }
+    let Some(rt) = runtime().clone() else {
+        return ERR_NOT_INIT;
+    };
+    let mut held = endpoint();
+    if held.is_some() {
+        return ERR_ENDPOINT_HELD;
+    }
+    let Ok(made) = rt.ipc_endpoint() else {
+        return ERR_RUNTIME;
+    };
+    let name = made.name().as_bytes();
+    if name.is_empty() || name.contains(&0) || name.len() >= cap {
+        return ERR_INVALID_ARGUMENT;
+    }
+    // SAFETY: the caller promises `cap` writable bytes at `name_out`, and
+    // `name.len() + 1 <= cap`; `name` is this library's own memory, so they do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(name.as_ptr(), name_out, name.len());
+        *name_out.add(name.len()) = 0;
+    }
+    *held = Some(Arc::new(Held {
+        endpoint: made,
+        peers: Mutex::new(HashMap::new()),
+    }));
+    OK
+}
+
+fn held_endpoint() -> Option<Arc<Held>> {
+    endpoint().clone()
+}
+
+fn send(rt: &Offload, held: &Held, name: &str, value: u8, tag: u64) -> offload::Result<i32> {
+    let Some(dev) = host_device(rt)? else {
+        return Ok(ERR_NO_HOST_DEVICE);
+    };
+    let peer = {
+        let mut peers = lock(&held.peers);
+        match peers.get(name) {
+            Some(&peer) => peer,
+            None => {
+                let peer = held.endpoint.connect(name)?;
+                peers.insert(name.to_owned(), peer);
+                peer
+            }
+        }
+    };
+    let buf = dev.alloc_exportable(64, MemKind::Device)?;
+    buf.write(0, &[value; 64])?;
+    held.endpoint.send(peer, &buf, 0, 64, tag)?;
+    held.endpoint.wait_answered(peer, ANSWER_TIMEOUT)?;
+    // The addressee unmaps it first (its progress thread answers, bounded).
+    buf.free()?;
+    Ok(OK)
+}
+
+/// Sends 64 bytes of `value`, with `tag`, from the endpoint this library holds to the
+/// endpoint named `name` (connecting the first time; the connection is kept per name), and
+/// waits (at most 10 s) until the addressee answered: it dropped the view, which needs it to
+/// receive meanwhile (`offload_embed_recv` of the copy that holds it, from another thread
+/// when both copies are in this process). The buffer is freed before this returns.
+///
+/// # Safety
+/// `name` must point to a NUL-terminated string (or be null, which is refused).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_embed_send(name: *const c_char, value: u8, tag: u64) -> i32 {
+    if name.is_null() {
+        return ERR_INVALID_ARGUMENT;
+    }
+    // SAFETY: the caller promises a NUL-terminated string at `name`, read only here.
+    let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
+        return ERR_INVALID_ARGUMENT;
+    };
+    let Some(rt) = runtime().clone() else {
+        return ERR_NOT_INIT;
+    };
+    let Some(held) = held_endpoint() else {
+        return ERR_NO_ENDPOINT;
+    };
+    send(&rt, &held, name, value, tag).unwrap_or(ERR_RUNTIME)
+}
+
+/// Receives one delivery at the endpoint this library holds, waiting at most `timeout_ms`:
+/// writes the first byte of the range received to `value_out` and its tag to `tag_out`,
+/// and drops the view (which answers the sender). [`ERR_NOTHING_ARRIVED`] when nothing
+/// arrived in time (the outputs are left alone then).
+///
+/// # Safety
+/// `value_out` and `tag_out` must each point to a writable, aligned value of its type (or
+/// be null, which is refused).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_embed_recv(
+    timeout_ms: u32,
+    value_out: *mut u8,
+    tag_out: *mut u64,
+) -> i32 {
+    if value_out.is_null() || tag_out.is_null() {
+        return ERR_INVALID_ARGUMENT;
+    }
+    let Some(held) = held_endpoint() else {
+        return ERR_NO_ENDPOINT;
+    };
+    let timeout = Duration::from_millis(u64::from(timeout_ms));
+    let got = match held.endpoint.recv_timeout(timeout) {
+        Ok(Some(got)) => got,
+        Ok(None) => return ERR_NOTHING_ARRIVED,
+        Err(_) => return ERR_RUNTIME,
+    };
+    let mut first = [0u8; 1];
+    if got.buffer().read(0, &mut first).is_err() {
+        return ERR_RUNTIME;
+    }
+    let tag = got.tag();
+    drop(got);
+    // SAFETY: the caller promises both are valid for writes.
+    unsafe {
+        *value_out = first[0];
+        *tag_out = tag;
+    }
+    OK
+}
+
+/// Closes the endpoint this library holds (its socket file goes).
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_embed_close_endpoint() -> i32 {
+    let Some(held) = endpoint().take() else {
+        return ERR_NO_ENDPOINT;
+    };
+    match Arc::try_unwrap(held) {
+        Ok(held) => match held.endpoint.close() {
+            Ok(()) => OK,
+            Err(_) => ERR_RUNTIME,
+        },
+        // A call in another thread still uses it: it closes when that call returns.
+        Err(_) => OK,
+    }
+}
+
+/// Takes the runtime out of this library and shuts it down (closing the IPC endpoint
+/// first, if one is held).
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_embed_shutdown() -> i32 {
     let Some(rt) = runtime().take() else {
         return ERR_NOT_INIT;
     };
+    drop(endpoint().take());
     match rt.shutdown() {
         Ok(_) => OK,
         Err(_) => ERR_RUNTIME,

@@ -38,6 +38,23 @@ fn every_handle_call_after_shutdown_is_shut_down() {
         other.copy_from(0, &a, 0, 4),
     );
     shut_down("Buffer::device().info", a.device().info());
+    // A device's calls name the call and the device, in the user's words.
+    for (call, e) in [
+        ("Device::info", dev.info().map(drop)),
+        ("Device::alloc", dev.alloc(8, MemKind::Device).map(drop)),
+        (
+            "Device::alloc_exportable",
+            dev.alloc_exportable(8, MemKind::Device).map(drop),
+        ),
+        ("Device::validate", dev.validate(b"junk")),
+        ("Device::queue", dev.queue().map(drop)),
+    ] {
+        let text = e.unwrap_err().to_string();
+        assert!(
+            text.starts_with(&format!("{call}: host device 0 ")),
+            "{text}"
+        );
+    }
     // Identity stays readable: it is not state of the runtime.
     assert_eq!(a.len(), 32);
     assert_eq!(b.kind(), MemKind::Host);

@@ -39,6 +39,19 @@ fn impossible_allocations_are_typed_errors() {
             }
             other => panic!("alloc of {size} bytes gave {other:?}"),
         }
+        // The exportable kind names its own call.
+        match dev.alloc_exportable(size, MemKind::Device) {
+            Err(e @ Error::OutOfMemory { call, .. }) => {
+                assert_eq!(call, "Device::alloc_exportable", "{e}");
+            }
+            other => panic!("alloc_exportable of {size} bytes gave {other:?}"),
+        }
+    }
+    match dev.alloc_exportable(0, MemKind::Device) {
+        Err(e @ Error::InvalidArgument { call, .. }) => {
+            assert_eq!(call, "Device::alloc_exportable", "{e}");
+        }
+        other => panic!("zero-size alloc_exportable gave {other:?}"),
     }
     assert_eq!(live(), before, "failed allocations leak nothing");
     rt.shutdown().unwrap();

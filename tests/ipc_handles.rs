@@ -156,6 +156,17 @@ fn bad_handles_are_typed_errors_and_leak_nothing() {
                 "{kind} byte {at}"
             );
         }
+        // Bytes that are nobody's handle name no backend (not an internal one).
+        let e = IpcHandle::from_parts(b"garbage", None).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidIpcHandle { backend: None, .. }),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("IpcHandle::from_parts: invalid IPC handle"),
+            "{e}"
+        );
         // A descriptor missing, or one too many.
         assert!(IpcHandle::from_parts(&bytes, None).is_err());
         // Another device: the UUID changed.
@@ -171,6 +182,20 @@ fn bad_handles_are_typed_errors_and_leak_nothing() {
         let handle = IpcHandle::from_parts(&wrong_size, Some(fd.try_clone().unwrap())).unwrap();
         let e = dev.import(handle).unwrap_err();
         assert!(matches!(e, Error::InvalidIpcHandle { .. }), "{kind}: {e}");
+        // Vulkan: a payload whose allocation claims more than the memory file holds is
+        // refused before the driver sees it (which would say out of memory).
+        if kind == BackendKind::Vulkan {
+            let at = bytes
+                .windows(4)
+                .position(|w| w == b"OFVK")
+                .expect("the Vulkan payload");
+            let mut claims = bytes.clone();
+            claims[at + 8..at + 16].copy_from_slice(&(1u64 << 30).to_le_bytes());
+            let handle = IpcHandle::from_parts(&claims, Some(fd.try_clone().unwrap())).unwrap();
+            let e = dev.import(handle).unwrap_err();
+            assert!(matches!(e, Error::InvalidIpcHandle { .. }), "{kind}: {e}");
+            assert!(e.to_string().contains("1073741824-byte allocation"), "{e}");
+        }
         // A descriptor that is not shared memory at all.
         let file = OwnedFd::from(std::fs::File::open("/proc/self/status").unwrap());
         let handle = IpcHandle::from_parts(&bytes, Some(file)).unwrap();

@@ -108,6 +108,22 @@ fn saxpy_in_wgsl_from_source_matches_the_cpu() -> offload::Result<()> {
     }
     check("saxpy on views", &y.to_vec()?, &want);
 
+    // What the backend refuses is reported as the call the user made (`Queue::run`, not the
+    // `Queue::launch` underneath).
+    let e = queue
+        .run(
+            &saxpy,
+            Dims::grid([1, 1, 1]).block([1 << 20, 1, 1]),
+            &offload::args![&x, &y, A, N],
+        )
+        .unwrap_err();
+    match &e {
+        Error::InvalidArgument { call, .. } | Error::Unsupported { call, .. } => {
+            assert_eq!(*call, "Queue::run", "{e}")
+        }
+        other => panic!("an oversized block gave {other:?}"),
+    }
+
     // Loading the program again (on any thread) reuses the module: no second compile.
     let before = offload::compile_stats().compiles;
     program.load(&dev)?.kernel("saxpy")?;

@@ -92,6 +92,24 @@ fn a_scalar_of_the_wrong_type_is_named() {
         text.contains("argument 2 of `add_one` is a u32; got an f32 (4.0f32)"),
         "{text}"
     );
+    // A range outside its buffer names the argument.
+    let bytes = dev.alloc(16, offload::MemKind::Device).unwrap();
+    // SAFETY: refused before it runs (the range is outside the buffer).
+    let err = unsafe {
+        queue.launch(
+            &add_one,
+            Dims::for_num_elems(4),
+            &[
+                offload::Arg::range(&bytes, 8, 16),
+                offload::Arg::value(4u32),
+            ],
+        )
+    }
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{text}");
+    assert!(text.contains("argument 1 of `add_one`: "), "{text}");
+    drop(bytes);
     // The right type runs.
     unsafe {
         queue.launch(

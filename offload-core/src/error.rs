@@ -101,10 +101,11 @@ pub enum Error {
     },
 
     /// An IPC handle that is malformed, forged, or for another backend or process.
-    #[error("{backend}: {call}: invalid IPC handle: {reason}")]
+    #[error("{}{call}: invalid IPC handle: {reason}", backend_prefix(.backend))]
     InvalidIpcHandle {
-        /// Backend asked to import it.
-        backend: BackendKind,
+        /// Backend asked to import it, or that its bytes name; `None` for bytes that are no
+        /// backend's handle.
+        backend: Option<BackendKind>,
         /// The offload call that was made.
         call: &'static str,
         /// What is wrong with it.
@@ -231,6 +232,10 @@ impl std::fmt::Debug for Error {
     }
 }
 
+fn backend_prefix(backend: &Option<BackendKind>) -> String {
+    backend.map_or_else(String::new, |b| format!("{b}: "))
+}
+
 fn hint_text(hint: &str) -> String {
     if hint.is_empty() {
         String::new()
@@ -308,6 +313,37 @@ impl Error {
                 object: object.to_string(),
             },
             other => other,
+        }
+    }
+
+    /// The error as the user's call names it: a backend reports the call it implements
+    /// (`Queue::launch`), which `Queue::run` goes through; `from` is renamed `to`.
+    pub(crate) fn named_as(mut self, from: &'static str, to: &'static str) -> Self {
+        if from != to {
+            self.rename_call(from, to);
+        }
+        self
+    }
+
+    fn rename_call(&mut self, from: &'static str, to: &'static str) {
+        match self {
+            Error::ShutDown { call, .. }
+            | Error::InvalidBinary { call, .. }
+            | Error::SymbolNotFound { call, .. }
+            | Error::OutOfMemory { call, .. }
+            | Error::InvalidArgument { call, .. }
+            | Error::InvalidIpcHandle { call, .. }
+            | Error::Unsupported { call, .. }
+            | Error::Ipc { call, .. }
+            | Error::Quarantined { call, .. }
+            | Error::Compile { call, .. }
+            | Error::Driver { call, .. } => {
+                if *call == from {
+                    *call = to;
+                }
+            }
+            Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.rename_call(from, to)),
+            Error::Callback { .. } | Error::DriverNotFound { .. } => {}
         }
     }
 

@@ -565,10 +565,10 @@ impl HostPlatform {
     }
 }
 
-fn oom(requested: usize, reason: String) -> Error {
+fn oom(call: &'static str, requested: usize, reason: String) -> Error {
     Error::OutOfMemory {
         backend: BackendKind::Host,
-        call: "Device::alloc",
+        call,
         requested: requested as u64,
         reason,
     }
@@ -630,10 +630,14 @@ impl hal::Device for HostDevice {
     fn alloc(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
         let memory = self.shared.memory();
         if size as u64 > memory {
-            return Err(oom(size, format!("the host has {memory} bytes of memory")));
+            return Err(oom(
+                "Device::alloc",
+                size,
+                format!("the host has {memory} bytes of memory"),
+            ));
         }
-        let buffer =
-            HostBuffer::new(size).ok_or_else(|| oom(size, "the allocator refused".into()))?;
+        let buffer = HostBuffer::new(size)
+            .ok_or_else(|| oom("Device::alloc", size, "the allocator refused".into()))?;
         Ok(buffer.counted(self.shared.clone()))
     }
 
@@ -989,12 +993,17 @@ impl hal::Ipc for HostDevice {
     }
 
     fn alloc_exportable(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
+        const CALL: &str = "Device::alloc_exportable";
         let memory = self.shared.memory();
         if size as u64 > memory {
-            return Err(oom(size, format!("the host has {memory} bytes of memory")));
+            return Err(oom(
+                CALL,
+                size,
+                format!("the host has {memory} bytes of memory"),
+            ));
         }
         let buffer = HostBuffer::exportable(size)
-            .map_err(|e| oom(size, format!("memfd_create/ftruncate/mmap: {e}")))?;
+            .map_err(|e| oom(CALL, size, format!("memfd_create/ftruncate/mmap: {e}")))?;
         Ok(buffer.counted(self.shared.clone()))
     }
 
@@ -1019,7 +1028,7 @@ impl hal::Ipc for HostDevice {
 
     fn import(&self, exported: hal::Exported) -> Result<HostBuffer> {
         let bad = |reason: &str| Error::InvalidIpcHandle {
-            backend: BackendKind::Host,
+            backend: Some(BackendKind::Host),
             call: "Device::import",
             reason: reason.into(),
         };

@@ -126,7 +126,7 @@ impl HostBuffer {
     /// that could shrink would fault our accesses). The fd is closed whatever happens.
     pub(crate) fn import(fd: OwnedFd, size: usize) -> Result<HostBuffer> {
         let bad = |reason: String| Error::InvalidIpcHandle {
-            backend: BackendKind::Host,
+            backend: Some(BackendKind::Host),
             call: "Device::import",
             reason,
         };

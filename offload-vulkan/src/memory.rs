@@ -7,7 +7,7 @@
 //! driver is asked. Every method checks its ranges itself, whatever the caller checked: the
 //! trait is safe, so the backend must be sound on its own.
 
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -92,6 +92,15 @@ fn stat(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
     // closed descriptor it fails with EBADF and touches nothing.
     let open = unsafe { libc::fstat(fd, &mut st) } == 0;
     open.then_some((st.st_dev, st.st_ino))
+}
+
+/// The size of the regular file (a memfd) open as `fd`; `None` for anything else.
+fn regular_file_size(fd: std::os::fd::RawFd) -> Option<u64> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only writes the struct we pass, which lives across the call.
+    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    (ok && st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(st.st_size as u64)
 }
 
 /// Closes descriptor number `fd`, which a driver may or may not have closed after a failed
@@ -241,7 +250,7 @@ impl RawAllocation {
                 if !fits {
                     destroy_buffer();
                     return Err(Error::InvalidIpcHandle {
-                        backend: BackendKind::Vulkan,
+                        backend: Some(BackendKind::Vulkan),
                         call,
                         reason: format!(
                             "memory type {type_index} and size {allocation_size} cannot back a \
@@ -339,7 +348,7 @@ impl RawAllocation {
                 let e = map_vk_err(at("vkAllocateMemory"), e);
                 return Err(match (raw_fd, e) {
                     (Some(_), Error::Driver { message, .. }) => Error::InvalidIpcHandle {
-                        backend: BackendKind::Vulkan,
+                        backend: Some(BackendKind::Vulkan),
                         call,
                         reason: format!("the driver refused to import the memory: {message}"),
                     },
@@ -497,7 +506,7 @@ impl VulkanBuffer {
     pub(crate) fn import(device: Arc<DeviceContext>, exported: Exported) -> Result<Self> {
         const CALL: &str = "Device::import";
         let bad = |reason: &str| Error::InvalidIpcHandle {
-            backend: BackendKind::Vulkan,
+            backend: Some(BackendKind::Vulkan),
             call: CALL,
             reason: reason.into(),
         };
@@ -516,10 +525,26 @@ impl VulkanBuffer {
         if size == 0 {
             return Err(bad("size 0"));
         }
+        let allocation_size = u64::from_le_bytes(allocation_size);
+        if allocation_size < size as u64 {
+            return Err(bad("the handle's range is larger than its allocation"));
+        }
+        // Where the descriptor is a memory file (lavapipe's is a memfd), its size is known:
+        // a handle claiming more than it holds is forged, and is refused here rather than
+        // by the driver (which says `VK_ERROR_OUT_OF_DEVICE_MEMORY`). Other drivers' opaque
+        // descriptors are not regular files; the driver checks those.
+        if let Some(held) = regular_file_size(fd.as_raw_fd()) {
+            if held < allocation_size {
+                return Err(bad(&format!(
+                    "the handle claims a {allocation_size}-byte allocation, its memory file \
+                     holds {held} bytes"
+                )));
+            }
+        }
         let source = Source::Import {
             fd,
             type_index: u32::from_le_bytes(type_index),
-            allocation_size: u64::from_le_bytes(allocation_size),
+            allocation_size,
         };
         // Imported memory is mapped where it is host-visible, like device memory.
         let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, CALL)?;

@@ -60,7 +60,7 @@ impl Drop for Mapping {
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {
-        backend: BackendKind::Ze,
+        backend: Some(BackendKind::Ze),
         call: "Device::import",
         reason: reason.into(),
     }

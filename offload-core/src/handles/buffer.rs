@@ -113,7 +113,7 @@ impl BufferEntry {
     fn gone(&self, call: &'static str) -> Error {
         if self.revoked.load(Ordering::SeqCst) {
             Error::InvalidIpcHandle {
-                backend: self.backend,
+                backend: Some(self.backend),
                 call,
                 reason: "the process that shared this memory unmapped it (freed or evicted)".into(),
             }
@@ -755,7 +755,7 @@ pub(crate) fn import_entry(
 ) -> Result<(ResourceKey, Arc<BufferEntry>, usize, usize)> {
     const CALL: &str = "Device::import";
     let bad = |reason: String| Error::InvalidIpcHandle {
-        backend: device.backend(),
+        backend: Some(device.backend()),
         call: CALL,
         reason,
     };

@@ -73,6 +73,7 @@ impl Device {
     pub fn info(&self) -> Result<DeviceInfo> {
         self.generation
             .with_live(|live| live.device(self.key)?.info())
+            .map_err(|e| e.on("Device::info", self))
     }
 
     /// Allocates `size` bytes of `kind` memory. A zero size is `InvalidArgument`; more
@@ -87,7 +88,7 @@ impl Device {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn alloc(&self, size: usize, kind: MemKind) -> Result<Buffer> {
-        Buffer::alloc(self, size, kind, false)
+        Buffer::alloc(self, size, kind, false).map_err(|e| e.on("Device::alloc", self))
     }
 
     /// Allocates `size` bytes that other processes can map: [`Buffer::export`] describes
@@ -105,7 +106,7 @@ impl Device {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<Buffer> {
-        Buffer::alloc(self, size, kind, true)
+        Buffer::alloc(self, size, kind, true).map_err(|e| e.on("Device::alloc_exportable", self))
     }
 
     /// Maps memory another process exported ([`Buffer::export`]) as a buffer of this device
@@ -128,7 +129,7 @@ impl Device {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn import(&self, handle: IpcHandle) -> Result<Buffer> {
-        Buffer::import(self, handle)
+        Buffer::import(self, handle).map_err(|e| e.on("Device::import", self))
     }
 
     /// Checks that `image` is a program this device could load, without loading it
@@ -146,6 +147,7 @@ impl Device {
     pub fn validate(&self, image: &[u8]) -> Result<()> {
         self.generation
             .with_live(|live| live.device(self.key)?.validate(image))
+            .map_err(|e| e.on("Device::validate", self))
     }
 
     /// Creates a queue on this device.
@@ -157,7 +159,7 @@ impl Device {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn queue(&self) -> Result<Queue> {
-        Queue::create(self)
+        Queue::create(self).map_err(|e| e.on("Device::queue", self))
     }
 }
 

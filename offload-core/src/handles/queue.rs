@@ -611,7 +611,7 @@ impl Queue {
                     unsafe { queue.launch(&*raw_kernel.raw, &dims, &raw_args) }
                 })
             })
-            .map_err(|e| e.on(call, kernel))
+            .map_err(|e| e.on(call, kernel).named_as("Queue::launch", call))
     }
 
     /// Waits until all work enqueued so far has finished.
@@ -969,7 +969,13 @@ fn check_args(
                     ));
                 }
                 if let Some((offset, len)) = arg.byte_range() {
-                    b.check_range(CALL, offset, len)?;
+                    b.check_range(CALL, offset, len).map_err(|e| match e {
+                        Error::InvalidArgument { call, reason } => Error::InvalidArgument {
+                            call,
+                            reason: format!("argument {nth} of `{name}`: {reason}"),
+                        },
+                        other => other,
+                    })?;
                     if len == 0 {
                         return Err(mismatch(
                             CALL,

@@ -1797,7 +1797,7 @@ impl Engine {
             return Err((FailCode::Closing, None));
         }
         let no_device = || Error::InvalidIpcHandle {
-            backend: handle.backend(),
+            backend: Some(handle.backend()),
             call: "IpcEndpoint::recv",
             reason: "no device of this runtime has the memory's device UUID".into(),
         };

@@ -91,7 +91,7 @@ pub struct IpcHandle {
     fd: Option<OwnedFd>,
 }
 
-fn invalid(call: &'static str, backend: BackendKind, reason: impl Into<String>) -> Error {
+fn invalid(call: &'static str, backend: Option<BackendKind>, reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {
         backend,
         call,
@@ -305,7 +305,8 @@ impl IpcHandle {
     /// ```
     pub fn from_parts(bytes: &[u8], fd: Option<OwnedFd>) -> Result<IpcHandle> {
         const CALL: &str = "IpcHandle::from_parts";
-        let bad = |reason: String| invalid(CALL, BackendKind::Reference, reason);
+        // Bytes that name no backend are nobody's handle: the error names none.
+        let bad = |reason: String| invalid(CALL, None, reason);
         if bytes.len() < HEADER || bytes.len() > MAX_HANDLE_BYTES {
             return Err(bad(format!(
                 "{} bytes; a handle has {HEADER} to {MAX_HANDLE_BYTES}",
@@ -329,7 +330,7 @@ impl IpcHandle {
         }
         let backend =
             backend_of(bytes[6]).ok_or_else(|| bad(format!("backend code {}", bytes[6])))?;
-        let bad = |reason: String| invalid(CALL, backend, reason);
+        let bad = |reason: String| invalid(CALL, Some(backend), reason);
         let flags = bytes[7];
         if flags & !FLAG_FD != 0 || u16_at(66) != 0 {
             return Err(bad("reserved bits are set".into()));

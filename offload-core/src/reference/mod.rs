@@ -117,7 +117,7 @@ static NEXT_EXPORTABLE: AtomicU64 = AtomicU64::new(1);
 
 fn invalid_handle(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {
-        backend: BackendKind::Reference,
+        backend: Some(BackendKind::Reference),
         call: "Device::import",
         reason: reason.into(),
     }

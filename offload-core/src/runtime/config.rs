@@ -115,6 +115,9 @@ impl Config {
         }
         if let Some(v) = env("OFFLOAD_HOST_DEVICES") {
             config.host_devices = parse_count("OFFLOAD_HOST_DEVICES", &v)?;
+            if config.host_devices == 0 {
+                return Err(no_host_devices(&format!("OFFLOAD_HOST_DEVICES={v}")));
+            }
         }
         config.compile_cache = match env("OFFLOAD_CACHE").as_deref().map(str::trim) {
             Some("0") => None,
@@ -145,6 +148,9 @@ impl Config {
             config.ipc_unmap_timeout_ms = ms;
         }
         if let Some(n) = set.host_devices {
+            if n == 0 {
+                return Err(no_host_devices("host_devices(0)"));
+            }
             config.host_devices = n;
         }
         if let Some(dir) = &set.compile_cache {
@@ -274,6 +280,17 @@ fn parse_backends(value: &str) -> Result<Vec<BackendKind>> {
     Ok(out)
 }
 
+/// A host backend asked for zero devices: refused, with what to do instead.
+fn no_host_devices(setting: &str) -> Error {
+    Error::invalid(
+        "Offload::init",
+        format!(
+            "{setting}: the host backend exposes at least one device; to run without it, leave \
+             host out of OFFLOAD_BACKENDS (or the builder's backends)"
+        ),
+    )
+}
+
 fn parse_count(name: &str, value: &str) -> Result<usize> {
     value.trim().parse::<usize>().map_err(|e| {
         Error::invalid(
@@ -340,6 +357,22 @@ mod tests {
         let vars = [("OFFLOAD_IPC_CACHE_SIZE", "-1")];
         let e = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap_err();
         assert!(e.to_string().contains("OFFLOAD_IPC_CACHE_SIZE"), "{e}");
+
+        // Zero host devices is refused, from the environment or the builder.
+        let vars = [("OFFLOAD_HOST_DEVICES", "0")];
+        let e = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        assert!(e.to_string().contains("OFFLOAD_HOST_DEVICES=0"), "{e}");
+        assert!(
+            e.to_string().contains("leave host out of OFFLOAD_BACKENDS"),
+            "{e}"
+        );
+        let set = Overrides {
+            host_devices: Some(0),
+            ..Overrides::default()
+        };
+        let e = Config::resolve_with(&set, env(&[])).unwrap_err();
+        assert!(e.to_string().contains("host_devices(0)"), "{e}");
     }
 
     #[test]

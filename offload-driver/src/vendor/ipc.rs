@@ -72,7 +72,7 @@ fn payload_len<A: StreamApi>() -> usize {
 
 fn bad<A: StreamApi>(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {
-        backend: A::KIND,
+        backend: Some(A::KIND),
         call: "Device::import",
         reason: reason.into(),
     }

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::ipc::{device, kinds, memfd_mappings};
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -13,7 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use offload::ipc::{IpcEndpoint, PeerId, Received};
-use offload::{Arg, BackendKind, Buffer, Device, Dims, Error, MemKind, Offload, Program};
+use offload::{Arg, BackendKind, Buffer, Dims, Error, MemKind, Offload, Program};
 
 const ROLE: &str = "OFFLOAD_TEST_IPC_ROLE";
 const WORDS: usize = 1024;
@@ -32,40 +34,6 @@ mod op {
 
 fn tag(op: u64, n: u64) -> u64 {
     op << 48 | n
-}
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
-
-/// The backends to run on: host, and Vulkan where the build has it and a driver is found.
-fn kinds() -> Vec<BackendKind> {
-    let mut kinds = vec![BackendKind::Host];
-    if cfg!(feature = "vulkan") {
-        let rt = Offload::init().unwrap();
-        if rt
-            .devices()
-            .unwrap()
-            .iter()
-            .any(|d| d.backend() == BackendKind::Vulkan)
-        {
-            kinds.push(BackendKind::Vulkan);
-        } else {
-            let why = rt.unavailable().unwrap();
-            assert!(!in_ci(), "CI=true: no Vulkan device ({why:?})");
-            eprintln!("SKIPPED vulkan: no Vulkan device ({why:?})");
-        }
-        rt.shutdown().unwrap();
-    }
-    kinds
-}
-
-fn device(rt: &Offload, kind: BackendKind) -> Device {
-    rt.devices()
-        .unwrap()
-        .into_iter()
-        .find(|d| d.backend() == kind)
-        .unwrap()
 }
 
 fn words_of(buffer: &Buffer) -> Vec<u32> {
@@ -96,13 +64,6 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-fn memfd_mappings(pid: u32) -> usize {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    maps.lines()
-        .filter(|l| l.contains(offload::host::MEMFD_NAME))
-        .count()
 }
 
 /// A child peer process.

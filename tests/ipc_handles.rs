@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::in_ci;
+
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 
@@ -17,10 +19,6 @@ const WORDS: usize = 1024;
 const CHILD: &str = "OFFLOAD_TEST_IPC_CHILD";
 const CHILD_FD: &str = "OFFLOAD_TEST_IPC_FD";
 const CHILD_HANDLE: &str = "OFFLOAD_TEST_IPC_HANDLE";
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
 
 /// The devices to test: the host's, and the first Vulkan device where there is one.
 fn devices(rt: &Offload) -> Vec<Device> {

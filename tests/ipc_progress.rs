@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::ipc::{device, kinds, memfd_mappings};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,48 +22,6 @@ const COUNT: &str = "OFFLOAD_TEST_RECEIVER_COUNT";
 const SIZE: usize = 4096;
 /// Launches of `add_one` the `kernel` receiver queues on its view.
 const LAUNCHES: u32 = 200;
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
-
-/// The backends to run on: host, and Vulkan where the build has it and a driver is found.
-fn kinds() -> Vec<BackendKind> {
-    let mut kinds = vec![BackendKind::Host];
-    if cfg!(feature = "vulkan") {
-        let rt = Offload::init().unwrap();
-        if rt
-            .devices()
-            .unwrap()
-            .iter()
-            .any(|d| d.backend() == BackendKind::Vulkan)
-        {
-            kinds.push(BackendKind::Vulkan);
-        } else {
-            let why = rt.unavailable().unwrap();
-            assert!(!in_ci(), "CI=true: no Vulkan device ({why:?})");
-            eprintln!("SKIPPED vulkan: no Vulkan device ({why:?})");
-        }
-        rt.shutdown().unwrap();
-    }
-    kinds
-}
-
-fn device(rt: &Offload, kind: BackendKind) -> Device {
-    rt.devices()
-        .unwrap()
-        .into_iter()
-        .find(|d| d.backend() == kind)
-        .unwrap()
-}
-
-/// Offload's memfd mappings in `pid`'s address space (host memory shared through IPC).
-fn memfd_mappings(pid: u32) -> usize {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    maps.lines()
-        .filter(|l| l.contains(offload::host::MEMFD_NAME))
-        .count()
-}
 
 fn add_one(dev: &Device) -> offload::Kernel {
     let image = match dev.backend() {

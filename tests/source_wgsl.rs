@@ -6,6 +6,10 @@
 //! that is a failure.
 #![cfg(feature = "wgsl")]
 
+mod common;
+
+use common::in_ci;
+
 use offload::{BackendKind, Device, Dims, Error, Offload, Program, Source};
 
 /// The kernel, as in the README: the storage buffers of group 0 in binding order, then the
@@ -31,10 +35,6 @@ fn saxpy(@builtin(global_invocation_id) id: vec3<u32>) {
 /// Elements: not a multiple of the 256-thread block, so the last block is partly idle.
 const N: u32 = 10_000;
 const A: f32 = 2.5;
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
 
 /// The Vulkan device, or `None` (a skip, printed) where there is none outside CI.
 fn vulkan(rt: &Offload) -> Option<Device> {

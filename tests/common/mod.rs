@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod ipc;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -13,6 +14,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Holds off the other tests of this binary that also take it.
 pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether this runs under CI (`CI=true`), where a skip for a package CI installs fails.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
 /// A small deterministic xorshift generator, so failures replay.

@@ -6,13 +6,15 @@
 //! so the only copy of the runtime in the process is the one inside the shared library.
 //! (It takes only the bytes of test programs from the backends' `fixtures` modules.)
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{LIB_NAME, lib_path};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use libloading::Library;
 
-const LIB_NAME: &str = "liboffload_embed.so";
 const DEINIT_LINE: &str = "offload-embed: deinit";
 const CHILD_ENV: &str = "OFFLOAD_EMBED_CHILD";
 const CYCLES: usize = 200;
@@ -25,41 +27,11 @@ fn serial() -> MutexGuard<'static, ()> {
     IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The cdylib cargo built next to this test executable (target/<profile>/deps/ or its
-/// parent), canonicalised.
-fn lib_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe
-        .parent()
-        .expect("test executable has a parent directory");
-    let candidates = [deps.join(LIB_NAME), deps.join("..").join(LIB_NAME)];
-    for candidate in &candidates {
-        if let Ok(path) = candidate.canonicalize() {
-            return path;
-        }
-    }
-    panic!(
-        "{LIB_NAME} not found (looked at {} and {}); build it with `cargo test -p offload-embed`",
-        candidates[0].display(),
-        candidates[1].display()
-    );
-}
-
 /// The lines of /proc/self/maps that map the library (by full path or by file name).
 fn mappings(path: &Path) -> Vec<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
-    maps.lines()
-        .filter(|line| {
-            // address perms offset dev inode [path]
-            let Some(mapped) = line.splitn(6, ' ').nth(5).map(str::trim) else {
-                return false;
-            };
-            let mapped = mapped.trim_end_matches(" (deleted)");
-            Path::new(mapped) == path
-                || Path::new(mapped).file_name().and_then(|n| n.to_str()) == Some(LIB_NAME)
-        })
-        .map(str::to_owned)
-        .collect()
+    common::mappings_where(|mapped| {
+        mapped == path || mapped.file_name().and_then(|n| n.to_str()) == Some(LIB_NAME)
+    })
 }
 
 /// The library's exports, copied out of a loaded [`Library`]. Valid only while it is loaded.

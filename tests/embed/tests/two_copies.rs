@@ -8,6 +8,9 @@
 //! through `dlsym`. Every blocking step is bounded (the fixture's receive and answer
 //! timeouts), and a watchdog aborts the process should anything hang regardless.
 
+mod common;
+
+use common::lib_path;
 use std::ffi::{CStr, CString, c_char};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -17,7 +20,6 @@ use std::time::Duration;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
-const LIB_NAME: &str = "liboffload_embed.so";
 /// The fixture's statuses (tests/embed/src/lib.rs).
 const OK: i32 = 0;
 const ERR_NOTHING_ARRIVED: i32 = -8;
@@ -27,38 +29,9 @@ const NOTHING_MS: u32 = 300;
 /// The whole test must be done by then, or the watchdog aborts the process.
 const WATCHDOG: Duration = Duration::from_secs(120);
 
-/// The cdylib cargo built next to this test executable (target/<profile>/deps/ or its
-/// parent), canonicalised.
-fn lib_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe
-        .parent()
-        .expect("test executable has a parent directory");
-    let candidates = [deps.join(LIB_NAME), deps.join("..").join(LIB_NAME)];
-    for candidate in &candidates {
-        if let Ok(path) = candidate.canonicalize() {
-            return path;
-        }
-    }
-    panic!(
-        "{LIB_NAME} not found (looked at {} and {}); build it with `cargo test -p offload-embed`",
-        candidates[0].display(),
-        candidates[1].display()
-    );
-}
-
 /// The lines of /proc/self/maps that map `path`.
 fn mappings(path: &Path) -> Vec<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
-    maps.lines()
-        .filter(|line| {
-            line.splitn(6, ' ')
-                .nth(5)
-                .map(|m| m.trim().trim_end_matches(" (deleted)"))
-                .is_some_and(|m| Path::new(m) == path)
-        })
-        .map(str::to_owned)
-        .collect()
+    common::mappings_where(|mapped| mapped == path)
 }
 
 /// The exports of one loaded copy. Valid only while its [`Library`] is loaded.

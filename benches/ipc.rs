@@ -255,13 +255,9 @@ fn stream(
     (took, exports - probes, after.saturating_sub(imports + 1))
 }
 
-/// One backend's ping-pongs and stream, with cache `cache`.
-fn run(
-    c: &mut Criterion,
-    kind: BackendKind,
-    cache: usize,
-    reports: &mut Vec<String>,
-) -> Option<Vec<Paired>> {
+/// A runtime of `kind` alone with an IPC cache of `cache` entries, and its device; `None`
+/// where this machine has no such device.
+fn start(kind: BackendKind, cache: usize) -> Option<(Offload, offload::Device)> {
     let rt = Offload::builder()
         .backends([kind])
         .ipc_cache_size(cache)
@@ -272,6 +268,17 @@ fn run(
         .ok()?
         .into_iter()
         .find(|d| d.backend() == kind)?;
+    Some((rt, dev))
+}
+
+/// One backend's ping-pongs and stream, with cache `cache`.
+fn run(
+    c: &mut Criterion,
+    kind: BackendKind,
+    cache: usize,
+    reports: &mut Vec<String>,
+) -> Option<Vec<Paired>> {
+    let (rt, dev) = start(kind, cache)?;
     let endpoint = rt.ipc_endpoint().unwrap();
     let mut peer = Peer::spawn("peer", kind);
     let to = endpoint.connect(&peer.name).unwrap();
@@ -327,16 +334,7 @@ fn run(
 /// `FREES` frees of buffers a `role` peer ("idle" or "polling") has mapped: a line with the
 /// median and p99 of one free.
 fn frees(kind: BackendKind, role: &str) -> Option<String> {
-    let rt = Offload::builder()
-        .backends([kind])
-        .ipc_cache_size(FREES)
-        .start()
-        .ok()?;
-    let dev = rt
-        .devices()
-        .ok()?
-        .into_iter()
-        .find(|d| d.backend() == kind)?;
+    let (rt, dev) = start(kind, FREES)?;
     let endpoint = rt.ipc_endpoint().unwrap();
     let mut peer = Peer::spawn(role, kind);
     let to = endpoint.connect(&peer.name).unwrap();

@@ -10,7 +10,6 @@ mod common;
 
 use common::{LIB_NAME, lib_path};
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use libloading::Library;
@@ -198,25 +197,7 @@ fn dlopen_init_dlclose_without_shutdown_cycles() {
 /// Runs the child test `name` of this executable with `OFFLOAD_EMBED_CHILD=<mode>`; returns
 /// its stderr after checking that it exited successfully.
 fn run_child(name: &str, mode: &str) -> String {
-    let exe = std::env::current_exe().expect("current_exe");
-    let out = Command::new(exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, mode)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("spawn child test process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "child `{name}` failed: {}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        out.status
-    );
-    assert!(
-        stdout.contains("1 passed"),
-        "child `{name}` did not run its test:\n{stdout}"
-    );
-    stderr
+    common::run_child(name, CHILD_ENV, mode)
 }
 
 fn position(haystack: &str, needle: &str) -> usize {

@@ -319,28 +319,10 @@ const CHILD_ENV: &str = "OFFLOAD_EMBED_TWO_COPIES_CHILD";
 /// the unloaded code. Helper threads are plain pthreads now: `offload-thread`.)
 #[test]
 fn two_copies_with_endpoints_unload_at_dlclose() {
-    let exe = std::env::current_exe().expect("current_exe");
-    let name = "child_unload";
-    let out = Command::new(exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "unload")
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("spawn the child test process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "child `{name}` failed: {}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        out.status
-    );
-    assert!(
-        stdout.contains("1 passed"),
-        "child `{name}` did not run its test:\n{stdout}"
-    );
+    let stderr = common::run_child("child_unload", CHILD_ENV, "unload");
     assert!(
         stderr.contains("child: unmapped") && stderr.contains("child: thread exited"),
-        "child `{name}` lacks its markers:\n{stderr}"
+        "child `child_unload` lacks its markers:\n{stderr}"
     );
 }
 

@@ -264,14 +264,17 @@ fn a_busy_receiver_unmaps_before_free_returns() {
 
 /// I3: a receiver stopped by `SIGSTOP` cannot answer: the free returns after the unmap
 /// timeout with `Error::Quarantined`, the memory stays (counted), and it is released
-/// promptly once the receiver answers after `SIGCONT`, or once it is killed. (Quiet: 5–11
+/// promptly once the receiver answers after `SIGCONT`, once it is killed, or once the
+/// sender's endpoint closes. (Quiet: 5–11
 /// ms after the signal. A killed lavapipe process's socket closes only when the kernel
 /// has torn the process down, which took up to 400 ms under load; so the bound is loose.)
 #[test]
 fn a_stopped_receiver_leaves_the_memory_quarantined_until_it_answers_or_dies() {
     let _serial = common::serial();
     for kind in kinds() {
-        for resume in [Signal::CONT, Signal::KILL] {
+        // The receiver resumes (it answers), is killed, or stays stopped while the sender
+        // closes its endpoint (the peer goes with it).
+        for resume in [Some(Signal::CONT), Some(Signal::KILL), None] {
             let sender = Sender::new(kind, 300, 16);
             let (child, _, mut buffers) = sender.receiver("blocked", 1);
             let b = buffers.remove(0);
@@ -300,7 +303,19 @@ fn a_stopped_receiver_leaves_the_memory_quarantined_until_it_answers_or_dies() {
                 "{kind}"
             );
             let resumed = Instant::now();
-            child.signal(resume);
+            let sender = match resume {
+                Some(signal) => {
+                    child.signal(signal);
+                    Some(sender)
+                }
+                None => {
+                    let Sender { rt, endpoint, dev } = sender;
+                    endpoint.close().unwrap();
+                    drop(dev);
+                    rt.shutdown().unwrap();
+                    None
+                }
+            };
             let deadline = resumed + Duration::from_secs(10);
             while offload::ipc::stats().quarantined > before.quarantined {
                 assert!(Instant::now() < deadline, "{kind}: never released");
@@ -319,14 +334,16 @@ fn a_stopped_receiver_leaves_the_memory_quarantined_until_it_answers_or_dies() {
                 before.quarantine_releases + 1,
                 "{kind}"
             );
-            if resume == Signal::CONT {
+            if resume == Some(Signal::CONT) {
                 let mut child = child;
                 child.say("go");
                 child.expect("AFTER");
                 child.expect("BYE");
                 child.finish();
             }
-            sender.finish();
+            if let Some(sender) = sender {
+                sender.finish();
+            }
         }
     }
 }

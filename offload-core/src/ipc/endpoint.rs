@@ -1115,26 +1115,6 @@ impl Engine {
             })
     }
 
-    /// Cuts off the peers that did not acknowledge these unmaps in time (the endpoint is
-    /// closing: nothing waits for them again, and they keep no view that works).
-    fn cut_off_unanswered(&self, unanswered: &[Unmap]) {
-        if unanswered.is_empty() {
-            return;
-        }
-        let mut news = Vec::new();
-        {
-            let mut state = lock(&self.state);
-            for peer in state
-                .peers
-                .iter_mut()
-                .filter(|p| unanswered.iter().any(|u| u.at.peer == p.id))
-            {
-                kill(peer, &mut news, "it did not acknowledge unmaps in time");
-            }
-        }
-        self.finish_dead(news);
-    }
-
     /// A view of (entry, generation) from `peer` was dropped: tell the peer; a one-shot
     /// mapping closes with its view.
     fn view_dropped(&self, peer: PeerId, entry: u32, generation: u32) {
@@ -1941,7 +1921,22 @@ impl Engine {
             "closing an IPC endpoint"
         );
         let unanswered = self.unmap(&unmaps, true);
-        self.cut_off_unanswered(&unanswered);
+        // Every peer goes with the endpoint, through `kill`: the cache and the quarantine
+        // hear of it (`Gone`), so memory quarantined for one of them is released now, not
+        // at shutdown, and the dead peers' mappings close.
+        let mut news = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            for peer in state.peers.iter_mut() {
+                let why = if unanswered.iter().any(|u| u.at.peer == peer.id) {
+                    "it did not acknowledge unmaps in time"
+                } else {
+                    "its endpoint closed"
+                };
+                kill(peer, &mut news, why);
+            }
+        }
+        self.finish_dead(news);
         let (mappings, deliveries, peers) = {
             let mut state = lock(&self.state);
             let mappings: Vec<Mapping> = state
@@ -1957,10 +1952,7 @@ impl Engine {
             self.close_mapping(m);
         }
         drop(deliveries); // their views answer errors now; their drops find no peer
-        for peer in &peers {
-            let _ = rustix::net::shutdown(&*peer.socket, rustix::net::Shutdown::Both);
-        }
-        drop(peers);
+        drop(peers); // their sockets were shut down by `kill`
         self.generation.ipc.remove_endpoint(self.id);
         let _ = std::fs::remove_file(&self.path);
         self.signal();
@@ -2053,10 +2045,7 @@ impl Shared {
     /// nobody made progress on since the last tick. `seen` is the thread's memory of
     /// (endpoint, rounds).
     pub(crate) fn tick(&self, seen: &mut Vec<(u64, u64)>) {
-        let engines: Vec<Arc<Engine>> = lock(&self.endpoints)
-            .iter()
-            .filter_map(|(_, w)| w.upgrade())
-            .collect();
+        let engines = self.engines();
         seen.retain(|(id, _)| engines.iter().any(|e| e.id == *id));
         for engine in engines {
             if engine.closed.load(Ordering::SeqCst) {
@@ -2080,12 +2069,8 @@ impl Shared {
     /// The unmaps of the one-shot mappings of `allocation` peers may still hold (sent,
     /// neither answered nor unmapped yet): its owner is freeing it (I3).
     pub(crate) fn one_shot_unmaps(&self, allocation: u64) -> Vec<Unmap> {
-        let engines: Vec<Arc<Engine>> = lock(&self.endpoints)
-            .iter()
-            .filter_map(|(_, w)| w.upgrade())
-            .collect();
         let mut unmaps = Vec::new();
-        for engine in engines {
+        for engine in self.engines() {
             let state = lock(&engine.state);
             for peer in state.peers.iter().filter(|p| p.alive) {
                 for &(_, sequence) in peer.one_shots.iter().filter(|(a, _)| *a == allocation) {
@@ -2159,6 +2144,14 @@ impl Shared {
         lock(&self.endpoints).retain(|(e, _)| *e != id);
     }
 
+    /// The endpoints still alive.
+    fn engines(&self) -> Vec<Arc<Engine>> {
+        lock(&self.endpoints)
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect()
+    }
+
     fn endpoint(&self, id: u64) -> Option<Weak<Engine>> {
         lock(&self.endpoints)
             .iter()
@@ -2168,11 +2161,7 @@ impl Shared {
 
     /// Applies the news every endpoint stashed (the cache must not be held).
     fn apply_stashed(&self) {
-        let engines: Vec<Arc<Engine>> = lock(&self.endpoints)
-            .iter()
-            .filter_map(|(_, w)| w.upgrade())
-            .collect();
-        for engine in engines {
+        for engine in self.engines() {
             engine.apply_stashed();
         }
     }

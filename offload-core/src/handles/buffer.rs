@@ -86,6 +86,17 @@ impl BufferEntry {
         }
     }
 
+    /// Forgets the allocation (listed in `generation` as `key`) and frees it, under the
+    /// generation's lock: a teardown in between would find it in no registry and
+    /// deinitialise its platform with it still allocated. `ShutDown` once the teardown
+    /// took the state (it frees what is listed).
+    pub(crate) fn forget_and_free(&self, generation: &Generation, key: ResourceKey) -> Result<()> {
+        generation.with_live(|live| {
+            live.forget(Kind::Buffer, key);
+            self.free()
+        })
+    }
+
     /// An imported mapping's sender unmapped it: release it; every view answers
     /// `InvalidIpcHandle` from now on.
     pub(crate) fn revoke(&self) -> Result<()> {
@@ -676,10 +687,7 @@ impl Buffer {
                 {
                     return Err(quarantined);
                 }
-                self.generation.with_live(|live| {
-                    live.forget(Kind::Buffer, key);
-                    self.entry.free()
-                })
+                self.entry.forget_and_free(&self.generation, key)
             }
             Role::View(owner) => {
                 owner.view_dropped();

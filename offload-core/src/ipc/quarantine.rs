@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use crate::handles::BufferEntry;
 use crate::ipc::cache::PeerRef;
 use crate::ipc::stats;
-use crate::runtime::generation::{Generation, Kind, ResourceKey};
+use crate::runtime::generation::{Generation, ResourceKey};
 use crate::sync::lock;
 
 /// An unmap a quarantined allocation waits for: which peer, which cache entry.
@@ -114,13 +114,8 @@ impl Quarantine {
                 bytes = h.entry.size(),
                 "quarantined memory released: its peers unmapped it or are gone"
             );
-            // Forgotten and freed under the generation's lock, as `Buffer::free` does; after
-            // shutdown began, its teardown frees it.
-            let freed = generation.with_live(|live| {
-                live.forget(Kind::Buffer, h.key);
-                h.entry.free()
-            });
-            match freed {
+            // After shutdown began, its teardown frees it.
+            match h.entry.forget_and_free(generation, h.key) {
                 Ok(()) | Err(crate::Error::ShutDown { .. }) => {}
                 Err(e) => generation.defer(Err(e)),
             }

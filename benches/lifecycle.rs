@@ -6,6 +6,12 @@
 //!   runtime, so every iteration is a full 0→1→0 transition (opening and deinitialising
 //!   the host platform). **Goal: ≤ 5 µs median.** Paired with the host backend's own cost
 //!   of the same (`HostPlatform::open` + `devices` + `deinit`).
+//! * `cycle_host_device`: init, `rt.device(Host)`, shutdown, for a program that uses only
+//!   the host device: the facade's runtime with every backend this bench was built with
+//!   (`--all-features`: Vulkan, CUDA, HIP, Level Zero, each opened only when first needed)
+//!   against a runtime type whose only platform is the host (what a host-only build
+//!   registers). **Goal: ≤ 1.2×** (before platforms opened lazily, every cycle opened and
+//!   deinitialised each platform whose driver is installed: 8.4 ms with lavapipe).
 //! * `write64`, `read64`, `len`, `device_info`: offload's safe handles (generation check,
 //!   per-buffer lock, range validation, erased dispatch) against calling the host device
 //!   directly, for 64-byte `write`/`read` on a 4096-byte buffer. **Goal: offload − raw
@@ -47,6 +53,43 @@ fn cycle(c: &mut Criterion) {
             drop(black_box(platform.devices()));
             platform.deinit().expect("deinit");
             black_box(platform);
+        },
+    );
+}
+
+/// Only the host platform: what a build with only the `host` feature registers.
+struct HostOnly;
+
+impl offload::Platforms for HostOnly {
+    fn platforms() -> Vec<offload::PlatformEntry> {
+        vec![offload_host::platform()]
+    }
+}
+
+fn cycle_host_device(c: &mut Criterion) {
+    let down = Offload::init().expect("init").shutdown().expect("shutdown");
+    assert!(down.was_last(), "another runtime is alive");
+    println!(
+        "compiled-in backends: {:?}",
+        <offload::Builtin as offload::Platforms>::platforms()
+            .iter()
+            .map(|e| e.kind())
+            .collect::<Vec<_>>()
+    );
+    paired(
+        c,
+        "cycle_host_device",
+        ("all_backends", "host_only"),
+        SAMPLES,
+        || {
+            let rt = Offload::init().expect("init");
+            black_box(rt.device(BackendKind::Host).expect("host device"));
+            black_box(rt.shutdown().expect("shutdown"));
+        },
+        || {
+            let rt = offload_core::Offload::<offload::Ready, HostOnly>::init().expect("init");
+            black_box(rt.device(BackendKind::Host).expect("host device"));
+            black_box(rt.shutdown().expect("shutdown"));
         },
     );
 }
@@ -148,6 +191,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = cycle, handle
+    targets = cycle, cycle_host_device, handle
 }
 criterion_main!(benches);

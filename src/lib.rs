@@ -83,7 +83,7 @@ pub use offload_core::{
     DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, KernelArg,
     Language, MemKind, Module, ParamKind, PlatformEntry, PlatformInfo, Platforms, Program, Queue,
     Ready, Result, Scalar, ScalarType, Shutdown, Source, TypedBuffer, Unavailable, Uninit, args,
-    bytemuck, compile_stats, hal, ipc, no_compute, take_unreported_errors,
+    bytemuck, compile_stats, hal, ipc, no_compute, platform_open_attempts, take_unreported_errors,
 };
 
 /// The host backend crate, for its counters and raw platform type.

@@ -104,7 +104,10 @@ fn concurrent_first_inits_share_one_generation() {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 barrier.wait();
-                Offload::init().expect("init")
+                let rt = Offload::init().expect("init");
+                // Concurrent first uses open the host platform once.
+                rt.device(BackendKind::Host).expect("host device");
+                rt
             })
         })
         .collect();
@@ -133,6 +136,7 @@ fn dropping_the_last_reference_shuts_down_like_shutdown() {
     let _serial = common::serial();
     let before = offload::host::stats();
     let rt = Offload::init().unwrap();
+    rt.device(BackendKind::Host).unwrap();
     let other = rt.clone();
     drop(rt);
     assert_eq!(

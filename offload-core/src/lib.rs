@@ -63,3 +63,4 @@ pub use runtime::generation::Unavailable;
 pub use runtime::lifecycle::{
     Offload, PlatformInfo, Ready, Shutdown, ShutdownError, Uninit, take_unreported_errors,
 };
+pub use runtime::platforms::platform_open_attempts;

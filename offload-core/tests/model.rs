@@ -1,16 +1,18 @@
 //! Model check of the lifecycle (issue 13): the real `runtime/lifecycle.rs`,
-//! `runtime/generation.rs` and `runtime/config.rs`, run by `shuttle` with 2–3 threads
-//! racing init, clone, use, load and shutdown, thousands of schedules per scenario.
+//! `runtime/generation.rs`, `runtime/platforms.rs` and `runtime/config.rs`, run by
+//! `shuttle` with 2–3 threads racing init, clone, use, lazy platform opens, load and
+//! shutdown, thousands of schedules per scenario.
 //!
 //! # How the real code gets here
 //!
-//! Those three files are compiled into this test crate with `#[path]`, unchanged, together
+//! Those files are compiled into this test crate with `#[path]`, unchanged, together
 //! with the real `error.rs`, `hal/` and `erased/`. They name their locks, condition
 //! variable, atomics, thread-locals and the teardown's wait through `crate::runtime::sync`; in the library that module re-exports
 //! std's (`src/runtime/sync.rs`), here it is [`runtime::sync`] below, which re-exports
 //! shuttle's. So shuttle's scheduler decides every interleaving of the lifecycle mutex, the
 //! reference counts, the generation's `RwLock<Option<Live>>`, its resource registries,
-//! the `closing` flag and the count of loads in flight. No cargo feature switches
+//! the `closing` flag, the count of loads in flight and each platform slot's opening lock
+//! (its `OnceLock` is set only under that lock, so shuttle sees every race on it). No cargo feature switches
 //! anything: `cargo test --workspace --all-features` runs this file with the library on std.
 //!
 //! Stand-ins, each equivalent for what the lifecycle does with it:
@@ -68,8 +70,9 @@
 //! that gives back the last reference ∥ device use; generation N's device ∥ N's shutdown
 //! and N+1's init; shutdown ∥ shutdown ∥ shutdown; a host function that gives back the last
 //! reference on the executor its queue's drain waits for (the teardown, whose module
-//! callback calls `init`, goes to a helper thread) ∥ init and device use (L6). Every execution ends with: each
-//! platform opened was deinitialised exactly once and never used after, no module
+//! callback calls `init`, goes to a helper thread) ∥ init and device use (L6); two first
+//! uses of a lazy platform ∥ the exit hook (opened at most once, never after teardown).
+//! Every execution ends with: each platform opened was deinitialised exactly once and never used after, no module
 //! outlived its runtime, nothing left unreported, and a fresh `init` opens a new
 //! generation whose `shutdown` is the last reference (the count went back to zero).
 //! Deadlocks (every thread blocked) and livelocks (the step bound) fail the execution.
@@ -112,6 +115,8 @@ mod runtime_config;
 mod runtime_generation;
 #[path = "../src/runtime/lifecycle.rs"]
 mod runtime_lifecycle;
+#[path = "../src/runtime/platforms.rs"]
+mod runtime_platforms;
 #[path = "../src/runtime/reentry.rs"]
 mod runtime_reentry;
 
@@ -123,6 +128,7 @@ mod runtime {
     pub(crate) use super::runtime_config as config;
     pub(crate) use super::runtime_generation as generation;
     pub(crate) use super::runtime_lifecycle as lifecycle;
+    pub(crate) use super::runtime_platforms as platforms;
     pub(crate) use super::runtime_reentry as reentry;
 
     /// The model's `runtime::sync`: the names of `src/runtime/sync.rs`, given to shuttle's
@@ -194,6 +200,8 @@ mod runtime {
         pub(crate) fn register() -> bool {
             true
         }
+
+        pub(crate) fn after_open(_: crate::hal::BackendKind) {}
     }
 }
 
@@ -629,6 +637,8 @@ fn finish() {
     // the last reference (the count went back to zero).
     let before = OPENS.load(SeqCst);
     let rt = Rt::init().expect("init after everything was given back");
+    // Platforms open on first use: the device list opens it.
+    rt.devices().expect("devices of a fresh generation");
     assert_eq!(OPENS.load(SeqCst), before + 1, "a generation was left live");
     let down = rt.shutdown().expect("shutdown");
     assert!(down.was_last(), "a reference was left behind");
@@ -999,6 +1009,69 @@ fn shutdown_vs_shutdown() {
         .collect();
     join(threads);
     assert_eq!(counted.load(SeqCst), 1, "exactly one shutdown is the last");
+}
+
+/// Lazy platforms: two first uses (`device(kind)`, `devices()`) race each other and the
+/// exit hook (which tears down whoever holds references). The platform opens at most once
+/// in the generation, never after teardown took its state (the backend would count an open
+/// that is never deinitialised, and `finish` fails), and each use gets a working device or
+/// `ShutDown`.
+fn lazy_open_vs_exit_hook() {
+    let rt = Rt::init().expect("init");
+    assert_eq!(
+        OPENS.load(SeqCst),
+        0,
+        "init opened a platform nobody asked for"
+    );
+    let users: Vec<_> = (0..2)
+        .map(|i| {
+            let rt = rt.clone();
+            spawn(move || {
+                let device = if i == 0 {
+                    rt.device(BackendKind::Reference)
+                } else {
+                    rt.devices().map(|mut all| all.remove(0))
+                };
+                drop(rt);
+                match device {
+                    Ok(device) => {
+                        let _ = use_device(&device);
+                    }
+                    Err(e) => assert!(
+                        matches!(e, Error::ShutDown { .. }),
+                        "a first use answered {e:?}, not a device or ShutDown"
+                    ),
+                }
+            })
+        })
+        .collect();
+    drop(rt);
+    let hook = spawn(shutdown_at_exit);
+    join(users);
+    join(vec![hook]);
+    let opens = OPENS.load(SeqCst);
+    assert!(
+        opens <= 1,
+        "one generation opened its platform {opens} times"
+    );
+    seen(if opens == 1 {
+        "lazy: opened once by the first uses"
+    } else {
+        "lazy: the exit hook came first"
+    });
+}
+
+#[test]
+fn model_lazy_open_races_the_exit_hook() {
+    model(
+        "lazy_open_vs_exit_hook",
+        lazy_open_vs_exit_hook,
+        &[
+            "lazy: opened once by the first uses",
+            "lazy: the exit hook came first",
+            "use: ok",
+        ],
+    );
 }
 
 #[test]

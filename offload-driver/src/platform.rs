@@ -325,6 +325,11 @@ impl<D: Driver> hal::Platform for Platform<D> {
         D::counters().deinitialised.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+
+    /// Nothing: a device-only platform loads no programs.
+    fn may_run(_image: &[u8]) -> bool {
+        false
+    }
 }
 
 /// Describes itself; memory answers `Error::Unsupported`, and so do programs and queues.

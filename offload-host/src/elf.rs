@@ -44,6 +44,15 @@ const HOST_MACHINE: u16 = EM_AARCH64;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const HOST_MACHINE: u16 = 0;
 
+/// Whether `image` is an ELF file for this machine, by its header alone (`validate` checks
+/// the rest).
+pub(crate) fn runs_here(image: &[u8]) -> bool {
+    offload_core::hal::ImageFormat::of(image)
+        == offload_core::hal::ImageFormat::Elf {
+            machine: HOST_MACHINE,
+        }
+}
+
 fn machine_name(m: u16) -> String {
     match m {
         EM_X86_64 => "x86-64".into(),

@@ -612,6 +612,11 @@ impl hal::Platform for HostPlatform {
             }),
         }
     }
+
+    /// Shared objects for this machine (`ImageFormat::Elf` of its own `e_machine`).
+    fn may_run(image: &[u8]) -> bool {
+        elf::runs_here(image)
+    }
 }
 
 impl hal::Device for HostDevice {

@@ -337,7 +337,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use offload_core::hal::{self, CompilerId, HostFn, KernelOf, Language};
+use offload_core::hal::{self, CompilerId, HostFn, ImageFormat, KernelOf, Language};
 use offload_core::{
     BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind,
     PlatformEntry, Result,
@@ -819,6 +819,11 @@ impl hal::Platform for VulkanPlatform {
             });
         }
         Error::join(errors)
+    }
+
+    /// SPIR-V in this machine's byte order (a swapped module is refused by `validate`).
+    fn may_run(image: &[u8]) -> bool {
+        ImageFormat::of(image) == ImageFormat::Spirv
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use offload_core::hal::{self, HostFn, KernelOf};
+use offload_core::hal::{self, HostFn, ImageFormat, KernelOf};
 use offload_core::{
     BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind, Result,
 };
@@ -356,6 +356,18 @@ impl hal::Platform for ZePlatform {
             });
         }
         Ok(())
+    }
+
+    /// SPIR-V (either byte order) and Intel GPU native binaries.
+    fn may_run(image: &[u8]) -> bool {
+        matches!(
+            ImageFormat::of(image),
+            ImageFormat::Spirv
+                | ImageFormat::SpirvSwapped
+                | ImageFormat::Elf {
+                    machine: crate::program::EM_INTELGT
+                }
+        )
     }
 }
 

@@ -21,7 +21,7 @@ use crate::platform::{DeviceShared, driver_error};
 use crate::spirv::{self, KernelModule};
 
 /// `EM_INTELGT`: the ELF machine of Intel GPU native binaries.
-const EM_INTELGT: u16 = 205;
+pub(crate) const EM_INTELGT: u16 = 205;
 
 /// What an image is, as `load` reads it.
 #[derive(Clone, Debug)]

@@ -20,6 +20,7 @@ use crate::runtime::config::Config;
 pub struct PlatformEntry {
     kind: BackendKind,
     open: fn(&Config) -> Result<Box<dyn DynPlatform>>,
+    may_run: fn(&[u8]) -> bool,
 }
 
 fn open<P: Platform>(config: &Config) -> Result<Box<dyn DynPlatform>> {
@@ -46,6 +47,7 @@ impl PlatformEntry {
         PlatformEntry {
             kind: P::KIND,
             open: open::<P>,
+            may_run: P::may_run,
         }
     }
 
@@ -64,6 +66,7 @@ impl PlatformEntry {
         PlatformEntry {
             kind: P::KIND,
             open: open_with_ipc::<P>,
+            may_run: P::may_run,
         }
     }
 
@@ -79,6 +82,11 @@ impl PlatformEntry {
 
     pub(crate) fn open(&self, config: &Config) -> Result<Box<dyn DynPlatform>> {
         (self.open)(config)
+    }
+
+    /// [`Platform::may_run`] of the entry's platform.
+    pub(crate) fn may_run(&self, image: &[u8]) -> bool {
+        (self.may_run)(image)
     }
 }
 

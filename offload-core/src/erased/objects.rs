@@ -40,7 +40,6 @@ fn downcast<'a, T: 'static>(object: &'a dyn Any, kind: BackendKind, what: &str) 
 
 /// A platform with its type erased.
 pub(crate) trait DynPlatform: Send + Sync {
-    fn kind(&self) -> BackendKind;
     fn name(&self) -> String;
     fn devices(&self) -> Vec<Arc<dyn DynDevice>>;
     fn deinit(&self) -> Result<()>;
@@ -209,10 +208,6 @@ where
 }
 
 impl<P: hal::Platform> DynPlatform for Erased<P> {
-    fn kind(&self) -> BackendKind {
-        P::KIND
-    }
-
     fn name(&self) -> String {
         self.platform.name()
     }

@@ -379,6 +379,10 @@ impl<P: hal::Platform> hal::Platform for Faulty<P> {
         released(PLATFORMS);
         releasing(P::KIND, Site::Deinit, || self.raw.deinit())
     }
+
+    fn may_run(image: &[u8]) -> bool {
+        P::may_run(image)
+    }
 }
 
 impl<P: hal::Platform> hal::Device for FaultyDevice<P> {

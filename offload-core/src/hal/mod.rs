@@ -19,6 +19,7 @@
 //! traits: the runtime erases them (`DynPlatform`, `DynDevice`, … in the `erased` module)
 //! and hands out the handles of the crate root.
 
+mod format;
 mod ipc;
 mod types;
 
@@ -28,6 +29,8 @@ use crate::error::Result;
 use crate::runtime::config::Config;
 
 pub use crate::error::panic_text;
+pub use format::ImageFormat;
+pub(crate) use format::REFERENCE_MAGIC;
 pub use ipc::{Exported, Ipc};
 mod source;
 pub use source::{CompilerId, Language, Source};
@@ -75,6 +78,23 @@ pub trait Platform: Send + Sync + Sized + 'static {
 
     /// Deinitialises the driver. Called exactly once, last, whatever failed before.
     fn deinit(&self) -> Result<()>;
+
+    /// Whether this platform's devices may run `image`, judged by its container alone
+    /// ([`ImageFormat`]) and without opening the driver: `Offload::devices_for` opens only
+    /// the platforms that may, then asks their devices' [`Device::validate`]. The default,
+    /// `true`, means "open me and let `validate` decide"; a backend that knows its formats
+    /// says so, so that a program for another backend never pays for opening this one.
+    ///
+    /// ```
+    /// use offload_core::hal::Platform;
+    /// use offload_core::reference::{MAGIC, Reference};
+    /// assert!(Reference::may_run(MAGIC.as_bytes()));
+    /// assert!(!Reference::may_run(&0x0723_0203u32.to_ne_bytes()));
+    /// ```
+    fn may_run(image: &[u8]) -> bool {
+        let _ = image;
+        true
+    }
 }
 
 /// The kernel type of device `D`'s programs.

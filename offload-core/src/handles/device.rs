@@ -46,7 +46,7 @@ impl Device {
 
     /// The key as a number, for thread-local records of what this thread is doing.
     pub(crate) fn key_bits(&self) -> u64 {
-        slotmap::Key::data(&self.key).as_ffi()
+        self.key.bits()
     }
 
     /// The backend that drives this device. Works after shutdown too (it is identity, not
@@ -173,11 +173,8 @@ impl Eq for Device {}
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Its position in `rt.devices()`: devices are listed in discovery order and never
-        // removed within a runtime, and slot 0 of the map is slotmap's sentinel.
-        use slotmap::Key as _;
-        let slot = (self.key.data().as_ffi() & 0xFFFF_FFFF).saturating_sub(1);
-        write!(f, "{} device {slot}", self.backend)
+        // Its position among its platform's devices, in discovery order.
+        write!(f, "{} device {}", self.backend, self.key.index())
     }
 }
 

@@ -12,6 +12,7 @@ mod buffer;
 mod device;
 mod program;
 mod queue;
+mod select;
 mod typed;
 
 pub use buffer::{Buffer, STAGING_CHUNK};

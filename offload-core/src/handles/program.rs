@@ -435,11 +435,7 @@ impl ModuleEntry {
             entry: self.clone(),
             counted: false,
         };
-        let mine = (
-            self.program.id,
-            self.generation,
-            slotmap::Key::data(&self.device).as_ffi(),
-        );
+        let mine = (self.program.id, self.generation, self.device.bits());
         let outer = CALLBACKS_OF.with(|c| c.replace(mine));
         let errors: Vec<Error> = as_callback_of(self, || {
             self.program

@@ -1790,24 +1790,21 @@ impl Engine {
         }
     }
 
-    /// The device of this runtime a handle names (backend and UUID).
+    /// The device of this runtime a handle names (backend and UUID); opens the platforms
+    /// of that backend if nothing opened them yet.
     fn device_for(&self, handle: &IpcHandle) -> Option<Device> {
-        self.generation
+        let generation = &self.generation;
+        let backend = handle.backend();
+        generation
             .with_live(|live| {
                 Ok(live
-                    .devices
+                    .platforms
                     .iter()
-                    .find(|(_, slot)| {
-                        live.platforms[slot.platform].kind == handle.backend()
-                            && slot.raw.uuid().ok() == Some(handle.device_uuid())
-                    })
-                    .map(|(key, slot)| {
-                        Device::new(
-                            self.generation.clone(),
-                            key,
-                            live.platforms[slot.platform].kind,
-                        )
-                    }))
+                    .enumerate()
+                    .filter(|(_, slot)| slot.kind() == backend)
+                    .flat_map(|(index, _)| live.devices_of(index, &generation.config))
+                    .find(|(_, raw)| raw.uuid().ok() == Some(handle.device_uuid()))
+                    .map(|(key, _)| Device::new(generation.clone(), key, backend)))
             })
             .ok()
             .flatten()

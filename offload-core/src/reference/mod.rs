@@ -189,6 +189,11 @@ impl hal::Platform for Reference {
             }),
         }
     }
+
+    /// Only its own text format ([`MAGIC`]).
+    fn may_run(image: &[u8]) -> bool {
+        hal::ImageFormat::of(image) == hal::ImageFormat::Reference
+    }
 }
 
 impl hal::Device for RefDevice {
@@ -525,7 +530,7 @@ impl hal::Ipc for RefDevice {
 }
 
 /// The header line of a reference program.
-pub const MAGIC: &str = "OFFLOAD-REFERENCE 1";
+pub const MAGIC: &str = crate::hal::REFERENCE_MAGIC;
 
 /// The built-in kernels and their parameters.
 const KERNELS: [(&str, &[ParamKind]); 4] = [
@@ -850,6 +855,10 @@ impl hal::Platform for Unordered {
 
     fn deinit(&self) -> Result<()> {
         self.0.deinit()
+    }
+
+    fn may_run(image: &[u8]) -> bool {
+        Reference::may_run(image)
     }
 }
 

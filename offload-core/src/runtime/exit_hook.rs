@@ -11,6 +11,9 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::hal::BackendKind;
 
 unsafe extern "C" {
     fn atexit(callback: extern "C" fn()) -> c_int;
@@ -27,4 +30,21 @@ pub(crate) fn register() -> bool {
     // lives in this object, and glibc unregisters it when this object is unloaded (see the
     // module comment), so it is never called after our code is unmapped.
     unsafe { atexit(on_exit) == 0 }
+}
+
+/// The backends after whose first opening (since this library was loaded) the hook was
+/// registered again: one bit per [`BackendKind`].
+static AFTER_OPEN: AtomicU32 = AtomicU32::new(0);
+
+/// Registers the hook again after a platform of `kind` opened for the first time since this
+/// library was loaded: platforms open lazily, after the hook of the generation's start, and a
+/// driver may register exit handlers of its own when it opens, which would run before ours
+/// (exit handlers run newest first) and leave our shutdown calling a finalised driver. The
+/// hook is idempotent, so running it once per backend more is harmless; at most one
+/// registration per backend kind.
+pub(crate) fn after_open(kind: BackendKind) {
+    let bit = 1u32 << (kind as u32);
+    if AFTER_OPEN.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+        register();
+    }
 }

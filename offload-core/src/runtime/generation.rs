@@ -1,7 +1,8 @@
 //! One runtime generation: what it owns from a 0→1 transition to the matching 1→0, and how
 //! it ends (L4).
 //!
-//! A generation owns its platforms and devices, and lists every object its handles made
+//! A generation owns its platforms (opened on first use, [`crate::runtime::platforms`]) and
+//! their devices, and lists every object its handles made
 //! (queues, modules, events, buffers) as a [`Resource`], behind one
 //! `RwLock<Option<Live>>`: operations hold it for reading, teardown takes it for writing
 //! (which drains the operations in flight) and leaves `None`, so a handle of a finished
@@ -13,20 +14,39 @@ use std::sync::Arc;
 
 use slotmap::SlotMap;
 
-use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
+use crate::erased::{DynDevice, PlatformEntry};
 use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::runtime::config::Config;
+use crate::runtime::platforms::PlatformSlot;
 use crate::runtime::sync::{
     AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, backoff, lock, read, thread_local,
     write,
 };
 
 slotmap::new_key_type! {
-    /// Key of a device in its generation.
-    pub(crate) struct DeviceKey;
     /// Key of an object a handle made, in its generation's registry of that kind.
     pub(crate) struct ResourceKey;
+}
+
+/// Where a device sits in its generation: its platform slot and its place there. A key
+/// exists only once its platform opened, and stays valid until the generation ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct DeviceKey {
+    platform: u32,
+    index: u32,
+}
+
+impl DeviceKey {
+    /// The key as one number, for thread-local records of what a thread is doing.
+    pub(crate) fn bits(self) -> u64 {
+        (u64::from(self.platform) << 32) | u64::from(self.index)
+    }
+
+    /// The device's place among its platform's devices.
+    pub(crate) fn index(self) -> u32 {
+        self.index
+    }
 }
 
 /// An object a handle made, as its generation lists it so that shutdown releases it (L4).
@@ -68,34 +88,45 @@ const RELEASE_ORDER: [Kind; 5] = [
 
 type Registry = Mutex<SlotMap<ResourceKey, Arc<dyn Resource>>>;
 
-/// One initialised platform of a generation.
-pub(crate) struct PlatformSlot {
-    pub(crate) raw: Box<dyn DynPlatform>,
-    pub(crate) kind: BackendKind,
-    pub(crate) name: String,
-}
-
-/// One device of a generation.
-pub(crate) struct DeviceSlot {
-    /// Index of its platform in `Live::platforms`.
-    pub(crate) platform: usize,
-    pub(crate) raw: Arc<dyn DynDevice>,
-}
-
 /// What a generation owns while it is alive.
 pub(crate) struct Live {
+    /// The platform entries in force, in discovery order; each opens on first use.
     pub(crate) platforms: Vec<PlatformSlot>,
-    pub(crate) devices: SlotMap<DeviceKey, DeviceSlot>,
     registries: [Registry; 5],
 }
 
 impl Live {
     /// The device behind `key`.
     pub(crate) fn device(&self, key: DeviceKey) -> Result<&Arc<dyn DynDevice>> {
-        self.devices
-            .get(key)
-            .map(|slot| &slot.raw)
+        self.platforms
+            .get(key.platform as usize)
+            .and_then(PlatformSlot::opened)
+            .and_then(|open| open.devices.get(key.index as usize))
             .ok_or_else(Error::shut_down)
+    }
+
+    /// The devices of the platform in slot `index` (opening it unless it was tried), with
+    /// their keys; none if it is unavailable.
+    pub(crate) fn devices_of(
+        &self,
+        index: usize,
+        config: &Config,
+    ) -> impl Iterator<Item = (DeviceKey, &Arc<dyn DynDevice>)> {
+        let open = self.platforms[index].open(config).ok();
+        open.into_iter().flat_map(move |open| {
+            open.devices.iter().enumerate().map(move |(i, raw)| {
+                let key = DeviceKey {
+                    platform: index as u32,
+                    index: i as u32,
+                };
+                (key, raw)
+            })
+        })
+    }
+
+    /// The backend of the device behind `key`.
+    pub(crate) fn backend(&self, key: DeviceKey) -> BackendKind {
+        self.platforms[key.platform as usize].kind()
     }
 
     /// Lists a resource made by `make`, which learns its key.
@@ -129,7 +160,7 @@ impl Live {
     }
 }
 
-/// A platform that was looked for at `init` but not opened, and why.
+/// A platform that was tried (at `init` or on first use) but did not open, and why.
 ///
 /// ```
 /// let u = offload_core::Unavailable {
@@ -163,7 +194,6 @@ pub(crate) fn loading_here() -> bool {
 pub(crate) struct Generation {
     pub(crate) id: u64,
     pub(crate) config: Config,
-    pub(crate) unavailable: Vec<Unavailable>,
     /// `Offload<Ready>` references; changed only under the lifecycle lock.
     pub(crate) refs: AtomicUsize,
     live: RwLock<Option<Live>>,
@@ -180,83 +210,54 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    /// Opens the platforms (a required one that fails fails the start, after deinitialising
-    /// those already open) and lists their devices.
+    /// Lists the platform entries and opens the named ones (`required`: one that fails
+    /// fails the start, after deinitialising those already open); the others open on
+    /// first use ([`crate::runtime::platforms`]).
     pub(crate) fn start(
         id: u64,
         config: Config,
         entries: &[(PlatformEntry, bool)],
     ) -> Result<Generation> {
-        let mut platforms: Vec<PlatformSlot> = Vec::new();
-        let mut unavailable = Vec::new();
-        for &(entry, required) in entries {
-            match entry.open(&config) {
-                Ok(raw) => platforms.push(PlatformSlot {
-                    kind: raw.kind(),
-                    name: raw.name(),
-                    raw,
-                }),
-                Err(e) if !required => {
-                    tracing::info!(
-                        target: "offload::init",
-                        backend = %entry.kind(),
-                        reason = %e,
-                        "platform unavailable"
-                    );
-                    unavailable.push(Unavailable {
-                        backend: entry.kind(),
-                        reason: e.to_string(),
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        target: "offload::init",
-                        backend = %entry.kind(),
-                        reason = %e,
-                        "platform unavailable, and named explicitly: init fails"
-                    );
-                    // Nothing leaks: deinit what was opened, newest first.
-                    let mut errors = vec![e];
-                    errors.extend(platforms.iter().rev().filter_map(|p| p.raw.deinit().err()));
-                    return Err(Error::join(errors).err().unwrap_or_else(Error::shut_down));
-                }
+        let platforms: Vec<PlatformSlot> = entries
+            .iter()
+            .map(|&(entry, _)| PlatformSlot::new(entry))
+            .collect();
+        for (slot, &(entry, required)) in platforms.iter().zip(entries) {
+            if !required {
+                continue;
             }
-        }
-        let mut devices = SlotMap::with_key();
-        for (index, platform) in platforms.iter().enumerate() {
-            let mut count = 0usize;
-            for raw in platform.raw.devices() {
-                devices.insert(DeviceSlot {
-                    platform: index,
-                    raw,
-                });
-                count += 1;
+            if let Err(first) = slot.open(&config) {
+                tracing::warn!(
+                    target: "offload::init",
+                    backend = %entry.kind(),
+                    "platform unavailable, and named explicitly: init fails"
+                );
+                // Nothing leaks: deinit what was opened, newest first.
+                let mut errors: Vec<Error> = first.into_iter().collect();
+                errors.extend(
+                    platforms
+                        .into_iter()
+                        .rev()
+                        .filter_map(PlatformSlot::into_open)
+                        .filter_map(|p| p.raw.deinit().err()),
+                );
+                return Err(Error::join(errors).err().unwrap_or_else(Error::shut_down));
             }
-            tracing::info!(
-                target: "offload::init",
-                backend = %platform.kind,
-                name = %platform.name,
-                devices = count,
-                "platform opened"
-            );
         }
         tracing::debug!(
             target: "offload::generation",
             generation = id,
             platforms = platforms.len(),
-            devices = devices.len(),
-            unavailable = unavailable.len(),
+            opened = platforms.iter().filter(|p| p.opened().is_some()).count(),
             "generation started"
         );
         let ipc = crate::ipc::endpoint::Shared::new(config.ipc_cache_size);
         Ok(Generation {
             id,
             config,
-            unavailable,
             refs: AtomicUsize::new(1),
             live: RwLock::new(Some(Live {
                 platforms,
-                devices,
                 registries: Default::default(),
             })),
             deferred: Mutex::new(Vec::new()),
@@ -265,6 +266,13 @@ impl Generation {
             setup_order: AtomicU64::new(0),
             ipc,
         })
+    }
+
+    /// Opens every platform not tried yet (for the queries that list them all).
+    pub(crate) fn open_all(&self, live: &Live) {
+        for slot in &live.platforms {
+            let _ = slot.open(&self.config);
+        }
     }
 
     /// Runs `f` on the live state, shared with other operations; `Error::ShutDown` once
@@ -377,12 +385,20 @@ impl Generation {
         }
         // Quarantined memory was freed with the other buffers (I3).
         self.ipc.released();
-        // Devices go before their platforms.
-        drop(live.devices);
-        for platform in live.platforms.iter().rev() {
+        // Only the platforms that opened are deinitialised; devices go before their
+        // platforms.
+        let mut opened: Vec<_> = live
+            .platforms
+            .into_iter()
+            .filter_map(PlatformSlot::into_open)
+            .collect();
+        for platform in &mut opened {
+            platform.devices.clear();
+        }
+        for platform in opened.iter().rev() {
             errors.extend(platform.raw.deinit().err());
         }
-        drop(live.platforms);
+        drop(opened);
         errors.append(&mut lock(&self.deferred));
         tracing::debug!(
             target: "offload::generation",

@@ -46,6 +46,7 @@ use crate::hal::BackendKind;
 use crate::handles::Device;
 use crate::runtime::config::{Config, Overrides, list};
 use crate::runtime::generation::{Generation, Live, Unavailable, loading_here};
+use crate::runtime::platforms::PlatformSlot;
 use crate::runtime::reentry;
 use crate::runtime::sync::{
     Condvar, JoinHandle, Mutex, Ordering, finished, join, lock, spawn, statics, thread_local, wait,
@@ -127,9 +128,24 @@ fn acquire(
         // L1/L5: later inits share the generation and its configuration, unless they ask
         // explicitly for settings it does not have: sharing would silently give them
         // something else (issue 11, point 6).
-        let open = current
-            .with_live(|live| Ok(live.platforms.iter().map(|p| p.kind).collect::<Vec<_>>()))
-            .unwrap_or_default();
+        // What is in force is what opens: find out only when the request names backends
+        // and none were named at the start, or adds platforms (it opens every platform).
+        let open =
+            if (set.backends.is_some() && current.config.backends.is_none()) || !extra.is_empty() {
+                current
+                    .with_live(|live| {
+                        current.open_all(live);
+                        Ok(live
+                            .platforms
+                            .iter()
+                            .filter(|p| p.opened().is_some())
+                            .map(|p| p.kind())
+                            .collect::<Vec<_>>())
+                    })
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
         let extra_kinds: Vec<BackendKind> = extra.iter().map(|e| e.kind()).collect();
         let mismatches = set.mismatches(&current.config, &open, &extra_kinds);
         if !mismatches.is_empty() {
@@ -703,22 +719,31 @@ impl<P: Platforms> Offload<Ready, P> {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn device(&self, kind: BackendKind) -> Result<Device> {
-        let (found, open) = self.live_call(|live, generation| {
-            let found = live
-                .devices
+        // Only the platforms of `kind` are opened (each once per generation).
+        let (found, open, failed) = self.live_call(|live, generation| {
+            let mut failed = None;
+            for (index, slot) in live.platforms.iter().enumerate() {
+                if slot.kind() != kind {
+                    continue;
+                }
+                if let Some((key, _)) = live.devices_of(index, &generation.config).next() {
+                    return (Some(Device::new(generation.clone(), key, kind)), true, None);
+                }
+                failed = failed.or_else(|| slot.failed().cloned());
+            }
+            let open = live
+                .platforms
                 .iter()
-                .find(|(_, slot)| live.platforms[slot.platform].kind == kind)
-                .map(|(key, _)| Device::new(generation.clone(), key, kind));
-            let open: Vec<BackendKind> = live.platforms.iter().map(|p| p.kind).collect();
-            (found, open)
+                .any(|p| p.kind() == kind && p.opened().is_some());
+            (None, open, failed)
         })?;
         if let Some(device) = found {
             return Ok(device);
         }
         let generation = &self.state.generation;
-        let why = if open.contains(&kind) {
+        let why = if open {
             format!("the {kind} platform is open but has no devices")
-        } else if let Some(u) = generation.unavailable.iter().find(|u| u.backend == kind) {
+        } else if let Some(u) = failed {
             format!("the {kind} platform is unavailable: {}", u.reason)
         } else if P::platforms().iter().any(|e| e.kind() == kind) {
             let in_force = generation.config.backends.as_deref().unwrap_or(&[]);
@@ -733,21 +758,34 @@ impl<P: Platforms> Offload<Ready, P> {
                  of offload)"
             )
         };
+        let opened = self.live_call(|live, _| {
+            live.platforms
+                .iter()
+                .filter(|p| p.opened().is_some())
+                .map(|p| p.kind())
+                .collect::<Vec<_>>()
+        })?;
         Err(Error::Unsupported {
             backend: kind,
             call: "Offload::device",
-            reason: format!("no {kind} device: {why}; platforms open: {}", list(&open)),
+            reason: format!("no {kind} device: {why}; platforms open: {}", list(&opened)),
         })
     }
 }
 
 impl<P> Offload<Ready, P> {
+    /// The generation this runtime reference holds.
+    pub(crate) fn held(&self) -> &Arc<Generation> {
+        &self.state.generation
+    }
+
     fn live_call<T>(&self, f: impl FnOnce(&Live, &Arc<Generation>) -> T) -> Result<T> {
         let generation = &self.state.generation;
         generation.with_live(|live| Ok(f(live, generation)))
     }
 
-    /// The devices of every platform, in platform order.
+    /// The devices of every platform, in platform order. Opens every platform not opened
+    /// yet (once per generation; [`device`](Offload::device) opens only the one asked for).
     ///
     /// ```
     /// let rt = offload_core::reference::Offload::init()?;
@@ -758,16 +796,15 @@ impl<P> Offload<Ready, P> {
     /// ```
     pub fn devices(&self) -> Result<Vec<Device>> {
         self.live_call(|live, generation| {
-            live.devices
-                .iter()
-                .map(|(key, slot)| {
-                    Device::new(generation.clone(), key, live.platforms[slot.platform].kind)
-                })
+            (0..live.platforms.len())
+                .flat_map(|index| live.devices_of(index, &generation.config))
+                .map(|(key, _)| Device::new(generation.clone(), key, live.backend(key)))
                 .collect()
         })
     }
 
-    /// The platforms that were opened, with their device counts.
+    /// The platforms that opened, with their device counts. Opens every platform not
+    /// tried yet, like [`devices`](Offload::devices).
     ///
     /// ```
     /// let rt = offload_core::reference::Offload::init()?;
@@ -775,24 +812,32 @@ impl<P> Offload<Ready, P> {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn platforms(&self) -> Result<Vec<PlatformInfo>> {
-        self.live_call(|live, _| {
-            live.platforms
-                .iter()
-                .enumerate()
-                .map(|(index, p)| PlatformInfo {
-                    backend: p.kind,
-                    name: p.name.clone(),
-                    devices: live
-                        .devices
-                        .values()
-                        .filter(|d| d.platform == index)
-                        .count(),
-                })
-                .collect()
+        self.live_call(|live, generation| {
+            generation.open_all(live);
+            platform_infos(live)
         })
     }
 
-    /// The backends that were looked for but not opened (driver not found), and why.
+    /// The platforms opened so far in this generation, with their device counts; opens
+    /// none. Platforms open when first needed: [`device`](Offload::device) opens those of
+    /// its backend, [`devices`](Offload::devices) and [`platforms`](Offload::platforms)
+    /// all of them, and a backend named at `init` (`OFFLOAD_BACKENDS`,
+    /// [`backends`](Offload::backends)) opens there.
+    ///
+    /// ```
+    /// use offload_core::{BackendKind, PlatformEntry, reference::Offload};
+    /// let rt = Offload::init()?;
+    /// assert!(rt.opened_platforms()?.is_empty());
+    /// rt.device(BackendKind::Reference)?;
+    /// assert_eq!(rt.opened_platforms()?[0].backend, BackendKind::Reference);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn opened_platforms(&self) -> Result<Vec<PlatformInfo>> {
+        self.live_call(|live, _| platform_infos(live))
+    }
+
+    /// The backends that were looked for but did not open (driver not found), and why.
+    /// Tries every platform not tried yet, like [`devices`](Offload::devices).
     ///
     /// ```
     /// let rt = offload_core::reference::Offload::init()?;
@@ -800,7 +845,13 @@ impl<P> Offload<Ready, P> {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn unavailable(&self) -> Result<Vec<Unavailable>> {
-        self.live_call(|_, g| g.unavailable.clone())
+        self.live_call(|live, generation| {
+            generation.open_all(live);
+            live.platforms
+                .iter()
+                .filter_map(|p| p.failed().cloned())
+                .collect()
+        })
     }
 
     /// The configuration in force: fixed by the `init` that started this generation (L5).
@@ -1097,4 +1148,17 @@ impl<P> From<ShutdownError<P>> for Error {
     fn from(e: ShutdownError<P>) -> Error {
         e.error
     }
+}
+
+/// The opened platforms of `live`, with their device counts.
+fn platform_infos(live: &Live) -> Vec<PlatformInfo> {
+    live.platforms
+        .iter()
+        .filter_map(PlatformSlot::opened_with_kind)
+        .map(|(backend, open)| PlatformInfo {
+            backend,
+            name: open.name.clone(),
+            devices: open.devices.len(),
+        })
+        .collect()
 }

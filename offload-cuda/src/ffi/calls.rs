@@ -199,6 +199,15 @@ unsafe impl StreamApi for Driver {
     }
 
     /// PTX, cubin or fatbin for the device's compute capability (image/).
+    /// PTX, cubins (`EM_CUDA`, 190) and fatbins.
+    fn may_run(image: &[u8]) -> bool {
+        use offload_core::hal::ImageFormat;
+        matches!(
+            ImageFormat::of(image),
+            ImageFormat::Ptx | ImageFormat::Fatbin | ImageFormat::Elf { machine: 190 }
+        )
+    }
+
     fn inspect(&self, context: &Context, image: &[u8]) -> Result<Inspected, String> {
         crate::image::inspect(image, context.capability)
     }

@@ -356,6 +356,11 @@ impl<A: StreamApi> hal::Platform for StreamPlatform<A> {
         }
         Ok(())
     }
+
+    /// [`StreamApi::may_run`].
+    fn may_run(image: &[u8]) -> bool {
+        A::may_run(image)
+    }
 }
 
 impl<A: StreamApi> hal::Device for StreamDevice<A> {

@@ -377,6 +377,11 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
     /// `event` is a live event of the current device, destroyed once.
     unsafe fn event_destroy(&self, event: Self::Event) -> std::result::Result<(), Failure>;
 
+    /// Whether `image`'s container is one of the vendor's (by its first bytes; no driver
+    /// call): `Offload::devices_for` opens the platform only for those
+    /// (`hal::Platform::may_run`).
+    fn may_run(image: &[u8]) -> bool;
+
     /// Inspects `image` for the device, before the vendor sees it: what it holds, or why
     /// it is no image this device could load.
     fn inspect(

@@ -247,6 +247,15 @@ unsafe impl StreamApi for Driver {
     /// An AMD GPU code object, or a clang offload bundle of one (image.rs).
     /// The code object (out of a bundle: the one for the device's architecture), checked
     /// against the device's `gcnArchName` where the runtime gave it.
+    /// AMD GPU code objects (`EM_AMDGPU`, 224) and clang offload bundles of them.
+    fn may_run(image: &[u8]) -> bool {
+        use offload_core::hal::ImageFormat;
+        matches!(
+            ImageFormat::of(image),
+            ImageFormat::Elf { machine: 224 } | ImageFormat::OffloadBundle
+        )
+    }
+
     fn inspect(&self, ordinal: &c_int, image: &[u8]) -> Result<CodeObject, String> {
         crate::image::inspect(image, self.arch(*ordinal))
     }

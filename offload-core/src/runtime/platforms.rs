@@ -1,0 +1,185 @@
+//! The platforms of a generation, each opened when something first needs it.
+//!
+//! `init` lists the platform entries in force as [`PlatformSlot`]s and opens only those
+//! that were named (`OFFLOAD_BACKENDS`, `Offload::builder().backends(..)`, an added
+//! `platform(..)`): a named platform that cannot open fails the `init`, as the user asked
+//! for it. Every other slot opens on first use — `rt.device(kind)` opens the slots of that
+//! backend, `rt.devices()` and the platform queries open all, an imported IPC handle opens
+//! the slots of its backend, `rt.devices_for(..)` those whose format can match — so a
+//! program that uses only the host device never pays for a Vulkan or CUDA driver it does
+//! not touch (opening one costs milliseconds, every generation). Teardown deinitialises only
+//! the slots that opened (L4).
+//!
+//! A slot opens once per generation: the first caller opens it holding the slot's mutex,
+//! concurrent callers wait on that mutex and find it open (or failed: a failure is kept, so
+//! a missing driver is looked for once per generation, and reported by `rt.unavailable()`).
+//! The outcome is published in a `OnceLock`, so the operations' hot path
+//! ([`PlatformSlot::opened`], one per device call) reads it without a lock. Opening runs
+//! with the generation's state held for reading, so teardown (which takes it for writing)
+//! waits for an open in flight and never deinitialises a platform half opened. The mutex
+//! comes from `runtime::sync`, so the model check schedules concurrent opens.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
+use crate::error::Result;
+use crate::hal::BackendKind;
+use crate::runtime::config::Config;
+use crate::runtime::generation::Unavailable;
+use crate::runtime::sync::{Mutex, lock};
+
+/// How many times this process tried to open a platform of each backend, indexed by
+/// `BackendKind as usize` (a diagnostic: see [`platform_open_attempts`]).
+static ATTEMPTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+
+/// How many times this process (this copy of offload) has tried to open a platform of
+/// backend `kind`, successfully or not: at most once per runtime generation, and only when
+/// something needed it (a device of it, the device list, a program it may run). A program
+/// that uses only the host device leaves every other backend at 0.
+///
+/// ```
+/// use offload_core::{BackendKind, platform_open_attempts, reference::Offload};
+/// let before = platform_open_attempts(BackendKind::Reference);
+/// let rt = Offload::init()?;
+/// assert_eq!(platform_open_attempts(BackendKind::Reference), before);
+/// rt.device(BackendKind::Reference)?;
+/// rt.device(BackendKind::Reference)?;
+/// assert_eq!(platform_open_attempts(BackendKind::Reference), before + 1);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+pub fn platform_open_attempts(kind: BackendKind) -> u64 {
+    ATTEMPTS
+        .get(kind as usize)
+        .map_or(0, |n| n.load(Ordering::Relaxed))
+}
+
+/// An opened platform and its devices, fixed from its opening to the generation's end.
+pub(crate) struct OpenPlatform {
+    pub(crate) raw: Box<dyn DynPlatform>,
+    pub(crate) name: String,
+    pub(crate) devices: Vec<Arc<dyn DynDevice>>,
+}
+
+/// How a slot's opening ended.
+enum Outcome {
+    Open(OpenPlatform),
+    Failed(Unavailable),
+}
+
+/// One platform entry of a generation, opened on first use.
+pub(crate) struct PlatformSlot {
+    entry: PlatformEntry,
+    /// Held by the one caller that opens the slot.
+    opening: Mutex<()>,
+    outcome: OnceLock<Outcome>,
+}
+
+impl PlatformSlot {
+    pub(crate) fn new(entry: PlatformEntry) -> PlatformSlot {
+        PlatformSlot {
+            entry,
+            opening: Mutex::new(()),
+            outcome: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> BackendKind {
+        self.entry.kind()
+    }
+
+    /// The platform, if it has opened; never opens it.
+    pub(crate) fn opened(&self) -> Option<&OpenPlatform> {
+        match self.outcome.get() {
+            Some(Outcome::Open(open)) => Some(open),
+            _ => None,
+        }
+    }
+
+    /// Whether the platform's devices may run `image`, by its container alone (opens
+    /// nothing; [`crate::hal::Platform::may_run`]).
+    pub(crate) fn may_run(&self, image: &[u8]) -> bool {
+        self.entry.may_run(image)
+    }
+
+    /// The platform with its backend, if it has opened.
+    pub(crate) fn opened_with_kind(&self) -> Option<(BackendKind, &OpenPlatform)> {
+        self.opened().map(|open| (self.kind(), open))
+    }
+
+    /// Why the platform did not open, if it was tried and failed.
+    pub(crate) fn failed(&self) -> Option<&Unavailable> {
+        match self.outcome.get() {
+            Some(Outcome::Failed(why)) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Opens the platform unless it was tried already: `Ok` with the platform, or why it
+    /// is unavailable. A first failure is returned as the backend's own error in `Err(Some)`;
+    /// a failure found by an earlier caller as `Err(None)` (see [`failed`](Self::failed)).
+    pub(crate) fn open(
+        &self,
+        config: &Config,
+    ) -> std::result::Result<&OpenPlatform, Option<crate::Error>> {
+        if let Some(outcome) = self.outcome.get() {
+            return match outcome {
+                Outcome::Open(open) => Ok(open),
+                Outcome::Failed(_) => Err(None),
+            };
+        }
+        let _opening = lock(&self.opening);
+        let mut first_error = None;
+        let outcome = self.outcome.get_or_init(|| match self.try_open(config) {
+            Ok(open) => Outcome::Open(open),
+            Err(e) => {
+                let why = Unavailable {
+                    backend: self.kind(),
+                    reason: e.to_string(),
+                };
+                first_error = Some(e);
+                Outcome::Failed(why)
+            }
+        });
+        match outcome {
+            Outcome::Open(open) => Ok(open),
+            Outcome::Failed(_) => Err(first_error),
+        }
+    }
+
+    fn try_open(&self, config: &Config) -> Result<OpenPlatform> {
+        let kind = self.kind();
+        if let Some(n) = ATTEMPTS.get(kind as usize) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        let raw = self.entry.open(config).inspect_err(|e| {
+            tracing::info!(
+                target: "offload::init",
+                backend = %kind,
+                reason = %e,
+                "platform unavailable"
+            );
+        })?;
+        let devices = raw.devices();
+        let name = raw.name();
+        tracing::info!(
+            target: "offload::init",
+            backend = %kind,
+            name = %name,
+            devices = devices.len(),
+            "platform opened"
+        );
+        // A driver opened after the exit hook was registered may register exit handlers
+        // of its own, which would run before ours (newest first): register ours again.
+        crate::runtime::exit_hook::after_open(kind);
+        Ok(OpenPlatform { raw, name, devices })
+    }
+
+    /// The opened platform, taken for teardown.
+    pub(crate) fn into_open(self) -> Option<OpenPlatform> {
+        match self.outcome.into_inner() {
+            Some(Outcome::Open(open)) => Some(open),
+            _ => None,
+        }
+    }
+}

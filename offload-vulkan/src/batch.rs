@@ -29,6 +29,42 @@ struct Pool {
     descriptors: u32,
 }
 
+/// What one binding of a descriptor set describes: binding number, buffer, offset, range.
+pub(crate) type Described = (u32, vk::Buffer, u64, u64);
+
+/// The compute state the command buffer being recorded has bound, so that a launch like
+/// the one before it records only its dispatch (on lavapipe each bind, push and descriptor
+/// set costs more host time than the dispatch itself). Forgotten when recording begins.
+#[derive(Debug, Default)]
+pub(crate) struct Bound {
+    /// The compute pipeline bound; null: none.
+    pub(crate) pipeline: vk::Pipeline,
+    /// The descriptor set bound (at set 0, with the pipeline's layout) since the pipeline
+    /// was; null: none.
+    pub(crate) set: vk::DescriptorSet,
+    /// The push-constant bytes pushed (from offset 0) since the pipeline was bound; `None`:
+    /// none.
+    pub(crate) push: Option<Vec<u8>>,
+}
+
+impl Bound {
+    /// Notes that `pipeline` is bound: sets and push constants bound before are no longer
+    /// counted on (a pipeline with another layout may disturb them).
+    pub(crate) fn pipeline(&mut self, pipeline: vk::Pipeline) {
+        self.pipeline = pipeline;
+        self.set = vk::DescriptorSet::null();
+        self.push = None;
+    }
+}
+
+/// The last descriptor set written, and what it describes.
+#[derive(Debug)]
+struct Written {
+    layout: vk::DescriptorSetLayout,
+    described: Vec<Described>,
+    set: vk::DescriptorSet,
+}
+
 /// A command buffer and what its recorded commands use.
 #[derive(Debug)]
 pub(crate) struct Batch {
@@ -40,6 +76,12 @@ pub(crate) struct Batch {
     modules: Vec<Arc<ModuleInner>>,
     /// The timeline value its last submission signals.
     pub(crate) value: u64,
+    /// The last descriptor set allocated from the batch's pools and written: a launch of the
+    /// same layout with the same bindings uses it again (a set is written once, before its
+    /// first use, and never again, so it may be bound any number of times).
+    written: Option<Written>,
+    /// What the command buffer has bound (see [`Bound`]).
+    pub(crate) bound: Bound,
 }
 
 // SAFETY: the only non-`Send` members are the staging allocations' mapped pointers, which
@@ -55,7 +97,39 @@ impl Batch {
             staging: Vec::new(),
             modules: Vec::new(),
             value: 0,
+            written: None,
+            bound: Bound::default(),
         }
+    }
+
+    /// A descriptor set of `layout` written earlier in this batch whose bindings are
+    /// exactly `described`.
+    pub(crate) fn written_set(
+        &self,
+        layout: vk::DescriptorSetLayout,
+        described: impl Iterator<Item = Described>,
+    ) -> Option<vk::DescriptorSet> {
+        let w = self.written.as_ref()?;
+        let same = w.layout == layout && w.described.iter().copied().eq(described);
+        same.then_some(w.set)
+    }
+
+    /// Notes that `set` (of `layout`, from this batch's pools) was written with `described`.
+    pub(crate) fn wrote_set(
+        &mut self,
+        layout: vk::DescriptorSetLayout,
+        described: impl Iterator<Item = Described>,
+        set: vk::DescriptorSet,
+    ) {
+        let w = self.written.get_or_insert_with(|| Written {
+            layout,
+            described: Vec::new(),
+            set,
+        });
+        w.layout = layout;
+        w.set = set;
+        w.described.clear();
+        w.described.extend(described);
     }
 
     /// Keeps `module` alive until the batch has run.
@@ -127,6 +201,9 @@ impl Batch {
     /// # Safety
     /// The batch's last submission must have finished, or it was never submitted.
     pub(crate) unsafe fn recycle(&mut self, device: &DeviceContext) {
+        // Its sets go with the pools' reset; its command buffer is begun again before use.
+        self.written = None;
+        self.bound = Bound::default();
         for pool in &mut self.pools {
             if pool.sets_left < POOL_SETS {
                 // SAFETY: no set of the pool is in use (the submission finished). An error

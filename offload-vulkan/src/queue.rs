@@ -12,6 +12,12 @@
 //! queues too, and an event (which submits its queue's batch) orders another queue's later
 //! work after it.
 //!
+//! A launch records only the state that differs from the launch before it in the same
+//! command buffer — pipeline, descriptor set, push constants — and reuses the batch's last
+//! descriptor set when its bindings are the same (see [`crate::batch::Bound`]): a stream of
+//! launches of one kernel on the same buffers records a barrier and a dispatch each, as a
+//! hand-written command buffer would.
+//!
 //! What a batch uses is noted in each buffer's and module's [`Usage`]: its open batch
 //! until it is submitted, then its timeline value. An [`VulkanEvent`] is a timeline value
 //! plus a timestamp query.
@@ -25,7 +31,7 @@ use ash::vk;
 use offload_core::hal::HostFn;
 use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
-use crate::batch::Batch;
+use crate::batch::{Batch, Bound, Described};
 use crate::device::DeviceContext;
 use crate::error::{At, check_range, invalid, map_vk_err};
 use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
@@ -37,6 +43,10 @@ const MAX_IN_FLIGHT: usize = 32;
 
 /// Commands an open batch takes before it is submitted without being asked.
 pub const DEPTH: u32 = 256;
+
+/// Push-constant bytes a launch gathers on the stack (more go to the heap): the largest
+/// `maxPushConstantsSize` common devices report.
+const PUSH_INLINE: usize = 256;
 
 /// The most bytes a queued write records into the command buffer itself
 /// (`vkCmdUpdateBuffer`); larger or unaligned writes go through staging memory.
@@ -238,6 +248,9 @@ impl QueueShared {
                 inner.idle.push(batch);
                 return Err(map_vk_err(At::new(call, "vkBeginCommandBuffer"), e));
             }
+            let mut batch = batch;
+            // A command buffer begins with nothing bound.
+            batch.bound = Bound::default();
             barrier(
                 &self.device,
                 cb,
@@ -276,11 +289,23 @@ impl QueueShared {
         module: Option<&Arc<ModuleInner>>,
         record: impl FnOnce(&mut Batch, vk::CommandBuffer) -> Result<()>,
     ) -> Result<()> {
+        self.record_using(call, buffers.iter().copied(), module, record)
+    }
+
+    /// [`record`](Self::record) with the buffers as an iterator (a launch reads them from
+    /// its arguments rather than collecting them).
+    fn record_using<'b>(
+        self: &Arc<Self>,
+        call: &'static str,
+        buffers: impl Iterator<Item = &'b VulkanBuffer> + Clone,
+        module: Option<&Arc<ModuleInner>>,
+        record: impl FnOnce(&mut Batch, vk::CommandBuffer) -> Result<()>,
+    ) -> Result<()> {
         let mut inner = self.lock();
         let open = self.open(&mut inner, call)?;
         let cb = open.batch.commands;
         if buffers
-            .iter()
+            .clone()
             .any(|b| open.touched.contains(&b.vk_buffer()))
         {
             let work = (
@@ -301,11 +326,8 @@ impl QueueShared {
         if let Some(module) = module {
             open.batch.hold(module);
         }
-        open.touched.extend(buffers.iter().map(|b| b.vk_buffer()));
-        let usages = buffers
-            .iter()
-            .map(|b| b.usage())
-            .chain(module.map(|m| &m.usage));
+        open.touched.extend(buffers.clone().map(|b| b.vk_buffer()));
+        let usages = buffers.map(|b| b.usage()).chain(module.map(|m| &m.usage));
         for usage in usages {
             if !open.usages.iter().any(|u| Arc::ptr_eq(u, usage)) {
                 usage.opened_by(self);
@@ -489,10 +511,21 @@ impl VulkanQueue {
             ));
         }
         let limits = &device.limits;
-        let mut buffers: Vec<&VulkanBuffer> = Vec::with_capacity(entry.bindings.len());
-        // What each binding sees: (offset, range) of its buffer.
-        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(entry.bindings.len());
-        let mut push = vec![0u8; entry.push_size as usize];
+        // Nothing here allocates in the common case (a launch is recorded in well under a
+        // microsecond on lavapipe, so a few allocations show): the push constants are
+        // gathered on the stack when they fit, and the bound buffers are read from `args`
+        // again where they are needed (`bound`, below) instead of being collected.
+        let mut buffers = 0;
+        let push_size = entry.push_size as usize;
+        let mut push_inline = [0u8; PUSH_INLINE];
+        let mut push_heap = Vec::new();
+        let push: &mut [u8] = match push_inline.get_mut(..push_size) {
+            Some(inline) => inline,
+            None => {
+                push_heap.resize(push_size, 0);
+                &mut push_heap
+            }
+        };
         let mut leaves = entry.push.iter();
         for (i, (arg, param)) in args.iter().zip(&kernel.params).enumerate() {
             match (arg, param) {
@@ -518,9 +551,8 @@ impl VulkanQueue {
                             ),
                         ));
                     }
-                    check_min_size(entry, buffers.len(), b.len() as u64, i)?;
-                    buffers.push(b);
-                    ranges.push((0, vk::WHOLE_SIZE));
+                    check_min_size(entry, buffers, b.len() as u64, i)?;
+                    buffers += 1;
                 }
                 (
                     KernelArg::Range {
@@ -563,9 +595,8 @@ impl VulkanQueue {
                             format!("argument {i} of vulkan kernel `{name}`: {problem}"),
                         ));
                     }
-                    check_min_size(entry, buffers.len(), len, i)?;
-                    buffers.push(buffer);
-                    ranges.push((offset, len));
+                    check_min_size(entry, buffers, len, i)?;
+                    buffers += 1;
                 }
                 (KernelArg::Scalar(bytes), p) if p.scalar_size() == Some(bytes.len()) => {
                     let Some(leaf) = leaves.next() else {
@@ -602,61 +633,73 @@ impl VulkanQueue {
             return Ok(()); // no workgroups: nothing to run
         }
         let dev = &device.raw;
+        let push: &[u8] = push;
+        // The buffers bound, in argument order (each checked above), with the (offset, range)
+        // its binding sees.
+        let bound = || {
+            args.iter().filter_map(|arg| match *arg {
+                KernelArg::Buffer(b) => Some((b, 0, vk::WHOLE_SIZE)),
+                KernelArg::Range {
+                    buffer,
+                    offset,
+                    len,
+                } => Some((buffer, offset as u64, len as u64)),
+                KernelArg::Scalar(_) => None,
+            })
+        };
+        // What the set's bindings describe, in binding order of the entry point.
+        let described =
+            || {
+                entry.bindings.iter().zip(bound()).map(
+                    |(&binding, (b, offset, range))| -> Described {
+                        (binding, b.vk_buffer(), offset, range)
+                    },
+                )
+            };
+        let buffers = bound().map(|(b, ..)| b);
         self.shared
-            .record(CALL, &buffers, Some(&kernel.module), |batch, cb| {
-                let set = match kernel.set_layout {
-                    Some(layout) => {
-                        let count = entry.bindings.len() as u32;
-                        Some(batch.descriptor_set(device, layout, count, CALL)?)
-                    }
-                    None => None,
-                };
+            .record_using(CALL, buffers, Some(&kernel.module), |batch, cb| {
+                // Only what differs from the launch before it in this batch is recorded: the
+                // pipeline, the descriptor set (written earlier in the batch with the same
+                // bindings, or fresh), the push constants (see `Bound`).
                 // SAFETY (all calls below): the command buffer is recording; the pipeline, its
                 // layout and the set layout are live (the batch holds the module until it has
                 // run); the set was allocated with that layout; the push range lies inside the
                 // layout's range.
-                unsafe { dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipeline) };
-                if let Some(set) = set {
-                    let infos: Vec<vk::DescriptorBufferInfo> = buffers
-                        .iter()
-                        .zip(&ranges)
-                        .map(|(b, &(offset, range))| {
-                            vk::DescriptorBufferInfo::default()
-                                .buffer(b.vk_buffer())
-                                .offset(offset)
-                                .range(range)
-                        })
-                        .collect();
-                    let writes: Vec<vk::WriteDescriptorSet<'_>> = entry
-                        .bindings
-                        .iter()
-                        .zip(&infos)
-                        .map(|(&binding, info)| {
-                            vk::WriteDescriptorSet::default()
-                                .dst_set(set)
-                                .dst_binding(binding)
-                                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                                .buffer_info(std::slice::from_ref(info))
-                        })
-                        .collect();
-                    // SAFETY: the set is fresh (not in use by the device); every buffer is a
-                    // live storage buffer of this device whose whole size, or the range
-                    // bound, is within maxStorageBufferRange, and a range's offset is
-                    // aligned to minStorageBufferOffsetAlignment and inside it (checked).
-                    unsafe { dev.update_descriptor_sets(&writes, &[]) };
+                if batch.bound.pipeline != pipeline {
                     // SAFETY: see above.
-                    unsafe {
-                        dev.cmd_bind_descriptor_sets(
-                            cb,
-                            vk::PipelineBindPoint::COMPUTE,
-                            kernel.layout,
-                            0,
-                            &[set],
-                            &[],
-                        )
-                    };
+                    unsafe { dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipeline) };
+                    batch.bound.pipeline(pipeline);
                 }
-                if !push.is_empty() {
+                if let Some(layout) = kernel.set_layout {
+                    let set = match batch.written_set(layout, described()) {
+                        Some(set) => set,
+                        None => {
+                            let count = entry.bindings.len() as u32;
+                            let set = batch.descriptor_set(device, layout, count, CALL)?;
+                            // SAFETY: the set is fresh; `launch` checked every buffer
+                            // and range it describes.
+                            unsafe { write_set(dev, set, described()) };
+                            batch.wrote_set(layout, described(), set);
+                            set
+                        }
+                    };
+                    if batch.bound.set != set {
+                        // SAFETY: see above.
+                        unsafe {
+                            dev.cmd_bind_descriptor_sets(
+                                cb,
+                                vk::PipelineBindPoint::COMPUTE,
+                                kernel.layout,
+                                0,
+                                &[set],
+                                &[],
+                            )
+                        };
+                        batch.bound.set = set;
+                    }
+                }
+                if !push.is_empty() && batch.bound.push.as_deref() != Some(push) {
                     // SAFETY: see above; `push` is the layout's whole range.
                     unsafe {
                         dev.cmd_push_constants(
@@ -664,9 +707,12 @@ impl VulkanQueue {
                             kernel.layout,
                             vk::ShaderStageFlags::COMPUTE,
                             0,
-                            &push,
+                            push,
                         )
                     };
+                    let pushed = batch.bound.push.get_or_insert_with(Vec::new);
+                    pushed.clear();
+                    pushed.extend_from_slice(push);
                 }
                 let [x, y, z] = dims.grid;
                 // SAFETY: see above; the counts are within maxComputeWorkGroupCount (checked).
@@ -1020,6 +1066,43 @@ impl Drop for QueueShared {
         unsafe { self.device.raw.destroy_command_pool(inner.pool, None) };
         crate::LIVE_QUEUES.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Writes a fresh descriptor set's storage-buffer bindings.
+///
+/// # Safety
+/// The set is live and not used by any command yet; each described binding is one of its
+/// layout's storage-buffer bindings, and its buffer a live storage buffer of `dev` whose
+/// whole size, or the range bound, is within maxStorageBufferRange, with a range's offset
+/// aligned to minStorageBufferOffsetAlignment and inside the buffer (`VulkanQueue::launch`
+/// checks all of it).
+unsafe fn write_set(
+    dev: &ash::Device,
+    set: vk::DescriptorSet,
+    described: impl Iterator<Item = Described>,
+) {
+    let (bindings, infos): (Vec<u32>, Vec<vk::DescriptorBufferInfo>) = described
+        .map(|(binding, buffer, offset, range)| {
+            let info = vk::DescriptorBufferInfo::default()
+                .buffer(buffer)
+                .offset(offset)
+                .range(range);
+            (binding, info)
+        })
+        .unzip();
+    let writes: Vec<vk::WriteDescriptorSet<'_>> = bindings
+        .iter()
+        .zip(&infos)
+        .map(|(&binding, info)| {
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(binding)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(std::slice::from_ref(info))
+        })
+        .collect();
+    // SAFETY: guaranteed by the caller; `writes` and `infos` live across the call.
+    unsafe { dev.update_descriptor_sets(&writes, &[]) };
 }
 
 /// Records a memory barrier from `src` (stages, accesses) to `dst`.

@@ -83,6 +83,9 @@ struct Peer {
     greeted: bool,
     alive: bool,
     outbox: VecDeque<(Vec<u8>, Option<OwnedFd>)>,
+    /// How many messages were written whole into its socket, ever: a send is done once the
+    /// count passes its message's place, even if the peer hangs up right after reading it.
+    written: u64,
     /// Mappings of its memory, as a receiver.
     mappings: Vec<Mapping>,
     /// Unmaps sent to it and not yet acknowledged: (entry, generation).
@@ -737,6 +740,7 @@ impl Engine {
             greeted: false,
             alive: true,
             outbox: VecDeque::new(),
+            written: 0,
             mappings: Vec::new(),
             unacked: Vec::new(),
             one_shots: Vec::new(),
@@ -797,8 +801,9 @@ impl Engine {
             handle.range(0, size)
         };
         // What the cache made of this send, for the trace.
-        let mut how = "";
-        for attempt in 0..2 {
+        let how: &str;
+        let mut attempt = 0;
+        let place = loop {
             // The cache stays locked until the messages are queued, so two sends of one
             // allocation to one peer queue their `Map` and `Use` in the order planned.
             let mut cache = lock(&self.generation.ipc.cache);
@@ -843,6 +848,7 @@ impl Engine {
                         // socket already. Take them in and plan again, once.
                         drop(cache);
                         self.progress(Duration::ZERO);
+                        attempt += 1;
                         continue;
                     }
                     Ok((entry, generation, handle, unmaps)) => {
@@ -877,9 +883,8 @@ impl Engine {
             // What the queueing learnt (a peer that died under it) is applied now that the
             // cache is free.
             self.generation.ipc.apply_stashed();
-            queued?;
-            break;
-        }
+            break queued?;
+        };
         tracing::debug!(
             target: "offload::ipc",
             endpoint = self.id,
@@ -891,7 +896,10 @@ impl Engine {
             cache = how,
             "sent a buffer range"
         );
-        self.drain_outbox(to, CALL)
+        match place {
+            Some(place) => self.drain_outbox(to, place, CALL),
+            None => Ok(()),
+        }
     }
 
     fn one_shot(&self, handle: IpcHandle, tag: u64, offset: u64, len: u64) -> Message {
@@ -949,14 +957,15 @@ impl Engine {
     }
 
     /// Queues `unmaps` (to whichever peers they name) and then `message` to `to`, and
-    /// flushes what the sockets take now.
+    /// flushes what the sockets take now. `Some(place)`: the message is not written yet,
+    /// and is once the peer's `written` count reaches `place`; `None`: it was written.
     fn queue(
         &self,
         unmaps: Vec<Unmap>,
         to: PeerId,
         allocation: u64,
         message: Message,
-    ) -> Result<()> {
+    ) -> Result<Option<u64>> {
         let mut state = lock(&self.state);
         let mut news = Vec::new();
         for u in unmaps {
@@ -986,31 +995,37 @@ impl Engine {
         }
         peer.unanswered += 1;
         peer.outbox.push_back(message.encode());
+        let place = peer.written + peer.outbox.len() as u64;
         flush(peer, &mut news);
+        let written = peer.written >= place;
+        // A peer killed by this flush broke before the message was written (a flush stops
+        // at the first error, and the message is last).
         let gone = !peer.alive;
         drop(state);
         self.stash(news);
         if gone {
             return Err(self.gone(to, "IpcEndpoint::send"));
         }
-        Ok(())
+        // Written already (the usual case): nothing to wait for, whatever the peer does
+        // next; it may read the message and exit before the sender looks again.
+        Ok((!written).then_some(place))
     }
 
     /// Waits (making progress, so answers coming back are read) until everything queued to
     /// `to` is in its socket: a send returns once its message left this process.
-    fn drain_outbox(&self, to: PeerId, call: &'static str) -> Result<()> {
+    fn drain_outbox(&self, to: PeerId, place: u64, call: &'static str) -> Result<()> {
         let deadline = Instant::now() + SEND_TIMEOUT;
         loop {
             let backlog = {
                 let state = lock(&self.state);
                 match state.peers.iter().find(|p| p.id == to) {
+                    // Written (perhaps by the progress thread, which may also have seen the
+                    // peer hang up since): the send is done.
+                    Some(p) if p.written >= place => return Ok(()),
                     Some(p) if p.alive => p.outbox.len(),
                     _ => return Err(self.gone(to, call)),
                 }
             };
-            if backlog == 0 {
-                return Ok(());
-            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(ipc_error(
@@ -1977,6 +1992,7 @@ fn flush(peer: &mut Peer, news: &mut Vec<CacheNews>) {
         match socket::send(peer.socket.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
             Ok(Sent::Done) => {
                 peer.outbox.pop_front();
+                peer.written += 1;
             }
             Ok(Sent::WouldBlock) => return,
             Err(_) => {

@@ -31,6 +31,11 @@
 //!   liboffload's `OL_PLATFORM_BACKEND_HOST` platform, as the header prescribes for host
 //!   pointers.
 //!
+//! * `write64`: the same `olMemcpy` against offload's copy of 64 bytes from ordinary host
+//!   memory into a buffer of its host device (`Buffer::write`): what a program that copies
+//!   host data for a device does with each API (liboffload names host memory by a pointer,
+//!   offload by a slice; both copies are synchronous).
+//!
 //! A summary table (medians of both sides and the paired ratio offload / liboffload with
 //! its IQR) closes the run.
 //!
@@ -378,6 +383,30 @@ fn with_runtimes(c: &mut Criterion, ol: &LibOffload) -> Vec<Paired> {
             // specified, the memcpy happens synchronously"); both pointers are host memory
             // of COPY bytes, named with the host platform's device as the header asks, and
             // the two arrays do not overlap.
+            check("olMemcpy", unsafe {
+                (ol.memcpy)(
+                    std::ptr::null_mut(),
+                    black_box(ol_dst.as_mut_ptr()).cast(),
+                    ol_host,
+                    black_box(ol_src.as_ptr()).cast(),
+                    ol_host,
+                    black_box(COPY),
+                )
+            });
+        },
+    ));
+    reports.push(paired(
+        c,
+        "write64",
+        ("offload", "liboffload"),
+        SAMPLES,
+        || {
+            black_box(&dst)
+                .write(0, black_box(&data[..]))
+                .expect("write")
+        },
+        || {
+            // SAFETY: as for `copy64` above.
             check("olMemcpy", unsafe {
                 (ol.memcpy)(
                     std::ptr::null_mut(),

@@ -490,11 +490,17 @@ impl Uses {
         self.any.store(true, Ordering::SeqCst);
     }
 
-    /// Waits until the queued work recorded so far has finished.
+    /// Waits until the queued work recorded so far has finished. Inlined: every copy and
+    /// access of host memory asks, and nearly always nothing is queued (one load).
+    #[inline]
     pub(crate) fn wait(&self) {
-        if !self.any.load(Ordering::SeqCst) {
-            return;
+        if self.any.load(Ordering::SeqCst) {
+            self.wait_for_streams();
         }
+    }
+
+    #[cold]
+    fn wait_for_streams(&self) {
         let pending: Vec<(Weak<StreamCore>, u64)> = lock(&self.streams).clone();
         for (stream, ticket) in pending {
             if let Some(stream) = stream.upgrade() {

@@ -14,6 +14,7 @@
 //! of it, gets `InvalidArgument` at once (it would wait for itself); a queue dropped inside
 //! its own host function is released on a helper thread once the function returned.
 
+use smallvec::SmallVec;
 use std::fmt;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 use std::time::Duration;
@@ -560,14 +561,15 @@ impl Queue {
                     }
                     check_args(kernel, args, &self.entry.device, &self.generation)?;
                     // Lock every distinct buffer once, exclusively, in address order.
-                    let mut buffers: Vec<&Buffer> =
+                    // On the stack for up to 8 arguments (no allocation per launch).
+                    let mut buffers: SmallVec<[&Buffer; 8]> =
                         args.iter().filter_map(Arg::buffer_of).collect();
-                    buffers.sort_by_key(|b| b.entry_ptr());
+                    buffers.sort_unstable_by_key(|b| b.entry_ptr());
                     buffers.dedup_by_key(|b| b.entry_ptr());
-                    let guards: Vec<RwLockWriteGuard<'_, Option<Allocation>>> =
+                    let guards: SmallVec<[RwLockWriteGuard<'_, Option<Allocation>>; 8]> =
                         buffers.iter().map(|b| b.lock_exclusive()).collect();
-                    let mut raw_args: Vec<KernelArg<'_, dyn DynBuffer>> =
-                        Vec::with_capacity(args.len());
+                    let mut raw_args: SmallVec<[KernelArg<'_, dyn DynBuffer>; 8]> =
+                        SmallVec::with_capacity(args.len());
                     for arg in args {
                         raw_args.push(match arg.buffer_of() {
                             Some(b) => {

@@ -207,6 +207,9 @@ pub(crate) struct Generation {
     setup_order: AtomicU64,
     /// The process's IPC state: the sender-side cache and the endpoints (see `crate::ipc`).
     pub(crate) ipc: crate::ipc::endpoint::Shared,
+    /// Every device with its backend, in platform order, once every platform was tried:
+    /// `Offload::devices` then lists them without taking the state's lock.
+    listed: std::sync::OnceLock<Box<[(DeviceKey, BackendKind)]>>,
 }
 
 impl Generation {
@@ -265,7 +268,34 @@ impl Generation {
             loads: AtomicUsize::new(0),
             setup_order: AtomicU64::new(0),
             ipc,
+            listed: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Every device with its backend, in platform order (opening every platform not tried
+    /// yet); `Error::ShutDown` once shutdown has begun. After the first call, a lookup
+    /// with no lock: the list is fixed once every platform was tried.
+    pub(crate) fn listed(&self) -> Result<&[(DeviceKey, BackendKind)]> {
+        if let Some(list) = self.listed.get() {
+            // No new device handle once shutdown has begun (L3).
+            return match self.is_closing() {
+                false => Ok(list),
+                true => Err(Error::shut_down()),
+            };
+        }
+        let list: Box<[(DeviceKey, BackendKind)]> = self.with_live(|live| {
+            Ok((0..live.platforms.len())
+                .flat_map(|index| live.devices_of(index, &self.config))
+                .map(|(key, _)| (key, live.backend(key)))
+                .collect())
+        })?;
+        // Never `get_or_init`, which would block a racing caller where the model check
+        // cannot see it: the loser of a race drops its own, equal list.
+        let _ = self.listed.set(list);
+        self.listed
+            .get()
+            .map(|l| &l[..])
+            .ok_or_else(Error::shut_down)
     }
 
     /// Opens every platform not tried yet (for the queries that list them all).

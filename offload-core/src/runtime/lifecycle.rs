@@ -795,12 +795,12 @@ impl<P> Offload<Ready, P> {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn devices(&self) -> Result<Vec<Device>> {
-        self.live_call(|live, generation| {
-            (0..live.platforms.len())
-                .flat_map(|index| live.devices_of(index, &generation.config))
-                .map(|(key, _)| Device::new(generation.clone(), key, live.backend(key)))
-                .collect()
-        })
+        let generation = &self.state.generation;
+        Ok(generation
+            .listed()?
+            .iter()
+            .map(|&(key, backend)| Device::new(generation.clone(), key, backend))
+            .collect())
     }
 
     /// The platforms that opened, with their device counts. Opens every platform not

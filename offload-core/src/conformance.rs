@@ -290,6 +290,7 @@ fn variant(e: &Error) -> String {
         Error::Callback { .. } => "Callback",
         Error::Multiple(_) => "Multiple",
         Error::DriverNotFound { .. } => "DriverNotFound",
+        Error::NoDevice { .. } => "NoDevice",
         Error::Unsupported { .. } => "Unsupported",
         Error::Ipc { .. } => "Ipc",
         Error::Quarantined { .. } => "Quarantined",

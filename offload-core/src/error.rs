@@ -125,14 +125,30 @@ pub enum Error {
     #[error("{} errors: {}", .0.len(), join(.0))]
     Multiple(Vec<Error>),
 
-    /// The backend's driver library could not be opened or lacks a required symbol.
-    #[error("{backend}: driver not found: {library}: {reason}")]
+    /// The backend's driver library could not be opened, lacks a required symbol, or has
+    /// no driver behind it (a loader without an installed driver).
+    #[error("{}", driver_not_found_text(*backend, library, reason))]
     DriverNotFound {
         /// Backend whose driver is missing.
         backend: BackendKind,
         /// The library that was looked for.
         library: String,
         /// What the dynamic loader said.
+        reason: String,
+    },
+
+    /// The backend's driver loaded and initialised but found no device it can use (a
+    /// machine without that vendor's GPU, or one this process may not open).
+    #[error(
+        "{backend}: no device: {library} loaded, but {reason} (this machine has no {backend} \
+         device this process can use; `offload-info` lists the devices offload finds)"
+    )]
+    NoDevice {
+        /// Backend asked.
+        backend: BackendKind,
+        /// The driver library that loaded.
+        library: String,
+        /// What the driver said (its call and code).
         reason: String,
     },
 
@@ -230,6 +246,20 @@ impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Display::fmt(self, f)
     }
+}
+
+/// `cuda: driver not found: libcuda.so.1 (cannot open shared object file: …); install …`:
+/// the library named once (the dynamic loader's message repeats it), and what to do.
+fn driver_not_found_text(backend: BackendKind, library: &str, reason: &str) -> String {
+    let reason = reason
+        .strip_prefix(library)
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(reason);
+    format!(
+        "{backend}: driver not found: {library} ({reason}); install the {backend} driver, or \
+         leave {backend} out of the backends asked for (OFFLOAD_BACKENDS, \
+         `Offload::builder().backends(..)`)"
+    )
 }
 
 fn backend_prefix(backend: &Option<BackendKind>) -> String {
@@ -343,7 +373,7 @@ impl Error {
                 }
             }
             Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.rename_call(from, to)),
-            Error::Callback { .. } | Error::DriverNotFound { .. } => {}
+            Error::Callback { .. } | Error::DriverNotFound { .. } | Error::NoDevice { .. } => {}
         }
     }
 
@@ -368,4 +398,57 @@ pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic with a non-string payload".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_driver_names_its_library_once_and_says_what_to_do() {
+        let e = Error::DriverNotFound {
+            backend: BackendKind::Cuda,
+            library: "libcuda.so.1".into(),
+            reason: "libcuda.so.1: cannot open shared object file: No such file or directory"
+                .into(),
+        };
+        let text = e.to_string();
+        assert_eq!(text.matches("libcuda.so.1").count(), 1, "{text}");
+        assert!(
+            text.starts_with(
+                "cuda: driver not found: libcuda.so.1 (cannot open shared object file"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("install the cuda driver"), "{text}");
+        assert!(text.contains("OFFLOAD_BACKENDS"), "{text}");
+        // A reason that does not repeat the library is kept whole.
+        let e = Error::DriverNotFound {
+            backend: BackendKind::Ze,
+            library: "libze_loader.so.1".into(),
+            reason: "missing symbol zeInit".into(),
+        };
+        assert!(
+            e.to_string()
+                .contains("libze_loader.so.1 (missing symbol zeInit)")
+        );
+    }
+
+    #[test]
+    fn no_device_says_the_driver_loaded_and_what_it_answered() {
+        let e = Error::NoDevice {
+            backend: BackendKind::Hip,
+            library: "libamdhip64.so.5".into(),
+            reason: "hipGetDeviceCount: hipErrorNoDevice (100)".into(),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "hip: no device: libamdhip64.so.5 loaded, but hipGetDeviceCount: \
+                 hipErrorNoDevice (100)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("offload-info"), "{text}");
+    }
 }

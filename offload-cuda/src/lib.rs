@@ -8,9 +8,10 @@
 //!
 //! - **Platform** ([`CudaPlatform`]): opening it loads the driver, reads its entry points,
 //!   calls `cuInit(0)`, counts the devices and retains each one's primary context
-//!   (`cuDevicePrimaryCtxRetain`). A missing library or required symbol, a failing
-//!   `cuInit` or no device is `Error::DriverNotFound` naming the call and its code, e.g.
-//!   `cuInit: CUDA_ERROR_NO_DEVICE (100)`: an absent platform, never a panic. Other driver
+//!   (`cuDevicePrimaryCtxRetain`). A missing library or required symbol, or a failing
+//!   `cuInit`, is `Error::DriverNotFound`; a driver that answers "no device" (`cuInit:
+//!   CUDA_ERROR_NO_DEVICE (100)`, no devices counted) is `Error::NoDevice` naming the call
+//!   and its code: an absent platform, never a panic. Other driver
 //!   failures are `Error::Driver` with the `CUresult` as `code`. `deinit` lets go of the
 //!   contexts (released with the last object made in them; objects still alive are
 //!   reported as leaked). The context is made current on the calling thread before every
@@ -49,9 +50,10 @@
 //!         }
 //!         cuda.deinit()?;
 //!     }
-//!     // On a machine without CUDA: "cuda: driver not found: libcuda.so.1: cannot open
-//!     // shared object file: No such file or directory".
-//!     Err(e @ Error::DriverNotFound { .. }) => println!("{e}"),
+//!     // On a machine without CUDA: "cuda: driver not found: libcuda.so.1 (cannot open
+//!     // shared object file: No such file or directory); install the cuda driver, …";
+//!     // with the driver but no GPU, `Error::NoDevice`.
+//!     Err(e @ (Error::DriverNotFound { .. } | Error::NoDevice { .. })) => println!("{e}"),
 //!     Err(e) => return Err(e),
 //! }
 //! # Ok::<(), Error>(())

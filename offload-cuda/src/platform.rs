@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use offload_core::{BackendKind, DeviceInfo, Result};
-use offload_driver::{Failure, OpenedApi, driver_not_found};
+use offload_driver::{Failure, OpenedApi, driver_not_found, no_device};
 
 use crate::context::Context;
 use crate::ffi::{self, CUDA_ERROR_NO_DEVICE, sys};
@@ -17,21 +17,26 @@ fn driver_error(call: &'static str) -> impl Fn(Failure) -> offload_core::Error {
 }
 
 /// Loads the driver, `cuInit(0)`, counts the devices and retains each one's primary
-/// context. No driver, a failing `cuInit` or no device is `DriverNotFound`.
+/// context. No driver or a failing `cuInit` is `DriverNotFound`; no device is `NoDevice`.
 pub(crate) fn open() -> Result<OpenedApi<ffi::Driver>> {
     let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
-    driver
-        .init()
-        .map_err(|failure| driver_not_found(BACKEND, LIBRARY, failure.to_string()))?;
+    driver.init().map_err(|failure| {
+        // The driver loaded and answered: no GPU (or none this process may use).
+        if failure.code == i64::from(CUDA_ERROR_NO_DEVICE) {
+            no_device(BACKEND, LIBRARY, failure.to_string())
+        } else {
+            driver_not_found(BACKEND, LIBRARY, failure.to_string())
+        }
+    })?;
     let count = match driver.device_count() {
         Ok(count) => count,
         Err(failure) if failure.code == i64::from(CUDA_ERROR_NO_DEVICE) => {
-            return Err(driver_not_found(BACKEND, LIBRARY, failure.to_string()));
+            return Err(no_device(BACKEND, LIBRARY, failure.to_string()));
         }
         Err(failure) => return Err(driver_error("Offload::init")(failure)),
     };
     if count <= 0 {
-        return Err(driver_not_found(
+        return Err(no_device(
             BACKEND,
             LIBRARY,
             format!("cuDeviceGetCount: {count} devices"),

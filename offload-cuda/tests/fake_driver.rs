@@ -74,7 +74,7 @@ fn typed_properties_are_what_the_driver_answers_and_none_where_it_does_not() {
 }
 
 #[test]
-fn a_failing_init_or_no_device_is_driver_not_found() {
+fn a_failing_init_is_driver_not_found_and_no_device_is_no_device() {
     let Some(dir) = FAKE.build("absent", "libcuda.so.1", &[]) else {
         return;
     };
@@ -84,9 +84,15 @@ fn a_failing_init_or_no_device_is_driver_not_found() {
              reason: \"{reason}\" }}"
         )
     };
+    let no_device = |reason: &str| {
+        format!(
+            "error NoDevice {{ backend: Cuda, library: \"libcuda.so.1\", \
+             reason: \"{reason}\" }}"
+        )
+    };
     assert_eq!(
         FAKE.run(&dir, "open", &[("FAKE_CU_INIT", "100")]),
-        not_found("cuInit: CUDA_ERROR_NO_DEVICE (100)")
+        no_device("cuInit: CUDA_ERROR_NO_DEVICE (100)")
     );
     assert_eq!(
         FAKE.run(&dir, "open", &[("FAKE_CU_INIT", "999")]),
@@ -94,16 +100,16 @@ fn a_failing_init_or_no_device_is_driver_not_found() {
     );
     assert_eq!(
         FAKE.run(&dir, "open", &[("FAKE_CU_COUNT_RESULT", "100")]),
-        not_found("cuDeviceGetCount: CUDA_ERROR_NO_DEVICE (100)")
+        no_device("cuDeviceGetCount: CUDA_ERROR_NO_DEVICE (100)")
     );
     assert_eq!(
         FAKE.run(&dir, "open", &[("FAKE_CU_COUNT", "0")]),
-        not_found("cuDeviceGetCount: 0 devices")
+        no_device("cuDeviceGetCount: 0 devices")
     );
     // Through the runtime, the platform it was asked for fails start with that reason.
     assert_eq!(
         FAKE.run(&dir, "runtime", &[("FAKE_CU_INIT", "100")]),
-        not_found("cuInit: CUDA_ERROR_NO_DEVICE (100)")
+        no_device("cuInit: CUDA_ERROR_NO_DEVICE (100)")
     );
 }
 

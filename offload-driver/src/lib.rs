@@ -69,7 +69,7 @@ pub mod testing;
 // `unsafe trait` whose contract its `unsafe` code relies on, each use narrowly allowed.
 mod vendor;
 
-pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported};
+pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported, no_device};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
 pub use functions::check_symbol_table;
 pub use host_fn::{

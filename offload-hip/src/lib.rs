@@ -10,10 +10,11 @@
 //! - **Platform** ([`HipPlatform`]): opening it loads the runtime, reads its entry points,
 //!   calls `hipInit(0)` and counts the devices. A runtime that no name loads, or that lacks
 //!   a required symbol, is `Error::DriverNotFound` with the dynamic loader's messages (or
-//!   `missing symbol X`); so is a runtime that fails `hipInit` or has no device, with a
-//!   reason naming the calls and their codes. ROCm 5 on a machine without an AMD GPU
-//!   answers `hipInit: hipErrorInvalidDevice (101); hipGetDeviceCount: hipErrorNoDevice
-//!   (100)` (when `hipInit` fails, `hipGetDeviceCount` is asked too, for the reason). The
+//!   `missing symbol X`); so is a runtime that fails `hipInit` otherwise. A runtime that
+//!   answers "no device" is `Error::NoDevice`, with a reason naming the calls and their
+//!   codes: ROCm 5 on a machine without an AMD GPU answers `hipInit:
+//!   hipErrorInvalidDevice (101); hipGetDeviceCount: hipErrorNoDevice (100)` (when
+//!   `hipInit` fails, `hipGetDeviceCount` is asked too, for the reason). The
 //!   runtime then lists the platform as unavailable with that reason: a missing driver is an
 //!   absent platform, never a panic. Other HIP failures are `Error::Driver` with the
 //!   `hipError_t` as `code`. The device is made current (`hipSetDevice`) on the calling
@@ -84,9 +85,10 @@
 //!         }
 //!         hip.deinit()?;
 //!     }
-//!     // With ROCm 5 installed but no AMD GPU: "hip: driver not found: libamdhip64.so.5:
-//!     // hipInit: hipErrorInvalidDevice (101); hipGetDeviceCount: hipErrorNoDevice (100)".
-//!     Err(e @ Error::DriverNotFound { .. }) => println!("{e}"),
+//!     // With ROCm 5 installed but no AMD GPU: "hip: no device: libamdhip64.so.5 loaded,
+//!     // but hipInit: hipErrorInvalidDevice (101); hipGetDeviceCount: hipErrorNoDevice
+//!     // (100) (…)"; without the runtime, `Error::DriverNotFound`.
+//!     Err(e @ (Error::DriverNotFound { .. } | Error::NoDevice { .. })) => println!("{e}"),
 //!     Err(e) => return Err(e),
 //! }
 //! # Ok::<(), Error>(())

@@ -8,7 +8,9 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use offload_core::{BackendKind, DeviceInfo, Error, Result};
-use offload_driver::{DeviceCore, Failure, LaunchLimits, OpenedApi, StreamApi, driver_not_found};
+use offload_driver::{
+    DeviceCore, Failure, LaunchLimits, OpenedApi, StreamApi, driver_not_found, no_device,
+};
 
 use crate::BACKEND;
 use crate::ffi::{self, HIP_ERROR_NO_DEVICE, sys};
@@ -58,33 +60,32 @@ fn read_limits(driver: &ffi::Driver, ordinal: c_int) -> LaunchLimits {
 }
 
 /// Loads the runtime, `hipInit(0)`, counts the devices. No runtime, a failing `hipInit`
-/// or no device is `DriverNotFound`.
+/// is `DriverNotFound`; a runtime that answers "no device" is `NoDevice`.
 #[allow(unsafe_code)]
 pub(crate) fn open() -> Result<OpenedApi<ffi::Driver>> {
     let driver = ffi::Driver::open().map_err(|e| e.into_error(BACKEND))?;
     if let Err(init) = driver.init() {
         // ROCm 5 fails hipInit with hipErrorInvalidDevice when there is no GPU;
         // hipGetDeviceCount then says hipErrorNoDevice. Report both.
-        let reason = match driver.device_count() {
-            Err(count) => format!("{init}; {count}"),
-            Ok(_) => init.to_string(),
-        };
-        return Err(driver_not_found(BACKEND, driver.library(), reason));
+        return Err(match driver.device_count() {
+            // The runtime loaded and answered: there is no device.
+            Err(count) if count.code == i64::from(HIP_ERROR_NO_DEVICE) => {
+                no_device(BACKEND, driver.library(), format!("{init}; {count}"))
+            }
+            Err(count) => driver_not_found(BACKEND, driver.library(), format!("{init}; {count}")),
+            Ok(_) => driver_not_found(BACKEND, driver.library(), init.to_string()),
+        });
     }
     let on_init = driver_error("Offload::init");
     let count = match driver.device_count() {
         Ok(count) => count,
         Err(failure) if failure.code == i64::from(HIP_ERROR_NO_DEVICE) => {
-            return Err(driver_not_found(
-                BACKEND,
-                driver.library(),
-                failure.to_string(),
-            ));
+            return Err(no_device(BACKEND, driver.library(), failure.to_string()));
         }
         Err(failure) => return Err(on_init(failure)),
     };
     if count <= 0 {
-        return Err(driver_not_found(
+        return Err(no_device(
             BACKEND,
             driver.library(),
             format!("hipGetDeviceCount: {count} devices"),

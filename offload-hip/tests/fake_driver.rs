@@ -70,13 +70,19 @@ fn the_runtime_lists_the_devices_and_deinitialises() {
 }
 
 #[test]
-fn a_failing_init_or_no_device_is_driver_not_found() {
+fn a_failing_init_is_driver_not_found_and_no_device_is_no_device() {
     let Some(dir) = FAKE.build("absent", "libamdhip64.so", &[]) else {
         return;
     };
     let not_found = |reason: &str| {
         format!(
             "error DriverNotFound {{ backend: Hip, library: \"libamdhip64.so\", \
+             reason: \"{reason}\" }}"
+        )
+    };
+    let no_device = |reason: &str| {
+        format!(
+            "error NoDevice {{ backend: Hip, library: \"libamdhip64.so\", \
              reason: \"{reason}\" }}"
         )
     };
@@ -87,7 +93,7 @@ fn a_failing_init_or_no_device_is_driver_not_found() {
             "open",
             &[("FAKE_HIP_INIT", "101"), ("FAKE_HIP_COUNT_RESULT", "100")]
         ),
-        not_found(
+        no_device(
             "hipInit: hipErrorInvalidDevice (101); hipGetDeviceCount: hipErrorNoDevice (100)"
         )
     );
@@ -97,16 +103,16 @@ fn a_failing_init_or_no_device_is_driver_not_found() {
     );
     assert_eq!(
         FAKE.run(&dir, "open", &[("FAKE_HIP_COUNT_RESULT", "100")]),
-        not_found("hipGetDeviceCount: hipErrorNoDevice (100)")
+        no_device("hipGetDeviceCount: hipErrorNoDevice (100)")
     );
     assert_eq!(
         FAKE.run(&dir, "open", &[("FAKE_HIP_COUNT", "0")]),
-        not_found("hipGetDeviceCount: 0 devices")
+        no_device("hipGetDeviceCount: 0 devices")
     );
     // Through the runtime, the platform it was asked for fails start with that reason.
     assert_eq!(
         FAKE.run(&dir, "runtime", &[("FAKE_HIP_COUNT_RESULT", "100")]),
-        not_found("hipGetDeviceCount: hipErrorNoDevice (100)")
+        no_device("hipGetDeviceCount: hipErrorNoDevice (100)")
     );
 }
 
@@ -178,7 +184,7 @@ fn a_versioned_soname_is_found_when_the_development_link_is_missing() {
     }
     assert_eq!(
         result,
-        "error DriverNotFound { backend: Hip, library: \"libamdhip64.so.7\", \
+        "error NoDevice { backend: Hip, library: \"libamdhip64.so.7\", \
          reason: \"hipGetDeviceCount: 0 devices\" }"
     );
 }

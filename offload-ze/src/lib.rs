@@ -13,7 +13,8 @@
 //!   and makes one context per driver (`zeContextCreate`), destroyed with the last object
 //!   made in it. A missing loader or a missing required symbol is `Error::DriverNotFound`
 //!   with the dynamic loader's message (or `missing symbol X`); so is a loader that
-//!   initialises no driver or finds no device, with a reason naming the call and its code.
+//!   initialises no driver, with a reason naming the call and its code. Drivers that find
+//!   no device are `Error::NoDevice`.
 //!   The loader without any driver installed answers `zeInit: ZE_RESULT_ERROR_UNINITIALIZED
 //!   (0x78000001): no Level Zero driver could be initialised`. The runtime then lists the
 //!   platform as unavailable with that reason: a missing driver is an absent platform,
@@ -77,10 +78,10 @@
 //!         }
 //!         ze.deinit()?;
 //!     }
-//!     // With the loader but no driver: "ze: driver not found: libze_loader.so.1: zeInit:
+//!     // With the loader but no driver: "ze: driver not found: libze_loader.so.1 (zeInit:
 //!     // ZE_RESULT_ERROR_UNINITIALIZED (0x78000001): no Level Zero driver could be
-//!     // initialised".
-//!     Err(e @ Error::DriverNotFound { .. }) => println!("{e}"),
+//!     // initialised); install …"; with a driver but no device, `Error::NoDevice`.
+//!     Err(e @ (Error::DriverNotFound { .. } | Error::NoDevice { .. })) => println!("{e}"),
 //!     Err(e) => return Err(e),
 //! }
 //! # Ok::<(), Error>(())

@@ -12,7 +12,7 @@ use offload_core::hal::{self, HostFn, ImageFormat, KernelOf};
 use offload_core::{
     BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind, Result,
 };
-use offload_driver::{Failure, LaunchLimits, driver_not_found};
+use offload_driver::{Failure, LaunchLimits, driver_not_found, no_device};
 
 use crate::ffi::{self, ContextHandle, DeviceHandle, DriverHandle, ListHandle};
 use crate::memory::ZeBuffer;
@@ -270,7 +270,7 @@ impl hal::Platform for ZePlatform {
             }
         }
         if found.is_empty() {
-            return Err(driver_not_found(
+            return Err(no_device(
                 BACKEND,
                 LIBRARY,
                 format!("zeDeviceGet: 0 devices on {} driver(s)", drivers.len()),

@@ -81,6 +81,13 @@ fn no_driver_or_no_device_is_driver_not_found() {
              reason: \"{reason}\" }}"
         )
     };
+    // Drivers that load and find no device.
+    let no_device = |reason: &str| {
+        format!(
+            "error NoDevice {{ backend: Ze, library: \"libze_loader.so.1\", \
+             reason: \"{reason}\" }}"
+        )
+    };
     // What the real loader answers without a driver.
     assert_eq!(
         FAKE.run(&dir, "open", &[("FAKE_ZE_INIT", "2013265921")]),
@@ -103,7 +110,7 @@ fn no_driver_or_no_device_is_driver_not_found() {
             "open",
             &[("FAKE_ZE_DEVICES", "0"), ("FAKE_ZE_DRIVERS", "2")]
         ),
-        not_found("zeDeviceGet: 0 devices on 2 driver(s)")
+        no_device("zeDeviceGet: 0 devices on 2 driver(s)")
     );
     // Through the runtime, the platform it was asked for fails start with that reason.
     assert_eq!(

@@ -248,6 +248,13 @@ fn fields(e: &Error) -> String {
         } => format!(
             "DriverNotFound {{ backend: {backend:?}, library: {library:?}, reason: {reason:?} }}"
         ),
+        Error::NoDevice {
+            backend,
+            library,
+            reason,
+        } => {
+            format!("NoDevice {{ backend: {backend:?}, library: {library:?}, reason: {reason:?} }}")
+        }
         Error::Driver {
             backend,
             call,

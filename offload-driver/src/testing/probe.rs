@@ -1,10 +1,11 @@
 //! Probing for a vendor's real driver on the machine the tests run on, the same way for
 //! every vendor backend: opening the platform directly and starting a runtime with it.
 //! Without the driver library, or with one that finds no device (CI installs Debian's HIP
-//! runtime and Level Zero loader on a machine without a GPU), both are
-//! `Error::DriverNotFound` naming the backend, the library and the reason — the dynamic
-//! loader's message, or the driver's own calls and codes — an absent platform, never a
-//! panic, and a failed probe counts no open. On a machine with a device the same tests
+//! runtime and Level Zero loader on a machine without a GPU), the first is
+//! `Error::DriverNotFound` (the library named once, the dynamic loader's message, what to
+//! do) and the second `Error::NoDevice` (the driver's own call and code) or, where no driver
+//! stands behind a loader, `DriverNotFound` with those calls — each naming the backend, an
+//! absent platform, never a panic, and a failed probe counts no open. On a machine with a device the same tests
 //! check the devices instead: each describes itself and allocates.
 
 use offload_core::hal::{Device, Platform};
@@ -44,17 +45,39 @@ impl Probe {
     /// found no device, `false` when the library is absent (after printing SKIP where that
     /// is not expected).
     fn check_not_found<B: Platform>(&self, e: &Error) -> bool {
-        let Error::DriverNotFound {
+        let (Error::DriverNotFound {
             backend,
             library,
             reason,
-        } = e
+        }
+        | Error::NoDevice {
+            backend,
+            library,
+            reason,
+        }) = e
         else {
-            panic!("expected DriverNotFound, got {e:?}");
+            panic!("expected DriverNotFound or NoDevice, got {e:?}");
         };
         assert_eq!(*backend, B::KIND);
         assert!(self.libraries.contains(&library.as_str()), "{library}");
-        assert!(e.to_string().contains(library.as_str()), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(library.as_str()), "{e}");
+        // The library is named once: the loader's message, which repeats it, is trimmed.
+        assert_eq!(text.matches(library.as_str()).count(), 1, "{e}");
+        if matches!(e, Error::NoDevice { .. }) {
+            // The driver loaded and said there is no device: the error says so, with the
+            // call and code, and says what it means.
+            assert!(
+                self.calls.iter().any(|call| reason.contains(call)),
+                "NoDevice names the driver call that found no device: {e}"
+            );
+            assert!(text.contains("no device"), "{e}");
+            assert!(text.contains("loaded, but"), "{e}");
+            eprintln!("{} found, no device: {e}", self.what);
+            return true;
+        }
+        // What to do about a missing driver is part of the text.
+        assert!(text.contains("install the"), "{e}");
         if self.calls.iter().any(|call| reason.starts_with(call)) {
             assert!(
                 self.no_device.is_empty() || self.no_device.iter().any(|c| reason.contains(c)),
@@ -129,8 +152,13 @@ impl Probe {
             .start();
         match started {
             Err(e) => {
-                let prefix = format!("{}: driver not found: ", B::KIND.name());
-                assert!(e.to_string().starts_with(&prefix), "{e}");
+                let kind = B::KIND.name();
+                let text = e.to_string();
+                assert!(
+                    text.starts_with(&format!("{kind}: driver not found: "))
+                        || text.starts_with(&format!("{kind}: no device: ")),
+                    "{e}"
+                );
                 self.check_not_found::<B>(&e);
             }
             Ok(rt) => {

@@ -1,8 +1,10 @@
 //! Typed buffers: [`TypedBuffer<T>`] is a [`Buffer`] of `len` elements of a plain-old-data
 //! type, with copies in elements instead of bytes, and [`BufferView`]s of element ranges
 //! that can be passed to kernels. The byte API stays underneath
-//! ([`TypedBuffer::as_bytes`]); nothing here adds a check the byte calls do not make, so
-//! the typed calls cost what the byte calls cost (see the `typed` benchmark).
+//! ([`TypedBuffer::as_bytes`]). A typed call checks its range in elements first (one
+//! comparison, so that its error names the typed call and the elements, not the bytes
+//! underneath), then makes the byte call: the typed calls cost what the byte calls cost
+//! (see the `typed` benchmark).
 //!
 //! Element types are [`bytemuck::Pod`]: every bit pattern is a value and there is no
 //! padding, so bytes a kernel wrote can be read as `T` without `unsafe`. Derive it for
@@ -236,7 +238,9 @@ impl<T: Pod> TypedBuffer<T> {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        self.whole().to_vec()
+        self.whole()
+            .to_vec()
+            .map_err(|e| e.named_as("BufferView::to_vec", "TypedBuffer::to_vec"))
     }
 
     /// Copies elements starting at `start` into `dst`.
@@ -252,8 +256,10 @@ impl<T: Pod> TypedBuffer<T> {
     /// ```
     pub fn read(&self, start: usize, dst: &mut [T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::read";
-        let at = bytes_of::<T>(CALL, start)?;
-        self.buffer.read(at, bytemuck::cast_slice_mut(dst))
+        let at = self.elements(CALL, start, dst.len())?;
+        self.buffer
+            .read(at, bytemuck::cast_slice_mut(dst))
+            .map_err(|e| e.named_as("Buffer::read", CALL))
     }
 
     /// Copies `src` into the buffer starting at element `start`.
@@ -268,8 +274,26 @@ impl<T: Pod> TypedBuffer<T> {
     /// ```
     pub fn write(&self, start: usize, src: &[T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::write";
-        let at = bytes_of::<T>(CALL, start)?;
-        self.buffer.write(at, bytemuck::cast_slice(src))
+        let at = self.elements(CALL, start, src.len())?;
+        self.buffer
+            .write(at, bytemuck::cast_slice(src))
+            .map_err(|e| e.named_as("Buffer::write", CALL))
+    }
+
+    /// The byte offset of element `start`, once `start..start + n` is checked to lie in
+    /// the buffer; the error names `call` and the elements.
+    fn elements(&self, call: &'static str, start: usize, n: usize) -> Result<usize> {
+        let at = bytes_of::<T>(call, start)?;
+        if start.checked_add(n).is_none_or(|end| end > self.len()) {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "elements {start}..{} are outside {self:?}",
+                    start as u128 + n as u128
+                ),
+            ));
+        }
+        Ok(at)
     }
 
     /// A view of the elements in `range` (checked here: a range outside the buffer is
@@ -379,7 +403,8 @@ impl<T: Pod> BufferView<'_, T> {
         let (offset, _) = self.byte_range(CALL)?;
         let mut out = vec![T::zeroed(); self.len];
         self.buffer
-            .read(offset, bytemuck::cast_slice_mut(&mut out))?;
+            .read(offset, bytemuck::cast_slice_mut(&mut out))
+            .map_err(|e| e.named_as("Buffer::read", CALL))?;
         Ok(out)
     }
 
@@ -408,7 +433,9 @@ impl<T: Pod> BufferView<'_, T> {
                 ),
             ));
         }
-        self.buffer.write(offset, bytemuck::cast_slice(src))
+        self.buffer
+            .write(offset, bytemuck::cast_slice(src))
+            .map_err(|e| e.named_as("Buffer::write", CALL))
     }
 
     /// The view as a kernel argument (also `Arg::from(&view)`, or `&view` in `args!`).
@@ -470,5 +497,65 @@ impl<T: Pod> fmt::Debug for BufferView<'_, T> {
             self.start as u128 + self.len as u128,
             self.buffer
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Error;
+    use crate::reference::Offload;
+
+    #[test]
+    fn typed_calls_name_themselves_and_elements() {
+        let rt = Offload::init().unwrap();
+        let dev = rt.devices().unwrap().remove(0);
+        let buf = dev.alloc_zeros::<f32>(8).unwrap().label("x");
+        let mut four = [0f32; 4];
+        let e = buf.read(6, &mut four).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    call: "TypedBuffer::read",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(text.contains("elements 6..10"), "{text}");
+        assert!(text.contains("8 × f32"), "{text}");
+        assert!(!text.contains("bytes 24"), "{text}"); // not the byte range underneath
+        let e = buf.write(7, &four).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    call: "TypedBuffer::write",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("elements 7..11"), "{e}");
+        // Errors of the byte call underneath carry the typed call's name too.
+        rt.shutdown().unwrap();
+        for e in [
+            buf.read(0, &mut four).unwrap_err(),
+            buf.write(0, &four).unwrap_err(),
+            buf.to_vec().unwrap_err(),
+            buf.slice(1..3).write(&[1.0, 2.0]).unwrap_err(),
+        ] {
+            assert!(matches!(e, Error::ShutDown { .. }), "{e}");
+            let text = e.to_string();
+            assert!(
+                !text.contains("Buffer::read") || text.contains("TypedBuffer::"),
+                "{text}"
+            );
+            assert!(
+                text.contains("TypedBuffer::") || text.contains("BufferView::"),
+                "{text}"
+            );
+        }
     }
 }

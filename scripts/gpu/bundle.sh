@@ -83,7 +83,7 @@ build test --no-run -p offload-cuda --all-features |
 echo "== the paired benchmark against raw driver calls"
 build build -p offload-cuda --bench raw_pair | pick bench "" raw_pair
 echo "== facade tests with the cuda feature"
-build test --no-run -p offload --features cuda,fixtures \
+build test --no-run -p offload-rt --features cuda,fixtures \
     --test after_shutdown --test bad_input --test lifecycle_stress --test reinit \
     --test deinit_errors --test ipc_handles |
     pick facade-test "" after_shutdown bad_input lifecycle_stress reinit deinit_errors ipc_handles

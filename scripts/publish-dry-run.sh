@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Checks that every crate a user needs can be published, in dependency order, and that a
+# user's build works from the packages alone:
+# 1. `cargo publish --workspace --dry-run`: packages each publishable crate (offload-thread,
+#    offload-core, … offload-rt last) and builds each from its package, with the other
+#    workspace packages standing in for crates.io (nothing is uploaded).
+# 2. Unpacks the packages and builds a user crate depending on `offload-rt` with the
+#    `fixtures` feature (the test kernels are compiled from C by offload-host's build
+#    script, from the files its package ships), every crates.io dependency of theirs
+#    resolved as a user's would be.
+# Network: crates.io for the third-party dependencies (offline with a warm cache:
+# OFFLOAD_PUBLISH_OFFLINE=1 passes --offline).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+offline=()
+if [[ "${OFFLOAD_PUBLISH_OFFLINE:-0}" == 1 ]]; then
+    offline=(--offline)
+fi
+# Never published: the benchmark helper and the dlopen test fixture.
+exclude=(--exclude offload-bench --exclude offload-embed)
+
+cargo publish --workspace --dry-run --allow-dirty "${exclude[@]}" "${offline[@]}"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+version=$(cargo metadata --format-version 1 --no-deps "${offline[@]}" |
+    python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "offload-rt"))')
+patches=""
+for crate in target/package/*-"$version".crate; do
+    tar -xzf "$crate" -C "$work"
+    name=$(basename "$crate" "-$version.crate")
+    patches+="$name = { path = \"../$name-$version\" }"$'\n'
+done
+mkdir -p "$work/user/src"
+cat > "$work/user/Cargo.toml" <<TOML
+[package]
+name = "offload-user"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[dependencies]
+offload = { package = "offload-rt", version = "$version", features = ["fixtures"] }
+
+[patch.crates-io]
+$patches
+TOML
+cat > "$work/user/src/main.rs" <<'RS'
+// The README's first example needs the `fixtures` kernels: they must build from the package.
+fn main() {
+    assert!(!offload::host::fixtures::KERNELS.is_empty());
+}
+RS
+CARGO_TARGET_DIR="$PWD/target/package/user" cargo run "${offline[@]}" --quiet \
+    --manifest-path "$work/user/Cargo.toml"
+echo "publish dry run: every crate packaged and verified; offload-rt with fixtures builds from its package"

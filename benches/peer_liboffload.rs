@@ -368,6 +368,23 @@ fn with_runtimes(c: &mut Criterion, ol: &LibOffload) -> Vec<Paired> {
     src.write(0, &data).expect("write src");
     let ol_src: Box<[u8; COPY]> = Box::new(data.clone().try_into().expect("64 bytes"));
     let mut ol_dst: Box<[u8; COPY]> = Box::new([0; COPY]);
+    // liboffload's side of `copy64` and `write64`: one synchronous `olMemcpy`.
+    let mut ol_copy = || {
+        // SAFETY: NULL queue = a synchronous copy (header: "If a queue is not specified,
+        // the memcpy happens synchronously"); both pointers are host memory of COPY bytes,
+        // named with the host platform's device as the header asks, and the two arrays do
+        // not overlap.
+        check("olMemcpy", unsafe {
+            (ol.memcpy)(
+                std::ptr::null_mut(),
+                black_box(ol_dst.as_mut_ptr()).cast(),
+                ol_host,
+                black_box(ol_src.as_ptr()).cast(),
+                ol_host,
+                black_box(COPY),
+            )
+        });
+    };
     reports.push(paired(
         c,
         "copy64",
@@ -378,22 +395,7 @@ fn with_runtimes(c: &mut Criterion, ol: &LibOffload) -> Vec<Paired> {
                 .copy_from(0, black_box(&src), 0, black_box(COPY))
                 .expect("copy_from")
         },
-        || {
-            // SAFETY: NULL queue = a synchronous copy (header: "If a queue is not
-            // specified, the memcpy happens synchronously"); both pointers are host memory
-            // of COPY bytes, named with the host platform's device as the header asks, and
-            // the two arrays do not overlap.
-            check("olMemcpy", unsafe {
-                (ol.memcpy)(
-                    std::ptr::null_mut(),
-                    black_box(ol_dst.as_mut_ptr()).cast(),
-                    ol_host,
-                    black_box(ol_src.as_ptr()).cast(),
-                    ol_host,
-                    black_box(COPY),
-                )
-            });
-        },
+        &mut ol_copy,
     ));
     reports.push(paired(
         c,
@@ -405,19 +407,7 @@ fn with_runtimes(c: &mut Criterion, ol: &LibOffload) -> Vec<Paired> {
                 .write(0, black_box(&data[..]))
                 .expect("write")
         },
-        || {
-            // SAFETY: as for `copy64` above.
-            check("olMemcpy", unsafe {
-                (ol.memcpy)(
-                    std::ptr::null_mut(),
-                    black_box(ol_dst.as_mut_ptr()).cast(),
-                    ol_host,
-                    black_box(ol_src.as_ptr()).cast(),
-                    ol_host,
-                    black_box(COPY),
-                )
-            });
-        },
+        &mut ol_copy,
     ));
     let mut out = [0u8; COPY];
     dst.read(0, &mut out).expect("read dst");

@@ -1,17 +1,26 @@
 //! The host backend's C compiler: finding the system's (`$CC`, else `cc` on `PATH`), naming
-//! it for the compile cache (probed once per compiler and process), and compiling one
-//! [`Source`] into a shared object in a private temporary directory that is removed
-//! whatever happens.
+//! it for the compile cache, and compiling one [`Source`] into a shared object in a private
+//! temporary directory that is removed whatever happens.
+//!
+//! Naming a compiler means running it three times (`--version`, `-dumpfullversion`,
+//! `-dumpmachine`): milliseconds, which a fresh process whose program is in the disk cache
+//! would otherwise pay before its first launch. So the answer is probed once per compiler
+//! and process, and also remembered across processes in the compile cache's directory (see
+//! [`remembered`]), under the [`stamp`] of the compiler's file (inode, size, times: what
+//! any change to the compiler changes), which costs a fresh process no more than the
+//! `stat` that finding the compiler does anyway.
 //!
 //! No shell is involved: the compiler runs with an argument vector, the user's options one
 //! argument each.
 
 use std::collections::hash_map::RandomState;
 use std::ffi::OsString;
-use std::fs::{self, DirBuilder, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,18 +74,20 @@ fn compile_error(log: impl Into<String>) -> Error {
     }
 }
 
-/// The compiler the host uses for `language`: `Some` for C, `None` for the rest.
-pub(crate) fn compiler(language: Language) -> Result<Option<CompilerId>> {
+/// The compiler the host uses for `language`: `Some` for C, `None` for the rest. `cache`
+/// is the compile cache's directory, where the identity is remembered across processes.
+pub(crate) fn compiler(language: Language, cache: Option<&Path>) -> Result<Option<CompilerId>> {
     match language {
-        Language::C => Ok(Some(find()?.id)),
+        Language::C => Ok(Some(find(cache)?.id)),
         _ => Ok(None),
     }
 }
 
 /// The C compiler `$CC` names (a program name looked up on `PATH`, or a path), else `cc`
-/// on `PATH`, with its identity.
-fn find() -> Result<Cc> {
-    let program = resolve()?;
+/// on `PATH`, with its identity: known to this process already, else remembered in
+/// `cache` for the compiler's current file, else probed (and remembered there).
+fn find(cache: Option<&Path>) -> Result<Cc> {
+    let (program, file) = resolve()?;
     let slot = {
         let mut probed = lock(&PROBED);
         match probed.iter().find(|(p, _)| *p == program) {
@@ -95,7 +106,7 @@ fn find() -> Result<Cc> {
             id: id.clone(),
         });
     }
-    let probed = probe(&program)?;
+    let probed = identify(&program, &file, cache)?;
     *id = Some(probed.clone());
     Ok(Cc {
         program,
@@ -103,8 +114,9 @@ fn find() -> Result<Cc> {
     })
 }
 
-/// The program `$CC` (or `cc`) names, checked to be an executable file.
-fn resolve() -> Result<PathBuf> {
+/// The program `$CC` (or `cc`) names, checked to be an executable file, and what `stat`
+/// says of that file.
+fn resolve() -> Result<(PathBuf, fs::Metadata)> {
     let cc = std::env::var_os("CC").filter(|v| !v.is_empty());
     let named = cc.clone().unwrap_or_else(|| OsString::from("cc"));
     let shown = named.to_string_lossy().into_owned();
@@ -119,12 +131,11 @@ fn resolve() -> Result<PathBuf> {
     };
     if shown.contains('/') {
         let path = PathBuf::from(&named);
-        return if executable(&path) {
-            Ok(path)
-        } else {
-            Err(compile_error(format!(
+        return match executable(&path) {
+            Some(file) => Ok((path, file)),
+            None => Err(compile_error(format!(
                 "no C compiler: {what} is not an executable file{hint}"
-            )))
+            ))),
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -132,7 +143,7 @@ fn resolve() -> Result<PathBuf> {
         // An empty entry would mean the current directory: never run a compiler from there.
         .filter(|dir| dir.is_absolute())
         .map(|dir| dir.join(&named))
-        .find(|candidate| executable(candidate))
+        .find_map(|candidate| executable(&candidate).map(|file| (candidate, file)))
         .ok_or_else(|| {
             let set = if cc.is_some() { "" } else { " (set CC to one)" };
             compile_error(format!(
@@ -141,8 +152,10 @@ fn resolve() -> Result<PathBuf> {
         })
 }
 
-fn executable(path: &Path) -> bool {
-    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+fn executable(path: &Path) -> Option<fs::Metadata> {
+    fs::metadata(path)
+        .ok()
+        .filter(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Runs `program` with `args` and returns its output, or `None` if it could not run or
@@ -179,9 +192,186 @@ fn probe(program: &Path) -> Result<CompilerId> {
     Ok(CompilerId::new(identity, target))
 }
 
+/// The identity of `program` (`stat` says `file` of the file it runs): remembered in the
+/// compile cache's directory `cache` for this very file, else probed, then remembered
+/// there if the file was checked to be a compiler's own and did not change meanwhile.
+fn identify(program: &Path, file: &fs::Metadata, cache: Option<&Path>) -> Result<CompilerId> {
+    let Some(dir) = cache else {
+        return probe(program);
+    };
+    let stamp = stamp(program, file);
+    if let Some(id) = remembered::read(dir, program, &stamp) {
+        return Ok(id);
+    }
+    let checked = own_compiler(program, &stamp);
+    let id = probe(program)?;
+    let unchanged = fs::metadata(program).is_ok_and(|now| self::stamp(program, &now) == stamp);
+    if let Some(home) = checked.filter(|_| unchanged) {
+        remembered::write(dir, program, &stamp, &home, &id);
+    }
+    Ok(id)
+}
+
+/// Compiler drivers that run another compiler (found on `PATH`, or configured): what they
+/// print depends on more than their own file, so they are probed in every process.
+const WRAPPERS: &[&str] = &["ccache", "sccache", "distcc", "icecc", "buildcache"];
+
+/// What identifies the file `program` runs, without running it or even opening it (its
+/// `stat`, which resolving the program took already): the path, and the file's device,
+/// inode, size, modification and change times (nanoseconds) and mode.
+///
+/// Whatever replaces or alters the compiler changes it: a package upgrade writes a new
+/// file (another inode, new times), an in-place write or a `chmod` moves the change time,
+/// which no program can set back, and `update-alternatives` or another `$CC` ends the
+/// links at another file (another inode).
+fn stamp(program: &Path, file: &fs::Metadata) -> String {
+    format!(
+        "{program:?} dev {} ino {} size {} mtime {}.{:09} ctime {}.{:09} mode {:o}",
+        file.dev(),
+        file.ino(),
+        file.size(),
+        file.mtime(),
+        file.mtime_nsec(),
+        file.ctime(),
+        file.ctime_nsec(),
+        file.mode(),
+    )
+}
+
+/// The directory of the file `program` runs, if that file is the one `stamp` describes
+/// and a compiler's own: an ELF executable (a script can run anything) that is not a
+/// known wrapper ([`WRAPPERS`]) by the name its links end at. Checked once, when its
+/// identity is remembered; the stamp then vouches that the file is still that one.
+fn own_compiler(program: &Path, stamp: &str) -> Option<PathBuf> {
+    let mut file = File::open(program).ok()?;
+    // The file the links end at, as the kernel opened it.
+    let real = fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+    let name = real.file_name()?.as_bytes();
+    if !real.is_absolute() || WRAPPERS.iter().any(|w| name.starts_with(w.as_bytes())) {
+        return None;
+    }
+    let mut magic = [0u8; 4];
+    file.read_exact(&mut magic).ok()?;
+    let opened = file.metadata().ok()?;
+    (&magic == b"\x7fELF" && self::stamp(program, &opened) == stamp)
+        .then(|| real.parent().map(Path::to_path_buf))
+        .flatten()
+}
+
+/// Compiler identities remembered in the compile cache's directory, one extended attribute
+/// of the directory per compiler program (`user.offload.cc.<hash of its path>`), whose
+/// value is the compiler file's [`stamp`], its directory and that directory's times, the
+/// identity and the target. An attribute, not a file: the directory holds cache entries
+/// only, and one `setxattr` replaces a value atomically (a reader sees the old one or the
+/// new one).
+///
+/// A value is used only if the stamp is the compiler's current one and its directory's
+/// times are unchanged (a file added next to the compiler, such as a clang configuration
+/// file, changes them); anything else (no attribute, another stamp, a file system without
+/// user attributes, a damaged value) is a probe. Read and written only in a directory
+/// this user owns that others cannot write (the cache's own rule: whoever can write there
+/// can plant native code anyway).
+mod remembered {
+    use std::fs;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+
+    use rustix::fs::{FileType, XattrFlags};
+
+    use offload_core::CompilerId;
+
+    const FORMAT: &str = "offload cc identity v1";
+
+    /// The attribute's name for `program`: FNV-1a of its path, stable across processes
+    /// and builds.
+    fn name(program: &Path) -> String {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in program.as_os_str().as_bytes() {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("user.offload.cc.{hash:016x}")
+    }
+
+    /// Whether `dir` is a directory of this user's alone (the cache's own check).
+    fn private(dir: &Path) -> bool {
+        rustix::fs::stat(dir).is_ok_and(|st| {
+            FileType::from_raw_mode(st.st_mode) == FileType::Directory
+                && st.st_uid == rustix::process::geteuid().as_raw()
+                && st.st_mode & 0o022 == 0
+        })
+    }
+
+    /// A directory's times, as remembered.
+    fn times(dir: &Path) -> Option<String> {
+        let m = fs::metadata(dir).ok()?;
+        Some(format!(
+            "{}.{:09} {}.{:09}",
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec()
+        ))
+    }
+
+    /// The identity remembered for `program` with this `stamp`.
+    pub(super) fn read(dir: &Path, program: &Path, stamp: &str) -> Option<CompilerId> {
+        if !private(dir) {
+            return None;
+        }
+        let mut buf = [0u8; 4096];
+        let len = rustix::fs::getxattr(dir, name(program), &mut buf[..]).ok()?;
+        let text = std::str::from_utf8(&buf[..len]).ok()?;
+        let mut lines = text
+            .strip_prefix(FORMAT)?
+            .strip_prefix('\n')?
+            .strip_prefix(stamp)?
+            .strip_prefix('\n')?
+            .split_terminator('\n');
+        let (home, identity, target) = (lines.next()?, lines.next()?, lines.next()?);
+        let (was, home) = home.split_at_checked(home.find(" /")?)?;
+        if lines.next().is_some() || identity.is_empty() || times(Path::new(&home[1..]))? != was {
+            return None;
+        }
+        Some(CompilerId::new(identity, target))
+    }
+
+    /// Remembers `id` for `program` with this `stamp`, the compiler's file living in
+    /// `home`; creates the directory (0700) as the cache does. Silently nothing where that
+    /// fails.
+    pub(super) fn write(dir: &Path, program: &Path, stamp: &str, home: &Path, id: &CompilerId) {
+        use std::os::unix::fs::DirBuilderExt;
+        let Some((home, was)) = home.to_str().zip(times(home)) else {
+            return;
+        };
+        if [home, &id.identity, &id.target]
+            .iter()
+            .any(|s| s.contains('\n'))
+        {
+            return;
+        }
+        let _ = fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+        if !private(dir) {
+            return;
+        }
+        let value = format!(
+            "{FORMAT}\n{stamp}\n{was} {home}\n{}\n{}\n",
+            id.identity, id.target
+        );
+        if let Err(e) =
+            rustix::fs::setxattr(dir, name(program), value.as_bytes(), XattrFlags::empty())
+        {
+            tracing::debug!(target: "offload::compile", dir = %dir.display(), error = %e, "compiler identity not remembered");
+        }
+    }
+}
+
 /// Compiles C `source` into a shared object (see [`FLAGS`]), in a private temporary
 /// directory with `offload_host.h` next to the source.
-pub(crate) fn compile(source: &Source) -> Result<Vec<u8>> {
+pub(crate) fn compile(source: &Source, cache: Option<&Path>) -> Result<Vec<u8>> {
     if source.language() != Language::C {
         return Err(Error::Unsupported {
             backend: BackendKind::Host,
@@ -189,7 +379,7 @@ pub(crate) fn compile(source: &Source) -> Result<Vec<u8>> {
             reason: format!("the host backend compiles C, not {}", source.language()),
         });
     }
-    let cc = find()?;
+    let cc = find(cache)?;
     let dir = TempDir::new().map_err(|e| io_error("create a private temporary directory", &e))?;
     let header = dir.path().join(HEADER_NAME);
     let input = dir.path().join(SOURCE_NAME);
@@ -316,6 +506,157 @@ impl Drop for TempDir {
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+
+    /// A private cache directory whose file system keeps user attributes (`None`: skip).
+    fn attribute_dir() -> Option<TempDir> {
+        let dir = TempDir::new().unwrap();
+        let test = "user.offload.test";
+        match rustix::fs::setxattr(dir.path(), test, b"x", rustix::fs::XattrFlags::empty()) {
+            Ok(()) => {
+                rustix::fs::removexattr(dir.path(), test).unwrap();
+                Some(dir)
+            }
+            Err(e) => {
+                eprintln!(
+                    "skipped: {} keeps no user attributes ({e})",
+                    dir.path().display()
+                );
+                None
+            }
+        }
+    }
+
+    /// Runs `sh -c script` with `args`. Files these tests run are written by another
+    /// process: one this process wrote could still be open in a child another test thread
+    /// forks meanwhile, and running it would fail (`ETXTBSY`).
+    fn sh(script: &str, args: &[&Path]) {
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{script}");
+    }
+
+    /// A copy of the system's C compiler (an ELF program) in a directory of its own.
+    fn compiler_copy(name: &str) -> (TempDir, PathBuf) {
+        let dir = TempDir::new().unwrap();
+        let program = dir.path().join(name);
+        let cc = fs::canonicalize(resolve().unwrap().0).unwrap();
+        sh(r#"cp "$1" "$2""#, &[&cc, &program]);
+        (dir, program)
+    }
+
+    fn stamp_of(program: &Path) -> String {
+        stamp(program, &fs::metadata(program).unwrap())
+    }
+
+    fn identify_with(program: &Path, cache: Option<&Path>) -> CompilerId {
+        identify(program, &fs::metadata(program).unwrap(), cache).unwrap()
+    }
+
+    #[test]
+    fn a_compiler_is_remembered_until_its_file_changes() {
+        let Some(cache) = attribute_dir() else { return };
+        let cache = cache.path();
+        let (dir, program) = compiler_copy("cc-copy");
+        let home = dir.path();
+        let before = stamp_of(&program);
+        assert_eq!(own_compiler(&program, &before).as_deref(), Some(home));
+
+        // Probed once, then remembered: the next process reads what was remembered and
+        // runs nothing (a planted identity shows it was not probed).
+        let probed = identify_with(&program, Some(cache));
+        assert!(probed.identity.contains("cc-copy"), "{probed:?}");
+        assert_eq!(
+            remembered::read(cache, &program, &before),
+            Some(probed.clone())
+        );
+        let planted = CompilerId::new("planted", "planted-target");
+        remembered::write(cache, &program, &before, home, &planted);
+        assert_eq!(identify_with(&program, Some(cache)), planted);
+
+        // Any change to the compiler misses: its mode, its bytes, a new file in its place,
+        // a file added next to it. Each time it is probed again (and remembered anew).
+        let changes: [&dyn Fn(); 4] = [
+            &|| fs::set_permissions(&program, fs::Permissions::from_mode(0o700)).unwrap(),
+            &|| sh(r#"printf x >> "$1""#, &[&program]),
+            &|| sh(r#"cp "$1" "$1.new" && mv "$1.new" "$1""#, &[&program]),
+            &|| write_new(&home.join("clang.cfg"), b"--target=x").unwrap(),
+        ];
+        let mut seen = vec![before];
+        for (i, change) in changes.iter().enumerate() {
+            let last = stamp_of(&program);
+            remembered::write(cache, &program, &last, home, &planted);
+            assert_eq!(
+                remembered::read(cache, &program, &last),
+                Some(planted.clone())
+            );
+            change();
+            let now = stamp_of(&program);
+            assert_eq!(remembered::read(cache, &program, &now), None, "change {i}");
+            assert_eq!(identify_with(&program, Some(cache)), probed, "change {i}");
+            assert_eq!(
+                remembered::read(cache, &program, &now),
+                Some(probed.clone())
+            );
+            if i < 3 {
+                assert!(!seen.contains(&now), "change {i} left the stamp");
+            }
+            seen.push(now);
+        }
+
+        // Without a cache directory, or with one others may write, nothing is remembered.
+        let last = seen.last().unwrap();
+        remembered::write(cache, &program, last, home, &planted);
+        assert_eq!(identify_with(&program, None), probed);
+        fs::set_permissions(cache, fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(remembered::read(cache, &program, last), None);
+        assert_eq!(identify_with(&program, Some(cache)), probed);
+    }
+
+    #[test]
+    fn another_link_target_is_another_compiler() {
+        let (dir, program) = compiler_copy("cc-a");
+        let other = dir.path().join("cc-b");
+        sh(r#"cp "$1" "$2""#, &[&program, &other]);
+        let link = dir.path().join("cc");
+        std::os::unix::fs::symlink(&program, &link).unwrap();
+        let a = stamp_of(&link);
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        assert_ne!(a, stamp_of(&link));
+    }
+
+    #[test]
+    fn scripts_and_wrappers_are_probed_in_every_process() {
+        let Some(cache) = attribute_dir() else { return };
+        let cache = cache.path();
+        let (dir, wrapper) = compiler_copy("ccache");
+        let link = dir.path().join("gcc");
+        std::os::unix::fs::symlink(&wrapper, &link).unwrap();
+        let script = dir.path().join("cc-script");
+        let cc = resolve().unwrap().0;
+        sh(
+            r#"printf '#!/bin/sh\nexec %s "$@"\n' "$1" > "$2" && chmod 700 "$2""#,
+            &[&cc, &script],
+        );
+        for (program, why) in [
+            (&wrapper, "a wrapper runs another compiler"),
+            (&link, "a wrapper under a compiler's name"),
+            (&script, "a script can run anything"),
+        ] {
+            let stamp = stamp_of(program);
+            assert_eq!(own_compiler(program, &stamp), None, "{why}");
+            identify_with(program, Some(cache));
+            assert_eq!(remembered::read(cache, program, &stamp), None, "{why}");
+        }
+        // A stamp of another file is not vouched for either.
+        let (_other, program) = compiler_copy("cc");
+        assert_eq!(own_compiler(&program, &stamp_of(&wrapper)), None);
+    }
 
     #[test]
     fn a_temporary_directory_is_private_and_removed() {

@@ -166,7 +166,11 @@
 //! - **The compiler** is `$CC` — one program, without arguments: a name looked up on
 //!   `PATH`, or a path — else `cc` on `PATH`. The cache knows it by the first line of its
 //!   `--version`, its `-dumpfullversion` (else `-dumpversion`) and its target
-//!   (`-dumpmachine`), asked once per compiler and process. None found is
+//!   (`-dumpmachine`), asked once per compiler and process, and remembered in the disk
+//!   cache's directory (an extended attribute of it) for as long as the compiler's file is
+//!   the same one, unaltered (its inode, size and times): a fresh process whose program is
+//!   in the cache runs no compiler at all. A script or a known wrapper (`ccache`,
+//!   `distcc`…) is asked in every process. None found is
 //!   `Error::Compile` saying what was looked for: ``no C compiler: `cc` was not found on
 //!   PATH (set CC to one)``.
 //! - **The compile** runs without a shell, in a new directory under
@@ -405,6 +409,9 @@ pub(crate) struct Shared {
     boot_id: OnceLock<[u8; 16]>,
     /// The devices' properties, read at the first `info`.
     info: OnceLock<DeviceInfo>,
+    /// The compile cache's directory (`Config::compile_cache`), where the C compiler's
+    /// identity is remembered across processes (see compiler.rs).
+    compile_cache: Option<std::path::PathBuf>,
 }
 
 impl Shared {
@@ -582,7 +589,10 @@ impl hal::Platform for HostPlatform {
         OPENED.fetch_add(1, Ordering::SeqCst);
         Ok(HostPlatform {
             devices: config.host_devices,
-            shared: Arc::default(),
+            shared: Arc::new(Shared {
+                compile_cache: config.compile_cache.clone(),
+                ..Shared::default()
+            }),
         })
     }
 
@@ -706,15 +716,16 @@ impl hal::Device for HostDevice {
         program::validate(image)
     }
 
-    /// C: `$CC`, else `cc` on `PATH` (probed once per compiler and process); other
-    /// languages: none.
+    /// C: `$CC`, else `cc` on `PATH` (probed once per compiler and process, and
+    /// remembered in the compile cache's directory while the compiler's file is unchanged);
+    /// other languages: none.
     fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
-        compiler::compiler(language)
+        compiler::compiler(language, self.shared.compile_cache.as_deref())
     }
 
     /// Runs the C compiler in a private temporary directory (see the crate docs).
     fn compile(&self, source: &Source) -> Result<Vec<u8>> {
-        compiler::compile(source)
+        compiler::compile(source, self.shared.compile_cache.as_deref())
     }
 
     /// Host memory, touched in place; not memory shared with other processes (they could

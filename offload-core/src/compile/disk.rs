@@ -23,6 +23,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -55,17 +56,25 @@ impl<'a> Cache<'a> {
         self.dir.join(format!("{}{SUFFIX}", hex(key)))
     }
 
-    /// Creates the directory if needed and checks it is ours alone.
+    /// Creates the directory if needed and checks it is ours alone (one `stat` when it
+    /// exists).
     fn usable(&self) -> bool {
-        if let Err(e) = fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(self.dir)
+        let mut found = fs::metadata(self.dir);
+        if found
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
         {
-            tracing::warn!(target: "offload::compile", dir = %self.dir.display(), error = %e, "compile cache directory cannot be created: cache off");
-            return false;
+            if let Err(e) = fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(self.dir)
+            {
+                tracing::warn!(target: "offload::compile", dir = %self.dir.display(), error = %e, "compile cache directory cannot be created: cache off");
+                return false;
+            }
+            found = fs::metadata(self.dir);
         }
-        match fs::metadata(self.dir) {
+        match found {
             Ok(m)
                 if m.is_dir()
                     && m.uid() == rustix::process::geteuid().as_raw()
@@ -88,21 +97,21 @@ impl<'a> Cache<'a> {
     }
 
     /// The entry of `key`, if it is there and whole; a corrupt one is deleted.
-    pub(crate) fn get(&self, key: &Key) -> Option<Vec<u8>> {
+    pub(crate) fn get(&self, key: &Key) -> Option<Arc<[u8]>> {
         if !self.usable() {
             return None;
         }
         let path = self.path(key);
         let mut bytes = Vec::new();
-        File::open(&path).ok()?.read_to_end(&mut bytes).ok()?;
+        let mut file = File::open(&path).ok()?;
+        file.read_to_end(&mut bytes).ok()?;
         match decode(&bytes) {
             Some(payload) => {
                 DISK_HITS.fetch_add(1, Ordering::Relaxed);
-                // Least recently used goes first: a hit is a use.
-                if let Ok(f) = File::options().write(true).open(&path) {
-                    let _ = f.set_modified(SystemTime::now());
-                }
-                Some(payload.to_vec())
+                // Least recently used goes first: a hit is a use. The owner sets the
+                // time through the descriptor it read with (`futimens`).
+                let _ = file.set_modified(SystemTime::now());
+                Some(Arc::from(payload))
             }
             None => {
                 CORRUPT.fetch_add(1, Ordering::Relaxed);

@@ -133,9 +133,8 @@ impl Compiled {
             .compile_cache
             .as_deref()
             .map(|dir| disk::Cache::new(dir, config.compile_cache_max_bytes));
-        if let Some(bytes) = cache.as_ref().and_then(|c| c.get(&key)) {
-            tracing::debug!(target: "offload::compile", key = %hex(&key), bytes = bytes.len(), "compile cache hit on disk");
-            let done: Arc<[u8]> = Arc::from(bytes);
+        if let Some(done) = cache.as_ref().and_then(|c| c.get(&key)) {
+            tracing::debug!(target: "offload::compile", key = %hex(&key), bytes = done.len(), "compile cache hit on disk");
             *image = Some(done.clone());
             return Ok(done);
         }

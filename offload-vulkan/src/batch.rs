@@ -15,7 +15,8 @@ use crate::error::{At, map_vk_err};
 use crate::memory::RawAllocation;
 use crate::program::ModuleInner;
 
-/// Descriptor sets one pool holds, and storage-buffer descriptors.
+/// Descriptor sets one pool holds, and descriptors of each type (storage and uniform
+/// buffers).
 const POOL_SETS: u32 = 64;
 const POOL_DESCRIPTORS: u32 = 512;
 
@@ -24,13 +25,16 @@ const POOL_DESCRIPTORS: u32 = 512;
 struct Pool {
     raw: vk::DescriptorPool,
     sets_left: u32,
-    descriptors_left: u32,
-    /// Descriptors it was made with (a launch with more bindings gets a pool of its own).
-    descriptors: u32,
+    /// Storage- and uniform-buffer descriptors left.
+    descriptors_left: [u32; 2],
+    /// Descriptors of each type it was made with (a launch with more bindings gets a
+    /// pool of its own).
+    descriptors: [u32; 2],
 }
 
-/// What one binding of a descriptor set describes: binding number, buffer, offset, range.
-pub(crate) type Described = (u32, vk::Buffer, u64, u64);
+/// What one binding of a descriptor set describes: binding number, descriptor type
+/// (storage or uniform buffer), buffer, offset, range.
+pub(crate) type Described = (u32, vk::DescriptorType, vk::Buffer, u64, u64);
 
 /// The compute state the command buffer being recorded has bound, so that a launch like
 /// the one before it records only its dispatch (on lavapipe each bind, push and descriptor
@@ -144,23 +148,33 @@ impl Batch {
         self.staging.push(staging);
     }
 
-    /// A descriptor set of `layout` for `count` storage buffers.
+    /// A descriptor set of `layout` for `count` storage and uniform buffers (in that
+    /// order).
     pub(crate) fn descriptor_set(
         &mut self,
         device: &DeviceContext,
         layout: vk::DescriptorSetLayout,
-        count: u32,
+        count: [u32; 2],
         call: &'static str,
     ) -> Result<vk::DescriptorSet> {
         let dev = &device.raw;
-        let fits = |p: &Pool| p.sets_left > 0 && p.descriptors_left >= count;
+        let fits = |p: &Pool| {
+            p.sets_left > 0
+                && p.descriptors_left[0] >= count[0]
+                && p.descriptors_left[1] >= count[1]
+        };
         let index = match self.pools.iter().position(fits) {
             Some(i) => i,
             None => {
-                let descriptors = POOL_DESCRIPTORS.max(count);
-                let sizes = [vk::DescriptorPoolSize::default()
-                    .ty(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(descriptors)];
+                let descriptors = count.map(|c| POOL_DESCRIPTORS.max(c));
+                let sizes = [
+                    vk::DescriptorPoolSize::default()
+                        .ty(vk::DescriptorType::STORAGE_BUFFER)
+                        .descriptor_count(descriptors[0]),
+                    vk::DescriptorPoolSize::default()
+                        .ty(vk::DescriptorType::UNIFORM_BUFFER)
+                        .descriptor_count(descriptors[1]),
+                ];
                 let info = vk::DescriptorPoolCreateInfo::default()
                     .max_sets(POOL_SETS)
                     .pool_sizes(&sizes);
@@ -181,12 +195,14 @@ impl Batch {
         let info = vk::DescriptorSetAllocateInfo::default()
             .descriptor_pool(pool.raw)
             .set_layouts(&layouts);
-        // SAFETY: pool and layout are live; the pool has a set and `count` storage-buffer
-        // descriptors left (counted), and only this batch (behind its queue's lock) uses it.
+        // SAFETY: pool and layout are live; the pool has a set and `count` storage- and
+        // uniform-buffer descriptors left (counted), and only this batch (behind its
+        // queue's lock) uses it.
         let sets = unsafe { dev.allocate_descriptor_sets(&info) }
             .map_err(|e| map_vk_err(At::new(call, "vkAllocateDescriptorSets"), e))?;
         pool.sets_left -= 1;
-        pool.descriptors_left -= count;
+        pool.descriptors_left[0] -= count[0];
+        pool.descriptors_left[1] -= count[1];
         sets.first().copied().ok_or_else(|| {
             map_vk_err(
                 At::new(call, "vkAllocateDescriptorSets"),

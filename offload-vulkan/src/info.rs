@@ -180,6 +180,11 @@ pub struct VulkanDeviceInfo {
     /// `minStorageBufferOffsetAlignment`: where a range of a buffer passed to a kernel may
     /// start, in bytes.
     pub min_storage_buffer_offset_alignment: u64,
+    /// `maxUniformBufferRange`: the most bytes a uniform-buffer argument binds.
+    pub max_uniform_buffer_range: u32,
+    /// `minUniformBufferOffsetAlignment`: where a range of a buffer passed as a uniform
+    /// buffer may start, in bytes.
+    pub min_uniform_buffer_offset_alignment: u64,
     /// The queue family offload submits to (the first one with `VK_QUEUE_COMPUTE_BIT`).
     pub compute_queue_family: u32,
     /// Significant bits of the compute queue's timestamps (`timestampValidBits`); 0 when
@@ -215,6 +220,8 @@ pub(crate) struct Limits {
     pub max_push_constants_size: u32,
     pub max_storage_buffer_range: u32,
     pub min_storage_buffer_offset_alignment: u64,
+    pub max_uniform_buffer_range: u32,
+    pub min_uniform_buffer_offset_alignment: u64,
     pub timestamp_valid_bits: u32,
     pub timestamp_period_ns: f32,
 }
@@ -231,6 +238,8 @@ impl VulkanDeviceInfo {
             max_push_constants_size: self.max_push_constants_size,
             max_storage_buffer_range: self.max_storage_buffer_range,
             min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
+            max_uniform_buffer_range: self.max_uniform_buffer_range,
+            min_uniform_buffer_offset_alignment: self.min_uniform_buffer_offset_alignment,
             timestamp_valid_bits: self.timestamp_valid_bits,
             timestamp_period_ns: self.timestamp_period_ns,
         }
@@ -435,6 +444,8 @@ pub(crate) unsafe fn query(
             max_shared_memory: limits.max_compute_shared_memory_size,
             max_storage_buffer_range: limits.max_storage_buffer_range,
             min_storage_buffer_offset_alignment: limits.min_storage_buffer_offset_alignment,
+            max_uniform_buffer_range: limits.max_uniform_buffer_range,
+            min_uniform_buffer_offset_alignment: limits.min_uniform_buffer_offset_alignment,
             compute_queue_family,
             timestamp_valid_bits,
             timestamp_period_ns: limits.timestamp_period,

@@ -12,7 +12,8 @@
 //!   family, in the driver's order, each with a `VkDevice` and one compute queue made when
 //!   the platform opens. [`VulkanDevice::vulkan_info`] gives what Vulkan says about it
 //!   ([`VulkanDeviceInfo`]: type, driver version, heaps, workgroup limits).
-//! - **Memory** ([`VulkanBuffer`]): a `VkBuffer` (storage, transfer source and destination)
+//! - **Memory** ([`VulkanBuffer`]): a `VkBuffer` (storage, uniform, transfer source and
+//!   destination)
 //!   with its own dedicated memory. `MemKind::Device` prefers device-local memory;
 //!   `MemKind::Host` and `MemKind::Shared` take host-visible, host-coherent memory. Memory the
 //!   host can map is mapped once and copied with `memcpy`; other memory is reached through a
@@ -44,24 +45,36 @@
 //!   any other option is `Error::Compile` naming the form. Without the feature the
 //!   backend compiles nothing and `from_source` programs are `Error::Unsupported`. See
 //!   [WGSL programs](#wgsl-programs).
-//! - **Arguments**: a kernel's parameters are its storage buffers, then its push constants:
-//!   `[Buffer; b]` followed by one scalar per push-constant member, in declaration order
-//!   (nested structs are flattened into their members; each is placed at the `Offset` the
-//!   shader declares, so naga's and glslang's layouts both work). A member of a scalar type
-//!   (8-, 16-, 32- or 64-bit integer, `f32`, `f64`) is `Typed` with its
-//!   [`ScalarType`](offload_core::ScalarType) and takes an argument of exactly that type;
-//!   vectors, matrices, arrays and 16-bit floats are `Scalar(size)` and take any scalar of
-//!   their size. Buffer argument `i` binds (a whole buffer, or a range of one) to the `i`-th
-//!   storage-buffer binding of descriptor set 0 that the entry point uses, in increasing
-//!   binding number (normally bindings `0..b`; `StorageBuffer` variables, or `Uniform` ones
-//!   whose block is `BufferBlock`). So WGSL `@group(0) @binding(0) var<storage, read_write>
-//!   buf: array<u32>;` with `var<immediate> args: Args;` where `struct Args { value: u32,
-//!   n: u32 }` takes `[Buffer, Typed(U32), Typed(U32)]`. Entry points that use other
-//!   resources (uniform buffers, images, samplers, descriptor sets other than 0, arrays of
-//!   buffers) are `Error::Unsupported` from `kernel`, naming what they use. The core checks
-//!   every launch against these parameters (`Error::InvalidArgument`); a buffer larger than
-//!   the device's `maxStorageBufferRange` cannot be bound whole and is `InvalidArgument` too.
-//!   See [Kernel rules](#kernel-rules).
+//! - **Arguments**: a kernel's parameters are its buffers, then its push constants: one
+//!   `Buffer` (storage) or `Uniform` parameter per binding, followed by one value per
+//!   push-constant member, in declaration order, each placed at the `Offset` the shader
+//!   declares (so naga's and glslang's layouts both work). The members are those of the
+//!   push-constant block, unwrapped first while it has a single struct member (naga wraps
+//!   every `var<immediate>` in such a block). A member of a scalar type (8-, 16-, 32- or
+//!   64-bit integer, `f32`, `f64`) is `Typed` with its
+//!   [`ScalarType`](offload_core::ScalarType) and takes an argument of exactly that type.
+//!   A vector, matrix, array or struct member is one `ParamKind::Pod` parameter, named as
+//!   WGSL names it (`vec2<f32>`, `mat4x4<f32>`, `array of u32`, `struct of f32`), with its
+//!   size and, where all its scalars share one, its element type: it takes any
+//!   `bytemuck::Pod` value of that size (`Arg::pod(&[x, y])`, `Arg::pod(&my_struct)`),
+//!   and a value whose element type is known (a scalar, an array of scalars) must have
+//!   that one. 16-bit floats are `Scalar(2)`. Buffer argument `i` binds (a whole buffer,
+//!   or a range of one) to the `i`-th buffer binding of descriptor set 0 that the entry
+//!   point uses, in increasing binding number (normally bindings `0..b`): storage buffers
+//!   (`StorageBuffer` variables, or `Uniform` ones whose block is `BufferBlock`) as
+//!   `STORAGE_BUFFER`, uniform buffers (`Uniform` `Block`s, WGSL `var<uniform>`) as
+//!   `UNIFORM_BUFFER`, passed with `Arg::uniform(&buffer)`. So WGSL `@group(0)
+//!   @binding(0) var<storage, read_write> buf: array<u32>;` with `var<immediate> args:
+//!   Args;` where `struct Args { value: u32, n: u32 }` takes `[Buffer, Typed(U32),
+//!   Typed(U32)]`. Entry points that use other resources (images, samplers, descriptor
+//!   sets other than 0, arrays of buffers) are `Error::Unsupported` from `kernel`, naming
+//!   what they use. The core checks every launch against these parameters
+//!   (`Error::InvalidArgument`, naming the argument, what the shader declares and what was
+//!   given); a buffer larger than the device's `maxStorageBufferRange` (a uniform one:
+//!   `maxUniformBufferRange`) cannot be bound whole, a range must start at a multiple of
+//!   `minStorageBufferOffsetAlignment` (`minUniformBufferOffsetAlignment`), and a uniform
+//!   buffer must hold its block's size (in every module, not only WGSL ones): each is
+//!   `InvalidArgument` too. See [Kernel rules](#kernel-rules).
 //! - **Launch geometry**: `Dims::grid` is the `vkCmdDispatch` workgroup count and
 //!   `Dims::block` the workgroup size, exactly as in CUDA: a launch runs `grid × block`
 //!   threads, thread `i` of the x dimension being `global_invocation_id.x`. A launch whose
@@ -70,11 +83,24 @@
 //!   setting the specialisation constants where the shader declares its size with them (the
 //!   `WorkgroupSize` built-in or `LocalSizeId` with `SpecId`s), or by a copy of the module
 //!   with other `LocalSize` literals. Refused with `InvalidArgument` naming both sizes: a
+//!   block of other dimensions than the declared size (see below), a
 //!   size made of plain constants (only the declared size runs), a block larger than the
 //!   declared `LocalSize` in a shader that uses workgroup memory (it may be sized for the
 //!   declared size), and anything beyond the device's limits (`maxComputeWorkGroupSize`,
 //!   `maxComputeWorkGroupInvocations`, `maxComputeWorkGroupCount`). A grid with a zero runs
 //!   nothing. On lavapipe the real compile of a pipeline happens at its first dispatch.
+//!
+//!   **Why resize, and why not every size** (issue 25): offload keeps one launch model on
+//!   every backend, CUDA's — `Dims::block` *is* the workgroup size, and a launch runs
+//!   exactly `grid × block` threads — so a launch never silently swaps in the shader's
+//!   declared size (with the same grid it would run another number of threads). A resize
+//!   is only safe where the shader's indexing still covers its data, so a block must use
+//!   the same dimensions as the declared size: `y > 1` exactly where the shader's `y > 1`,
+//!   and the same for `z` (`x` is free). A 1-D shader (`@workgroup_size(64)`) takes
+//!   `Dims::for_num_elems`' 1-D blocks of 256; an 8×8 one takes 8×8 or 16×16 blocks, and
+//!   `Dims::for_num_elems` (1-D blocks of 256, which would run its 2-D indexing on one row
+//!   and return `Ok` with a wrong answer) is `InvalidArgument` naming both sizes and the
+//!   `Dims` to write instead.
 //! - **Queues** ([`VulkanQueue`]): a command pool on the device's compute queue; each launch
 //!   records one command buffer (barrier against earlier work, bind, descriptor set, push
 //!   constants, dispatch, barrier towards host and transfers) and submits it, signalling the
@@ -190,32 +216,40 @@
 //!
 //! - **Kernels**: every `GLCompute` entry point of a SPIR-V module (1.0 up to the device's
 //!   version) that declares the `Shader` capability.
-//! - **Binding convention**: the parameters are the storage buffers of descriptor set 0, by
-//!   increasing binding number, then the push-constant members, in declaration order
-//!   (nested structs flattened). Buffer argument `i` binds to the `i`-th such binding;
-//!   scalar argument `j` fills the `j`-th member, at the offset the shader declares.
-//!   Anything else the entry point uses (uniform buffers, images, samplers, other sets,
-//!   arrays of buffers) makes it `Error::Unsupported`.
+//! - **Binding convention**: the parameters are the storage and uniform buffers of
+//!   descriptor set 0, by increasing binding number, then the push-constant members, in
+//!   declaration order (the block unwrapped while it is one struct member; a struct member
+//!   is one parameter). Buffer argument `i` binds to the `i`-th such binding (a uniform one
+//!   given as `Arg::uniform(&buffer)`, a storage one as `&buffer`: the other way round is
+//!   `Error::InvalidArgument`); value argument `j` fills the `j`-th member, at the offset
+//!   the shader declares. Anything else the entry point uses (images, samplers, other
+//!   sets, arrays of buffers) makes it `Error::Unsupported`.
 //! - **Typed push constants**: a scalar member is `ParamKind::Typed`: a `u32` member accepts
 //!   only a `u32` argument (`Arg::scalar(&7u32)`), and an `i32` or `f32` of the same size is
 //!   `Error::InvalidArgument`, as is any other [`ScalarType`](offload_core::ScalarType)
-//!   mismatch. Vector, matrix, array and `f16` members are `ParamKind::Scalar(size)`: any
-//!   scalar of that size.
+//!   mismatch. Vector, matrix, array and struct members are `ParamKind::Pod`: any
+//!   `bytemuck::Pod` value of their size, padding included (`Arg::pod(&[1.0f32, 2.0])`
+//!   for a `vec2<f32>`, a `#[repr(C)]` struct for a struct), whose element type, where
+//!   both sides know it, is the member's (two `f32`s, or one `f64`, for a `vec2<f32>` are
+//!   refused). `f16` members are `ParamKind::Scalar(2)`.
 //! - **Workgroup vs block**: `Dims::grid` is the workgroup count (`vkCmdDispatch`) and
 //!   `Dims::block` the workgroup size: a launch runs exactly `grid × block` invocations.
 //!   The shader's declared size runs on the kernel's own pipeline; another block size gets
 //!   its own pipeline at its first launch (through specialisation constants or a copy of
-//!   the module with other `LocalSize` literals). A shader whose size is plain constants
-//!   runs only that size, and one that uses workgroup memory no block larger than it
-//!   declares.
+//!   the module with other `LocalSize` literals), if it uses the same dimensions (a 2-D
+//!   shader takes no 1-D block, so `Dims::for_num_elems` suits 1-D shaders only). A
+//!   shader whose size is plain constants runs only that size, and one that uses
+//!   workgroup memory no block larger than it declares.
 //! - **What offload checks**: at load, the module's structure (size in whole words, magic
 //!   in host byte order, version, id bound, every instruction's word count, capabilities,
 //!   entry points, bindings, push constants), with `Error::InvalidBinary` naming the
 //!   problem; at `kernel`, the resources the entry point uses; at every launch, the number
-//!   of arguments, each one's kind (buffer or scalar) and scalar type or size, that buffers
-//!   are of the launch's device, ranges lie inside their buffers at
-//!   `minStorageBufferOffsetAlignment`, no binding exceeds `maxStorageBufferRange`, and the
-//!   block and grid are within the device's limits (`Error::InvalidArgument`). Offload does
+//!   of arguments, each one's kind (buffer, uniform buffer or value) and type or size,
+//!   that buffers are of the launch's device, ranges lie inside their buffers at
+//!   `minStorageBufferOffsetAlignment` (`minUniformBufferOffsetAlignment`), no binding
+//!   exceeds `maxStorageBufferRange` (`maxUniformBufferRange`), a uniform buffer holds its
+//!   block, and the block uses the shader's dimensions and, with the grid, is within the
+//!   device's limits (`Error::InvalidArgument`). Offload does
 //!   not ship a full SPIR-V validator: a well-formed but type-incorrect SPIR-V image can
 //!   still crash a driver. WGSL source closes that hole: naga type-checks it before any
 //!   SPIR-V is written, so what reaches the driver is valid, type-correct SPIR-V.
@@ -272,6 +306,55 @@
 //! let mut last = [0u8; 4];
 //! buf.read(255 * 4, &mut last)?;
 //! assert_eq!(u32::from_ne_bytes(last), 7);
+//! rt.shutdown()?;
+//! # Ok::<(), offload_core::Error>(())
+//! ```
+//!
+//! Vectors, structs and uniform buffers (issue 25): a `vec2<f32>` push constant takes
+//! `Arg::pod(&[x, y])`, a `var<uniform>` takes `Arg::uniform(&buffer)`, and a 2-D
+//! workgroup takes 2-D blocks (`Dims::for_num_elems`' 1-D ones are refused, naming both
+//! sizes):
+//!
+//! ```standalone_crate
+//! use offload_core::{Arg, Dims, Error, Offload, ParamKind, Program, ScalarType, args};
+//! let started: offload_core::Result<Offload> =
+//!     Offload::builder().platform(offload_vulkan::platform()).start();
+//! let Ok(rt) = started else { return Ok(()) }; // no Vulkan here
+//! let dev = rt.devices()?.remove(0);
+//! let wgsl = "
+//!     struct Params { bias: f32, n: u32 }
+//!     @group(0) @binding(0) var<storage, read_write> out: array<vec2<f32>>;
+//!     @group(0) @binding(1) var<uniform> params: Params;
+//!     var<immediate> scale: vec2<f32>;
+//!     @compute @workgroup_size(8, 8)
+//!     fn ramp(@builtin(global_invocation_id) id: vec3<u32>) {
+//!         let i = id.y * 16u + id.x;
+//!         if i < params.n { out[i] = scale * f32(i) + params.bias; }
+//!     }";
+//! let m = naga::front::wgsl::parse_str(wgsl).unwrap();
+//! let flags = naga::valid::ValidationFlags::all();
+//! let caps = naga::valid::Capabilities::all();
+//! let info = naga::valid::Validator::new(flags, caps).validate(&m).unwrap();
+//! let words = naga::back::spv::write_vec(&m, &info, &Default::default(), None).unwrap();
+//! let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+//!
+//! let ramp = Program::new(&image).load(&dev)?.kernel("ramp")?;
+//! let vec2 = ParamKind::Pod { name: "vec2<f32>", size: 8, elem: Some(ScalarType::F32) };
+//! assert_eq!(ramp.params(), [ParamKind::Buffer, ParamKind::Uniform, vec2]);
+//! let out = dev.alloc_zeros::<[f32; 2]>(256)?;
+//! let params = dev.upload(&[0.5f32.to_bits(), 256u32])?; // the uniform block's 8 bytes
+//! let queue = dev.queue()?;
+//! let args = args![&out, Arg::uniform(&params), Arg::pod(&[2.0f32, 3.0])];
+//! // SAFETY: refused before anything runs: 1-D blocks for an 8×8 workgroup.
+//! let wrong = unsafe { queue.launch(&ramp, Dims::for_num_elems(256), &args) };
+//! assert!(matches!(&wrong, Err(Error::InvalidArgument { .. })));
+//! assert!(wrong.unwrap_err().to_string().contains("[8, 8, 1]"));
+//! // SAFETY: refused before anything runs: an f64 is 8 bytes, but not two f32s.
+//! let wrong = unsafe { queue.launch(&ramp, Dims::grid([2, 2, 1]).block([8, 8, 1]), &args![&out, Arg::uniform(&params), 1.0f64]) };
+//! assert!(wrong.unwrap_err().to_string().contains("argument 3 of `ramp` is a vec2<f32> (8 bytes); got an f64"));
+//! // SAFETY: 16 × 16 threads write out[i] for i < n = 256, which `out` holds.
+//! unsafe { queue.launch(&ramp, Dims::grid([2, 2, 1]).block([8, 8, 1]), &args)? };
+//! assert_eq!(out.to_vec()?[255], [510.5, 765.5]);
 //! rt.shutdown()?;
 //! # Ok::<(), offload_core::Error>(())
 //! ```

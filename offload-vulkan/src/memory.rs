@@ -216,7 +216,10 @@ impl RawAllocation {
         let mut info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(
+                // Storage and uniform: any buffer can be a kernel's storage-buffer or
+                // uniform-buffer argument.
                 vk::BufferUsageFlags::STORAGE_BUFFER
+                    | vk::BufferUsageFlags::UNIFORM_BUFFER
                     | vk::BufferUsageFlags::TRANSFER_SRC
                     | vk::BufferUsageFlags::TRANSFER_DST,
             )

@@ -4,7 +4,8 @@
 //!
 //! `load` validates and reflects the image ([`crate::spirv`]) before the driver sees it,
 //! then makes the `VkShaderModule`. `kernel` makes the entry point's descriptor set layout
-//! (one storage buffer per binding of set 0), pipeline layout (plus one push-constant range)
+//! (one storage or uniform buffer per binding of set 0), pipeline layout (plus one
+//! push-constant range)
 //! and pipeline, through the device's pipeline cache, once per entry point. Launches with
 //! another block size than the shader declares get a pipeline of their own, made at the
 //! first such launch and kept with the module (see the crate docs, "Launch geometry").
@@ -270,6 +271,38 @@ impl VulkanKernel {
                 ),
             ))
         };
+        // A block of other dimensions than the shader's would run, say, its 2-D indexing
+        // (`global_invocation_id.y` for rows) on 1-D blocks: the rows beyond the first
+        // would never run, and the launch would return `Ok` with a wrong answer. Resizing
+        // keeps the dimensions the shader uses (a 1-D shader takes any 1-D block, an 8×8
+        // one 16×16), so only such sizes are made.
+        if (1..3).any(|k| (block[k] > 1) != (declared[k] > 1)) {
+            let dims = |s: [u32; 3]| match s {
+                [_, 1, 1] => "1-D",
+                [_, _, 1] => "2-D",
+                _ => "3-D",
+            };
+            let keeps: Vec<String> = (1..3)
+                .map(|k| {
+                    let axis = ["x", "y", "z"][k];
+                    if declared[k] > 1 {
+                        format!("{axis} > 1")
+                    } else {
+                        format!("{axis} = 1")
+                    }
+                })
+                .collect();
+            return refuse(&format!(
+                "{} blocks for a {} workgroup would run its indexing on other dimensions \
+                 than it was written for (the result would be wrong). Launch blocks of the \
+                 declared size, `Dims::grid([..]).block({declared:?})`, or another size \
+                 that keeps its dimensions ({}); `Dims::for_num_elems` makes 1-D blocks, \
+                 for 1-D shaders",
+                dims(block),
+                dims(declared),
+                keeps.join(", ")
+            ));
+        }
         match entry.workgroup {
             WorkgroupSize::Fixed { .. } => {
                 return refuse(
@@ -436,10 +469,11 @@ impl ModuleInner {
         let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = e
             .bindings
             .iter()
-            .map(|&b| {
+            .zip(&e.uniform)
+            .map(|(&b, &uniform)| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_type(descriptor_type(uniform))
                     .descriptor_count(1)
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
@@ -491,6 +525,15 @@ impl ModuleInner {
                 Err(err)
             }
         }
+    }
+}
+
+/// The descriptor type of a binding: `UNIFORM_BUFFER` or `STORAGE_BUFFER`.
+pub(crate) fn descriptor_type(uniform: bool) -> vk::DescriptorType {
+    if uniform {
+        vk::DescriptorType::UNIFORM_BUFFER
+    } else {
+        vk::DescriptorType::STORAGE_BUFFER
     }
 }
 

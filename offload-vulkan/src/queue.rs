@@ -35,7 +35,7 @@ use crate::batch::{Batch, Bound, Described};
 use crate::device::DeviceContext;
 use crate::error::{At, check_range, invalid, map_vk_err};
 use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
-use crate::program::{ModuleInner, VulkanKernel};
+use crate::program::{ModuleInner, VulkanKernel, descriptor_type};
 use crate::usage::Usage;
 
 /// Batches a queue may have in flight before a new one waits for the oldest.
@@ -528,30 +528,44 @@ impl VulkanQueue {
         };
         let mut leaves = entry.push.iter();
         for (i, (arg, param)) in args.iter().zip(&kernel.params).enumerate() {
+            // Numbered from 1, as the core's messages do.
+            let nth = i + 1;
+            let (limit, align, what) = match param {
+                ParamKind::Uniform => (
+                    limits.max_uniform_buffer_range,
+                    limits.min_uniform_buffer_offset_alignment,
+                    "Uniform",
+                ),
+                _ => (
+                    limits.max_storage_buffer_range,
+                    limits.min_storage_buffer_offset_alignment,
+                    "Storage",
+                ),
+            };
             match (arg, param) {
-                (KernelArg::Buffer(b), ParamKind::Buffer) => {
+                (KernelArg::Buffer(b), ParamKind::Buffer | ParamKind::Uniform) => {
                     if !Arc::ptr_eq(b.device(), device) {
                         return Err(invalid(
                             CALL,
                             format!(
-                                "argument {i} of vulkan kernel `{name}`: the buffer is on \
+                                "argument {nth} of vulkan kernel `{name}`: the buffer is on \
                                  another device"
                             ),
                         ));
                     }
-                    if b.len() as u64 > u64::from(limits.max_storage_buffer_range) {
+                    if b.len() as u64 > u64::from(limit) {
                         return Err(invalid(
                             CALL,
                             format!(
-                                "argument {i} of vulkan kernel `{name}`: a buffer of {} bytes \
-                                 cannot be bound whole; the device binds at most {} bytes \
-                                 (maxStorageBufferRange)",
+                                "argument {nth} of vulkan kernel `{name}`: a buffer of {} bytes \
+                                 cannot be bound whole as {param}; the device binds at most {} \
+                                 bytes (max{what}BufferRange): pass a range of it",
                                 b.len(),
-                                limits.max_storage_buffer_range
+                                limit
                             ),
                         ));
                     }
-                    check_min_size(entry, buffers, b.len() as u64, i)?;
+                    check_min_size(entry, buffers, b.len() as u64, nth)?;
                     buffers += 1;
                 }
                 (
@@ -560,10 +574,10 @@ impl VulkanQueue {
                         offset,
                         len,
                     },
-                    ParamKind::Buffer,
+                    ParamKind::Buffer | ParamKind::Uniform,
                 ) => {
                     let (offset, len) = (*offset as u64, *len as u64);
-                    let align = limits.min_storage_buffer_offset_alignment.max(1);
+                    let align = align.max(1);
                     let problem = if !Arc::ptr_eq(buffer.device(), device) {
                         Some("the buffer is on another device".to_string())
                     } else if offset
@@ -578,13 +592,13 @@ impl VulkanQueue {
                     } else if offset % align != 0 {
                         Some(format!(
                             "a range starting at byte {offset}: this device binds ranges \
-                             at multiples of {align} bytes (minStorageBufferOffsetAlignment)"
+                             as {param} at multiples of {align} bytes \
+                             (min{what}BufferOffsetAlignment)"
                         ))
-                    } else if len > u64::from(limits.max_storage_buffer_range) || len == 0 {
+                    } else if len > u64::from(limit) || len == 0 {
                         Some(format!(
-                            "a range of {len} bytes: the device binds 1 to {} bytes \
-                             (maxStorageBufferRange)",
-                            limits.max_storage_buffer_range
+                            "a range of {len} bytes: the device binds 1 to {limit} bytes as \
+                             {param} (max{what}BufferRange)"
                         ))
                     } else {
                         None
@@ -592,10 +606,10 @@ impl VulkanQueue {
                     if let Some(problem) = problem {
                         return Err(invalid(
                             CALL,
-                            format!("argument {i} of vulkan kernel `{name}`: {problem}"),
+                            format!("argument {nth} of vulkan kernel `{name}`: {problem}"),
                         ));
                     }
-                    check_min_size(entry, buffers, len, i)?;
+                    check_min_size(entry, buffers, len, nth)?;
                     buffers += 1;
                 }
                 (KernelArg::Scalar(bytes), p) if p.scalar_size() == Some(bytes.len()) => {
@@ -611,7 +625,7 @@ impl VulkanQueue {
                 _ => {
                     return Err(invalid(
                         CALL,
-                        format!("argument {i} of vulkan kernel `{name}` should be {param:?}"),
+                        format!("argument {nth} of vulkan kernel `{name}` should be {param}"),
                     ));
                 }
             }
@@ -648,14 +662,19 @@ impl VulkanQueue {
             })
         };
         // What the set's bindings describe, in binding order of the entry point.
-        let described =
-            || {
-                entry.bindings.iter().zip(bound()).map(
-                    |(&binding, (b, offset, range))| -> Described {
-                        (binding, b.vk_buffer(), offset, range)
-                    },
-                )
-            };
+        let described = || {
+            entry.bindings.iter().zip(&entry.uniform).zip(bound()).map(
+                |((&binding, &uniform), (b, offset, range))| -> Described {
+                    (
+                        binding,
+                        descriptor_type(uniform),
+                        b.vk_buffer(),
+                        offset,
+                        range,
+                    )
+                },
+            )
+        };
         let buffers = bound().map(|(b, ..)| b);
         self.shared
             .record_using(CALL, buffers, Some(&kernel.module), |batch, cb| {
@@ -675,7 +694,8 @@ impl VulkanQueue {
                     let set = match batch.written_set(layout, described()) {
                         Some(set) => set,
                         None => {
-                            let count = entry.bindings.len() as u32;
+                            let uniforms = entry.uniform.iter().filter(|&&u| u).count() as u32;
+                            let count = [entry.bindings.len() as u32 - uniforms, uniforms];
                             let set = batch.descriptor_set(device, layout, count, CALL)?;
                             // SAFETY: the set is fresh; `launch` checked every buffer
                             // and range it describes.
@@ -1068,36 +1088,40 @@ impl Drop for QueueShared {
     }
 }
 
-/// Writes a fresh descriptor set's storage-buffer bindings.
+/// Writes a fresh descriptor set's storage- and uniform-buffer bindings.
 ///
 /// # Safety
 /// The set is live and not used by any command yet; each described binding is one of its
-/// layout's storage-buffer bindings, and its buffer a live storage buffer of `dev` whose
-/// whole size, or the range bound, is within maxStorageBufferRange, with a range's offset
-/// aligned to minStorageBufferOffsetAlignment and inside the buffer (`VulkanQueue::launch`
-/// checks all of it).
+/// layout's bindings, of the described type, and its buffer a live buffer of `dev` (made
+/// with storage and uniform usage) whose whole size, or the range bound, is within the
+/// type's maxStorageBufferRange or maxUniformBufferRange, with a range's offset aligned to
+/// its minStorageBufferOffsetAlignment or minUniformBufferOffsetAlignment and inside the
+/// buffer (`VulkanQueue::launch` checks all of it).
 unsafe fn write_set(
     dev: &ash::Device,
     set: vk::DescriptorSet,
     described: impl Iterator<Item = Described>,
 ) {
-    let (bindings, infos): (Vec<u32>, Vec<vk::DescriptorBufferInfo>) = described
-        .map(|(binding, buffer, offset, range)| {
+    let (bindings, infos): (
+        Vec<(u32, vk::DescriptorType)>,
+        Vec<vk::DescriptorBufferInfo>,
+    ) = described
+        .map(|(binding, ty, buffer, offset, range)| {
             let info = vk::DescriptorBufferInfo::default()
                 .buffer(buffer)
                 .offset(offset)
                 .range(range);
-            (binding, info)
+            ((binding, ty), info)
         })
         .unzip();
     let writes: Vec<vk::WriteDescriptorSet<'_>> = bindings
         .iter()
         .zip(&infos)
-        .map(|(&binding, info)| {
+        .map(|(&(binding, ty), info)| {
             vk::WriteDescriptorSet::default()
                 .dst_set(set)
                 .dst_binding(binding)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_type(ty)
                 .buffer_info(std::slice::from_ref(info))
         })
         .collect();

@@ -103,13 +103,94 @@ impl WorkgroupSize {
     }
 }
 
-/// One leaf of a push-constant block: a scalar parameter.
+/// One member of a push-constant block: a by-value parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PushLeaf {
     pub offset: u32,
     pub size: u32,
-    /// Its type, where it is a plain number (checked at launch).
-    pub ty: Option<ScalarType>,
+    /// What it takes (checked at launch): `Typed` for a plain number, `Pod` for a vector,
+    /// matrix, array or struct, `Scalar(size)` for anything else (a 16-bit float, a
+    /// device address).
+    pub kind: ParamKind,
+}
+
+/// Element types as WGSL names them, in [`ScalarType`]'s order, then `f16` (which has no
+/// `ScalarType`): the index is an element "key".
+macro_rules! of_each {
+    ($p:literal, $s:literal) => {
+        [
+            concat!($p, "u8", $s),
+            concat!($p, "i8", $s),
+            concat!($p, "u16", $s),
+            concat!($p, "i16", $s),
+            concat!($p, "u32", $s),
+            concat!($p, "i32", $s),
+            concat!($p, "f32", $s),
+            concat!($p, "u64", $s),
+            concat!($p, "i64", $s),
+            concat!($p, "f64", $s),
+            concat!($p, "f16", $s),
+        ]
+    };
+}
+const ELEMENTS: usize = 11;
+const KEY_TYPES: [ScalarType; ELEMENTS - 1] = [
+    ScalarType::U8,
+    ScalarType::I8,
+    ScalarType::U16,
+    ScalarType::I16,
+    ScalarType::U32,
+    ScalarType::I32,
+    ScalarType::F32,
+    ScalarType::U64,
+    ScalarType::I64,
+    ScalarType::F64,
+];
+/// `vecN<T>` for N = 2, 3, 4.
+static VECTOR_NAMES: [[&str; ELEMENTS]; 3] = [
+    of_each!("vec2<", ">"),
+    of_each!("vec3<", ">"),
+    of_each!("vec4<", ">"),
+];
+/// `matCxR<T>` for C, R = 2, 3, 4, at `(C - 2) * 3 + R - 2`.
+static MATRIX_NAMES: [[&str; ELEMENTS]; 9] = [
+    of_each!("mat2x2<", ">"),
+    of_each!("mat2x3<", ">"),
+    of_each!("mat2x4<", ">"),
+    of_each!("mat3x2<", ">"),
+    of_each!("mat3x3<", ">"),
+    of_each!("mat3x4<", ">"),
+    of_each!("mat4x2<", ">"),
+    of_each!("mat4x3<", ">"),
+    of_each!("mat4x4<", ">"),
+];
+static ARRAY_NAMES: [&str; ELEMENTS] = of_each!("array of ", "");
+static STRUCT_NAMES: [&str; ELEMENTS] = of_each!("struct of ", "");
+
+/// What the element walk of a composite found: no scalar yet, one element key for all,
+/// or several (or unknown) ones.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Elements {
+    None,
+    One(usize),
+    Mixed,
+}
+
+impl Elements {
+    fn add(&mut self, key: Option<usize>) {
+        *self = match (*self, key) {
+            (Elements::None, Some(k)) => Elements::One(k),
+            (Elements::One(a), Some(b)) if a == b => Elements::One(a),
+            _ => Elements::Mixed,
+        };
+    }
+
+    fn key(self) -> Option<usize> {
+        match self {
+            Elements::One(k) => Some(k),
+            _ => None,
+        }
+    }
 }
 
 /// What offload needs to know about one `GLCompute` entry point.
@@ -117,19 +198,23 @@ pub(crate) struct PushLeaf {
 pub(crate) struct EntryPoint {
     pub name: String,
     pub workgroup: WorkgroupSize,
-    /// Storage-buffer bindings of descriptor set 0, ascending: argument `i` binds to
-    /// `bindings[i]`.
+    /// Storage- and uniform-buffer bindings of descriptor set 0, ascending: argument `i`
+    /// binds to `bindings[i]`.
     pub bindings: Vec<u32>,
+    /// Whether each of `bindings` is a uniform buffer (`UNIFORM_BUFFER`); otherwise it is
+    /// a storage buffer.
+    pub uniform: Vec<bool>,
     /// In a module marked [`BOUNDS_CHECKED`], the fewest bytes the buffer (or range) bound
     /// to each of `bindings` must hold: its block's fixed members, and one element of a
     /// trailing runtime array (WebGPU's "minimum binding size"); 0 in other modules, and
     /// where the module does not say (a member without an `Offset`, a runtime array
     /// without an `ArrayStride`). Checked at every launch, so a runtime array is never
-    /// empty and an index clamped to its last element stays inside the binding.
+    /// empty and an index clamped to its last element stays inside the binding. A uniform
+    /// block has no runtime array: its size is checked in every module.
     pub min_sizes: Vec<u64>,
-    /// The push-constant leaves in declaration order: the scalar parameters.
+    /// The push-constant members in declaration order: the by-value parameters.
     pub push: Vec<PushLeaf>,
-    /// Bytes of push constants to cover (the end of the last leaf, rounded up to 4).
+    /// Bytes of push constants to cover (the end of the last member, rounded up to 4).
     pub push_size: u32,
     /// Whether the entry point uses workgroup (shared) memory.
     pub uses_workgroup_memory: bool,
@@ -139,14 +224,17 @@ pub(crate) struct EntryPoint {
 }
 
 impl EntryPoint {
-    /// The parameters: one buffer per binding, then one scalar per push-constant leaf.
+    /// The parameters: one buffer (storage or uniform) per binding, then one value per
+    /// push-constant member.
     pub(crate) fn params(&self) -> Vec<ParamKind> {
-        let buffers = self.bindings.iter().map(|_| ParamKind::Buffer);
-        let scalars = self.push.iter().map(|l| match l.ty {
-            Some(ty) => ParamKind::Typed(ty),
-            None => ParamKind::Scalar(l.size as usize),
+        let buffers = self.uniform.iter().map(|&uniform| {
+            if uniform {
+                ParamKind::Uniform
+            } else {
+                ParamKind::Buffer
+            }
         });
-        buffers.chain(scalars).collect()
+        buffers.chain(self.push.iter().map(|l| l.kind)).collect()
     }
 }
 
@@ -329,7 +417,11 @@ impl Vk<'_, '_> {
             .collect::<Result<Vec<_>>>()?;
         if !bounds_checked {
             for e in &mut entry_points {
-                e.min_sizes.iter_mut().for_each(|m| *m = 0);
+                for (m, &uniform) in e.min_sizes.iter_mut().zip(&e.uniform) {
+                    if !uniform {
+                        *m = 0;
+                    }
+                }
             }
         }
         Ok((entry_points, bounds_checked))
@@ -396,17 +488,18 @@ impl Vk<'_, '_> {
                              Binding decoration"
                         )));
                     };
-                    let storage_buffer = storage == STORAGE_STORAGE_BUFFER
-                        || (storage == STORAGE_UNIFORM && buffer_block);
-                    if !storage_buffer {
-                        let what = if storage == STORAGE_UNIFORM {
-                            "a uniform buffer"
-                        } else {
-                            "an image, sampler or other opaque resource"
-                        };
+                    // A `Uniform` block decorated `BufferBlock` is a storage buffer (the
+                    // SPIR-V 1.0 way); other `Uniform` blocks are uniform buffers.
+                    let uniform = storage == STORAGE_UNIFORM && !buffer_block;
+                    let what = if uniform {
+                        "uniform buffer"
+                    } else {
+                        "storage buffer"
+                    };
+                    if storage == STORAGE_UNIFORM_CONSTANT {
                         unsupported.push(format!(
-                            "set {set} binding {binding} is {what} (offload binds storage \
-                             buffers only)"
+                            "set {set} binding {binding} is an image, sampler or other opaque \
+                             resource (offload binds storage and uniform buffers only)"
                         ));
                     } else if !matches!(self.types.get(&pointee), Some(Type::Struct(_))) {
                         unsupported.push(format!(
@@ -415,24 +508,28 @@ impl Vk<'_, '_> {
                         ));
                     } else if set != 0 {
                         unsupported.push(format!(
-                            "a storage buffer in descriptor set {set} (offload binds set 0 only)"
+                            "a {what} in descriptor set {set} (offload binds set 0 only)"
                         ));
                     } else if binding > MAX_BINDING {
                         unsupported.push(format!(
-                            "storage buffer binding {binding} (offload binds 0 to {MAX_BINDING})"
+                            "{what} binding {binding} (offload binds 0 to {MAX_BINDING})"
                         ));
                     } else {
                         let min = self.min_binding_size(pointee).unwrap_or(0);
-                        match bindings.iter_mut().find(|(b, _)| *b == binding) {
-                            Some((_, known)) => *known = min.max(*known),
-                            None => bindings.push((binding, min)),
+                        match bindings.iter_mut().find(|(b, _, _)| *b == binding) {
+                            Some((_, known, u)) if *u == uniform => *known = min.max(*known),
+                            Some(_) => unsupported.push(format!(
+                                "binding {binding} is used as both a storage and a uniform \
+                                 buffer"
+                            )),
+                            None => bindings.push((binding, min, uniform)),
                         }
                     }
                 }
                 STORAGE_PUSH_CONSTANT => {
                     push_blocks += 1;
                     let mut budget = TYPE_BUDGET;
-                    self.leaves(pointee, 0, &mut push, 0, &mut budget)
+                    self.push_members(pointee, &mut push, &mut budget)
                         .map_err(|reason| {
                             self.err(format!("push constants of `{name}`: {reason}"))
                         })?;
@@ -448,7 +545,9 @@ impl Vk<'_, '_> {
             )));
         }
         bindings.sort_unstable();
-        let (bindings, min_sizes) = bindings.into_iter().unzip();
+        let min_sizes = bindings.iter().map(|b| b.1).collect();
+        let uniform = bindings.iter().map(|b| b.2).collect();
+        let bindings = bindings.iter().map(|b| b.0).collect();
         let push_end = push
             .iter()
             .map(|l: &PushLeaf| u64::from(l.offset) + u64::from(l.size))
@@ -460,6 +559,7 @@ impl Vk<'_, '_> {
             name: name.clone(),
             workgroup,
             bindings,
+            uniform,
             min_sizes,
             push,
             push_size,
@@ -519,42 +619,155 @@ impl Vk<'_, '_> {
         }
     }
 
-    /// Flattens a push-constant type into its leaves, in declaration order.
-    fn leaves(
+    /// The parameters of push-constant block `block`: its members in declaration order,
+    /// each one parameter at the `Offset` the shader declares (a struct member is one
+    /// `Pod` parameter). A block whose only member is a struct is unwrapped first, again
+    /// while that holds: naga wraps every push-constant variable in such a block, so
+    /// WGSL `var<immediate> args: Args;` takes the members of `Args`.
+    fn push_members(
+        &self,
+        block: u32,
+        out: &mut Vec<PushLeaf>,
+        budget: &mut u32,
+    ) -> std::result::Result<(), String> {
+        let (mut ty, mut base) = (block, 0u32);
+        let mut depth = 0;
+        let members = loop {
+            spend(budget)?;
+            let Some(Type::Struct(members)) = self.types.get(&ty) else {
+                return Err(format!("the block {ty} is not a struct"));
+            };
+            match members[..] {
+                [only] if matches!(self.types.get(&only), Some(Type::Struct(_))) => {
+                    depth += 1;
+                    if depth > 16 {
+                        return Err("structs nested more than 16 deep".into());
+                    }
+                    let offset = self.member_offset(ty, 0)?.0;
+                    base = base
+                        .checked_add(offset)
+                        .ok_or_else(|| "offsets overflow".to_string())?;
+                    ty = only;
+                }
+                _ => break members,
+            }
+        };
+        for (m, &member) in members.iter().enumerate() {
+            let (offset, matrix_stride) = self.member_offset(ty, m)?;
+            let at = base
+                .checked_add(offset)
+                .ok_or_else(|| "offsets overflow".to_string())?;
+            let size = self.size_of(member, matrix_stride, 0, budget)?;
+            out.push(PushLeaf {
+                offset: at,
+                size,
+                kind: self.value_kind(member, size, budget)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// The `Offset` (required) and `MatrixStride` of member `m` of struct `ty`.
+    fn member_offset(&self, ty: u32, m: usize) -> std::result::Result<(u32, Option<u32>), String> {
+        let (offset, matrix_stride) = self
+            .decorations
+            .get(&ty)
+            .and_then(|d| d.members.get(&(m as u32)).copied())
+            .unwrap_or((None, None));
+        let offset = offset.ok_or_else(|| format!("member {m} of struct {ty} has no Offset"))?;
+        Ok((offset, matrix_stride))
+    }
+
+    /// What a push-constant member of type `ty` and `size` bytes takes: `Typed` for a
+    /// plain number, `Pod` for a vector, matrix, array or struct (named as WGSL would,
+    /// with its element type where all its scalars share one), `Scalar(size)` otherwise.
+    fn value_kind(
         &self,
         ty: u32,
-        base: u32,
-        out: &mut Vec<PushLeaf>,
+        size: u32,
+        budget: &mut u32,
+    ) -> std::result::Result<ParamKind, String> {
+        if let Some(t) = self.scalar_type(ty) {
+            return Ok(ParamKind::Typed(t));
+        }
+        let mut elements = Elements::None;
+        let name = match self.types.get(&ty) {
+            Some(Type::Vector(c, n)) => {
+                let key = self.element_key(*c);
+                match (key, n) {
+                    (Some(k), 2..=4) => VECTOR_NAMES[*n as usize - 2][k],
+                    _ => "vector",
+                }
+            }
+            Some(Type::Matrix(col, columns)) => {
+                let (key, rows) = match self.types.get(col) {
+                    Some(Type::Vector(c, rows)) => (self.element_key(*c), *rows),
+                    _ => (None, 0),
+                };
+                match (key, columns, rows) {
+                    (Some(k), 2..=4, 2..=4) => {
+                        MATRIX_NAMES[(*columns as usize - 2) * 3 + rows as usize - 2][k]
+                    }
+                    _ => "matrix",
+                }
+            }
+            Some(Type::Array(..)) => {
+                self.elements(ty, &mut elements, 0, budget)?;
+                elements.key().map_or("array", |k| ARRAY_NAMES[k])
+            }
+            Some(Type::Struct(_)) => {
+                self.elements(ty, &mut elements, 0, budget)?;
+                elements.key().map_or("struct", |k| STRUCT_NAMES[k])
+            }
+            // A 16-bit float, a device address: known by size.
+            _ => return Ok(ParamKind::Scalar(size as usize)),
+        };
+        if elements == Elements::None {
+            self.elements(ty, &mut elements, 0, budget)?;
+        }
+        Ok(ParamKind::Pod {
+            name,
+            size: size as usize,
+            elem: elements.key().and_then(|k| KEY_TYPES.get(k)).copied(),
+        })
+    }
+
+    /// The element key of a scalar type (see [`of_each`]); `None` for anything else.
+    fn element_key(&self, ty: u32) -> Option<usize> {
+        match self.types.get(&ty)? {
+            Type::Float(16) => Some(ELEMENTS - 1),
+            _ => {
+                let t = self.scalar_type(ty)?;
+                KEY_TYPES.iter().position(|&k| k == t)
+            }
+        }
+    }
+
+    /// Adds the element keys of every scalar in type `ty` to `found`.
+    fn elements(
+        &self,
+        ty: u32,
+        found: &mut Elements,
         depth: u32,
         budget: &mut u32,
     ) -> std::result::Result<(), String> {
         if depth > 16 {
-            return Err("structs nested more than 16 deep".into());
+            return Err("types nested more than 16 deep".into());
         }
         spend(budget)?;
-        let Some(Type::Struct(members)) = self.types.get(&ty) else {
-            return Err(format!("the block {ty} is not a struct"));
-        };
-        let deco = self.decorations.get(&ty);
-        for (m, &member) in members.iter().enumerate() {
-            let (offset, matrix_stride) = deco
-                .and_then(|d| d.members.get(&(m as u32)).copied())
-                .unwrap_or((None, None));
-            let offset =
-                offset.ok_or_else(|| format!("member {m} of struct {ty} has no Offset"))?;
-            let at = base
-                .checked_add(offset)
-                .ok_or_else(|| "offsets overflow".to_string())?;
-            if let Some(Type::Struct(_)) = self.types.get(&member) {
-                self.leaves(member, at, out, depth + 1, budget)?;
-            } else {
-                let size = self.size_of(member, matrix_stride, 0, budget)?;
-                out.push(PushLeaf {
-                    offset: at,
-                    size,
-                    ty: self.scalar_type(member),
-                });
+        match self.types.get(&ty) {
+            Some(Type::Vector(c, _) | Type::Matrix(c, _) | Type::Array(c, _)) => {
+                self.elements(*c, found, depth + 1, budget)?
             }
+            Some(Type::Struct(members)) => {
+                for &m in members {
+                    self.elements(m, found, depth + 1, budget)?;
+                    if *found == Elements::Mixed {
+                        break;
+                    }
+                }
+            }
+            _ => found.add(self.element_key(ty)),
         }
         Ok(())
     }
@@ -752,9 +965,19 @@ mod tests {
 
     #[test]
     fn a_push_block_of_exponentially_many_paths_is_refused_at_once() {
-        // A sane nesting still reflects: 2 levels of 3 give 9 leaves.
+        // A sane nesting still reflects: the nested struct (2 levels of 3, 9 u32s all at
+        // offset 0) is one parameter, then the f32.
         let small = reflect(&bytes(&wide_push_block(2, 3)), V13, "t").unwrap();
-        assert_eq!(small.entry_points[0].push.len(), 9 + 1);
+        let push = &small.entry_points[0].push;
+        assert_eq!(push.len(), 2);
+        assert_eq!(
+            push[0].kind,
+            ParamKind::Pod {
+                name: "struct of u32",
+                size: 4,
+                elem: Some(ScalarType::U32)
+            }
+        );
         // 64^12 paths: without a budget the walk would never end (or exhaust memory).
         let started = std::time::Instant::now();
         let e = reason(reflect(&bytes(&wide_push_block(12, 64)), V13, "t"));
@@ -847,6 +1070,79 @@ mod tests {
         words.iter().flat_map(|w| w.to_ne_bytes()).collect()
     }
 
+    /// Push-constant members are one parameter each, named as WGSL names their types; the
+    /// block naga wraps around `var<immediate>` is unwrapped.
+    #[test]
+    fn composite_push_constants_are_one_pod_parameter_each() {
+        let wgsl = "
+            struct Inner { a: f32, b: vec2<f32> }
+            struct Mixed { n: u32, x: f32 }
+            struct Args {
+                n: u32, v: vec2<f32>, w: vec4<i32>, m: mat4x4<f32>, c: mat2x3<f32>,
+                inner: Inner, mixed: Mixed, list: array<u32, 3>,
+            }
+            var<immediate> args: Args;
+            @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+            @compute @workgroup_size(1)
+            fn main() {
+                out[0] = f32(args.n) + args.v.x + f32(args.w.y) + args.m[1].x + args.c[1].z
+                    + args.inner.b.y + f32(args.mixed.n) + f32(args.list[2]);
+            }";
+        let r = reflect(&bytes(&naga(wgsl)), V13, "t").unwrap();
+        let e = &r.entry_points[0];
+        let pod = |name, size, elem| ParamKind::Pod { name, size, elem };
+        use ScalarType::*;
+        assert_eq!(
+            e.params(),
+            [
+                ParamKind::Buffer,
+                ParamKind::Typed(U32),
+                pod("vec2<f32>", 8, Some(F32)),
+                pod("vec4<i32>", 16, Some(I32)),
+                pod("mat4x4<f32>", 64, Some(F32)),
+                pod("mat2x3<f32>", 32, Some(F32)),
+                pod("struct of f32", 16, Some(F32)),
+                pod("struct", 8, None),
+                pod("array of u32", 12, Some(U32)),
+            ]
+        );
+        let offsets: Vec<u32> = e.push.iter().map(|l| l.offset).collect();
+        assert_eq!(offsets, [0, 8, 16, 32, 96, 128, 144, 152]);
+        assert_eq!(e.push_size, 164);
+        // A lone vector is wrapped by naga in a block of one member: one parameter.
+        let lone = "var<immediate> v: vec2<f32>;
+            @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+            @compute @workgroup_size(1) fn main() { out[0] = v.y; }";
+        let r = reflect(&bytes(&naga(lone)), V13, "t").unwrap();
+        assert_eq!(
+            r.entry_points[0].params()[1],
+            pod("vec2<f32>", 8, Some(F32))
+        );
+    }
+
+    /// A `var<uniform>` is a uniform-buffer parameter among the storage buffers, in binding
+    /// order, whose block size is its minimum size also in a module that is not marked.
+    #[test]
+    fn uniform_buffers_are_parameters_in_binding_order() {
+        let wgsl = "
+            struct U { scale: f32, offset: vec4<f32> }
+            @group(0) @binding(0) var<storage, read> input: array<f32>;
+            @group(0) @binding(1) var<uniform> u: U;
+            @group(0) @binding(2) var<storage, read_write> out: array<f32>;
+            @compute @workgroup_size(1)
+            fn main() { out[0] = input[0] * u.scale + u.offset.w; }";
+        let r = reflect(&bytes(&naga(wgsl)), V13, "t").unwrap();
+        let e = &r.entry_points[0];
+        assert_eq!(e.unsupported, None);
+        assert_eq!(e.bindings, [0, 1, 2]);
+        assert_eq!(e.uniform, [false, true, false]);
+        assert_eq!(e.min_sizes, [0, 32, 0]);
+        assert_eq!(
+            e.params(),
+            [ParamKind::Buffer, ParamKind::Uniform, ParamKind::Buffer]
+        );
+    }
+
     fn reason(r: Result<Reflection>) -> String {
         match r {
             Err(Error::InvalidBinary { reason, .. }) => reason,
@@ -868,12 +1164,12 @@ mod tests {
                     PushLeaf {
                         offset: 0,
                         size: 4,
-                        ty: Some(ScalarType::U32)
+                        kind: ParamKind::Typed(ScalarType::U32)
                     },
                     PushLeaf {
                         offset: 8,
                         size: 4,
-                        ty: Some(ScalarType::F32)
+                        kind: ParamKind::Typed(ScalarType::F32)
                     }
                 ]
             );

@@ -7,7 +7,9 @@
 //! `Error::Compile` and naga's diagnostics (where naga knows the span, and it does for
 //! every parse error: `wgsl:LINE:COLUMN`, with the offending source line underlined):
 //!
-//! 1. **Parse** (`naga::front::wgsl`).
+//! 1. **Parse** (`naga::front::wgsl`). Push constants are `var<immediate>` in naga 28; the
+//!    older spelling `var<push_constant>` is refused by naga as an unknown address space,
+//!    and offload adds a hint naming `var<immediate>` to that error.
 //! 2. **Validate** (`naga::valid::Validator`, every `ValidationFlags` check, with only the
 //!    `IMMEDIATES` capability: push constants, spelled `var<immediate>` in naga 28). The
 //!    module is type-checked, so the SPIR-V that reaches the driver is type-correct:
@@ -90,6 +92,13 @@ mod with_naga {
             atomicAdd(&count, select(0u, 1u, any(acc > vec4(1.0))));
         }";
 
+    /// Appended to naga's "unknown address space: `push_constant`": wgpu and older naga
+    /// spell push constants `var<push_constant>`, naga 28 `var<immediate>`.
+    const PUSH_CONSTANT_HINT: &str = "hint: naga 28 spells push constants \
+        `var<immediate>` (older naga and wgpu releases: `var<push_constant>`): write \
+        `var<immediate> args: Args;` — offload passes its members as the kernel's arguments \
+        after the buffers\n";
+
     fn error(log: String) -> Error {
         Error::Compile {
             backend: BackendKind::Vulkan,
@@ -160,8 +169,13 @@ mod with_naga {
     fn naga_compile(source: &Source, version: SpirvVersion) -> Result<Vec<u32>> {
         let text = source.text();
         let overrides = parse_options(source.options())?;
-        let module =
-            naga::front::wgsl::parse_str(text).map_err(|e| error(e.emit_to_string(text)))?;
+        let module = naga::front::wgsl::parse_str(text).map_err(|e| {
+            let mut log = e.emit_to_string(text);
+            if e.message() == "unknown address space: `push_constant`" {
+                log.push_str(PUSH_CONSTANT_HINT);
+            }
+            error(log)
+        })?;
         let info = Validator::new(ValidationFlags::all(), Capabilities::IMMEDIATES)
             .validate(&module)
             .map_err(|e| {
@@ -322,6 +336,26 @@ mod tests {
                 assert!(e.min_sizes.iter().all(|&m| m == 4), "{e:?}");
             }
         }
+    }
+
+    /// wgpu's `var<push_constant>` is naga 28's `var<immediate>`: the error says so.
+    #[test]
+    fn push_constant_is_refused_with_a_hint_naming_immediate() {
+        let text = "struct A { n: u32 }\nvar<push_constant> args: A;\n\
+                    @group(0) @binding(0) var<storage, read_write> b: array<u32>;\n\
+                    @compute @workgroup_size(1) fn f() { b[0] = args.n; }";
+        let Err(Error::Compile { log, .. }) = compile(&Source::wgsl(text), V1_3) else {
+            panic!("var<push_constant> compiled");
+        };
+        assert!(log.contains("unknown address space"), "{log}");
+        assert!(log.contains("wgsl:2:"), "{log}");
+        assert!(log.contains("`var<immediate>`"), "{log}");
+        // Other unknown address spaces get no such hint.
+        let other = text.replace("push_constant", "constant");
+        let Err(Error::Compile { log, .. }) = compile(&Source::wgsl(&other), V1_3) else {
+            panic!("var<constant> compiled");
+        };
+        assert!(!log.contains("var<immediate>"), "{log}");
     }
 
     #[test]

@@ -526,14 +526,30 @@ fn unsupported_shapes_are_typed_errors() {
         @group(0) @binding(0) var<uniform> u: U;
         @group(0) @binding(1) var<storage, read_write> out: array<u32>;
         @compute @workgroup_size(1) fn uses_uniform() { out[0] = u.x; }
+        @group(0) @binding(2) var tex: texture_2d<f32>;
+        @compute @workgroup_size(1)
+        fn uses_texture() { out[0] = u32(textureLoad(tex, vec2<i32>(0, 0), 0).x); }
         @group(1) @binding(0) var<storage, read_write> other: array<u32>;
         @compute @workgroup_size(1) fn uses_set_one() { other[0] = 1u; }
+        @group(1) @binding(1) var<uniform> other_u: U;
+        @compute @workgroup_size(1) fn uses_uniform_in_set_one() { out[0] = other_u.x; }
         @compute @workgroup_size(1) fn plain() { out[0] = 2u; }
     "#;
     let module = dev.load(&spirv_of(uniform, (1, 3))).unwrap();
+    // Uniform buffers are parameters of their own (see tests/shader_declarations.rs).
+    let uses_uniform = module.kernel("uses_uniform").unwrap();
+    assert_eq!(
+        VulkanModule::params(&uses_uniform),
+        [ParamKind::Uniform, ParamKind::Buffer]
+    );
+    drop(uses_uniform);
     for (name, expect) in [
-        ("uses_uniform", "uniform buffer"),
+        ("uses_texture", "image, sampler"),
         ("uses_set_one", "set 1"),
+        (
+            "uses_uniform_in_set_one",
+            "a uniform buffer in descriptor set 1",
+        ),
     ] {
         match module.kernel(name) {
             Err(Error::Unsupported { reason, .. }) => {

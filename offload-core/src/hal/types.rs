@@ -359,6 +359,9 @@ impl fmt::Display for ScalarType {
 /// assert_ne!(ParamKind::Buffer, ParamKind::Scalar(4));
 /// assert_eq!(ParamKind::Typed(ScalarType::F32).scalar_size(), Some(4));
 /// assert_eq!(ParamKind::Typed(ScalarType::F32).to_string(), "an f32");
+/// let vec2 = ParamKind::Pod { name: "vec2<f32>", size: 8, elem: Some(ScalarType::F32) };
+/// assert_eq!(vec2.to_string(), "a vec2<f32> (8 bytes)");
+/// assert_eq!(ParamKind::Uniform.to_string(), "a uniform buffer");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParamKind {
@@ -368,20 +371,54 @@ pub enum ParamKind {
     Scalar(usize),
     /// A scalar of a declared type: only an argument of that type is accepted.
     Typed(ScalarType),
+    /// A value passed by its bytes whose type is a composite the image lays out: a vector,
+    /// matrix, array or struct (a Vulkan push-constant member such as `vec2<f32>`). It
+    /// takes any `bytemuck::Pod` value of exactly `size` bytes (`Arg::pod`); where `elem`
+    /// is known, a value whose element type is known too must have that one (an `f64`
+    /// is refused for a `vec2<f32>`, though both are 8 bytes).
+    Pod {
+        /// The image's type, as WGSL would name it where it can (`vec2<f32>`,
+        /// `mat4x4<f32>`, `array of u32`, `struct of f32`, `struct`): for messages.
+        name: &'static str,
+        /// Its size in bytes, the layout's padding included.
+        size: usize,
+        /// The scalar type of every element or member, where the image declares one
+        /// type for all of them; `None` for mixed or unknown ones (a struct of a `u32` and
+        /// an `f32`, 16-bit floats).
+        elem: Option<ScalarType>,
+    },
+    /// A uniform buffer (Vulkan `UNIFORM_BUFFER`, WGSL `var<uniform>`): takes a buffer
+    /// passed as one, with `Arg::uniform`. Backends without uniform buffers never declare
+    /// it, and the core refuses a uniform argument for their buffer parameters.
+    Uniform,
 }
 
 impl ParamKind {
-    /// The size of a scalar parameter; `None` for a buffer.
+    /// The size of a by-value parameter (a scalar or a [`ParamKind::Pod`]); `None` for a
+    /// buffer.
     ///
     /// ```
-    /// assert_eq!(offload_core::ParamKind::Buffer.scalar_size(), None);
+    /// use offload_core::ParamKind;
+    /// assert_eq!(ParamKind::Buffer.scalar_size(), None);
+    /// assert_eq!(ParamKind::Uniform.scalar_size(), None);
+    /// assert_eq!(ParamKind::Pod { name: "struct", size: 12, elem: None }.scalar_size(), Some(12));
     /// ```
     pub const fn scalar_size(&self) -> Option<usize> {
         match self {
-            ParamKind::Buffer => None,
+            ParamKind::Buffer | ParamKind::Uniform => None,
             ParamKind::Scalar(n) => Some(*n),
             ParamKind::Typed(t) => Some(t.size()),
+            ParamKind::Pod { size, .. } => Some(*size),
         }
+    }
+}
+
+/// "an" before a vowel's sound ("an i32", "an f32", "an array"), "a" otherwise.
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'f']) {
+        "an"
+    } else {
+        "a"
     }
 }
 
@@ -389,15 +426,11 @@ impl fmt::Display for ParamKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ParamKind::Buffer => f.write_str("a buffer"),
+            ParamKind::Uniform => f.write_str("a uniform buffer"),
             ParamKind::Scalar(n) => write!(f, "a {n}-byte scalar"),
-            ParamKind::Typed(t) => {
-                // By the sound of the letter: "an i32", "an f32", "a u32".
-                let article = if t.name().starts_with(['i', 'f']) {
-                    "an"
-                } else {
-                    "a"
-                };
-                write!(f, "{article} {t}")
+            ParamKind::Typed(t) => write!(f, "{} {t}", article(t.name())),
+            ParamKind::Pod { name, size, .. } => {
+                write!(f, "{} {name} ({size} bytes)", article(name))
             }
         }
     }
@@ -419,7 +452,9 @@ pub enum KernelArg<'a, B: ?Sized> {
         /// Its length in bytes.
         len: usize,
     },
-    /// A scalar, in native byte order.
+    /// A value's bytes, in native byte order: a scalar, or a [`ParamKind::Pod`] value (as
+    /// long as the parameter's size). A uniform-buffer argument reaches the backend as
+    /// `Buffer` or `Range`, for a parameter the backend declared [`ParamKind::Uniform`].
     Scalar(&'a [u8]),
 }
 

@@ -47,7 +47,7 @@ offload = { package = "offload-rt", version = "$version", features = ["fixtures"
 $patches
 TOML
 cat > "$work/user/src/main.rs" <<'RS'
-// The README's first example needs the `fixtures` kernels: they must build from the package.
+// The launches chapter's first example (docs/launches.md) needs the `fixtures` kernels: they must build from the package.
 fn main() {
     assert!(!offload::host::fixtures::KERNELS.is_empty());
 }

@@ -192,3 +192,51 @@ pub type ShutdownError = offload_core::ShutdownError<Builtin>;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The examples of the README's chapters (docs/), compiled and run as doctests like the
+/// README's: one item per chapter (tests/user_crate.rs checks none is missing).
+#[cfg(doctest)]
+pub mod chapter_doctests {
+    /// docs/architecture.md
+    #[doc = include_str!("../docs/architecture.md")]
+    pub struct Architecture;
+    /// docs/backends.md
+    #[doc = include_str!("../docs/backends.md")]
+    pub struct Backends;
+    /// docs/benchmarks.md
+    #[doc = include_str!("../docs/benchmarks.md")]
+    pub struct Benchmarks;
+    /// docs/configuration.md
+    #[doc = include_str!("../docs/configuration.md")]
+    pub struct Configuration;
+    /// docs/contract.md
+    #[doc = include_str!("../docs/contract.md")]
+    pub struct Contract;
+    /// docs/errors.md
+    #[doc = include_str!("../docs/errors.md")]
+    pub struct Errors;
+    /// docs/gpu-kit.md
+    #[doc = include_str!("../docs/gpu-kit.md")]
+    pub struct GpuKit;
+    /// docs/ipc.md
+    #[doc = include_str!("../docs/ipc.md")]
+    pub struct Ipc;
+    /// docs/launches.md
+    #[doc = include_str!("../docs/launches.md")]
+    pub struct Launches;
+    /// docs/lifecycle.md
+    #[doc = include_str!("../docs/lifecycle.md")]
+    pub struct Lifecycle;
+    /// docs/mpi.md
+    #[doc = include_str!("../docs/mpi.md")]
+    pub struct Mpi;
+    /// docs/programs.md
+    #[doc = include_str!("../docs/programs.md")]
+    pub struct Programs;
+    /// docs/queues.md
+    #[doc = include_str!("../docs/queues.md")]
+    pub struct Queues;
+    /// docs/reliability.md
+    #[doc = include_str!("../docs/reliability.md")]
+    pub struct Reliability;
+}

@@ -1,7 +1,9 @@
 //! Builds and runs tests/user-crate, a crate outside the workspace that uses offload the
-//! way a user's crate does (features `fixtures` and `vulkan`): the README's examples, and
-//! SAXPY on the host and Vulkan devices with the typed API. Its output is printed; any
-//! failure, build or run, fails this test.
+//! way a user's crate does (features `fixtures`, `vulkan` and `wgsl`): the examples of the
+//! README and of its chapters (docs/*.md), and SAXPY on the host and Vulkan devices with
+//! the typed API. Its output is printed; any failure, build or run, fails this test, and
+//! so does an example of those documents that it did not run. A second test checks that
+//! every chapter is also a doctest of the library (src/lib.rs includes it).
 //!
 //! It builds in its own target directory (`user-crate` beside this build's `tmp`, so
 //! `target/user-crate` by default), so it never waits for the lock of the build running
@@ -61,4 +63,78 @@ fn user_crate_builds_and_runs() {
         stdout.contains("saxpy on host"),
         "no host SAXPY in its output"
     );
+    let examples = examples(root);
+    assert!(
+        !examples.is_empty(),
+        "no examples found in README.md and docs/"
+    );
+    for (doc, line) in examples {
+        let ran = format!("{doc} example at line {line}: ok");
+        assert!(
+            stdout.contains(&ran),
+            "the user crate did not run {doc}'s example at line {line}"
+        );
+    }
+}
+
+/// README.md and docs/*.md, as paths from the repository's root.
+fn documents(root: &Path) -> Vec<String> {
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("read docs/")
+        .map(|e| {
+            e.expect("a docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    docs.insert(0, "README.md".into());
+    docs
+}
+
+/// (document, line) of every ```rust block the user crate builds and runs: those rustdoc
+/// runs too (not `ignore`, `compile_fail`, `no_run` or `text`).
+fn examples(root: &Path) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    for doc in documents(root) {
+        let text = std::fs::read_to_string(root.join(&doc)).expect("read a document");
+        let mut in_block = false;
+        for (at, line) in text.lines().enumerate() {
+            if in_block {
+                in_block = !line.starts_with("```");
+                continue;
+            }
+            if !line.starts_with("```") {
+                continue;
+            }
+            in_block = true;
+            if let Some(info) = line.strip_prefix("```rust") {
+                let attrs: Vec<&str> = info.split(',').map(str::trim).collect();
+                if !["ignore", "compile_fail", "no_run", "text"]
+                    .iter()
+                    .any(|a| attrs.contains(a))
+                {
+                    found.push((doc.clone(), at + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Every chapter is a doctest too: src/lib.rs includes each docs/*.md.
+#[test]
+fn every_chapter_is_a_doctest() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("read src/lib.rs");
+    for doc in documents(root) {
+        let include = format!("include_str!(\"../{doc}\")");
+        assert!(
+            lib.contains(&include),
+            "src/lib.rs has no `#[doc = {include}]`: {doc}'s examples are not doctests"
+        );
+    }
 }

@@ -902,7 +902,7 @@ impl VulkanQueue {
 
     /// Runs `f` once the work enqueued before it has finished: submits, waits, and runs it
     /// on the calling thread, so work enqueued after it comes after it. (Blocking: a
-    /// `VkQueue` has no host callbacks; see the README.)
+    /// `VkQueue` has no host callbacks; see docs/backends.md.)
     pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         const CALL: &str = "Queue::enqueue_host_fn";
         self.sync_as(CALL)?;

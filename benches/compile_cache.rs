@@ -15,16 +15,8 @@ use offload_bench::paired;
 
 const SAMPLES: usize = 10;
 
-const C_KERNEL: &str = r#"#include "offload_host.h"
-OFFLOAD_KERNEL(put, "bI") {
-    uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);
-    uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);
-    for (uint32_t t = 0; t < launch->block[0]; t++) {
-        uint64_t i = OFFLOAD_INDEX_X(t);
-        if (i < n) buf[i] = 7;
-    }
-}
-"#;
+/// The kernel (benches/kernels/put.c, shared with the other compile benchmark).
+const C_KERNEL: &str = include_str!("kernels/put.c");
 
 #[cfg(feature = "wgsl")]
 const WGSL_KERNEL: &str = r#"

@@ -167,7 +167,9 @@ impl std::fmt::Debug for DeviceShared {
 ///         println!("{}: {} device(s)", ze.name(), ze.devices().len());
 ///         ze.deinit()?;
 ///     }
-///     Err(Error::DriverNotFound { library, reason, .. }) => {
+///     Err(
+///         Error::DriverNotFound { library, reason, .. } | Error::NoDevice { library, reason, .. },
+///     ) => {
 ///         println!("no Level Zero ({library}): {reason}")
 ///     }
 ///     Err(e) => return Err(e),

@@ -82,7 +82,10 @@ macro_rules! stream_backend_types {
         ///         println!("{}: {} device(s)", platform.name(), platform.devices().len());
         ///         platform.deinit()?;
         ///     }
-        ///     Err(Error::DriverNotFound { library, reason, .. }) => {
+        ///     Err(
+        ///         Error::DriverNotFound { library, reason, .. }
+        ///         | Error::NoDevice { library, reason, .. },
+        ///     ) => {
         #[doc = concat!("        println!(\"no ", $title, " ({library}): {reason}\")")]
         ///     }
         ///     Err(e) => return Err(e),

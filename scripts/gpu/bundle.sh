@@ -92,7 +92,7 @@ build test --no-run -p offload-embed --features offload/cuda | pick embed-test "
 cargo build --release -p offload-embed --features offload/cuda
 add embed-lib liboffload_embed target/release/liboffload_embed.so liboffload_embed.so
 echo "== offload-info"
-build build -p offload --bin offload-info --features vulkan,cuda,hip,ze | pick tool "" offload-info
+build build -p offload-rt --bin offload-info --features vulkan,cuda,hip,ze | pick tool "" offload-info
 
 cp scripts/gpu/run.sh "$KIT/run.sh"
 # offload's protocol fakes of libcuda and NVRTC, for `run.sh --fake .gpu/fake`: a dry run

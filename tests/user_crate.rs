@@ -77,23 +77,8 @@ fn user_crate_builds_and_runs() {
     }
 }
 
-/// README.md and docs/*.md, as paths from the repository's root.
-fn documents(root: &Path) -> Vec<String> {
-    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
-        .expect("read docs/")
-        .map(|e| {
-            e.expect("a docs/ entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|name| name.ends_with(".md"))
-        .map(|name| format!("docs/{name}"))
-        .collect();
-    docs.sort();
-    docs.insert(0, "README.md".into());
-    docs
-}
+// `documents(root)`: README.md and docs/*.md, as the user crate's build script lists them.
+include!("user-crate/documents.rs");
 
 /// (document, line) of every ```rust block the user crate builds and runs: those rustdoc
 /// runs too (not `ignore`, `compile_fail`, `no_run` or `text`).

@@ -23,7 +23,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use offload::hal::{Device as _, Platform as _};
+use offload::plugin::hal::{Device as _, Platform as _};
 use offload::{BackendKind, Config, MemKind, Offload};
 use offload_bench::paired;
 use offload_host::HostPlatform;
@@ -60,8 +60,8 @@ fn cycle(c: &mut Criterion) {
 /// Only the host platform: what a build with only the `host` feature registers.
 struct HostOnly;
 
-impl offload::Platforms for HostOnly {
-    fn platforms() -> Vec<offload::PlatformEntry> {
+impl offload::plugin::Platforms for HostOnly {
+    fn platforms() -> Vec<offload::plugin::PlatformEntry> {
         vec![offload_host::platform()]
     }
 }
@@ -71,7 +71,7 @@ fn cycle_host_device(c: &mut Criterion) {
     assert!(down.was_last(), "another runtime is alive");
     println!(
         "compiled-in backends: {:?}",
-        <offload::Builtin as offload::Platforms>::platforms()
+        <offload::plugin::Builtin as offload::plugin::Platforms>::platforms()
             .iter()
             .map(|e| e.kind())
             .collect::<Vec<_>>()

@@ -34,8 +34,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use offload::hal::{Device as _, Platform as _, Program as _};
-use offload::{Arg, BackendKind, Device, Dims, KernelArg, MemKind, Offload, Program};
+use offload::plugin::KernelArg;
+use offload::plugin::hal::{Device as _, Platform as _, Program as _};
+use offload::{Arg, BackendKind, Device, Dims, MemKind, Offload, Program};
 use offload_bench::paired;
 use offload_host::HostPlatform;
 use offload_host::fixtures::KERNELS;

@@ -80,11 +80,14 @@
 
 pub use offload_core::{
     Arg, BackendKind, Buffer, BufferView, CallbackError, CompileStats, CompilerId, Config,
-    DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, KernelArg,
-    Language, MemKind, Module, ParamKind, PlatformEntry, PlatformInfo, Platforms, Program, Queue,
-    Ready, Result, Scalar, ScalarType, Shutdown, Source, TypedBuffer, Unavailable, Uninit, args,
-    bytemuck, compile_stats, hal, ipc, no_compute, platform_open_attempts, take_unreported_errors,
+    DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, Language,
+    MemKind, Module, ParamKind, PlatformInfo, Program, Queue, Ready, Result, Scalar, ScalarType,
+    Shutdown, Source, TypedBuffer, Unavailable, Uninit, args, bytemuck, compile_stats, ipc,
+    platform_open_attempts, take_unreported_errors,
 };
+
+pub mod plugin;
+use plugin::Builtin;
 
 /// The host backend crate, for its counters and raw platform type.
 #[cfg(feature = "host")]
@@ -110,44 +113,6 @@ pub use offload_ze as ze;
 /// IPC peers (see the `offload-mpi` crate).
 #[cfg(feature = "mpi")]
 pub use offload_mpi as mpi;
-
-/// The platforms compiled into this build, in discovery order.
-///
-/// ```
-/// use offload::Platforms;
-/// let kinds: Vec<_> = offload::Builtin::platforms().iter().map(|p| p.kind()).collect();
-/// assert!(kinds.contains(&offload::BackendKind::Host));
-/// ```
-#[derive(Debug)]
-pub struct Builtin;
-
-impl Platforms for Builtin {
-    fn platforms() -> Vec<PlatformEntry> {
-        let entries: [Option<PlatformEntry>; 5] = [
-            #[cfg(feature = "host")]
-            Some(offload_host::platform()),
-            #[cfg(not(feature = "host"))]
-            None,
-            #[cfg(feature = "vulkan")]
-            Some(offload_vulkan::platform()),
-            #[cfg(not(feature = "vulkan"))]
-            None,
-            #[cfg(feature = "cuda")]
-            Some(offload_cuda::platform()),
-            #[cfg(not(feature = "cuda"))]
-            None,
-            #[cfg(feature = "hip")]
-            Some(offload_hip::platform()),
-            #[cfg(not(feature = "hip"))]
-            None,
-            #[cfg(feature = "ze")]
-            Some(offload_ze::platform()),
-            #[cfg(not(feature = "ze"))]
-            None,
-        ];
-        entries.into_iter().flatten().collect()
-    }
-}
 
 /// The offload runtime with the backends compiled into this build.
 ///

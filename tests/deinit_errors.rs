@@ -6,10 +6,9 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use offload::hal::{self, Never};
-use offload::{
-    BackendKind, Config, DeviceInfo, Error, MemKind, Offload, PlatformEntry, Result, no_compute,
-};
+use offload::plugin::hal::{self, Never};
+use offload::plugin::{PlatformEntry, no_compute};
+use offload::{BackendKind, Config, DeviceInfo, Error, MemKind, Offload, Result};
 
 /// Per-backend counters, indexed by the backend's `ID`.
 static OPENED: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];

@@ -14,8 +14,9 @@
 
 mod common;
 
-use offload::hal;
-use offload::{BackendKind, Config, Error, MemKind, Offload, PlatformEntry, Result, ShutdownError};
+use offload::plugin::PlatformEntry;
+use offload::plugin::hal;
+use offload::{BackendKind, Config, Error, MemKind, Offload, Result, ShutdownError};
 use offload_core::reference::{RefDevice, Reference};
 
 /// Runs the `child` test of this binary with `vars` set; returns its `RESULT` line.

@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use offload::ipc::{IpcEndpoint, PeerId};
-use offload::{BackendKind, Config, MemKind, Offload, PlatformEntry, hal};
+use offload::plugin::{PlatformEntry, hal};
+use offload::{BackendKind, Config, MemKind, Offload};
 
 /// Status: success.
 pub const OK: i32 = 0;

@@ -77,6 +77,31 @@ fn bytes_of<T>(call: &'static str, n: usize) -> Result<usize> {
     })
 }
 
+/// The bytes `(offset, len)` of elements `start..start + n` of `buffer` (elements of `T`),
+/// once they are checked to lie in it; the error names `call` and the elements. The one
+/// range check of the typed calls and views.
+fn element_bytes<T>(
+    call: &'static str,
+    buffer: &Buffer,
+    start: usize,
+    n: usize,
+) -> Result<(usize, usize)> {
+    let offset = bytes_of::<T>(call, start)?;
+    let len = bytes_of::<T>(call, n)?;
+    let elements = buffer.len() / size_of::<T>();
+    if start.checked_add(n).is_none_or(|end| end > elements) {
+        return Err(Error::invalid(
+            call,
+            format!(
+                "elements {start}..{} are outside {elements} × {} in {buffer}",
+                start as u128 + n as u128,
+                std::any::type_name::<T>(),
+            ),
+        ));
+    }
+    Ok((offset, len))
+}
+
 impl Device {
     /// Allocates `len` elements of `T` in device memory, set to zero.
     ///
@@ -256,7 +281,7 @@ impl<T: Pod> TypedBuffer<T> {
     /// ```
     pub fn read(&self, start: usize, dst: &mut [T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::read";
-        let at = self.elements(CALL, start, dst.len())?;
+        let (at, _) = element_bytes::<T>(CALL, &self.buffer, start, dst.len())?;
         self.buffer
             .read(at, bytemuck::cast_slice_mut(dst))
             .map_err(|e| e.named_as("Buffer::read", CALL))
@@ -274,26 +299,10 @@ impl<T: Pod> TypedBuffer<T> {
     /// ```
     pub fn write(&self, start: usize, src: &[T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::write";
-        let at = self.elements(CALL, start, src.len())?;
+        let (at, _) = element_bytes::<T>(CALL, &self.buffer, start, src.len())?;
         self.buffer
             .write(at, bytemuck::cast_slice(src))
             .map_err(|e| e.named_as("Buffer::write", CALL))
-    }
-
-    /// The byte offset of element `start`, once `start..start + n` is checked to lie in
-    /// the buffer; the error names `call` and the elements.
-    fn elements(&self, call: &'static str, start: usize, n: usize) -> Result<usize> {
-        let at = bytes_of::<T>(call, start)?;
-        if start.checked_add(n).is_none_or(|end| end > self.len()) {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "elements {start}..{} are outside {self:?}",
-                    start as u128 + n as u128
-                ),
-            ));
-        }
-        Ok(at)
     }
 
     /// A view of the elements in `range` (checked here: a range outside the buffer is
@@ -370,24 +379,7 @@ impl<T: Pod> BufferView<'_, T> {
 
     /// The view's bytes: (offset, len) in its buffer.
     fn byte_range(&self, call: &'static str) -> Result<(usize, usize)> {
-        let offset = bytes_of::<T>(call, self.start)?;
-        let len = bytes_of::<T>(call, self.len)?;
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > self.buffer.len())
-        {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "elements {}..{} are outside {} ({} elements)",
-                    self.start,
-                    self.start as u128 + self.len as u128,
-                    self.buffer,
-                    self.buffer.len() / size_of::<T>()
-                ),
-            ));
-        }
-        Ok((offset, len))
+        element_bytes::<T>(call, self.buffer, self.start, self.len)
     }
 
     /// The view's elements, copied to the host.

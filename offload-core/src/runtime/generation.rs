@@ -124,6 +124,15 @@ impl Live {
         })
     }
 
+    /// The backends of the platforms opened so far, in platform order (opens none).
+    pub(crate) fn opened_kinds(&self) -> Vec<BackendKind> {
+        self.platforms
+            .iter()
+            .filter(|p| p.opened().is_some())
+            .map(PlatformSlot::kind)
+            .collect()
+    }
+
     /// The backend of the device behind `key`.
     pub(crate) fn backend(&self, key: DeviceKey) -> BackendKind {
         self.platforms[key.platform as usize].kind()

@@ -128,25 +128,25 @@ fn acquire(
         // L1/L5: later inits share the generation and its configuration, unless they ask
         // explicitly for settings it does not have: sharing would silently give them
         // something else (issue 11, point 6).
-        // What is in force is what opens: find out only when the request names backends
-        // and none were named at the start, or adds platforms (it opens every platform).
-        let open =
-            if (set.backends.is_some() && current.config.backends.is_none()) || !extra.is_empty() {
-                current
-                    .with_live(|live| {
-                        current.open_all(live);
-                        Ok(live
-                            .platforms
-                            .iter()
-                            .filter(|p| p.opened().is_some())
-                            .map(|p| p.kind())
-                            .collect::<Vec<_>>())
-                    })
-                    .unwrap_or_default()
-            } else {
-                Vec::new()
-            };
+        // What is in force is what opens. A request that names backends where none were
+        // named at the start is compared with every platform, so all open; one that adds
+        // platforms, with the platforms of those backends only.
         let extra_kinds: Vec<BackendKind> = extra.iter().map(|e| e.kind()).collect();
+        let every = set.backends.is_some() && current.config.backends.is_none();
+        let open = if every || !extra_kinds.is_empty() {
+            current
+                .with_live(|live| {
+                    for slot in &live.platforms {
+                        if every || extra_kinds.contains(&slot.kind()) {
+                            let _ = slot.open(&current.config);
+                        }
+                    }
+                    Ok(live.opened_kinds())
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let mismatches = set.mismatches(&current.config, &open, &extra_kinds);
         if !mismatches.is_empty() {
             tracing::debug!(
@@ -720,28 +720,24 @@ impl<P: Platforms> Offload<Ready, P> {
     /// ```
     pub fn device(&self, kind: BackendKind) -> Result<Device> {
         // Only the platforms of `kind` are opened (each once per generation).
-        let (found, open, failed) = self.live_call(|live, generation| {
+        let (opened, failed) = match self.live_call(|live, generation| {
             let mut failed = None;
             for (index, slot) in live.platforms.iter().enumerate() {
                 if slot.kind() != kind {
                     continue;
                 }
                 if let Some((key, _)) = live.devices_of(index, &generation.config).next() {
-                    return (Some(Device::new(generation.clone(), key, kind)), true, None);
+                    return Ok(Device::new(generation.clone(), key, kind));
                 }
                 failed = failed.or_else(|| slot.failed().cloned());
             }
-            let open = live
-                .platforms
-                .iter()
-                .any(|p| p.kind() == kind && p.opened().is_some());
-            (None, open, failed)
-        })?;
-        if let Some(device) = found {
-            return Ok(device);
-        }
+            Err((live.opened_kinds(), failed))
+        })? {
+            Ok(device) => return Ok(device),
+            Err(none) => none,
+        };
         let generation = &self.state.generation;
-        let why = if open {
+        let why = if opened.contains(&kind) {
             format!("the {kind} platform is open but has no devices")
         } else if let Some(u) = failed {
             format!("the {kind} platform is unavailable: {}", u.reason)
@@ -758,13 +754,6 @@ impl<P: Platforms> Offload<Ready, P> {
                  of offload)"
             )
         };
-        let opened = self.live_call(|live, _| {
-            live.platforms
-                .iter()
-                .filter(|p| p.opened().is_some())
-                .map(|p| p.kind())
-                .collect::<Vec<_>>()
-        })?;
         Err(Error::Unsupported {
             backend: kind,
             call: "Offload::device",

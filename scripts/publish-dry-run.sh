@@ -22,6 +22,9 @@ exclude=(--exclude offload-bench --exclude offload-embed)
 
 cargo publish --workspace --dry-run --allow-dirty "${exclude[@]}" "${offline[@]}"
 
+# The packages themselves (`publish --dry-run` leaves none behind on a fresh clone).
+cargo package --workspace --no-verify --allow-dirty "${exclude[@]}" "${offline[@]}"
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 version=$(cargo metadata --format-version 1 --no-deps "${offline[@]}" |

@@ -440,6 +440,7 @@ fn launch_checked(
     (grid, block): (u32, u32),
 ) -> Check {
     let args = kind.args(Some(buffer), value, n);
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     ok(what, unsafe {
         queue.launch(kernel, dims(grid, block), &args)
     })?;
@@ -748,6 +749,7 @@ fn fixture_kernels<P: Platforms>(fixtures: &Fixtures) -> Check {
         );
         launch_checked(&what, &queue, k, kind, &buf, &mut model, value, n, geometry)?;
     }
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     ok("launch of noop", unsafe {
         queue.launch(noop, dims(1, 1), &[])
     })?;
@@ -831,12 +833,15 @@ fn handles_of_an_ended_generation<P: Platforms>(fixtures: &Fixtures) -> Check {
     shut_down(format!("Queue::sync on {old}"), queue.sync())?;
     shut_down(format!("Queue::record on {old}"), queue.record())?;
     shut_down(format!("Event::sync on {old}"), event.sync())?;
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     shut_down(format!("Queue::launch with everything of {old}"), unsafe {
         queue.launch(&kernel, dims(1, 4), &[Arg::buffer(&buf), Arg::scalar(&n)])
     })?;
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     shut_down(format!("Queue::launch of a kernel of {old}"), unsafe {
         queue2.launch(&kernel, dims(1, 4), &[Arg::buffer(&buf2), Arg::scalar(&n)])
     })?;
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     shut_down(format!("Queue::launch with a buffer of {old}"), unsafe {
         queue2.launch(&kernel2, dims(1, 4), &[Arg::buffer(&buf), Arg::scalar(&n)])
     })?;
@@ -935,6 +940,7 @@ fn wrong_launch_arguments<P: Platforms>(fixtures: &Fixtures) -> Check {
         ("noop with a buffer", &noop, vec![b()]),
     ];
     for (what, kernel, args) in &cases {
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         invalid_arg(format!("Queue::launch of {what}"), unsafe {
             queue.launch(kernel, dims(1, 16), args)
         })?;
@@ -945,6 +951,7 @@ fn wrong_launch_arguments<P: Platforms>(fixtures: &Fixtures) -> Check {
             "Device::alloc on the second device",
             other.alloc(64, MemKind::Device),
         )?;
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         invalid_arg("Queue::launch with a buffer of another device", unsafe {
             queue.launch(
                 &add_one,
@@ -957,6 +964,7 @@ fn wrong_launch_arguments<P: Platforms>(fixtures: &Fixtures) -> Check {
             Program::new(&fixtures.image).load(other),
         )?;
         let other_kernel = ok("Module::kernel", other_module.kernel("add_one"))?;
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         invalid_arg("Queue::launch of a kernel of another device", unsafe {
             queue.launch(&other_kernel, dims(1, 16), &[b(), Arg::scalar(&n)])
         })?;
@@ -1118,8 +1126,10 @@ fn kernel_of_unloaded_module<P: Platforms>(fixtures: &Fixtures) -> Check {
     let n = 4u32;
     invalid_arg(
         "Queue::launch of add_one whose module was unloaded",
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&add_one, dims(1, 4), &[Arg::buffer(&buf), Arg::scalar(&n)]) },
     )?;
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     invalid_arg("Queue::launch of noop whose module was unloaded", unsafe {
         queue.launch(&noop, dims(1, 1), &[])
     })?;
@@ -1202,6 +1212,7 @@ fn failing_setup<P: Platforms>(fixtures: &Fixtures) -> Check {
     let id = module.id();
     let noop = ok("Module::kernel", module.kernel("noop"))?;
     let queue = ok("Device::queue", dev.queue())?;
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     ok("launch after a retried load", unsafe {
         queue.launch(&noop, dims(1, 1), &[])
     })?;
@@ -1416,6 +1427,7 @@ fn concurrent_load<P: Platforms>(fixtures: &Fixtures) -> Check {
                         barrier.wait();
                         let module = ok("Program::load", program.load(&dev))?;
                         let noop = ok("Module::kernel", module.kernel("noop"))?;
+                        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
                         ok("Queue::launch", unsafe {
                             queue.launch(&noop, dims(1, 1), &[])
                         })?;
@@ -2333,6 +2345,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
             kind.name(),
             target.map_or(String::new(), |i| format!(" on buffer {i}"))
         );
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         let r = unsafe { h.q(q).launch(&kernel, dims(grid, block), &args) };
         drop(args);
         if slot.unloaded {
@@ -2490,6 +2503,7 @@ impl<'a, P: Platforms> Worker<'a, P> {
                     |e| matches!(e, Error::InvalidArgument { .. } | Error::ShutDown { .. }),
                 )?;
             } else if let Some(k) = stale("Module::kernel", r)? {
+                // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
                 stale("Queue::launch", unsafe {
                     queue.launch(&k, dims(1, 1), &[])
                 })?;

@@ -4,7 +4,7 @@
 //! which object. A driver's own status code is kept as data (`Error::Driver::code`), never
 //! only in a message. This module owns no state and must not grow backend-specific types.
 
-use crate::hal::BackendKind;
+use crate::vocab::types::BackendKind;
 
 /// Result alias used throughout offload.
 ///
@@ -204,7 +204,7 @@ pub enum Error {
         /// The offload call that was made.
         call: &'static str,
         /// The source language.
-        language: crate::hal::Language,
+        language: crate::vocab::source::Language,
         /// The compiler's diagnostics, as it printed them.
         log: String,
     },
@@ -377,7 +377,17 @@ impl Error {
         }
     }
 
-    pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Self {
+    /// `Error::InvalidArgument` for `call`: the one constructor backends, extensions and
+    /// the handles share for "this argument cannot be used", with the reason in the user's
+    /// words.
+    ///
+    /// ```
+    /// use offload_core::Error;
+    /// let e = Error::invalid("Buffer::read", "offset 64 is past the end of 32 bytes");
+    /// assert!(matches!(e, Error::InvalidArgument { call: "Buffer::read", .. }));
+    /// assert!(e.to_string().contains("offset 64 is past the end of 32 bytes"));
+    /// ```
+    pub fn invalid(call: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             call,
             reason: reason.into(),

@@ -1,22 +1,35 @@
 //! # offload-core
 //!
-//! The backend-neutral core of offload, in four rooms, each above the one before:
+//! The backend-neutral core of offload, in layers: each module uses only the ones before it
+//! in this list (`scripts/layers.sh` checks it, and CI runs it).
 //!
+//! - `sync` and `vocab`: the lock shim, and the plain values everything shares
+//!   ([`BackendKind`], [`MemKind`], [`DeviceInfo`], [`Dims`], [`Source`], …).
+//! - `error` ([`Error`]) and `config` ([`Config`]).
 //! - [`hal`]: the trait family a backend implements — [`hal::Platform`] (one driver
 //!   instance), [`hal::Device`] (memory, queues, events, loading), [`hal::Program`] (an
 //!   image on one device: kernels, globals). liboffload calls these platform, device and
 //!   program; CUDA calls them the driver, a device with its primary context, and a module.
 //! - `erased`: the `dyn` mirror of the family (`DynPlatform`, `DynDevice`, `DynProgram`,
-//!   `DynBuffer`, …), so one runtime holds platforms of different backends.
-//! - `runtime`: one generation's state and its ordered shutdown (L4), and the
-//!   reference-counted lifecycle ([`Offload`], L1–L3, L5).
+//!   `DynBuffer`, …), so one runtime holds platforms of different backends; `compile`: the
+//!   compile-once cache of programs from source.
+//! - `runtime`: one generation's state and its ordered shutdown (L4), its platforms opened
+//!   on first use, and the process-wide reference-counted lifecycle (L1, L2, L6). What a
+//!   module above keeps per generation (the IPC state) is an extension it registers, not a
+//!   field the runtime names.
 //! - `handles`: what users hold ([`Device`], [`Buffer`], [`Program`], [`Module`],
 //!   [`Kernel`], [`Queue`], [`Event`]), checking every call before a backend sees it.
+//! - [`ipc`]: sharing memory with other processes — export and import of buffers,
+//!   endpoints, the sender-side cache.
+//! - `typestate`: the runtime handle users hold ([`Offload`] in `Uninit`, `Ready`,
+//!   `Shutdown`; L3, L5), and `select` (which devices can run a program).
+//! - [`reference`](mod@reference), [`conformance`], [`faults`]: a backend and the test
+//!   machinery, built on all of the above.
 //!
 //! Users depend on the facade crate `offload`, which picks the backends by cargo feature.
 //! The core is safe code; drivers and FFI live in the backend crates. The only `unsafe` here
-//! is the registration of the exit hook with the C library. [`reference`](mod@reference) is a complete
-//! in-memory backend (the test oracle and the documentation's backend).
+//! is the registration of the exit hook with the C library. [`reference`](mod@reference) is a
+//! complete in-memory backend (the test oracle and the documentation's backend).
 //!
 //! ```
 //! use offload_core::{MemKind, reference::Offload};
@@ -31,6 +44,7 @@
 #![warn(missing_docs)]
 
 mod compile;
+mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod erased;
@@ -42,12 +56,16 @@ mod handles;
 pub mod ipc;
 pub mod reference;
 mod runtime;
+mod select;
 mod sync;
+mod typestate;
+mod vocab;
 
 /// Plain-old-data element types for [`TypedBuffer`]: derive `Pod` and `Zeroable` for your
 /// own `#[repr(C)]` structs.
 pub use bytemuck;
 pub use compile::{CompileStats, compile_stats};
+pub use config::{Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS};
 pub use erased::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};
 pub use hal::{
@@ -58,9 +76,7 @@ pub use handles::{
     Arg, Buffer, BufferView, CallbackError, Device, Event, Kernel, Module, Program, Queue,
     STAGING_CHUNK, Scalar, TypedBuffer,
 };
-pub use runtime::config::{Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS};
 pub use runtime::generation::Unavailable;
-pub use runtime::lifecycle::{
-    Offload, PlatformInfo, Ready, Shutdown, ShutdownError, Uninit, take_unreported_errors,
-};
+pub use runtime::lifecycle::take_unreported_errors;
 pub use runtime::platforms::platform_open_attempts;
+pub use typestate::{Offload, PlatformInfo, Ready, Shutdown, ShutdownError, Uninit};

@@ -1,4 +1,4 @@
-//! Model check of the lifecycle (issue 13): the real `runtime/lifecycle.rs`,
+//! Model check of the lifecycle: the real `runtime/lifecycle.rs`,
 //! `runtime/generation.rs`, `runtime/platforms.rs` and `runtime/config.rs`, run by
 //! `shuttle` with 2–3 threads racing init, clone, use, lazy platform opens, load and
 //! shutdown, thousands of schedules per scenario.
@@ -26,7 +26,7 @@
 //!   device) load slot of P2 is not in the model: `handles/program.rs` waits on std's
 //!   `RwLock` and `Condvar` directly, which shuttle cannot schedule (a follow-up: route
 //!   it through `runtime::sync` too and include it here).
-//! - `ipc`: `Shared::new` and `IpcEndpoint::bind` only (IPC is not in the model).
+//! - `ipc`: an empty extension and `IpcEndpoint::bind` only (IPC is not in the model).
 //! - `runtime::exit_hook::register`: answers "registered" without calling `atexit`; the
 //!   exit hook itself (`lifecycle::shutdown_at_exit`) is real and one scenario races it.
 //! - the backend ([`ModelPlatform`]): counts opens, deinits and live programs, yields
@@ -103,14 +103,14 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 
+#[path = "../src/config.rs"]
+mod config;
 #[path = "../src/erased/mod.rs"]
 mod erased;
 #[path = "../src/error.rs"]
 mod error;
 #[path = "../src/hal/mod.rs"]
 mod hal;
-#[path = "../src/runtime/config.rs"]
-mod runtime_config;
 #[path = "../src/runtime/generation.rs"]
 mod runtime_generation;
 #[path = "../src/runtime/lifecycle.rs"]
@@ -119,13 +119,16 @@ mod runtime_lifecycle;
 mod runtime_platforms;
 #[path = "../src/runtime/reentry.rs"]
 mod runtime_reentry;
+#[path = "../src/typestate/mod.rs"]
+mod typestate;
+#[path = "../src/vocab/mod.rs"]
+mod vocab;
 
 pub use error::{Error, Result};
 pub use hal::{BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind};
 
 /// `crate::runtime` as the lifecycle files see it.
 mod runtime {
-    pub(crate) use super::runtime_config as config;
     pub(crate) use super::runtime_generation as generation;
     pub(crate) use super::runtime_lifecycle as lifecycle;
     pub(crate) use super::runtime_platforms as platforms;
@@ -252,8 +255,9 @@ mod handles {
 mod ipc {
     use std::sync::Arc;
 
+    use crate::config::Config;
     use crate::error::{Error, Result};
-    use crate::runtime::generation::Generation;
+    use crate::runtime::generation::{Extension, Generation};
 
     pub struct IpcEndpoint;
 
@@ -263,26 +267,30 @@ mod ipc {
         }
     }
 
-    pub(crate) mod endpoint {
-        pub(crate) struct Shared;
+    /// The IPC state a generation carries: nothing to stop or release here.
+    struct NoIpc;
 
-        impl Shared {
-            pub(crate) fn new(_cache_size: usize) -> Shared {
-                Shared
-            }
+    impl Extension for NoIpc {
+        fn stop(&self) {}
 
-            pub(crate) fn stop_progress(&self) {}
+        fn released(&self) {}
 
-            pub(crate) fn released(&self) {}
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
         }
+    }
+
+    pub(crate) fn extension(_: &Config) -> Box<dyn Extension> {
+        Box::new(NoIpc)
     }
 }
 
 use erased::{DynProgram, PlatformEntry, Platforms};
 use handles::Device;
 use runtime::generation::{Generation, Kind, Resource, ResourceKey};
-use runtime::lifecycle::{Offload, Ready, shutdown_at_exit, take_unreported_errors};
+use runtime::lifecycle::{shutdown_at_exit, take_unreported_errors};
 use runtime::sync::{Mutex, lock};
+use typestate::{Offload, Ready};
 
 // ---------------------------------------------------------------------------------------
 // The model backend.
@@ -318,7 +326,7 @@ impl hal::Platform for ModelPlatform {
     type Device = ModelDevice;
     const KIND: BackendKind = BackendKind::Reference;
 
-    fn open(_: &runtime::config::Config) -> Result<Self> {
+    fn open(_: &config::Config) -> Result<Self> {
         shuttle::thread::yield_now();
         OPENS.fetch_add(1, SeqCst);
         Ok(ModelPlatform {

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
+use crate::config::Config;
 use crate::erased::DynDevice;
 use crate::error::Result;
 use crate::hal::{CompilerId, Source};
-use crate::runtime::config::Config;
 use crate::sync::lock;
 
 /// A compile's cache key.

@@ -1,10 +1,10 @@
 //! How the runtime opens a platform ([`PlatformEntry`]) and which ones a runtime type opens
 //! by default ([`Platforms`]).
 
+use crate::config::Config;
 use crate::erased::objects::{DynPlatform, Erased};
 use crate::error::Result;
 use crate::hal::{BackendKind, Ipc, Platform};
-use crate::runtime::config::Config;
 
 /// How the runtime opens one platform: a backend's `open`, erased.
 ///

@@ -1,4 +1,4 @@
-//! Fault injection over the [`hal`] traits (feature `conformance`; issue 13).
+//! Fault injection over the [`hal`] traits (feature `conformance`).
 //!
 //! [`Faulty<P>`] wraps any backend `P`: every [`hal`] method that can fail first counts the
 //! call at its [`Site`] and consults a process-wide fault plan ([`plan`]); when the plan
@@ -52,12 +52,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::config::Config;
 use crate::error::{Error, Result, panic_text};
 use crate::hal::{
     self, BackendKind, CompilerId, DeviceInfo, Dims, Exported, GlobalInfo, HostFn, KernelArg,
     Language, MemKind, ParamKind, Source,
 };
-use crate::runtime::config::Config;
 use crate::sync::lock;
 use crate::{Offload, PlatformEntry, Platforms};
 

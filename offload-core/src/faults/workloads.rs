@@ -1,4 +1,4 @@
-//! The workloads of every backend's fault-mode test (issue 13), once: an everyday workload
+//! The workloads of every backend's fault-mode test, once: an everyday workload
 //! that makes every kind of call (memory, programs, globals, queues, launches, queued
 //! memory work, host functions, events, IPC, explicit releases), one that leaves every
 //! release to shutdown's teardown (L4), one whose module callbacks call offload, and one

@@ -19,24 +19,21 @@
 //! traits: the runtime erases them (`DynPlatform`, `DynDevice`, … in the `erased` module)
 //! and hands out the handles of the crate root.
 
-mod format;
 mod ipc;
-mod types;
 
 use std::time::Duration;
 
+use crate::config::Config;
 use crate::error::Result;
-use crate::runtime::config::Config;
 
 pub use crate::error::panic_text;
-pub use format::ImageFormat;
-pub(crate) use format::REFERENCE_MAGIC;
-pub use ipc::{Exported, Ipc};
-mod source;
-pub use source::{CompilerId, Language, Source};
-pub use types::{
+pub use crate::vocab::format::ImageFormat;
+pub(crate) use crate::vocab::format::REFERENCE_MAGIC;
+pub use crate::vocab::source::{CompilerId, Language, Source};
+pub use crate::vocab::types::{
     BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind, ScalarType,
 };
+pub use ipc::{Exported, Ipc};
 
 /// One platform: an initialised driver with its devices.
 ///

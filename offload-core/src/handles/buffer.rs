@@ -13,13 +13,12 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
-use crate::erased::{DynBuffer, DynDevice};
+use crate::erased::DynBuffer;
 use crate::error::{Error, Result};
 use crate::hal::{BackendKind, MemKind};
 use crate::handles::Device;
-use crate::ipc::{self, IpcHandle};
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Live, Resource, ResourceKey};
 use crate::sync::{read, write};
 
@@ -58,13 +57,16 @@ pub(crate) enum Origin {
 pub(crate) struct BufferEntry {
     /// Unique in this process: the allocation's identity in IPC handles and the cache.
     pub(crate) id: u64,
-    device: DeviceKey,
-    backend: BackendKind,
+    pub(crate) device: DeviceKey,
+    pub(crate) backend: BackendKind,
     size: usize,
     kind: MemKind,
-    origin: Origin,
-    /// Set at the first export: freeing it must unmap it from every peer first (I3).
-    exported: AtomicBool,
+    pub(crate) origin: Origin,
+    /// Set at the first export (by IPC): what freeing it must do first — unmap it from
+    /// every peer (I3).
+    before_free: OnceLock<BeforeFree>,
+    /// Set by IPC for an imported mapping: what closing it counts.
+    after_free: OnceLock<fn()>,
     /// Set when the process that exported it unmapped it: calls answer a typed error.
     revoked: AtomicBool,
     /// The user's name for it ([`Buffer::label`]), for messages.
@@ -77,8 +79,8 @@ impl BufferEntry {
     pub(crate) fn free(&self) -> Result<()> {
         match write(&self.allocation).take() {
             Some(a) => {
-                if self.origin == Origin::Imported {
-                    ipc::stats::closed();
+                if let Some(closed) = self.after_free.get() {
+                    closed();
                 }
                 a.raw.free()
             }
@@ -117,7 +119,18 @@ impl BufferEntry {
     }
 
     pub(crate) fn was_exported(&self) -> bool {
-        self.exported.load(Ordering::SeqCst)
+        self.before_free.get().is_some()
+    }
+
+    /// The allocation was exported: `hook` runs before it is freed (the first hook set
+    /// stays).
+    pub(crate) fn exported(&self, hook: BeforeFree) {
+        let _ = self.before_free.set(hook);
+    }
+
+    /// The allocation is an imported mapping: `closed` runs when it is freed.
+    pub(crate) fn imported(&self, closed: fn()) {
+        let _ = self.after_free.set(closed);
     }
 
     /// The error of a call on this allocation once it is gone.
@@ -149,7 +162,8 @@ impl BufferEntry {
             size,
             kind,
             origin,
-            exported: AtomicBool::new(false),
+            before_free: OnceLock::new(),
+            after_free: OnceLock::new(),
             revoked: AtomicBool::new(false),
             label: RwLock::new(None),
             allocation: RwLock::new(Some(Allocation { raw })),
@@ -197,13 +211,18 @@ impl Resource for BufferEntry {
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 pub struct Buffer {
-    generation: Arc<Generation>,
+    pub(crate) generation: Arc<Generation>,
     entry: Arc<BufferEntry>,
     /// The bytes of the allocation this handle covers: `offset..offset + len`.
-    offset: usize,
-    len: usize,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
     role: Role,
 }
+
+/// What an exported allocation runs before it is freed (IPC's unmapping from every peer,
+/// I3): `Some(error)` when it must not be freed now (quarantined).
+pub(crate) type BeforeFree =
+    fn(&Arc<Generation>, &Arc<BufferEntry>, ResourceKey, &dyn fmt::Display) -> Option<Error>;
 
 impl Buffer {
     /// Allocates on `device` (exportable or not) and lists the buffer in its generation.
@@ -274,57 +293,6 @@ impl Buffer {
 
     /// Maps memory another process exported: `handle`'s range of it, as a buffer that
     /// owns the mapping (dropping it unmaps). See [`Device::import`].
-    pub(crate) fn import(device: &Device, handle: IpcHandle) -> Result<Buffer> {
-        let (key, entry, offset, len) = import_entry(device, handle)?;
-        let mut buffer = Buffer::owner(device.generation().clone(), key, entry);
-        buffer.offset = offset;
-        buffer.len = len;
-        Ok(buffer)
-    }
-
-    /// Describes this buffer's bytes to another process (I1): an [`IpcHandle`] naming the
-    /// backend, the device, the allocation (by id, never by address), its size and this
-    /// buffer's range of it, with the memory's descriptor where the backend uses one. Only
-    /// memory from `Device::alloc_exportable` can be exported (`InvalidArgument` otherwise);
-    /// a backend without IPC answers `Error::Unsupported`.
-    ///
-    /// ```
-    /// use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc_exportable(64, MemKind::Device)?;
-    /// buf.write(0, &[9; 64])?;
-    /// let handle = buf.export()?; // bytes (+ fd) to send to another process
-    /// let mapped = dev.import(handle)?; // what that process does (here: this one)
-    /// let mut out = [0u8; 64];
-    /// mapped.read(0, &mut out)?;
-    /// assert_eq!(out, [9; 64]);
-    /// assert!(dev.alloc(8, MemKind::Device)?.export().is_err()); // not exportable
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn export(&self) -> Result<IpcHandle> {
-        const CALL: &str = "Buffer::export";
-        let exported = self.with_raw(CALL, |raw| {
-            if self.entry.origin != Origin::Exportable {
-                return Err(Error::invalid(
-                    CALL,
-                    format!(
-                        "{self} was not allocated exportable: use Device::alloc_exportable for \
-                         memory other processes will map"
-                    ),
-                ));
-            }
-            raw.export()
-        })?;
-        let uuid = self
-            .generation
-            .with_live(|live| live.device(self.entry.device)?.uuid())?;
-        self.entry.exported.store(true, Ordering::SeqCst);
-        ipc::stats::EXPORTS.fetch_add(1, Ordering::Relaxed);
-        IpcHandle::new(self.entry.backend, uuid, self.entry.id, exported)?
-            .range(self.offset as u64, self.len as u64)
-    }
-
     /// The allocation under this handle.
     pub(crate) fn entry(&self) -> &Arc<BufferEntry> {
         &self.entry
@@ -464,7 +432,7 @@ impl Buffer {
 
     /// Runs `f` on the live allocation, shared with other readers; teardown cannot free it
     /// under the call.
-    fn with_raw<T>(
+    pub(crate) fn with_raw<T>(
         &self,
         call: &'static str,
         f: impl FnOnce(&dyn DynBuffer) -> Result<T>,
@@ -682,8 +650,8 @@ impl Buffer {
                 // Not under the generation's lock: it may wait for peers (bounded). Memory a
                 // live peer has not unmapped yet is quarantined, not freed (I3).
                 let this: &Buffer = self;
-                if let Some(quarantined) =
-                    ipc::before_free(&self.generation, &self.entry, key, this)
+                if let Some(before_free) = self.entry.before_free.get()
+                    && let Some(quarantined) = before_free(&self.generation, &self.entry, key, this)
                 {
                     return Err(quarantined);
                 }
@@ -743,6 +711,14 @@ impl fmt::Display for Buffer {
     }
 }
 
+impl Buffer {
+    /// Narrows this handle to `offset..offset + len` of its allocation.
+    pub(crate) fn set_range(&mut self, offset: usize, len: usize) {
+        self.offset = offset;
+        self.len = len;
+    }
+}
+
 impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Buffer")
@@ -753,49 +729,4 @@ impl fmt::Debug for Buffer {
             .field("origin", &self.entry.origin)
             .finish()
     }
-}
-
-/// Maps `handle`'s memory on `device` as an allocation listed in the generation: the
-/// checks of I1 (backend, device, the handle's own consistency), then the backend's.
-pub(crate) fn import_entry(
-    device: &Device,
-    handle: IpcHandle,
-) -> Result<(ResourceKey, Arc<BufferEntry>, usize, usize)> {
-    const CALL: &str = "Device::import";
-    let bad = |reason: String| Error::InvalidIpcHandle {
-        backend: Some(device.backend()),
-        call: CALL,
-        reason,
-    };
-    if handle.backend() != device.backend() {
-        return Err(bad(format!(
-            "the handle is {} memory; {device} is {}",
-            handle.backend(),
-            device.backend()
-        )));
-    }
-    let generation = device.generation();
-    generation.with_live(|live| {
-        let raw_device: &Arc<dyn DynDevice> = live.device(device.key())?;
-        let uuid = raw_device.uuid()?;
-        if handle.device_uuid() != uuid {
-            return Err(bad(format!(
-                "the handle names device {}, not {device} ({})",
-                hex(&handle.device_uuid()),
-                hex(&uuid)
-            )));
-        }
-        let (size, offset, len) = (handle.size(), handle.offset(), handle.len());
-        let size = usize::try_from(size).map_err(|_| bad(format!("size {size}")))?;
-        let (offset, len) = (offset as usize, len as usize);
-        let raw = raw_device.clone().import(handle.into_exported())?;
-        ipc::stats::opened();
-        let (key, entry) =
-            BufferEntry::register(live, device, size, MemKind::Device, Origin::Imported, raw)?;
-        Ok((key, entry, offset, len))
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

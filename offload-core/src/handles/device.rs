@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::hal::{BackendKind, DeviceInfo, MemKind};
 use crate::handles::{Buffer, Queue};
-use crate::ipc::IpcHandle;
 use crate::runtime::generation::{DeviceKey, Generation};
 
 /// A device of a live runtime. Cheap to clone; all clones name the same device.
@@ -107,29 +106,6 @@ impl Device {
     /// ```
     pub fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<Buffer> {
         Buffer::alloc(self, size, kind, true).map_err(|e| e.on("Device::alloc_exportable", self))
-    }
-
-    /// Maps memory another process exported ([`Buffer::export`]) as a buffer of this device
-    /// covering the handle's range; dropping or freeing it unmaps. A handle of another
-    /// backend or device, or a malformed or forged one, is `Error::InvalidIpcHandle`, and the
-    /// handle's descriptor is closed whatever happens (I1).
-    ///
-    /// ```
-    /// use offload_core::{Error, MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc_exportable(16, MemKind::Device)?;
-    /// let view = dev.import(buf.export()?.range(8, 8)?)?;
-    /// view.write(0, &[1; 8])?;
-    /// let mut out = [0u8; 16];
-    /// buf.read(0, &mut out)?;
-    /// assert_eq!(out[8..], [1; 8]);
-    /// let forged = offload_core::ipc::IpcHandle::from_parts(b"OFIH....", None);
-    /// assert!(matches!(forged, Err(Error::InvalidIpcHandle { .. })));
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn import(&self, handle: IpcHandle) -> Result<Buffer> {
-        Buffer::import(self, handle).map_err(|e| e.on("Device::import", self))
     }
 
     /// Checks that `image` is a program this device could load, without loading it

@@ -12,11 +12,10 @@ mod buffer;
 mod device;
 mod program;
 mod queue;
-mod select;
 mod typed;
 
 pub use buffer::{Buffer, STAGING_CHUNK};
-pub(crate) use buffer::{BufferEntry, Origin, ViewOwner, import_entry};
+pub(crate) use buffer::{BufferEntry, Origin, ViewOwner};
 pub use device::Device;
 pub use program::{CallbackError, Kernel, Module, Program};
 pub use queue::{Arg, Event, Queue, Scalar};

@@ -26,14 +26,15 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags};
 
 use crate::error::{Error, Result};
-use crate::handles::{Buffer, BufferEntry, Device, Origin, ViewOwner, import_entry};
+use crate::handles::{Buffer, BufferEntry, Device, Origin, ViewOwner};
 use crate::ipc::cache::{PeerRef, Plan, Unmap};
 use crate::ipc::progress::Progress;
 use crate::ipc::quarantine::Quarantine;
+use crate::ipc::share::import_entry;
 use crate::ipc::socket::{self, Sent};
 use crate::ipc::wire::{self, FailCode, Message, ONE_SHOT};
 use crate::ipc::{IpcHandle, PeerId, stats};
-use crate::runtime::generation::{Generation, Kind, Resource, ResourceKey};
+use crate::runtime::generation::{Extension, Generation, Kind, Resource, ResourceKey};
 use crate::sync::lock;
 
 /// Numbers endpoints within this process (const-initialised).
@@ -207,6 +208,8 @@ enum CacheNews {
 struct Engine {
     id: u64,
     generation: Arc<Generation>,
+    /// The generation's IPC state (its cache, endpoints, quarantine and progress thread).
+    shared: Arc<Shared>,
     path: PathBuf,
     listener: OwnedFd,
     /// Held by whoever is making progress.
@@ -344,6 +347,9 @@ impl IpcEndpoint {
     /// Binds a new endpoint of `generation`'s runtime.
     pub(crate) fn bind(generation: &Arc<Generation>) -> Result<IpcEndpoint> {
         const CALL: &str = "Offload::ipc_endpoint";
+        let shared = super::state(generation)
+            .ok_or_else(|| ipc_error(CALL, "this runtime was started without IPC state"))?
+            .clone();
         generation.with_live(|live| {
             if generation.is_closing() {
                 return Err(Error::shut_down());
@@ -353,6 +359,7 @@ impl IpcEndpoint {
             let engine = Arc::new(Engine {
                 id: NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed),
                 generation: generation.clone(),
+                shared: shared.clone(),
                 path,
                 listener,
                 progress: Mutex::new(()),
@@ -370,11 +377,9 @@ impl IpcEndpoint {
                 stashed: Mutex::new(Vec::new()),
                 rounds: AtomicU64::new(0),
             });
-            generation
-                .ipc
-                .add_endpoint(engine.id, Arc::downgrade(&engine));
+            shared.add_endpoint(engine.id, Arc::downgrade(&engine));
             let (key, engine) = live.register(Kind::Ipc, |_| engine)?;
-            generation.ipc.progress.start(generation);
+            shared.progress.start(generation);
             tracing::info!(
                 target: "offload::ipc",
                 endpoint = engine.id,
@@ -570,7 +575,7 @@ impl IpcEndpoint {
                     format!("{peer} has {left} sends unanswered"),
                 ));
             }
-            self.engine.generation.ipc.help(self.engine.id);
+            self.engine.shared.help(self.engine.id);
             self.engine.progress((deadline - now).min(POLL_SLICE));
         }
     }
@@ -636,7 +641,7 @@ impl IpcEndpoint {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn cache_entries(&self) -> usize {
-        lock(&self.engine.generation.ipc.cache).len()
+        lock(&self.engine.shared.cache).len()
     }
 
     /// Closes the endpoint now: peers that mapped memory sent from here unmap it (waiting
@@ -806,7 +811,7 @@ impl Engine {
         let place = loop {
             // The cache stays locked until the messages are queued, so two sends of one
             // allocation to one peer queue their `Map` and `Use` in the order planned.
-            let mut cache = lock(&self.generation.ipc.cache);
+            let mut cache = lock(&self.shared.cache);
             let (message, unmaps) = match cache.plan(entry.id, at) {
                 Plan::Hit {
                     entry,
@@ -882,7 +887,7 @@ impl Engine {
             drop(cache);
             // What the queueing learnt (a peer that died under it) is applied now that the
             // cache is free.
-            self.generation.ipc.apply_stashed();
+            self.shared.apply_stashed();
             break queued?;
         };
         tracing::debug!(
@@ -972,7 +977,7 @@ impl Engine {
             if u.at.endpoint != self.id {
                 // Another endpoint's peer: that endpoint sends it.
                 drop(state);
-                self.generation.ipc.send_unmaps(vec![u], false);
+                self.shared.send_unmaps(vec![u], false);
                 state = lock(&self.state);
                 continue;
             }
@@ -1117,7 +1122,7 @@ impl Engine {
             }
             // The peer may be another endpoint of this process that nobody is driving now:
             // help every local endpoint along while waiting.
-            self.generation.ipc.help(self.id);
+            self.shared.help(self.id);
             self.progress((deadline - now).min(Duration::from_millis(1)));
         }
     }
@@ -1850,7 +1855,7 @@ impl Engine {
     }
 
     fn weak(&self) -> Weak<Engine> {
-        self.generation.ipc.endpoint(self.id).unwrap_or_default()
+        self.shared.endpoint(self.id).unwrap_or_default()
     }
 
     /// Keeps cache news for later (the caller may hold the cache).
@@ -1873,7 +1878,7 @@ impl Engine {
             return;
         }
         {
-            let mut cache = lock(&self.generation.ipc.cache);
+            let mut cache = lock(&self.shared.cache);
             for n in &news {
                 match *n {
                     CacheNews::Mapped(peer, entry, generation, mapping) => {
@@ -1887,7 +1892,7 @@ impl Engine {
                 }
             }
         }
-        let quarantine = &self.generation.ipc.quarantine;
+        let quarantine = &self.shared.quarantine;
         for n in news {
             match n {
                 CacheNews::Acked(peer, entry, generation) => {
@@ -1925,7 +1930,7 @@ impl Engine {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let unmaps = lock(&self.generation.ipc.cache).release_endpoint(self.id);
+        let unmaps = lock(&self.shared.cache).release_endpoint(self.id);
         tracing::info!(
             target: "offload::ipc",
             endpoint = self.id,
@@ -1965,7 +1970,7 @@ impl Engine {
         }
         drop(deliveries); // their views answer errors now; their drops find no peer
         drop(peers); // their sockets were shut down by `kill`
-        self.generation.ipc.remove_endpoint(self.id);
+        self.shared.remove_endpoint(self.id);
         let _ = std::fs::remove_file(&self.path);
         self.signal();
         Ok(())
@@ -2032,6 +2037,20 @@ pub(crate) struct Shared {
     endpoints: Mutex<Vec<(u64, Weak<Engine>)>>,
     quarantine: Quarantine,
     progress: Progress,
+}
+
+impl Extension for Arc<Shared> {
+    fn stop(&self) {
+        self.stop_progress();
+    }
+
+    fn released(&self) {
+        Shared::released(self);
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl Shared {

@@ -30,6 +30,7 @@ pub(crate) mod endpoint;
 mod handle;
 mod progress;
 mod quarantine;
+mod share;
 mod socket;
 pub(crate) mod stats;
 pub mod wire;
@@ -42,8 +43,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use handle::{IpcHandle, MAX_HANDLE_BYTES, backend_code};
 pub use stats::{IpcStats, stats};
 
+use crate::config::Config;
 use crate::handles::BufferEntry;
-use crate::runtime::generation::{Generation, ResourceKey};
+
+use crate::runtime::generation::{Extension, Generation, ResourceKey};
 use crate::sync::lock;
 
 /// This process's token, part of every allocation's identity in a handle: allocation ids
@@ -97,12 +100,24 @@ fn draw_token() -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerId(pub(crate) u64);
 
+/// Makes the IPC state of a generation (its one `Extension`): the
+/// sender-side cache of `config.ipc_cache_size` entries, no endpoint yet.
+pub(crate) fn extension(config: &Config) -> Box<dyn Extension> {
+    Box::new(Arc::new(endpoint::Shared::new(config.ipc_cache_size)))
+}
+
+/// The IPC state of `generation`; `None` only for a generation started without it (every
+/// runtime `Offload` starts has it), which has no endpoint and exported nothing.
+pub(crate) fn state(generation: &Generation) -> Option<&Arc<endpoint::Shared>> {
+    generation.extension::<Arc<endpoint::Shared>>()
+}
+
 /// Called before an owner frees `entry` (listed as `key`; `object` names it): if it was
 /// ever exported, every process that mapped it through an endpoint is told to unmap it, and
 /// the call waits (bounded) until each did or is gone (I3). Returns `Some` — the typed
 /// outcome for the free to return — when a live peer had not answered by then: the memory
 /// is then quarantined, not freed (see `quarantine.rs`); `None`: free it now.
-pub(crate) fn before_free(
+fn before_free(
     generation: &Arc<Generation>,
     entry: &Arc<BufferEntry>,
     key: ResourceKey,
@@ -111,8 +126,9 @@ pub(crate) fn before_free(
     if !entry.was_exported() {
         return None;
     }
-    let mut unmaps = lock(&generation.ipc.cache).evict_allocation(entry.id);
-    unmaps.extend(generation.ipc.one_shot_unmaps(entry.id));
+    let ipc = state(generation)?;
+    let mut unmaps = lock(&ipc.cache).evict_allocation(entry.id);
+    unmaps.extend(ipc.one_shot_unmaps(entry.id));
     if unmaps.is_empty() {
         return None;
     }
@@ -122,14 +138,12 @@ pub(crate) fn before_free(
         mappings = unmaps.len(),
         "freeing exported memory: peers unmap it first"
     );
-    let unanswered = generation.ipc.send_unmaps(unmaps, true);
+    let unanswered = ipc.send_unmaps(unmaps, true);
     if unanswered.is_empty() {
         return None;
     }
-    let peers = generation.ipc.pids(&unanswered);
-    generation
-        .ipc
-        .quarantine(entry, key, &unanswered)
+    let peers = ipc.pids(&unanswered);
+    ipc.quarantine(entry, key, &unanswered)
         .then(|| crate::Error::Quarantined {
             backend: entry.backend(),
             call: "Buffer::free",

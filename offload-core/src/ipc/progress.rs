@@ -98,6 +98,8 @@ fn run(control: &Control, generation: &Weak<Generation>) {
         let Some(generation) = generation.upgrade() else {
             return;
         };
-        generation.ipc.tick(&mut seen);
+        if let Some(ipc) = super::state(&generation) {
+            ipc.tick(&mut seen);
+        }
     }
 }

@@ -27,13 +27,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant};
 
+use crate::config::Config;
 use crate::erased::{PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::hal::{
     self, BackendKind, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf, MemKind,
     ParamKind, ScalarType,
 };
-use crate::runtime::config::Config;
 use crate::sync::{lock, read, write};
 
 use queue::{Pending, Queues, Work};

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use slotmap::SlotMap;
 
+use crate::config::Config;
 use crate::erased::{DynDevice, PlatformEntry};
 use crate::error::{Error, Result};
 use crate::hal::BackendKind;
-use crate::runtime::config::Config;
 use crate::runtime::platforms::PlatformSlot;
 use crate::runtime::sync::{
     AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, backoff, lock, read, thread_local,
@@ -199,6 +199,23 @@ pub(crate) fn loading_here() -> bool {
     LOADING.with(|l| l.get().1 > 0)
 }
 
+/// State a module above the runtime keeps for one generation (the IPC endpoints and their
+/// cache, `crate::ipc`), so the runtime need not name it: made when the generation starts,
+/// found again by its type ([`Generation::extension`]), and told by the teardown (L4) when
+/// background work must stop and when every object was released.
+pub(crate) trait Extension: Send + Sync + 'static {
+    /// The teardown begins releasing objects: join the threads that may wait for the
+    /// generation's state.
+    fn stop(&self);
+    /// Every object of the generation was released.
+    fn released(&self);
+    /// Itself, to be found by type.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// Makes an extension's state for a generation of this configuration.
+pub(crate) type MakeExtension = fn(&Config) -> Box<dyn Extension>;
+
 /// One runtime generation: from a 0→1 transition to the matching 1→0 (or the exit hook).
 pub(crate) struct Generation {
     pub(crate) id: u64,
@@ -214,8 +231,9 @@ pub(crate) struct Generation {
     loads: AtomicUsize,
     /// Counts completed module setups (teardown runs newest first).
     setup_order: AtomicU64,
-    /// The process's IPC state: the sender-side cache and the endpoints (see `crate::ipc`).
-    pub(crate) ipc: crate::ipc::endpoint::Shared,
+    /// The state modules above the runtime keep for this generation ([`Extension`]): the
+    /// IPC endpoints and their cache.
+    extensions: Box<[Box<dyn Extension>]>,
     /// Every device with its backend, in platform order, once every platform was tried:
     /// `Offload::devices` then lists them without taking the state's lock.
     listed: std::sync::OnceLock<Box<[(DeviceKey, BackendKind)]>>,
@@ -229,6 +247,7 @@ impl Generation {
         id: u64,
         config: Config,
         entries: &[(PlatformEntry, bool)],
+        extensions: &[MakeExtension],
     ) -> Result<Generation> {
         let platforms: Vec<PlatformSlot> = entries
             .iter()
@@ -263,7 +282,7 @@ impl Generation {
             opened = platforms.iter().filter(|p| p.opened().is_some()).count(),
             "generation started"
         );
-        let ipc = crate::ipc::endpoint::Shared::new(config.ipc_cache_size);
+        let extensions = extensions.iter().map(|make| make(&config)).collect();
         Ok(Generation {
             id,
             config,
@@ -276,9 +295,16 @@ impl Generation {
             closing: AtomicBool::new(false),
             loads: AtomicUsize::new(0),
             setup_order: AtomicU64::new(0),
-            ipc,
+            extensions,
             listed: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The extension state of type `T`, when the generation was started with it.
+    pub(crate) fn extension<T: Extension>(&self) -> Option<&T> {
+        self.extensions
+            .iter()
+            .find_map(|e| e.as_any().downcast_ref::<T>())
     }
 
     /// Every device with its backend, in platform order (opening every platform not tried
@@ -408,9 +434,10 @@ impl Generation {
         }
 
         releasing();
-        // The IPC progress thread is joined before the state is taken: a round of its may
-        // be waiting for the read lock (L2: no offload thread outlives the shutdown).
-        self.ipc.stop_progress();
+        // Extensions' threads (IPC progress) are joined before the state is taken: a round
+        // of theirs may be waiting for the read lock (L2: no offload thread outlives the
+        // shutdown).
+        self.extensions.iter().for_each(|e| e.stop());
         // Taking the write lock waits for every operation in flight on a device.
         let Some(live) = write(&self.live).take() else {
             return Error::join(errors);
@@ -423,7 +450,7 @@ impl Generation {
             }
         }
         // Quarantined memory was freed with the other buffers (I3).
-        self.ipc.released();
+        self.extensions.iter().for_each(|e| e.released());
         // Only the platforms that opened are deinitialised; devices go before their
         // platforms.
         let mut opened: Vec<_> = live

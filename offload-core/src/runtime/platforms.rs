@@ -22,10 +22,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use crate::config::Config;
 use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
 use crate::error::Result;
 use crate::hal::BackendKind;
-use crate::runtime::config::Config;
 use crate::runtime::generation::Unavailable;
 use crate::runtime::sync::{Mutex, lock};
 

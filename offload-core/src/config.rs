@@ -6,7 +6,7 @@
 //! nothing else: it never caches what it read in a static.
 
 use crate::error::{Error, Result};
-use crate::hal::BackendKind;
+use crate::vocab::types::BackendKind;
 
 /// Default capacity of the sender-side IPC cache (I2).
 pub const DEFAULT_IPC_CACHE_SIZE: usize = 16;

@@ -10,7 +10,7 @@
 
 use crate::error::Result;
 use crate::handles::{Device, Program};
-use crate::runtime::lifecycle::{Offload, Ready};
+use crate::typestate::{Offload, Ready};
 
 impl<P> Offload<Ready, P> {
     /// The devices that can run `program`, in platform order: for an image, the devices

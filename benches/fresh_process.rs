@@ -1,5 +1,5 @@
-//! The first launch of a **fresh process** whose program comes from a warm disk cache
-//! (issue 24): the bench runs children of itself, because what a fresh process pays once
+//! The first launch of a **fresh process** whose program comes from a warm disk cache:
+//! the bench runs children of itself, because what a fresh process pays once
 //! (finding and identifying the C compiler, opening the host platform, starting its
 //! threads, the first `dlopen`) is invisible to a benchmark that loops inside one process.
 //!
@@ -16,7 +16,7 @@
 //!    * `offload, compiler probed`: the warm-cache child again, after the parent removed
 //!      what the cache directory remembers of the compiler (`user.offload.cc.*`
 //!      attributes): the child runs `cc` three times to name it, as every fresh process
-//!      did before issue 24 — what remembering it saves.
+//!      did before the compiler's identity was remembered — what remembering it saves.
 //!    * `raw dlopen floor`: `dlopen` of the same prebuilt shared object from a file,
 //!      `dlsym` of the kernel, one call on the calling thread: what loading and running
 //!      native code costs a fresh process at the least.

@@ -108,6 +108,7 @@ fn launch(c: &mut Criterion) {
 
     let one_block = Dims::grid([1, 1, 1]);
     let offload_noop = || {
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&noop, black_box(one_block), &[]) }.expect("launch");
         queue.sync().expect("sync")
     };
@@ -118,6 +119,7 @@ fn launch(c: &mut Criterion) {
         SAMPLES,
         offload_noop,
         || {
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe { raw_dev.launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args) }
                 .expect("raw launch");
             raw_dev.sync(&raw_queue).expect("raw sync")
@@ -130,8 +132,10 @@ fn launch(c: &mut Criterion) {
         "noop_enqueue_vs_backend",
         ("offload", "raw_backend"),
         SAMPLES,
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         || unsafe { queue.launch(&noop, black_box(one_block), &[]) }.expect("launch"),
         || {
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe { raw_dev.launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args) }
                 .expect("raw launch")
         },
@@ -161,6 +165,7 @@ fn launch(c: &mut Criterion) {
     let buf = dev.alloc(4 * N as usize, MemKind::Device).expect("alloc");
     let dims = Dims::grid([BLOCKS, 1, 1]).block([THREADS, 1, 1]);
     let args = [Arg::buffer(&buf), Arg::scalar(&N)];
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe { queue.launch(&add_one, dims, &args) }.expect("launch add_one");
     queue.sync().expect("sync");
     let mut out = vec![0u8; 4 * N as usize];
@@ -200,6 +205,7 @@ fn launch(c: &mut Criterion) {
         ("offload", "direct_1_thread"),
         SAMPLES,
         || {
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe { queue.launch(&add_one, black_box(dims), &args) }.expect("launch");
             queue.sync().expect("sync")
         },

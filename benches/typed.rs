@@ -75,6 +75,7 @@ fn typed(c: &mut Criterion) {
     let view = counts.slice(16..32);
     // SAFETY (every launch below): add_one adds 1 to the first 16 u32s of a 16-element
     // (64-byte) range.
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe { queue.launch(&add_one, dims, &offload::args![&view, 16u32]) }.expect("launch");
     queue.sync().expect("sync");
     paired(
@@ -83,6 +84,7 @@ fn typed(c: &mut Criterion) {
         ("typed view", "byte range"),
         SAMPLES,
         || {
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             let _ = black_box(unsafe {
                 queue.launch(&add_one, dims, &offload::args![black_box(&view), 16u32])
             });
@@ -93,6 +95,7 @@ fn typed(c: &mut Criterion) {
                 Arg::range(black_box(&raw_counts), 64, 64),
                 Arg::value(16u32),
             ];
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             let _ = black_box(unsafe { queue.launch(&add_one, dims, &args) });
             let _ = queue.sync();
         },

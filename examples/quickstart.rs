@@ -65,6 +65,8 @@ fn round(round: u32) -> Result<(), Error> {
         let words = (N / 4) as u32;
         let queue = dev.queue()?;
         let start = queue.record()?;
+        // SAFETY: add_one increments `words` u32s of its buffer argument, and `dst` holds
+        // exactly `words` of them.
         unsafe {
             queue.launch(
                 &add_one,

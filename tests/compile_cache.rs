@@ -1,4 +1,4 @@
-//! Issue 12: programs from source are compiled once per (program, compiler, target) however
+//! Programs from source are compiled once per (program, compiler, target) however
 //! many threads and devices load them, different sources compile in parallel, and the disk
 //! cache lets another process skip the compile — whole entries only, even when processes
 //! race, corrupt entries recompiled, nothing written when it is off.

@@ -120,7 +120,7 @@ fn first_init_fixes_the_configuration() {
     let c = second.config().unwrap();
     assert_eq!((c.ipc_cache_size, c.host_devices, c.backends), (3, 2, None));
     assert_eq!(first.generation(), second.generation());
-    // Asking explicitly for other settings is an error that names them (issue 11.6),
+    // Asking explicitly for other settings is an error that names them,
     // not a silent share; asking for what is in force shares.
     let e = Offload::builder()
         .ipc_cache_size(7)

@@ -244,6 +244,7 @@ fn child_peer() {
                     .unwrap();
                 let queue = dev.queue().unwrap();
                 let words = (view.len() / 4) as u32;
+                // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
                 unsafe {
                     queue.launch(
                         &add_one,

@@ -275,6 +275,7 @@ fn child(kind: &str) {
         .unwrap();
     let queue = dev.queue().unwrap();
     let n = WORDS as u32;
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         queue.launch(
             &add_one,

@@ -1,4 +1,4 @@
-//! Platforms open when first needed, once per generation (issue 24): a program that uses
+//! Platforms open when first needed, once per generation: a program that uses
 //! only the host device never opens Vulkan, CUDA, HIP or Level Zero, however often it
 //! initialises; `rt.device(kind)` opens only that backend; `rt.devices_for(..)` opens only
 //! the platforms whose format can match. Counted with `offload::platform_open_attempts`

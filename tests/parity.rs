@@ -99,6 +99,7 @@ fn dynamic_shared_memory_is_per_block_and_bounded() {
     let dims = Dims::grid([blocks, 1, 1])
         .block([threads, 1, 1])
         .shared_memory(4 * threads);
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe { queue.launch(&reverse, dims, &[Arg::buffer(&buf)]) }.unwrap();
     let mut out = vec![0u8; 4 * n];
     queue.read(&buf, 0, &mut out).unwrap();
@@ -112,6 +113,7 @@ fn dynamic_shared_memory_is_per_block_and_bounded() {
     }
     let too_much = Dims::grid([1, 1, 1]).shared_memory(offload::host::MAX_SHARED_MEMORY + 1);
     assert!(matches!(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&reverse, too_much, &[Arg::buffer(&buf)]) },
         Err(Error::InvalidArgument { .. })
     ));

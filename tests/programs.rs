@@ -37,6 +37,7 @@ fn add_one_runs_over_many_blocks_on_worker_threads() {
     let queue = dev.queue().unwrap();
     let dims = Dims::grid([16, 1, 1]).block([64, 1, 1]);
     for _ in 0..3 {
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&n)]) }.unwrap();
     }
     queue.sync().unwrap();
@@ -274,6 +275,7 @@ fn globals_and_setup_that_writes_them() {
     assert_ne!(g.address, 0);
     let buf = dev.alloc(4, MemKind::Device).unwrap();
     let q = dev.queue().unwrap();
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         q.launch(
             &module.kernel("read_global").unwrap(),
@@ -317,10 +319,12 @@ fn bad_launches_are_typed_errors() {
         other => panic!("{what}: expected InvalidArgument, got {other:?}"),
     };
     invalid(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { q.launch(&add_one, one, &[Arg::buffer(&buf)]) },
         "too few arguments",
     );
     invalid(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe {
             q.launch(
                 &add_one,
@@ -331,23 +335,27 @@ fn bad_launches_are_typed_errors() {
         "too many",
     );
     invalid(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { q.launch(&add_one, one, &[Arg::buffer(&buf), Arg::scalar(&1u64)]) },
         "wrong scalar size",
     );
     invalid(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { q.launch(&add_one, one, &[Arg::scalar(&1u32), Arg::buffer(&buf)]) },
         "swapped kinds",
     );
     invalid(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { q.launch(&add_one, one, &[Arg::buffer(&foreign), Arg::scalar(&1u32)]) },
         "buffer of another device",
     );
     let other_queue = other.queue().unwrap();
     invalid(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { other_queue.launch(&add_one, one, &[Arg::buffer(&foreign), Arg::scalar(&1u32)]) },
         "kernel of another device",
     );
-    // A missing kernel: the error lists the module's kernels (issue 11, point 5).
+    // A missing kernel: the error lists the module's kernels.
     match module.kernel("nope") {
         Err(e @ Error::SymbolNotFound { .. }) => {
             let text = e.to_string();
@@ -369,6 +377,7 @@ fn bad_launches_are_typed_errors() {
     let module2 = module.clone();
     module2.unload().unwrap();
     invalid(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { q.launch(&add_one, one, &[Arg::buffer(&buf), Arg::scalar(&1u32)]) },
         "unloaded module",
     );
@@ -381,6 +390,7 @@ fn bad_launches_are_typed_errors() {
     drop(other_queue);
     rt.shutdown().unwrap();
     assert!(matches!(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { q.launch(&fresh, one, &[]) },
         Err(Error::ShutDown { .. })
     ));
@@ -449,6 +459,7 @@ fn an_image_loaded_after_another_runs_its_own_code() {
     ] {
         buf.fill(0, 4, 0).unwrap();
         let module = Program::new(image).load(&dev).unwrap();
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe {
             q.launch(
                 &module.kernel("add_one").unwrap(),
@@ -500,6 +511,7 @@ fn shutdown_unmaps_images_and_joins_workers() {
     assert!(mapped_modules() > 0, "the image is mapped from its memfd");
     let buf = dev.alloc(4 * 4096, MemKind::Device).unwrap();
     let q = dev.queue().unwrap();
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         q.launch(
             &module.kernel("add_one").unwrap(),
@@ -538,6 +550,7 @@ fn events_measure_time_in_queue_order() {
     let buf = dev.alloc(4 << 20, MemKind::Device).unwrap();
     let q = dev.queue().unwrap();
     let start = q.record().unwrap();
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         q.launch(
             &fill,

@@ -46,6 +46,7 @@ fn launch_returns_before_the_work_runs_and_events_complete_later() {
     let buf = dev.alloc(4 * 64, MemKind::Device).unwrap();
     let queue = dev.queue().unwrap();
     let open = gate(&queue);
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         queue.launch(
             &add_one,
@@ -230,7 +231,7 @@ fn shutdown_drains_queued_work() {
     drop(queue);
 }
 
-/// Backpressure (issue 13): a producer that never syncs cannot grow a host queue without
+/// Backpressure: a producer that never syncs cannot grow a host queue without
 /// bound; it waits at `MAX_QUEUED` unfinished commands, and everything still runs in order.
 #[test]
 fn a_producer_that_never_syncs_is_held_at_the_queue_depth() {

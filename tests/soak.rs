@@ -1,4 +1,4 @@
-//! Soak (issue 13): long runs that must leave the process as they found it. Off unless
+//! Soak: long runs that must leave the process as they found it. Off unless
 //! `OFFLOAD_SOAK` is set (they take minutes); `scripts/soak.sh` runs them all, in release:
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! Issue 12, the README's WGSL example: SAXPY (`y = a * x + y`) written in WGSL, compiled
+//! The README's WGSL example: SAXPY (`y = a * x + y`) written in WGSL, compiled
 //! from source by the Vulkan backend (naga) when first loaded, launched with typed buffers
 //! and `offload::args!`, and checked against the CPU — on the whole buffers and on views.
 //!
@@ -96,7 +96,7 @@ fn saxpy_in_wgsl_from_source_matches_the_cpu() -> offload::Result<()> {
     let len = (to - from) as u32;
     let (xv, yv) = (x.slice(from..to), y.slice(from..to));
     // WGSL that offload compiled is verified (every index clamped into its buffer), so
-    // it also runs without `unsafe` (issue 11, point 7: the safe path).
+    // it also runs without `unsafe` (the safe path).
     assert!(saxpy.is_verified());
     queue.run(
         &saxpy,

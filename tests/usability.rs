@@ -1,4 +1,4 @@
-//! Issue 11: the API a Rust GPU programmer expects — typed buffers and views as kernel
+//! The API a Rust GPU programmer expects — typed buffers and views as kernel
 //! arguments, scalar types checked in the user's words, errors that name the call and the
 //! object by its label, missing kernels listed, and logs of init, load and launch.
 
@@ -51,6 +51,7 @@ fn typed_buffers_and_views_run_kernels_on_a_range() {
     }
     // A view outside the buffer is refused before the kernel runs, naming the buffer.
     let outside = buf.slice(60..70);
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     let err = unsafe {
         queue.launch(
             &add_one,
@@ -111,6 +112,7 @@ fn a_scalar_of_the_wrong_type_is_named() {
     assert!(text.contains("argument 1 of `add_one`: "), "{text}");
     drop(bytes);
     // The right type runs.
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         queue.launch(
             &add_one,

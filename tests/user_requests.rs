@@ -1,4 +1,4 @@
-//! Issue 11, points 6, 8 and 10: what a user asks for is given or refused with a typed
+//! What a user asks for is given or refused with a typed
 //! error that says why, never silently replaced.
 //!
 //! - An empty backend list (`OFFLOAD_BACKENDS=","`, `builder().backends([])` with no added

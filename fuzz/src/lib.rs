@@ -7,28 +7,16 @@
 //! otherwise a check returns whether the parser accepted the input (the soak counts both
 //! outcomes).
 //!
-//! The parsers are `pub(crate)` modules that depend on nothing but `offload_core` (and,
-//! for Vulkan's, offload-spirv and `ash`'s version macros), so they are included here by
-//! path, as offload-cuda/tests/image_fuzz.rs does: fuzzing them needs no change to their
-//! crates, no driver and no GPU.
+//! The parsers are ordinary dependencies: each backend crate exposes its parser of untrusted
+//! bytes as a hidden public module (not part of its API) that depends on nothing but
+//! `offload_core` — fuzzing them needs no driver and no GPU.
 
 #![allow(clippy::missing_panics_doc)]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../offload-host/src/elf.rs"]
-mod elf;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../offload-cuda/src/image/mod.rs"]
-mod cuda_image;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../offload-hip/src/image.rs"]
-mod hip_image;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../offload-vulkan/src/spirv.rs"]
-mod vulkan_spirv;
+use offload_cuda::image as cuda_image;
+use offload_hip::image as hip_image;
+use offload_host::elf;
+use offload_vulkan::spirv as vulkan_spirv;
 
 use std::os::fd::OwnedFd;
 

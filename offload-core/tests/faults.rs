@@ -1,4 +1,4 @@
-//! Fault injection on the reference backend (issue 13), through `offload_core::faults`: the
+//! Fault injection on the reference backend, through `offload_core::faults`: the
 //! shared fault-mode workloads (`faults::workloads::run_all`): one backend error at every
 //! hal call each workload reaches (everyday calls; releases left to shutdown's teardown;
 //! offload calls inside module callbacks; IPC endpoints), each checked by `faults::sweep`:

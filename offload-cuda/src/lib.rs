@@ -2,9 +2,9 @@
 //!
 //! The CUDA backend of offload, through the CUDA driver API. The driver (`libcuda.so.1`) is
 //! opened at run time with libloading, never linked: this crate builds and starts on any
-//! Linux machine, and a machine without CUDA simply has no CUDA platform. (The design card
-//! names `cust`; it needs the CUDA toolkit at build time, so the driver API is declared here
-//! by hand, as cudarc's `sys` layer does.)
+//! Linux machine, and a machine without CUDA simply has no CUDA platform. (Not `cust`: it
+//! needs the CUDA toolkit at build time, so the driver API is declared here by hand, as
+//! cudarc's `sys` layer does.)
 //!
 //! - **Platform** ([`CudaPlatform`]): opening it loads the driver, reads its entry points,
 //!   calls `cuInit(0)`, counts the devices and retains each one's primary context
@@ -77,7 +77,10 @@ mod ffi;
 // them, each with its `SAFETY` argument.
 #[allow(unsafe_code)]
 mod context;
-mod image;
+// Public only for the fuzz targets (`fuzz/`) and the image tests, which reach the parser
+// of untrusted bytes as an ordinary dependency; not part of the API.
+#[doc(hidden)]
+pub mod image;
 mod nvrtc;
 mod platform;
 mod program;

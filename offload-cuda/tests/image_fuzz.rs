@@ -3,14 +3,9 @@
 //! truncation of the valid images, and property tests that feed random bytes and random
 //! mutations of the valid images (none may panic; every `Ok` must be consistent).
 //!
-//! The module is included by path: it depends on nothing else in the crate, so these tests
-//! run without a driver and whatever else the crate is doing.
+//! The module depends on nothing else in the crate, so these tests run without a driver.
 
-#[allow(dead_code)]
-#[path = "../src/image/mod.rs"]
-mod image;
-
-use image::{Global, ImageKind, Inspected, Param, inspect};
+use offload_cuda::image::{Global, ImageKind, Inspected, Param, inspect};
 use proptest::prelude::*;
 
 const SM86: (u32, u32) = (8, 6);

@@ -6,10 +6,6 @@ use offload_core::{Dims, Error, KernelArg, ParamKind, Result};
 
 const CALL: &str = "Queue::launch";
 
-fn invalid(reason: String) -> Error {
-    Error::InvalidArgument { call: CALL, reason }
-}
-
 /// The arguments of a launch as the driver takes them: one 8-byte value per parameter (a
 /// buffer's device address, or a scalar's bytes), and the buffers they use.
 pub type Packed<'a, B> = (Vec<[u8; 8]>, Vec<&'a B>);
@@ -43,11 +39,14 @@ pub fn pack_args<'a, B>(
     len: impl Fn(&B) -> usize,
 ) -> Result<Packed<'a, B>> {
     if args.len() != params.len() {
-        return Err(invalid(format!(
-            "{kernel} takes {} arguments ({params:?}), {} given",
-            params.len(),
-            args.len()
-        )));
+        return Err(Error::invalid(
+            CALL,
+            format!(
+                "{kernel} takes {} arguments ({params:?}), {} given",
+                params.len(),
+                args.len()
+            ),
+        ));
     }
     let mut values: Vec<[u8; 8]> = Vec::with_capacity(args.len());
     let mut buffers: Vec<&'a B> = Vec::new();
@@ -70,12 +69,15 @@ pub fn pack_args<'a, B>(
                     .checked_add(bytes)
                     .is_some_and(|end| end <= len(buffer));
                 if !inside {
-                    return Err(invalid(format!(
-                        "argument {i} of {kernel}: bytes {offset}..{} are outside the \
+                    return Err(Error::invalid(
+                        CALL,
+                        format!(
+                            "argument {i} of {kernel}: bytes {offset}..{} are outside the \
                          {}-byte buffer",
-                        offset as u128 + bytes as u128,
-                        len(buffer)
-                    )));
+                            offset as u128 + bytes as u128,
+                            len(buffer)
+                        ),
+                    ));
                 }
                 value = (address(buffer) + offset as u64).to_ne_bytes();
                 buffers.push(buffer);
@@ -86,9 +88,10 @@ pub fn pack_args<'a, B>(
                 value[..bytes.len()].copy_from_slice(bytes);
             }
             _ => {
-                return Err(invalid(format!(
-                    "argument {i} of {kernel} should be {param:?}"
-                )));
+                return Err(Error::invalid(
+                    CALL,
+                    format!("argument {i} of {kernel} should be {param:?}"),
+                ));
             }
         }
         values.push(value);
@@ -128,7 +131,7 @@ pub struct LaunchLimits {
 impl LaunchLimits {
     /// Checks `dims`; `kernel` names the kernel in errors.
     pub fn check(&self, dims: &Dims, kernel: &str) -> Result<()> {
-        let fail = |why: String| Err(invalid(format!("{kernel}: {why}")));
+        let fail = |why: String| Err(Error::invalid(CALL, format!("{kernel}: {why}")));
         if dims.block.contains(&0) {
             return fail(format!("block {:?} has a zero dimension", dims.block));
         }

@@ -13,21 +13,21 @@ use offload_core::ParamKind;
 
 /// One kernel of a code object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct KernelInfo {
-    pub(crate) name: String,
+pub struct KernelInfo {
+    pub name: String,
     /// The explicit parameters, in order (hidden ones are the runtime's).
-    pub(crate) params: Vec<ParamKind>,
+    pub params: Vec<ParamKind>,
 }
 
 /// What a code object holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodeObject {
     /// `gfx90a`, … (from `e_flags`).
-    pub(crate) target: String,
-    pub(crate) kernels: Vec<KernelInfo>,
-    pub(crate) globals: Vec<String>,
+    pub target: String,
+    pub kernels: Vec<KernelInfo>,
+    pub globals: Vec<String>,
     /// Where the code object lies in the image (all of it, or a bundle's entry).
-    pub(crate) range: std::ops::Range<usize>,
+    pub range: std::ops::Range<usize>,
 }
 
 /// The bundle magic of clang's offload bundler.
@@ -88,10 +88,7 @@ fn entry_target(id: &str) -> &str {
 
 /// Where the code object lies in `image`: all of it, or the AMD GPU entry of a bundle for
 /// `arch` (the device's `gcnArchName`; with `None`, a bundle must hold exactly one).
-pub(crate) fn code_object(
-    image: &[u8],
-    arch: Option<&str>,
-) -> Result<std::ops::Range<usize>, String> {
+pub fn code_object(image: &[u8], arch: Option<&str>) -> Result<std::ops::Range<usize>, String> {
     if !image.starts_with(BUNDLE_MAGIC) {
         return Ok(0..image.len());
     }
@@ -147,7 +144,7 @@ pub(crate) fn code_object(
 
 /// Reads a code object (or the entry of a bundle for `arch`), checked against `arch`, the
 /// device's `gcnArchName`, where it is known.
-pub(crate) fn inspect(image: &[u8], arch: Option<&str>) -> Result<CodeObject, String> {
+pub fn inspect(image: &[u8], arch: Option<&str>) -> Result<CodeObject, String> {
     let range = code_object(image, arch)?;
     let elf = &image[range.clone()];
     if elf.len() < 64 || &elf[..4] != b"\x7fELF" {
@@ -436,7 +433,7 @@ impl<'a> Reader<'a> {
 /// A MessagePack value (the subset code object metadata uses, and every other kind read
 /// and skipped).
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Value {
+pub enum Value {
     Nil,
     Bool(bool),
     Int(i64),
@@ -483,7 +480,7 @@ impl Value {
 }
 
 /// Reads one MessagePack value that fills `data`.
-pub(crate) fn msgpack(data: &[u8]) -> Result<Value, String> {
+pub fn msgpack(data: &[u8]) -> Result<Value, String> {
     let mut at = 0;
     let value = read_value(data, &mut at, 0)?;
     if at != data.len() {

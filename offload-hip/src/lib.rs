@@ -109,7 +109,10 @@
 #[allow(unsafe_code)]
 mod ffi;
 // Code objects, read before the runtime sees them (safe code).
-mod image;
+// Public only for the fuzz targets (`fuzz/`) and the image tests, which reach the parser
+// of untrusted bytes as an ordinary dependency; not part of the API.
+#[doc(hidden)]
+pub mod image;
 // Opening the runtime; `open` makes the device records (`DeviceCore::new`, allowed there
 // alone, with its `SAFETY` argument).
 mod platform;

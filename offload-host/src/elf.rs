@@ -8,28 +8,28 @@
 
 /// What the validation found that the backend needs later.
 #[derive(Debug)]
-pub(crate) struct Image {
-    pub(crate) symbols: Vec<Symbol>,
+pub struct Image {
+    pub symbols: Vec<Symbol>,
 }
 
 /// One defined dynamic symbol.
 #[derive(Debug, Clone)]
-pub(crate) struct Symbol {
-    pub(crate) name: String,
-    pub(crate) size: u64,
-    pub(crate) kind: SymbolKind,
-    pub(crate) writable: bool,
+pub struct Symbol {
+    pub name: String,
+    pub size: u64,
+    pub kind: SymbolKind,
+    pub writable: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SymbolKind {
+pub enum SymbolKind {
     Function,
     Object,
     Other,
 }
 
 impl Image {
-    pub(crate) fn symbol(&self, name: &str) -> Option<&Symbol> {
+    pub fn symbol(&self, name: &str) -> Option<&Symbol> {
         self.symbols.iter().find(|s| s.name == name)
     }
 }
@@ -46,7 +46,7 @@ const HOST_MACHINE: u16 = 0;
 
 /// Whether `image` is an ELF file for this machine, by its header alone (`validate` checks
 /// the rest).
-pub(crate) fn runs_here(image: &[u8]) -> bool {
+pub fn runs_here(image: &[u8]) -> bool {
     offload_core::hal::ImageFormat::of(image)
         == offload_core::hal::ImageFormat::Elf {
             machine: HOST_MACHINE,
@@ -107,7 +107,7 @@ struct Section {
 
 /// Checks that `bytes` is a shared object for this machine that the loader can map without
 /// reading outside it, and reads its dynamic symbols.
-pub(crate) fn validate(bytes: &[u8]) -> Result<Image, String> {
+pub fn validate(bytes: &[u8]) -> Result<Image, String> {
     let r = Reader(bytes);
     if bytes.is_empty() {
         return Err("empty image".into());

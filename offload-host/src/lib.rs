@@ -239,7 +239,10 @@
 #![warn(missing_docs)]
 
 mod compiler;
-mod elf;
+// Public only for the fuzz targets (`fuzz/`) and the image tests, which reach the parser
+// of untrusted bytes as an ordinary dependency; not part of the API.
+#[doc(hidden)]
+pub mod elf;
 mod memory;
 mod pool;
 mod program;
@@ -770,7 +773,7 @@ impl hal::Device for HostDevice {
     ) -> Result<()> {
         const CALL: &str = "Queue::launch";
         if dims.shared_memory > program::MAX_SHARED_MEMORY {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "{} bytes of shared memory per block; the host allows {} \
@@ -880,7 +883,7 @@ impl hal::Device for HostDevice {
         const CALL: &str = "Queue::fill";
         buffer.mem.check(CALL, offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
@@ -1060,14 +1063,6 @@ impl hal::Ipc for HostDevice {
         }
         let buffer = HostBuffer::import(fd, size)?;
         Ok(buffer.counted(self.shared.clone()))
-    }
-}
-
-/// `Error::InvalidArgument` for `call`.
-pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
-    Error::InvalidArgument {
-        call,
-        reason: reason.into(),
     }
 }
 

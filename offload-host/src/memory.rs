@@ -172,12 +172,13 @@ impl HostBuffer {
     pub(crate) fn exclusive_bytes(&mut self) -> Option<&mut [u8]> {
         self.mem.uses.wait();
         match self.mem.backing {
-            // SAFETY: the allocation is `len` initialised (zeroed, then only written) bytes
-            // owned by the memory; `&mut self` is the only handle to them (queued commands
-            // hold the memory too, but the ones using it have finished — waited above —
-            // and none can be queued while this borrow lives); heap memory is mapped by no
-            // other process. So nothing else reads or writes the bytes while the slice lives.
             Backing::Heap(_) => {
+                // SAFETY: the allocation is `len` initialised (zeroed, then only written)
+                // bytes owned by the memory; `&mut self` is the only handle to them (queued
+                // commands hold the memory too, but the ones using it have finished —
+                // waited above — and none can be queued while this borrow lives); heap
+                // memory is mapped by no other process. So nothing else reads or writes the
+                // bytes while the slice lives.
                 Some(unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) })
             }
             Backing::Shared { .. } => None,

@@ -157,7 +157,7 @@ impl StreamCore {
         }
         let mut inner = lock(&self.inner);
         if inner.shutdown {
-            return Err(crate::invalid(call, "the host queue was destroyed"));
+            return Err(Error::invalid(call, "the host queue was destroyed"));
         }
         if inner.thread.is_none() {
             inner.thread = Some(spawn_executor(self).ok_or_else(|| Error::Driver {
@@ -288,7 +288,7 @@ impl StreamCore {
     /// function would wait for itself.
     pub(crate) fn sync(&self, call: &'static str) -> Result<()> {
         if self.on_runner() && !self.reached(self.last()) {
-            return Err(crate::invalid(
+            return Err(Error::invalid(
                 call,
                 "a host function cannot wait for its own queue (it would wait for itself)",
             ));

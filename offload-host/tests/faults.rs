@@ -1,4 +1,4 @@
-//! Fault injection on the host backend (issue 13): the shared fault-mode workloads
+//! Fault injection on the host backend: the shared fault-mode workloads
 //! (`offload_core::faults::workloads::run_all`) — one backend error at every hal call each
 //! workload reaches, each checked for a typed error, a clean shutdown, no leaked
 //! allocation, loaded image or fd, and a working next run; a panic at every site; the

@@ -468,6 +468,7 @@ fn add_one(c: &mut Criterion, words: &[u32]) -> Paired {
     let buf = dev.alloc(WORDS as usize * 4, MemKind::Device).unwrap();
     let dims = Dims::grid([WORDS / BLOCK, 1, 1]).block([BLOCK, 1, 1]);
     let launch = || {
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&kernel, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }.unwrap();
         queue.sync().unwrap();
     };
@@ -502,6 +503,7 @@ fn dependent_launches(c: &mut Criterion, words: &[u32], group: &str) -> Paired {
     let dims = Dims::grid([1, 1, 1]).block([BLOCK, 1, 1]);
     let chain = || {
         for _ in 0..CHAIN {
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe { queue.launch(&kernel, dims, &[Arg::buffer(&buf), Arg::scalar(&BLOCK)]) }
                 .unwrap();
         }

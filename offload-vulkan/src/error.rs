@@ -81,14 +81,6 @@ pub(crate) fn driver_not_found(reason: impl Into<String>) -> Error {
     }
 }
 
-/// A range outside a buffer, or two buffers that cannot be used together.
-pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
-    Error::InvalidArgument {
-        call,
-        reason: reason.into(),
-    }
-}
-
 /// Checks that `offset..offset + len` lies inside `size` bytes.
 pub(crate) fn check_range(
     call: &'static str,
@@ -98,7 +90,7 @@ pub(crate) fn check_range(
 ) -> offload_core::Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(invalid(
+        _ => Err(Error::invalid(
             call,
             format!(
                 "vulkan buffer: range {offset}..{} is outside its {size} bytes",

@@ -90,7 +90,7 @@
 //!   `maxComputeWorkGroupInvocations`, `maxComputeWorkGroupCount`). A grid with a zero runs
 //!   nothing. On lavapipe the real compile of a pipeline happens at its first dispatch.
 //!
-//!   **Why resize, and why not every size** (issue 25): offload keeps one launch model on
+//!   **Why resize, and why not every size**: offload keeps one launch model on
 //!   every backend, CUDA's — `Dims::block` *is* the workgroup size, and a launch runs
 //!   exactly `grid × block` threads — so a launch never silently swaps in the shader's
 //!   declared size (with the same grid it would run another number of threads). A resize
@@ -310,7 +310,7 @@
 //! # Ok::<(), offload_core::Error>(())
 //! ```
 //!
-//! Vectors, structs and uniform buffers (issue 25): a `vec2<f32>` push constant takes
+//! Vectors, structs and uniform buffers: a `vec2<f32>` push constant takes
 //! `Arg::pod(&[x, y])`, a `var<uniform>` takes `Arg::uniform(&buffer)`, and a 2-D
 //! workgroup takes 2-D blocks (`Dims::for_num_elems`' 1-D ones are refused, naming both
 //! sizes):
@@ -410,7 +410,10 @@ mod instance;
 mod memory;
 mod program;
 mod queue;
-mod spirv;
+// Public only for the fuzz targets (`fuzz/`) and the image tests, which reach the parser
+// of untrusted bytes as an ordinary dependency; not part of the API.
+#[doc(hidden)]
+pub mod spirv;
 mod transfer;
 mod usage;
 mod validation;
@@ -427,7 +430,7 @@ use offload_core::{
 };
 
 use crate::device::DeviceContext;
-use crate::error::{At, driver_not_found, invalid, map_vk_err};
+use crate::error::{At, driver_not_found, map_vk_err};
 use crate::instance::Instance;
 
 pub use info::{MemoryHeap, VulkanDeviceInfo, VulkanDeviceType, VulkanVersion, vendor_name};
@@ -944,7 +947,7 @@ impl hal::Device for VulkanDevice {
 
     fn alloc(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
         if size == 0 {
-            return Err(invalid(
+            return Err(Error::invalid(
                 "Device::alloc",
                 "zero-size allocation on a Vulkan device",
             ));
@@ -1044,7 +1047,7 @@ impl hal::Device for VulkanDevice {
     ) -> Result<()> {
         // The queue checks the kernel and the buffers against its own device.
         if !Arc::ptr_eq(queue.device(), &self.context) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 "Queue::launch",
                 "the queue belongs to another Vulkan device",
             ));
@@ -1134,7 +1137,7 @@ impl hal::Ipc for VulkanDevice {
 
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
         if size == 0 {
-            return Err(invalid(
+            return Err(Error::invalid(
                 "Device::alloc_exportable",
                 "zero-size allocation on a Vulkan device",
             ));

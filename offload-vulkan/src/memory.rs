@@ -16,7 +16,7 @@ use ash::vk;
 use offload_core::{BackendKind, Error, MemKind, Result, hal::Exported};
 
 use crate::device::DeviceContext;
-use crate::error::{At, check_range, invalid, map_vk_err, out_of_memory};
+use crate::error::{At, check_range, map_vk_err, out_of_memory};
 use crate::usage::Usage;
 
 /// What an allocation is for; decides its memory type.
@@ -145,7 +145,7 @@ impl RawAllocation {
     ) -> Result<RawAllocation> {
         let at = |function| At::new(call, function).bytes(size);
         if size == 0 {
-            return Err(invalid(call, "zero-size Vulkan allocation"));
+            return Err(Error::invalid(call, "zero-size Vulkan allocation"));
         }
         // Refuse what the device can never satisfy before asking the driver.
         let limits = device.limits;
@@ -408,7 +408,7 @@ impl RawAllocation {
     /// A new `OPAQUE_FD` of this (exportable) allocation's memory.
     pub(crate) fn export_fd(&self, device: &DeviceContext, call: &'static str) -> Result<OwnedFd> {
         let Some(external) = device.external_fd.as_ref() else {
-            return Err(invalid(call, "the device cannot export memory"));
+            return Err(Error::invalid(call, "the device cannot export memory"));
         };
         let info = vk::MemoryGetFdInfoKHR::default()
             .memory(self.memory)
@@ -588,7 +588,7 @@ impl VulkanBuffer {
     pub(crate) fn export(&self) -> Result<Exported> {
         const CALL: &str = "Buffer::export";
         if !self.exportable {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 "Vulkan buffer is not exportable (allocate it with alloc_exportable)",
             ));
@@ -789,7 +789,7 @@ impl VulkanBuffer {
         check_range(CALL, src_offset, len, src.len)?;
         check_range(CALL, dst_offset, len, self.len)?;
         if !Arc::ptr_eq(&self.device, &src.device) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 "the source and destination Vulkan buffers are on different devices",
             ));

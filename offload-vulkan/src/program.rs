@@ -23,7 +23,7 @@ use ash::vk;
 use offload_core::{BackendKind, Error, ParamKind, Result};
 
 use crate::device::DeviceContext;
-use crate::error::{At, invalid, map_vk_err};
+use crate::error::{At, map_vk_err};
 use crate::spirv::{self, EntryPoint, ForVulkan, Reflection, SpirvVersion, WorkgroupSize};
 use crate::usage::Usage;
 
@@ -262,7 +262,7 @@ impl VulkanKernel {
             return Ok(self.pipeline);
         }
         let refuse = |why: &str| {
-            Err(invalid(
+            Err(Error::invalid(
                 call,
                 format!(
                     "vulkan kernel `{}` declares workgroup size {declared:?}, the launch asks \
@@ -326,7 +326,10 @@ impl VulkanKernel {
         }
         let mut objects = self.module.lock_entry(self.entry);
         let Some(objects) = objects.as_mut() else {
-            return Err(invalid(call, "the vulkan kernel's module was unloaded"));
+            return Err(Error::invalid(
+                call,
+                "the vulkan kernel's module was unloaded",
+            ));
         };
         if let Some(v) = objects.variants.get(&block) {
             return Ok(v.pipeline);
@@ -442,7 +445,7 @@ impl ModuleInner {
             }
             _ => {
                 let Some(words) = self.reflection.with_local_size(entry, block) else {
-                    return Err(invalid(
+                    return Err(Error::invalid(
                         call,
                         "the kernel's workgroup size cannot be changed",
                     ));
@@ -629,7 +632,7 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
         *objects = Some(inner.make_entry(entry, CALL)?);
     }
     let Some(o) = objects.as_ref() else {
-        return Err(invalid(
+        return Err(Error::invalid(
             CALL,
             "the vulkan module lost its entry point objects",
         ));

@@ -33,7 +33,7 @@ use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
 use crate::batch::{Batch, Bound, Described};
 use crate::device::DeviceContext;
-use crate::error::{At, check_range, invalid, map_vk_err};
+use crate::error::{At, check_range, map_vk_err};
 use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
 use crate::program::{ModuleInner, VulkanKernel, descriptor_type};
 use crate::usage::Usage;
@@ -276,7 +276,7 @@ impl QueueShared {
         inner
             .open
             .as_mut()
-            .ok_or_else(|| invalid(call, "the vulkan queue lost its open batch"))
+            .ok_or_else(|| Error::invalid(call, "the vulkan queue lost its open batch"))
     }
 
     /// Records one command into the open batch: a barrier first if it uses a buffer an
@@ -474,7 +474,7 @@ impl VulkanQueue {
             .iter()
             .any(|b| !Arc::ptr_eq(b.device(), &self.shared.device))
         {
-            return Err(invalid(
+            return Err(Error::invalid(
                 call,
                 "the vulkan buffer is on another device than the queue",
             ));
@@ -494,13 +494,13 @@ impl VulkanQueue {
         let entry = kernel.entry_point();
         let name = &entry.name;
         if !Arc::ptr_eq(&kernel.module.device, device) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!("vulkan kernel `{name}` is loaded on another device than the queue"),
             ));
         }
         if args.len() != kernel.params.len() {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "vulkan kernel `{name}` takes {} arguments ({:?}), {} given",
@@ -545,7 +545,7 @@ impl VulkanQueue {
             match (arg, param) {
                 (KernelArg::Buffer(b), ParamKind::Buffer | ParamKind::Uniform) => {
                     if !Arc::ptr_eq(b.device(), device) {
-                        return Err(invalid(
+                        return Err(Error::invalid(
                             CALL,
                             format!(
                                 "argument {nth} of vulkan kernel `{name}`: the buffer is on \
@@ -554,7 +554,7 @@ impl VulkanQueue {
                         ));
                     }
                     if b.len() as u64 > u64::from(limit) {
-                        return Err(invalid(
+                        return Err(Error::invalid(
                             CALL,
                             format!(
                                 "argument {nth} of vulkan kernel `{name}`: a buffer of {} bytes \
@@ -604,7 +604,7 @@ impl VulkanQueue {
                         None
                     };
                     if let Some(problem) = problem {
-                        return Err(invalid(
+                        return Err(Error::invalid(
                             CALL,
                             format!("argument {nth} of vulkan kernel `{name}`: {problem}"),
                         ));
@@ -614,16 +614,22 @@ impl VulkanQueue {
                 }
                 (KernelArg::Scalar(bytes), p) if p.scalar_size() == Some(bytes.len()) => {
                     let Some(leaf) = leaves.next() else {
-                        return Err(invalid(CALL, "more scalars than push-constant members"));
+                        return Err(Error::invalid(
+                            CALL,
+                            "more scalars than push-constant members",
+                        ));
                     };
                     let at = leaf.offset as usize;
                     let Some(dst) = push.get_mut(at..at + bytes.len()) else {
-                        return Err(invalid(CALL, "a push-constant member outside the block"));
+                        return Err(Error::invalid(
+                            CALL,
+                            "a push-constant member outside the block",
+                        ));
                     };
                     dst.copy_from_slice(bytes);
                 }
                 _ => {
-                    return Err(invalid(
+                    return Err(Error::invalid(
                         CALL,
                         format!("argument {nth} of vulkan kernel `{name}` should be {param}"),
                     ));
@@ -779,7 +785,10 @@ impl VulkanQueue {
             // SAFETY: never used by any command.
             unsafe { staging.destroy(dev) };
             device.allocations.fetch_sub(1, Ordering::SeqCst);
-            return Err(invalid(CALL, "the device's staging memory is not mappable"));
+            return Err(Error::invalid(
+                CALL,
+                "the device's staging memory is not mappable",
+            ));
         };
         // SAFETY: the mapping holds `data.len()` bytes (the allocation's size); nothing else
         // uses the fresh allocation.
@@ -822,7 +831,7 @@ impl VulkanQueue {
         self.check_device(CALL, &[buffer])?;
         check_range(CALL, offset, len, buffer.len())?;
         if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
@@ -878,7 +887,7 @@ impl VulkanQueue {
         check_range(CALL, dst_offset, len, dst.len())?;
         let same = src.vk_buffer() == dst.vk_buffer();
         if same && src_offset.abs_diff(dst_offset) < len {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 "the source and destination ranges of one vulkan buffer overlap",
             ));
@@ -995,7 +1004,7 @@ impl VulkanQueue {
     /// it was recorded).
     pub(crate) fn wait_event(&self, event: &VulkanEvent) -> Result<()> {
         if !Arc::ptr_eq(&event.device, &self.shared.device) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 "Queue::wait",
                 "the vulkan event is of another device than the queue",
             ));
@@ -1016,7 +1025,7 @@ fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usi
         return Ok(());
     }
     let binding = entry.bindings.get(j).copied().unwrap_or(0);
-    Err(invalid(
+    Err(Error::invalid(
         "Queue::launch",
         format!(
             "argument {arg} of vulkan kernel `{}`: {len} bytes bound to binding {binding}, \
@@ -1029,7 +1038,12 @@ fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usi
 
 fn check_dims(dims: &Dims, limits: &crate::info::Limits, name: &str) -> Result<()> {
     const CALL: &str = "Queue::launch";
-    let fail = |why: String| Err(invalid(CALL, format!("vulkan kernel `{name}`: {why}")));
+    let fail = |why: String| {
+        Err(Error::invalid(
+            CALL,
+            format!("vulkan kernel `{name}`: {why}"),
+        ))
+    };
     if dims.block.contains(&0) {
         return fail(format!("block {:?} has a zero dimension", dims.block));
     }
@@ -1158,7 +1172,10 @@ fn barrier(
 pub(crate) fn elapsed(start: &VulkanEvent, end: &VulkanEvent) -> Result<Duration> {
     const CALL: &str = "Event::elapsed_since";
     if !Arc::ptr_eq(&start.device, &end.device) {
-        return Err(invalid(CALL, "the vulkan events are of different devices"));
+        return Err(Error::invalid(
+            CALL,
+            "the vulkan events are of different devices",
+        ));
     }
     start.complete(CALL)?;
     end.complete(CALL)?;

@@ -44,17 +44,17 @@ fn spend(budget: &mut u32) -> std::result::Result<(), String> {
 /// The `OpSourceExtension` that marks a module as compiled by offload from WGSL with
 /// naga's `Restrict` bounds checks (`wgsl.rs`): its bindings' minimum sizes are then
 /// checked at every launch. A hand-written module may carry it too; it only adds checks.
-pub(crate) const BOUNDS_CHECKED: &str = "offload: bounds-checked (naga Restrict)";
+pub const BOUNDS_CHECKED: &str = "offload: bounds-checked (naga Restrict)";
 
 const MODE_LOCAL_SIZE: u32 = 17;
 const MODE_LOCAL_SIZE_ID: u32 = 38;
 const BUILT_IN_WORKGROUP_SIZE: u32 = 25;
 
 /// A SPIR-V version, `major.minor` (offload-spirv's).
-pub(crate) use offload_spirv::Version as SpirvVersion;
+pub use offload_spirv::Version as SpirvVersion;
 
 /// The SPIR-V versions a Vulkan version takes.
-pub(crate) trait ForVulkan {
+pub trait ForVulkan {
     /// The newest SPIR-V a Vulkan version must accept (Vulkan 1.0: 1.0, 1.1: 1.3, 1.2: 1.5,
     /// 1.3 and later: 1.6).
     fn for_vulkan(api: u32) -> Self;
@@ -78,7 +78,7 @@ impl ForVulkan for SpirvVersion {
 /// How an entry point declares its workgroup size, and so how offload can run it with
 /// another block size (see the crate docs, "Launch geometry").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WorkgroupSize {
+pub enum WorkgroupSize {
     /// `OpExecutionMode LocalSize x y z`; `at` is the index of the word holding `x`, so a
     /// copy of the module with other literals there runs another size.
     Literal { size: [u32; 3], at: usize },
@@ -94,7 +94,7 @@ pub(crate) enum WorkgroupSize {
 
 impl WorkgroupSize {
     /// The size the module declares.
-    pub(crate) fn declared(&self) -> [u32; 3] {
+    pub fn declared(&self) -> [u32; 3] {
         match *self {
             WorkgroupSize::Literal { size, .. }
             | WorkgroupSize::Spec { size, .. }
@@ -105,7 +105,7 @@ impl WorkgroupSize {
 
 /// One member of a push-constant block: a by-value parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PushLeaf {
+pub struct PushLeaf {
     pub offset: u32,
     pub size: u32,
     /// What it takes (checked at launch): `Typed` for a plain number, `Pod` for a vector,
@@ -195,7 +195,7 @@ impl Elements {
 
 /// What offload needs to know about one `GLCompute` entry point.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct EntryPoint {
+pub struct EntryPoint {
     pub name: String,
     pub workgroup: WorkgroupSize,
     /// Storage- and uniform-buffer bindings of descriptor set 0, ascending: argument `i`
@@ -226,7 +226,7 @@ pub(crate) struct EntryPoint {
 impl EntryPoint {
     /// The parameters: one buffer (storage or uniform) per binding, then one value per
     /// push-constant member.
-    pub(crate) fn params(&self) -> Vec<ParamKind> {
+    pub fn params(&self) -> Vec<ParamKind> {
         let buffers = self.uniform.iter().map(|&uniform| {
             if uniform {
                 ParamKind::Uniform
@@ -240,7 +240,7 @@ impl EntryPoint {
 
 /// A validated module: its words (host order) and its compute entry points.
 #[derive(Clone, Debug)]
-pub(crate) struct Reflection {
+pub struct Reflection {
     pub words: Vec<u32>,
     pub version: SpirvVersion,
     pub entry_points: Vec<EntryPoint>,
@@ -251,7 +251,7 @@ pub(crate) struct Reflection {
 impl Reflection {
     /// A copy of the module's words with entry point `entry`'s `LocalSize` set to `size`,
     /// or `None` if its size is not a `LocalSize` literal.
-    pub(crate) fn with_local_size(&self, entry: usize, size: [u32; 3]) -> Option<Vec<u32>> {
+    pub fn with_local_size(&self, entry: usize, size: [u32; 3]) -> Option<Vec<u32>> {
         let WorkgroupSize::Literal { at, .. } = self.entry_points.get(entry)?.workgroup else {
             return None;
         };
@@ -270,7 +270,7 @@ fn context(call: &'static str) -> Context {
 
 /// Validates `image` and reflects its compute entry points. `max` is the newest SPIR-V
 /// version the device accepts.
-pub(crate) fn reflect(image: &[u8], max: SpirvVersion, call: &'static str) -> Result<Reflection> {
+pub fn reflect(image: &[u8], max: SpirvVersion, call: &'static str) -> Result<Reflection> {
     let ctx = context(call);
     let words = ctx.words(image)?;
     let header = ctx.header(&words)?;
@@ -297,7 +297,7 @@ pub(crate) fn reflect(image: &[u8], max: SpirvVersion, call: &'static str) -> Re
 /// extensions, imports, memory model, entry points and execution modes), where the
 /// specification's layout puts it. `words` is a whole module, header included.
 #[cfg_attr(not(feature = "wgsl"), allow(dead_code))]
-pub(crate) fn mark_bounds_checked(words: &mut Vec<u32>) {
+pub fn mark_bounds_checked(words: &mut Vec<u32>) {
     const PROLOGUE: [u16; 7] = [
         CAPABILITY,
         EXTENSION,

@@ -1,4 +1,4 @@
-//! Fault injection on the Vulkan backend, on lavapipe (issue 13): the shared fault-mode
+//! Fault injection on the Vulkan backend, on lavapipe: the shared fault-mode
 //! workloads (`offload_core::faults::workloads::run_all`) — one backend error at every hal
 //! call each workload reaches, each checked for a typed error, a clean shutdown, no leaked
 //! Vulkan object or fd, and a working next run; a panic at every site; the conformance

@@ -32,6 +32,7 @@ fn add_one(
     block: u32,
 ) {
     let count = (n as u32).to_ne_bytes();
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         dev.launch(
             q,
@@ -57,6 +58,7 @@ fn fill(
         KernelArg::Scalar(&value),
         KernelArg::Scalar(&count),
     ];
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe { dev.launch(q, &k.fill, &grid(64, n), &args) }.unwrap();
 }
 
@@ -128,6 +130,7 @@ fn launches_that_differ_each_see_their_own_arguments() {
     model_b[..10].fill(3);
     add_one(&dev, &q, &k, KernelArg::Buffer(&b), 20, 64);
     bump(&mut model_b, 0, 20);
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe { dev.launch(&q, &k.noop, &grid(64, 64), &[]) }.unwrap();
     add_one(&dev, &q, &k, KernelArg::Buffer(&b), 20, 64);
     bump(&mut model_b, 0, 20);

@@ -38,6 +38,7 @@ fn fill(
     dims: Dims,
 ) {
     let (value, n) = (value.to_ne_bytes(), n.to_ne_bytes());
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         dev.launch(
             q,
@@ -58,6 +59,7 @@ fn add_one(
     dims: Dims,
 ) {
     let n = n.to_ne_bytes();
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe { dev.launch(q, k, &dims, &[KernelArg::Buffer(buf), u32s(&n)]) }
         .unwrap_or_else(|e| panic!("add_one {dims:?}: {e}"));
 }
@@ -217,6 +219,7 @@ fn every_spirv_version_reflects_the_same_parameters() {
         let dims = Dims::grid([1, 1, 1]).block([64, 1, 1]);
         fill(&dev, &q, &k_fill, &buf, u32::from(minor) + 10, 60, dims);
         add_one(&dev, &q, &k_add, &buf, 30, dims);
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { dev.launch(&q, &k_noop, &dims, &[]) }.unwrap();
         dev.sync(&q).unwrap();
         let got = read_words(&dev, &buf);
@@ -479,6 +482,7 @@ fn mismatched_launches_are_invalid_argument() {
     ];
     let launches = stats().launches;
     for (what, k, args, dims) in &cases {
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         let reason = invalid_argument(unsafe { dev.launch(&q, k, dims, args) }, what);
         println!("{what}: {reason}");
     }
@@ -489,6 +493,7 @@ fn mismatched_launches_are_invalid_argument() {
     // A queue of another platform.
     let other_q = other_dev.queue().unwrap();
     invalid_argument(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { dev.launch(&other_q, &k_add, &ok, &[b, u32s(&n)]) },
         "foreign queue",
     );
@@ -594,6 +599,7 @@ fn unsupported_shapes_are_typed_errors() {
     let data: Vec<u32> = (0..128).collect();
     dev.write(&mut buf, 0, &bytes_of(&data)).unwrap();
     let reason = invalid_argument(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe {
             dev.launch(
                 &q,
@@ -605,6 +611,7 @@ fn unsupported_shapes_are_typed_errors() {
         "a larger block with workgroup memory",
     );
     assert!(reason.contains("workgroup memory"), "{reason}");
+    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
         dev.launch(
             &q,
@@ -868,6 +875,7 @@ fn queued_work_is_batched_and_ordered() {
         // Dynamic shared memory: Vulkan declares workgroup memory in the shader.
         let n4 = (n as u32).to_ne_bytes();
         assert!(matches!(
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe {
                 dev.launch(
                     &q,

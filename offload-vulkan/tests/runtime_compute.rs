@@ -74,6 +74,7 @@ fn eight_threads_launch_on_their_own_queues_at_once() {
                 barrier.wait();
                 let block = [64, 32, 128, 16][t as usize % 4];
                 let dims = Dims::grid([WORDS / block, 1, 1]).block([block, 1, 1]);
+                // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
                 unsafe {
                     queue.launch(
                         &fill,
@@ -83,6 +84,7 @@ fn eight_threads_launch_on_their_own_queues_at_once() {
                 }
                 .unwrap();
                 for _ in 0..ROUNDS {
+                    // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
                     unsafe {
                         queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)])
                     }
@@ -118,11 +120,13 @@ fn unload_and_shutdown_with_work_in_flight_are_clean() {
     let module = Program::new(kernels()).load(&dev).unwrap();
     let add_one = module.kernel("add_one").unwrap();
     for _ in 0..6 {
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }.unwrap();
     }
     let event = queue.record().unwrap();
     module.unload().unwrap();
     assert!(matches!(
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) },
         Err(Error::InvalidArgument { .. })
     ));
@@ -135,7 +139,9 @@ fn unload_and_shutdown_with_work_in_flight_are_clean() {
     let add_one = module.kernel("add_one").unwrap();
     let other = dev.alloc(WORDS as usize * 4, MemKind::Host).unwrap();
     for _ in 0..6 {
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }.unwrap();
+        // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&other), Arg::scalar(&WORDS)]) }
             .unwrap();
     }
@@ -175,6 +181,7 @@ fn hundred_init_load_launch_shutdown_cycles() {
         buf.fill(0, WORDS as usize * 4, 0).unwrap();
         let dims = Dims::grid([WORDS / 64, 1, 1]).block([64, 1, 1]);
         for _ in 0..=cycle % 3 {
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }
                 .unwrap();
         }
@@ -182,6 +189,7 @@ fn hundred_init_load_launch_shutdown_cycles() {
         assert!(got.iter().all(|&w| w == cycle % 3 + 1), "cycle {cycle}");
         // Half the cycles shut down with the launches of the last round still in flight.
         if cycle % 2 == 0 {
+            // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe { queue.launch(&add_one, dims, &[Arg::buffer(&buf), Arg::scalar(&WORDS)]) }
                 .unwrap();
         }

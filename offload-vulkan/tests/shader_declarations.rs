@@ -1,4 +1,4 @@
-//! Kernels take what shaders declare (issue 25), on a real Vulkan device (lavapipe in CI):
+//! Kernels take what shaders declare, on a real Vulkan device (lavapipe in CI):
 //!
 //! - a 2-D `@workgroup_size(8, 8)` shader launched with `Dims::for_num_elems` (1-D blocks
 //!   of 256) is refused with both sizes named, instead of running its 2-D indexing on 1-D

@@ -1,4 +1,4 @@
-//! Programs from WGSL source (the `wgsl` feature, issue 12) on a real Vulkan device
+//! Programs from WGSL source (the `wgsl` feature) on a real Vulkan device
 //! (lavapipe in CI): a kernel compiled by naga runs through the runtime with typed push
 //! constants; syntax, type and validation errors are `Error::Compile` with naga's log and
 //! the line; out-of-range indices are clamped into their buffer (a guard buffer stays

@@ -157,7 +157,7 @@ impl QueueShared {
         if offload_driver::running_host_fn()
             .is_some_and(|(at, _)| at == offload_driver::stream_key(self))
         {
-            return Err(invalid(
+            return Err(Error::invalid(
                 call,
                 "a host function waits for its own Level Zero queue (more commands appended \
                  from it than the queue has free events?): it would wait for itself",
@@ -330,13 +330,6 @@ impl std::fmt::Debug for ZeEvent {
     }
 }
 
-fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
-    Error::InvalidArgument {
-        call,
-        reason: reason.into(),
-    }
-}
-
 /// Runs a host function on its thread: after the work before it (`after`), then lets the
 /// work after it go (`gate`). It is operation `number` of the queue at `at`.
 fn run_host_fn(
@@ -439,7 +432,7 @@ impl ZeQueue {
             .iter()
             .any(|b| !Arc::ptr_eq(b.device(), self.device()))
         {
-            return Err(invalid(
+            return Err(Error::invalid(
                 call,
                 "the ze buffer is on another device than the queue",
             ));
@@ -457,7 +450,7 @@ impl ZeQueue {
         const CALL: &str = "Queue::launch";
         let name = &kernel.name;
         if !Arc::ptr_eq(&kernel.module.device, self.device()) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!("ze kernel `{name}` is loaded on another device than the queue"),
             ));
@@ -554,7 +547,7 @@ impl ZeQueue {
         const CALL: &str = "Queue::fill";
         let dst = buffer.at(CALL, offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
@@ -593,7 +586,7 @@ impl ZeQueue {
         let from = src.at(CALL, src_offset, len)?;
         let to = dst.at(CALL, dst_offset, len)?;
         if (from as usize).abs_diff(to as usize) < len {
-            return Err(invalid(CALL, "the ranges of one ze buffer overlap"));
+            return Err(Error::invalid(CALL, "the ranges of one ze buffer overlap"));
         }
         self.check(CALL, &[src, dst])?;
         if len == 0 {
@@ -720,7 +713,7 @@ impl ZeQueue {
     pub(crate) fn wait_event(&self, event: &ZeEvent) -> Result<()> {
         const CALL: &str = "Queue::wait";
         if !Arc::ptr_eq(&event.inner.device, self.device()) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 "the ze event is of another device than the queue",
             ));
@@ -762,7 +755,10 @@ impl ZeEvent {
         const CALL: &str = "Event::elapsed_since";
         let device = &self.inner.device;
         if !Arc::ptr_eq(device, &start.inner.device) {
-            return Err(invalid(CALL, "the ze events are of different devices"));
+            return Err(Error::invalid(
+                CALL,
+                "the ze events are of different devices",
+            ));
         }
         start.sync()?;
         self.sync()?;

@@ -83,7 +83,7 @@ use std::collections::HashMap;
 
 /// Which of the driver's image forms an image is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ImageKind {
+pub enum ImageKind {
     /// PTX assembly text, compiled by the driver's JIT when loaded.
     Ptx,
     /// A cubin: an ELF64 file of SASS for one SM architecture.
@@ -94,7 +94,7 @@ pub(crate) enum ImageKind {
 
 /// One kernel parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Param {
+pub struct Param {
     /// Its size in bytes (never 0).
     pub size: u32,
     /// Its alignment in bytes, a power of two.
@@ -112,7 +112,7 @@ pub(crate) struct Param {
 
 /// One kernel (a PTX `.entry`, a cubin `__global__` function).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Entry {
+pub struct Entry {
     /// The kernel's (mangled) name, as `cuModuleGetFunction` takes it.
     pub name: String,
     /// Its parameters, in order.
@@ -121,7 +121,7 @@ pub(crate) struct Entry {
 
 /// One module-scope variable (`__device__` or `__constant__`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Global {
+pub struct Global {
     /// Its name, as `cuModuleGetGlobal` takes it.
     pub name: String,
     /// Its size in bytes.
@@ -134,19 +134,19 @@ pub(crate) struct Global {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inspected {
     /// The image's form.
-    pub(crate) kind: ImageKind,
+    pub kind: ImageKind,
     /// Its kernels, in the image's order. Never empty for PTX and cubins; empty for a
     /// fatbin only when every entry the device could load is zstd-compressed (which this
     /// module does not decode), meaning "unknown".
-    pub(crate) entries: Vec<Entry>,
+    pub entries: Vec<Entry>,
     /// Its module-scope variables (see the module's notes for what is left out).
-    pub(crate) globals: Vec<Global>,
+    pub globals: Vec<Global>,
     /// The compute capability the image targets, `(major, minor)`: PTX's `.target sm_XY`,
     /// a cubin's SM from `e_flags`, a fatbin's chosen entry.
-    pub(crate) arch: Option<(u32, u32)>,
+    pub arch: Option<(u32, u32)>,
     /// The PTX ISA version (`.version X.Y`) of PTX, or of a fatbin's PTX entry when that is
     /// the one inspected; `None` for cubins.
-    pub(crate) ptx_version: Option<(u32, u32)>,
+    pub ptx_version: Option<(u32, u32)>,
 }
 
 /// Validates `image` for a device of compute capability `device_cc` (`(major, minor)`)
@@ -157,7 +157,7 @@ pub struct Inspected {
 /// another major version or a newer minor; a fatbin with neither. A PTX ISA version
 /// newer than this module knows (past 9.x) is not refused here: the driver decides, and its
 /// JIT may still refuse an ISA version newer than the driver, or anything else in the text.
-pub(crate) fn inspect(image: &[u8], device_cc: (u32, u32)) -> Result<Inspected, String> {
+pub fn inspect(image: &[u8], device_cc: (u32, u32)) -> Result<Inspected, String> {
     if image.is_empty() {
         return Err("the image is empty".to_owned());
     }

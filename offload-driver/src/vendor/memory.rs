@@ -73,13 +73,13 @@ impl<A: StreamApi> Drop for Allocation<A> {
         if self.uses.wait(CALL).is_ok() && self.core.bind_to_release(CALL).is_ok() {
             let api = self.core.api();
             match self.origin {
-                // SAFETY: a live allocation of the bound device, freed once (here), with no
-                // queued work on it (waited) and no buffer left over it.
                 Origin::Device | Origin::Managed => {
+                    // SAFETY: a live allocation of the bound device, freed once (here), with
+                    // no queued work on it (waited) and no buffer left over it.
                     let _ = unsafe { api.free_device(self.ptr) };
                 }
-                // SAFETY: as above, for page-locked host memory.
                 Origin::Pinned(host) => {
+                    // SAFETY: as above, for page-locked host memory.
                     let _ = unsafe { api.free_host(host) };
                 }
                 // The mapping closes with its last user (`Mapping`'s drop).

@@ -191,7 +191,7 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
     /// Compiles `source` (`hal::Device::compile`).
     fn compile(&self, context: &Self::Context, source: &Source) -> Result<Vec<u8>> {
         let _ = context;
-        Err(invalid(
+        Err(Error::invalid(
             "Program::load",
             format!("this device has no {} compiler", source.language()),
         ))
@@ -486,12 +486,4 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
 /// A failed vendor call as the offload error of `call`.
 pub(crate) fn driver_error<A: StreamApi>(call: &'static str) -> impl Fn(Failure) -> Error {
     move |failure| failure.into_error(A::KIND, call)
-}
-
-/// An argument error of `call`.
-pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Error {
-    Error::InvalidArgument {
-        call,
-        reason: reason.into(),
-    }
 }

@@ -18,7 +18,7 @@ use offload_core::hal::HostFn;
 use offload_core::{Dims, Error, KernelArg, Result};
 
 use super::device::DeviceCore;
-use super::{StreamApi, StreamBuffer, StreamKernel, Word, driver_error, invalid};
+use super::{StreamApi, StreamBuffer, StreamKernel, Word, driver_error};
 use crate::{HostCallback, HostFailure, HostThread, host_trampoline};
 
 /// The bytes of queued writes in submission order, numbered, so that two threads syncing
@@ -202,7 +202,7 @@ impl<A: StreamApi> StreamQueue<A> {
     fn bind(&self, call: &'static str, buffers: &[&StreamBuffer<A>]) -> Result<&A> {
         let core = &self.shared.core;
         if buffers.iter().any(|b| !Arc::ptr_eq(b.core(), core)) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 call,
                 format!(
                     "the {} buffer is on another device than the queue",
@@ -229,7 +229,7 @@ impl<A: StreamApi> StreamQueue<A> {
         const CALL: &str = "Queue::launch";
         let name = &kernel.name;
         if !Arc::ptr_eq(&kernel.module.core, &self.shared.core) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "{} kernel `{name}` is loaded on another device than the queue",
@@ -320,7 +320,7 @@ impl<A: StreamApi> StreamQueue<A> {
         const CALL: &str = "Queue::fill";
         let dst = buffer.at(CALL, offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
@@ -366,7 +366,7 @@ impl<A: StreamApi> StreamQueue<A> {
         let from = src.at(CALL, src_offset, len)?;
         let to = dst.at(CALL, dst_offset, len)?;
         if from.abs_diff(to) < len as u64 && Arc::ptr_eq(&src.alloc, &dst.alloc) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!("the ranges of one {} buffer overlap", A::WORDS.name),
             ));
@@ -477,7 +477,7 @@ impl<A: StreamApi> StreamQueue<A> {
     pub(crate) fn wait_event(&self, event: &StreamEvent<A>) -> Result<()> {
         const CALL: &str = "Queue::wait";
         if !Arc::ptr_eq(&event.core, &self.shared.core) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!(
                     "the {} event is of another device than the queue",
@@ -519,7 +519,7 @@ impl<A: StreamApi> StreamEvent<A> {
     pub(crate) fn since(&self, start: &StreamEvent<A>) -> Result<Duration> {
         const CALL: &str = "Event::elapsed_since";
         if !Arc::ptr_eq(&self.core, &start.core) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 CALL,
                 format!("the {} events are of different devices", A::WORDS.name),
             ));

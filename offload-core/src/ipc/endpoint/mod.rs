@@ -1,0 +1,596 @@
+//! [`IpcEndpoint`]: sends buffer ranges to peers through the process's one sender-side
+//! cache, and receives theirs as views (I2–I4).
+//!
+//! An endpoint is a listening socket plus its connections. Whoever calls into the endpoint
+//! (`send`, `recv`, a free that waits for unmaps, shutdown) makes progress for everyone —
+//! accepts connections, reads and answers messages, flushes what is queued — one caller at
+//! a time, the others waiting on a condition variable; when nobody does, the generation's
+//! progress thread (`progress.rs`) makes a round every few milliseconds, so a receiver that
+//! computes, sleeps or blocks elsewhere still answers unmaps (I3, I5). Every write goes
+//! through a per-peer outbox flushed without blocking, so two processes that both send
+//! never deadlock on full socket buffers.
+//!
+//! Lock order: the cache, then the endpoint's state, then the generation. Answers and
+//! deaths that concern the cache are read under the state lock and applied after it is
+//! released; code that may run while a send holds the cache stashes them instead, for the
+//! send (or the next round of progress) to apply once the cache is free.
+//!
+//! By concern: `api` (the public [`IpcEndpoint`]), `send` (the cache's plans queued to
+//! peers, unmaps), `rounds` (progress and the protocol: what each message does),
+//! `receive` (deliveries become views), `shared` (the generation's IPC state). This file
+//! holds what they share: the engine, its peers, pending sends and deliveries.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+
+use crate::error::{Error, Result};
+use crate::handles::{Buffer, BufferEntry, Device, Origin, ViewOwner};
+use crate::ipc::cache::{PeerRef, Plan, Unmap};
+use crate::ipc::progress::Progress;
+use crate::ipc::quarantine::Quarantine;
+use crate::ipc::share::import_entry;
+use crate::ipc::socket::{self, Sent};
+use crate::ipc::wire::{self, FailCode, Message, ONE_SHOT};
+use crate::ipc::{IpcHandle, PeerId, stats};
+use crate::runtime::generation::{Extension, Generation, Kind, Resource, ResourceKey};
+use crate::sync::lock;
+
+mod api;
+mod receive;
+mod rounds;
+mod send;
+mod shared;
+
+pub use api::IpcEndpoint;
+pub(crate) use shared::Shared;
+
+/// Numbers endpoints within this process (const-initialised).
+static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+
+/// How long a send waits for its peer to take its message (the peer reads whenever it
+/// calls into its endpoint) before it gives up with an error.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Packets read from one peer per round of progress, so one peer cannot starve the rest.
+const READ_BATCH: usize = 256;
+/// One-shot deliveries to one peer not yet answered, at most (each carries a descriptor,
+/// and descriptors in flight count against the sender's open-file limit).
+const ONE_SHOT_WINDOW: u32 = 64;
+/// The longest one round of progress waits in `poll` (others may be waiting to take over).
+const POLL_SLICE: Duration = Duration::from_millis(20);
+/// How long a waiting round of progress polls without sleeping first. Waking a sleeping
+/// process costs 20–75 µs on the project's VMs (measured); an answer that comes within
+/// this window is seen at once, the way MPI progress engines poll before they block.
+const SPIN: Duration = Duration::from_micros(50);
+
+fn ipc_error(call: &'static str, reason: impl Into<String>) -> Error {
+    Error::Ipc {
+        call,
+        reason: reason.into(),
+    }
+}
+
+/// A mapping of a peer's memory, made by a `Map` or `OneShot` it sent.
+struct Mapping {
+    entry: u32,
+    generation: u32,
+    id: u32,
+    buffer: Arc<BufferEntry>,
+    key: ResourceKey,
+    /// Views handed out and not dropped yet.
+    views: usize,
+    one_shot: bool,
+}
+
+struct Peer {
+    id: PeerId,
+    /// The endpoint it is a peer of (for the trace).
+    endpoint: u64,
+    socket: Arc<OwnedFd>,
+    pid: u32,
+    /// Its `Hello` arrived.
+    greeted: bool,
+    alive: bool,
+    outbox: VecDeque<(Vec<u8>, Option<OwnedFd>)>,
+    /// How many messages were written whole into its socket, ever: a send is done once the
+    /// count passes its message's place, even if the peer hangs up right after reading it.
+    written: u64,
+    /// Mappings of its memory, as a receiver.
+    mappings: Vec<Mapping>,
+    /// Unmaps sent to it and not yet acknowledged: (entry, generation).
+    unacked: Vec<(u32, u32)>,
+    /// One-shots sent to it and neither answered nor unmapped: (allocation, sequence). A
+    /// free of the allocation unmaps them too (I3).
+    one_shots: Vec<(u64, u32)>,
+    /// Deliveries (`Map`, `Use`, `OneShot`) sent to it and not yet answered.
+    unanswered: u64,
+}
+
+/// A delivery a peer sent, not yet taken by `recv`: its memory is mapped only then, so a
+/// receiver holds the mappings of what it took, not of everything queued.
+enum Pending {
+    Map {
+        entry: u32,
+        generation: u32,
+        offset: u64,
+        len: u64,
+        handle: IpcHandle,
+    },
+    Use {
+        entry: u32,
+        generation: u32,
+        mapping: u32,
+        offset: u64,
+        len: u64,
+    },
+    OneShot {
+        sequence: u32,
+        offset: u64,
+        len: u64,
+        handle: IpcHandle,
+    },
+}
+
+impl Pending {
+    /// The delivery a `Map`, `Use` or `OneShot` makes, with its tag.
+    fn of(message: Message) -> Option<(u64, Pending)> {
+        Some(match message {
+            Message::Map {
+                entry,
+                generation,
+                tag,
+                offset,
+                len,
+                handle,
+            } => (
+                tag,
+                Pending::Map {
+                    entry,
+                    generation,
+                    offset,
+                    len,
+                    handle,
+                },
+            ),
+            Message::Use {
+                entry,
+                generation,
+                mapping,
+                tag,
+                offset,
+                len,
+            } => (
+                tag,
+                Pending::Use {
+                    entry,
+                    generation,
+                    mapping,
+                    offset,
+                    len,
+                },
+            ),
+            Message::OneShot {
+                sequence,
+                tag,
+                offset,
+                len,
+                handle,
+            } => (
+                tag,
+                Pending::OneShot {
+                    sequence,
+                    offset,
+                    len,
+                    handle,
+                },
+            ),
+            _ => return None,
+        })
+    }
+}
+
+struct Delivery {
+    peer: PeerId,
+    tag: u64,
+    what: Pending,
+}
+
+struct State {
+    peers: Vec<Peer>,
+    next_peer: u64,
+    next_mapping: u32,
+    next_sequence: u32,
+    deliveries: VecDeque<Delivery>,
+}
+
+/// What a round of progress learnt that the cache must know (applied after the state
+/// lock is released).
+enum CacheNews {
+    Mapped(PeerId, u32, u32, u32),
+    Answered(PeerId, u32, u32, bool),
+    /// An `UnmapAck` (for the quarantine).
+    Acked(PeerId, u32, u32),
+    Gone(PeerId),
+}
+
+struct Engine {
+    id: u64,
+    generation: Arc<Generation>,
+    /// The generation's IPC state (its cache, endpoints, quarantine and progress thread).
+    shared: Arc<Shared>,
+    path: PathBuf,
+    listener: OwnedFd,
+    /// Held by whoever is making progress.
+    progress: Mutex<()>,
+    state: Mutex<State>,
+    /// Signalled after every round of progress and every view dropped, when `waiting` says
+    /// someone waits on it (a signal is a system call).
+    changed: Condvar,
+    waiting: AtomicUsize,
+    unmap_timeout: Duration,
+    closed: AtomicBool,
+    /// Cache news learnt where the cache may be held (see the module docs).
+    stashed: Mutex<Vec<CacheNews>>,
+    /// Rounds of progress made so far (the progress thread skips endpoints others drive).
+    rounds: AtomicU64,
+}
+
+/// Mappings a round of progress closes once the state lock is released, with the
+/// `UnmapAck`s that may leave only after their mapping is closed (I3).
+#[derive(Default)]
+struct Closing {
+    mappings: Vec<Mapping>,
+    acks: Vec<(PeerId, Message)>,
+}
+
+/// A peer's buffer range, received: a view of the mapping its memory has in this process,
+/// and the sender's tag. Drop it (or its buffer) when done: the sender counts the send in
+/// flight until then, and a one-shot mapping is closed then.
+pub struct Received {
+    peer: PeerId,
+    tag: u64,
+    buffer: Buffer,
+}
+
+impl Received {
+    /// Who sent it.
+    ///
+    /// ```
+    /// fn from(r: &offload_core::ipc::Received) -> offload_core::ipc::PeerId {
+    ///     r.peer()
+    /// }
+    /// ```
+    pub fn peer(&self) -> PeerId {
+        self.peer
+    }
+
+    /// The sender's tag.
+    ///
+    /// ```
+    /// fn tag(r: &offload_core::ipc::Received) -> u64 {
+    ///     r.tag()
+    /// }
+    /// ```
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// The view: a buffer of this process's device covering the range sent. Its calls
+    /// answer `Error::InvalidIpcHandle` once the sender unmapped the memory.
+    ///
+    /// ```
+    /// fn len(r: &offload_core::ipc::Received) -> usize {
+    ///     r.buffer().len()
+    /// }
+    /// ```
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    /// The view, to keep.
+    ///
+    /// ```
+    /// fn keep(r: offload_core::ipc::Received) -> offload_core::Buffer {
+    ///     r.into_buffer()
+    /// }
+    /// ```
+    pub fn into_buffer(self) -> Buffer {
+        self.buffer
+    }
+}
+
+impl fmt::Debug for Received {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Received")
+            .field("peer", &self.peer)
+            .field("tag", &self.tag)
+            .field("buffer", &self.buffer)
+            .finish()
+    }
+}
+
+/// Tells the engine when a view is dropped.
+struct ViewToken {
+    engine: Weak<Engine>,
+    peer: PeerId,
+    entry: u32,
+    generation: u32,
+}
+
+impl ViewOwner for ViewToken {
+    fn view_dropped(&self) {
+        if let Some(engine) = self.engine.upgrade() {
+            engine.view_dropped(self.peer, self.entry, self.generation);
+        }
+    }
+}
+
+impl Resource for Engine {
+    fn release(self: Arc<Self>) -> Result<()> {
+        self.close()
+    }
+}
+
+impl Engine {
+    /// Wakes the threads waiting for a round of progress, if any.
+    fn signal(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            // Taking the lock orders this after a waiter's registration and its wait.
+            drop(lock(&self.state));
+            self.changed.notify_all();
+        }
+    }
+
+    fn check_open(&self, call: &'static str) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(self.closed_error(call));
+        }
+        Ok(())
+    }
+
+    /// The error of a call on a closed endpoint: `ShutDown` if its runtime ended.
+    fn closed_error(&self, call: &'static str) -> Error {
+        if self.generation.is_live() && !self.generation.is_closing() {
+            ipc_error(call, "the endpoint is closed")
+        } else {
+            Error::ShutDown {
+                call,
+                object: "the IPC endpoint".into(),
+            }
+        }
+    }
+
+    fn at(&self, peer: PeerId) -> PeerRef {
+        PeerRef {
+            endpoint: self.id,
+            peer,
+        }
+    }
+
+    /// Lists a connected socket as a peer and greets it.
+    fn add_peer(&self, fd: OwnedFd, pid: u32) -> PeerId {
+        let mut state = lock(&self.state);
+        let id = PeerId(state.next_peer);
+        state.next_peer += 1;
+        let mut peer = Peer {
+            id,
+            endpoint: self.id,
+            socket: Arc::new(fd),
+            pid,
+            greeted: false,
+            alive: true,
+            outbox: VecDeque::new(),
+            written: 0,
+            mappings: Vec::new(),
+            unacked: Vec::new(),
+            one_shots: Vec::new(),
+            unanswered: 0,
+        };
+        peer.outbox.push_back(
+            Message::Hello {
+                token: super::process_token(),
+                pid: std::process::id(),
+            }
+            .encode(),
+        );
+        let mut news = Vec::new();
+        flush(&mut peer, &mut news);
+        state.peers.push(peer);
+        id
+    }
+
+    fn gone(&self, id: PeerId, call: &'static str) -> Error {
+        // Closed under the call (by its runtime's shutdown): say that, not the peer.
+        if self.closed.load(Ordering::SeqCst) {
+            return self.closed_error(call);
+        }
+        ipc_error(
+            call,
+            format!(
+                "{id} is not connected (its socket closed, it exited or was cut off, or it \
+                 never was a peer of this endpoint)"
+            ),
+        )
+    }
+
+    fn weak(&self) -> Weak<Engine> {
+        self.shared.endpoint(self.id).unwrap_or_default()
+    }
+
+    /// Keeps cache news for later (the caller may hold the cache).
+    fn stash(&self, news: Vec<CacheNews>) {
+        if !news.is_empty() {
+            lock(&self.stashed).extend(news);
+        }
+    }
+
+    /// Applies stashed news (the cache must not be held), closing dead peers' mappings.
+    fn apply_stashed(&self) {
+        let news = std::mem::take(&mut *lock(&self.stashed));
+        self.finish_dead(news);
+    }
+
+    /// Applies what peers answered to the cache, then to the quarantine (which may free
+    /// memory: not under the cache's lock).
+    fn apply(&self, news: Vec<CacheNews>) {
+        if news.is_empty() {
+            return;
+        }
+        {
+            let mut cache = lock(&self.shared.cache);
+            for n in &news {
+                match *n {
+                    CacheNews::Mapped(peer, entry, generation, mapping) => {
+                        cache.mapped(self.at(peer), entry, generation, mapping)
+                    }
+                    CacheNews::Answered(peer, entry, generation, done) => {
+                        cache.answered(self.at(peer), entry, generation, done)
+                    }
+                    CacheNews::Gone(peer) => cache.forget_peer(self.at(peer)),
+                    CacheNews::Acked(..) => {}
+                }
+            }
+        }
+        let quarantine = &self.shared.quarantine;
+        for n in news {
+            match n {
+                CacheNews::Acked(peer, entry, generation) => {
+                    quarantine.acked(&self.generation, self.at(peer), entry, generation)
+                }
+                CacheNews::Gone(peer) => quarantine.gone(&self.generation, self.at(peer)),
+                CacheNews::Mapped(..) | CacheNews::Answered(..) => {}
+            }
+        }
+    }
+
+    /// Cache news, then the mappings of dead peers are closed.
+    fn finish_dead(&self, news: Vec<CacheNews>) {
+        if news.is_empty() {
+            return; // nobody died in this round (a death always brings news)
+        }
+        self.apply(news);
+        let closing: Vec<Mapping> = {
+            let mut state = lock(&self.state);
+            state
+                .peers
+                .iter_mut()
+                .filter(|p| !p.alive)
+                .flat_map(|p| std::mem::take(&mut p.mappings))
+                .collect()
+        };
+        for m in closing {
+            self.close_mapping(m);
+        }
+    }
+
+    /// Closes the endpoint (idempotent): peers unmap what was sent from here (bounded
+    /// wait), this endpoint's mappings of theirs are closed, connections and the socket go.
+    fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let unmaps = lock(&self.shared.cache).release_endpoint(self.id);
+        tracing::info!(
+            target: "offload::ipc",
+            endpoint = self.id,
+            unmaps = unmaps.len(),
+            "closing an IPC endpoint"
+        );
+        let unanswered = self.unmap(&unmaps, true);
+        // Every peer goes with the endpoint, through `kill`: the cache and the quarantine
+        // hear of it (`Gone`), so memory quarantined for one of them is released now, not
+        // at shutdown, and the dead peers' mappings close.
+        let mut news = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            for peer in state.peers.iter_mut() {
+                let why = if unanswered.iter().any(|u| u.at.peer == peer.id) {
+                    "it did not acknowledge unmaps in time"
+                } else {
+                    "its endpoint closed"
+                };
+                kill(peer, &mut news, why);
+            }
+        }
+        self.finish_dead(news);
+        let (mappings, deliveries, peers) = {
+            let mut state = lock(&self.state);
+            let mappings: Vec<Mapping> = state
+                .peers
+                .iter_mut()
+                .flat_map(|p| std::mem::take(&mut p.mappings))
+                .collect();
+            let deliveries = std::mem::take(&mut state.deliveries);
+            let peers = std::mem::take(&mut state.peers);
+            (mappings, deliveries, peers)
+        };
+        for m in mappings {
+            self.close_mapping(m);
+        }
+        drop(deliveries); // their views answer errors now; their drops find no peer
+        drop(peers); // their sockets were shut down by `kill`
+        self.shared.remove_endpoint(self.id);
+        let _ = std::fs::remove_file(&self.path);
+        self.signal();
+        Ok(())
+    }
+}
+
+/// Queues an unmap to `peer` and remembers that it must be acknowledged.
+fn queue_unmap(peer: &mut Peer, u: &Unmap) {
+    stats::UNMAPS_SENT.fetch_add(1, Ordering::Relaxed);
+    peer.unacked.push((u.entry, u.generation));
+    peer.outbox.push_back(
+        Message::Unmap {
+            entry: u.entry,
+            generation: u.generation,
+            mapping: u.mapping,
+        }
+        .encode(),
+    );
+}
+
+/// Writes what the peer's socket takes now; a broken socket kills the peer.
+fn flush(peer: &mut Peer, news: &mut Vec<CacheNews>) {
+    while let Some((bytes, fd)) = peer.outbox.front() {
+        match socket::send(peer.socket.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
+            Ok(Sent::Done) => {
+                peer.outbox.pop_front();
+                peer.written += 1;
+            }
+            Ok(Sent::WouldBlock) => return,
+            Err(_) => {
+                kill(peer, news, "its socket broke");
+                return;
+            }
+        }
+    }
+}
+
+/// The peer is gone (its socket broke, it broke the protocol, or it did not answer in
+/// time): nothing more is sent to it, and the cache forgets it. Its mappings are closed
+/// by the caller.
+fn kill(peer: &mut Peer, news: &mut Vec<CacheNews>, why: &'static str) {
+    if !peer.alive {
+        return;
+    }
+    tracing::info!(
+        target: "offload::ipc",
+        endpoint = peer.endpoint,
+        peer = %peer.id,
+        pid = peer.pid,
+        why,
+        "a peer is gone"
+    );
+    peer.alive = false;
+    peer.outbox.clear();
+    peer.unacked.clear();
+    let _ = rustix::net::shutdown(&*peer.socket, rustix::net::Shutdown::Both);
+    news.push(CacheNews::Gone(peer.id));
+}

@@ -13,10 +13,9 @@ import os, re, sys
 
 # Bottom first. `sync` (the lock shim) and `vocab` (plain values) import nothing; the
 # runtime handle users hold (`typestate`) and what builds on it sit on top; the reference
-# backend, the conformance suite and the fault injection that drives it use the whole
-# crate as a backend or a user would.
+# backend uses the whole crate as a backend would.
 LAYERS = ["sync", "vocab", "error", "config", "hal", "erased", "compile", "runtime",
-          "handles", "ipc", "typestate", "select", "reference", "conformance", "faults"]
+          "handles", "ipc", "typestate", "select", "reference"]
 rank = {m: i for i, m in enumerate(LAYERS)}
 
 modules = sorted({os.path.splitext(e)[0] for e in os.listdir(".")} - {"lib"})

@@ -17,8 +17,8 @@ offline=()
 if [[ "${OFFLOAD_PUBLISH_OFFLINE:-0}" == 1 ]]; then
     offline=(--offline)
 fi
-# Never published: the benchmark helper and the dlopen test fixture.
-exclude=(--exclude offload-bench --exclude offload-embed)
+# Never published: the benchmark helper, the dlopen test fixture and the test machinery.
+exclude=(--exclude offload-bench --exclude offload-embed --exclude offload-testing)
 
 cargo publish --workspace --dry-run --allow-dirty "${exclude[@]}" "${offline[@]}"
 

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use offload::ipc::IpcHandle;
 use offload::{Arg, BackendKind, Device, Dims, Error, MemKind, Offload, Program};
-use offload_driver::testing::cases::{hex, unhex};
+use offload_testing::fake::cases::{hex, unhex};
 
 const WORDS: usize = 1024;
 const CHILD: &str = "OFFLOAD_TEST_IPC_CHILD";

@@ -45,12 +45,8 @@
 
 mod compile;
 mod config;
-#[cfg(feature = "conformance")]
-pub mod conformance;
 mod erased;
 mod error;
-#[cfg(feature = "conformance")]
-pub mod faults;
 pub mod hal;
 mod handles;
 pub mod ipc;

@@ -1,6 +1,6 @@
 //! The whole CUDA backend against the protocol-checking fake libcuda
 //! (offload-driver/fake/fake_cuda.c): the shared fake-backend cases of
-//! `offload_driver::testing::cases` — the conformance suite (also with deferred streams),
+//! `offload_testing::fake::cases` — the conformance suite (also with deferred streams),
 //! runtimes on eight threads, every memory kind, the fixture PTX loaded and launched, bad
 //! images never reaching `cuModuleLoadDataEx`, IPC between two processes, out of memory,
 //! queued work, and a seeded protocol violation that the fake must report — plus CUDA's own
@@ -13,8 +13,8 @@
 
 use offload_core::{MemKind, PlatformEntry, Platforms};
 use offload_cuda::CudaPlatform;
-use offload_driver::testing::FakeDriver;
-use offload_driver::testing::cases::Subject;
+use offload_testing::fake::FakeDriver;
+use offload_testing::fake::cases::Subject;
 
 const SUBJECT: Subject = Subject {
     fake: FakeDriver {
@@ -68,4 +68,4 @@ fn bad_images(ptx: &[u8]) -> Vec<Vec<u8>> {
     ]
 }
 
-offload_driver::fake_backend_tests!(SUBJECT, CudaPlatform, CudaOnly, |_, _| None);
+offload_testing::fake_backend_tests!(SUBJECT, CudaPlatform, CudaOnly, |_, _| None);

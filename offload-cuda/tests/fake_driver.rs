@@ -7,7 +7,7 @@
 //! at process start. Without a C compiler the tests print SKIP, except under `CI=true`.
 
 use offload_cuda::CudaPlatform;
-use offload_driver::testing::FakeDriver;
+use offload_testing::fake::FakeDriver;
 
 /// The stand-in driver, built and run by offload-driver's harness.
 const FAKE: FakeDriver = FakeDriver {

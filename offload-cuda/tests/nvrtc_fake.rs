@@ -22,7 +22,7 @@ use offload_core::{
     Uninit, compile_stats,
 };
 use offload_cuda::CudaPlatform;
-use offload_driver::testing::{FakeDriver, FakeHooks};
+use offload_testing::fake::{FakeDriver, FakeHooks};
 
 const CASE: &str = "OFFLOAD_CUDA_NVRTC_CASE";
 const PREFIX: &str = "fake-nvrtc";
@@ -128,7 +128,7 @@ fn nvrtc_hooks() -> FakeHooks {
 /// Both fakes' violations and what is still alive, after everything was dropped.
 fn report(cuda: &FakeHooks, nvrtc: &FakeHooks) -> String {
     if !cuda.present() {
-        return offload_driver::testing::REAL.to_string();
+        return offload_testing::fake::REAL.to_string();
     }
     let live: Vec<String> = ["alloc", "module", "stream", "event", "context"]
         .iter()
@@ -150,7 +150,7 @@ fn clean() -> String {
     CUDA.fake_only(CLEAN)
 }
 
-/// A fake's call count, or [`REAL`](offload_driver::testing::REAL).
+/// A fake's call count, or [`REAL`](offload_testing::fake::REAL).
 fn calls(hooks: &FakeHooks, entry: &str) -> String {
     CUDA.fake_only(if hooks.present() {
         hooks.calls(entry)

@@ -1,4 +1,4 @@
-//! Probing for CUDA on the machine the tests run on (`offload_driver::testing::probe`).
+//! Probing for CUDA on the machine the tests run on (`offload_testing::fake::probe`).
 //! Without a CUDA driver (libcuda.so.1 absent, as on CI: no package installs it), opening
 //! the platform is `Error::DriverNotFound` carrying the dynamic loader's message; a driver
 //! that cannot initialise or has no device names its call and code: an absent platform,
@@ -6,7 +6,7 @@
 //! check the devices instead.
 
 use offload_cuda::CudaPlatform;
-use offload_driver::testing::probe::Probe;
+use offload_testing::fake::probe::Probe;
 
 const PROBE: Probe = Probe {
     what: "the CUDA driver",

@@ -28,12 +28,10 @@
 //!   [`stream_api_calls!`], [`device_calls!`]) and name the types
 //!   ([`stream_backend_types!`]). [`check_symbol_table`] is what their tests of a
 //!   [`functions!`] table ask.
-//! - `testing` (cargo feature `testing`): the harness that builds a fake driver with the C
-//!   compiler and runs test cases against it in child processes, and the tests every
-//!   vendor backend runs the same way: `testing::cases` (the fake-backend cases and
-//!   `fake_backend_tests!`, the fault sweeps below and at the driver's own entry points
-//!   included), `testing::probe` (the real driver absent or without a device) and
-//!   `testing::real` (init/shutdown cycles against the real driver).
+//!
+//! The harness that builds a fake driver with the C compiler and runs the backends' test
+//! cases against it in child processes lives in the unpublished test crate
+//! `offload-testing` (`fake`), with the conformance suite and the fault injection.
 //!
 //! This crate's `unsafe` code is in its ffi helpers (`ffi.rs`), the host-function
 //! callback (`host_fn.rs`), the table that [`functions!`] expands to, and the calls the
@@ -63,8 +61,6 @@ mod platform;
 #[allow(unsafe_code)]
 mod host_fn;
 mod stream;
-#[cfg(feature = "testing")]
-pub mod testing;
 // The backend over a stream-based vendor API (CUDA, HIP), generic over `StreamApi`: an
 // `unsafe trait` whose contract its `unsafe` code relies on, each use narrowly allowed.
 mod vendor;

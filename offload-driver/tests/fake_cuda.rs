@@ -14,8 +14,8 @@ use std::path::Path;
 use std::ptr;
 
 use libloading::Library;
-use offload_driver::testing::cases::{hex, unhex};
-use offload_driver::testing::{FakeDriver, FakeHooks};
+use offload_testing::fake::cases::{hex, unhex};
+use offload_testing::fake::{FakeDriver, FakeHooks};
 
 const FAKE: FakeDriver = FakeDriver {
     case_var: "OFFLOAD_DRIVER_FAKE_CUDA_CASE",

@@ -1,6 +1,6 @@
 //! The HIP backend against the protocol-checking fake runtime
 //! (offload-driver/fake/fake_hip.c, over host memory): the shared fake-backend cases of
-//! `offload_driver::testing::cases` — the conformance suite (also with deferred streams),
+//! `offload_testing::fake::cases` — the conformance suite (also with deferred streams),
 //! runtimes on eight threads, every memory kind, the fixture code object loaded and
 //! launched, bad images never reaching `hipModuleLoadData`, IPC between two processes, out
 //! of memory, queued work, and a seeded protocol violation that the fake must report — plus
@@ -12,9 +12,9 @@
 //! real device.
 
 use offload_core::{MemKind, PlatformEntry, Platforms};
-use offload_driver::testing::cases::{self, Subject};
-use offload_driver::testing::{FakeDriver, FakeHooks};
 use offload_hip::HipPlatform;
+use offload_testing::fake::cases::{self, Subject};
+use offload_testing::fake::{FakeDriver, FakeHooks};
 
 const SUBJECT: Subject = Subject {
     fake: FakeDriver {
@@ -144,7 +144,7 @@ fn fills(hooks: &FakeHooks) -> String {
     )
 }
 
-offload_driver::fake_backend_tests!(SUBJECT, HipPlatform, HipOnly, own);
+offload_testing::fake_backend_tests!(SUBJECT, HipPlatform, HipOnly, own);
 
 #[test]
 fn code_objects_are_checked_against_the_device_architecture() {

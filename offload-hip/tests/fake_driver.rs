@@ -8,8 +8,8 @@
 //! dynamic loader reads only at process start. Without a C compiler the tests print SKIP,
 //! except under `CI=true`.
 
-use offload_driver::testing::FakeDriver;
 use offload_hip::HipPlatform;
+use offload_testing::fake::FakeDriver;
 
 /// The stand-in runtime, built and run by offload-driver's harness.
 const FAKE: FakeDriver = FakeDriver {

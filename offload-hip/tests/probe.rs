@@ -1,4 +1,4 @@
-//! Probing for HIP on the machine the tests run on (`offload_driver::testing::probe`). CI
+//! Probing for HIP on the machine the tests run on (`offload_testing::fake::probe`). CI
 //! installs the real HIP runtime (Debian's `libamdhip64-5`) on a machine without an AMD
 //! GPU: the runtime loads, and `hipInit`/`hipGetDeviceCount` report that there is no
 //! device, which is `Error::DriverNotFound` naming those calls and `hipErrorNoDevice (100)`
@@ -6,8 +6,8 @@
 //! runtime. Where the runtime is not installed the tests print SKIP, except under
 //! `CI=true`, where they fail. On a machine with an AMD GPU they check the devices instead.
 
-use offload_driver::testing::probe::Probe;
 use offload_hip::HipPlatform;
+use offload_testing::fake::probe::Probe;
 
 const PROBE: Probe = Probe {
     what: "the HIP runtime",

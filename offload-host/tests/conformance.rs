@@ -2,8 +2,8 @@
 //! with the kernels of fixtures/kernels.c. `OFFLOAD_CONFORMANCE_CASES=100000` makes it a
 //! soak run. This file holds only this test: the suite needs the runtime to itself.
 
-use offload_core::conformance::{self, Fixtures, SuiteConfig};
 use offload_core::{PlatformEntry, Platforms};
+use offload_testing::conformance::{self, Fixtures, SuiteConfig};
 
 /// Just the host backend, so the suite's first device is a host device.
 struct HostOnly;

@@ -1,13 +1,13 @@
 //! Fault injection on the host backend: the shared fault-mode workloads
-//! (`offload_core::faults::workloads::run_all`) — one backend error at every hal call each
+//! (`offload_testing::faults::workloads::run_all`) — one backend error at every hal call each
 //! workload reaches, each checked for a typed error, a clean shutdown, no leaked
 //! allocation, loaded image or fd, and a working next run; a panic at every site; the
 //! conformance suite through the wrapper — plus the host's own sites: a program compiled
 //! from C source. One test only: the runtime and the fault plan are process-wide.
 
-use offload_core::faults::workloads::{Subject, run_all};
 use offload_core::{Device, Program, Result, Source};
 use offload_host::HostPlatform;
+use offload_testing::faults::workloads::{Subject, run_all};
 
 /// A program from C source: the compiler and compile sites (no disk cache in a sweep, and
 /// a new `Program` per run, so every run compiles).

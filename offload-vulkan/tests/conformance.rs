@@ -11,9 +11,9 @@ mod common;
 
 use std::process::Command;
 
-use offload_core::conformance::{self, Fixtures, SuiteConfig};
 use offload_core::hal::Platform as _;
 use offload_core::{Config, PlatformEntry, Platforms};
+use offload_testing::conformance::{self, Fixtures, SuiteConfig};
 use offload_vulkan::VulkanPlatform;
 
 const CHILD: &str = "OFFLOAD_VULKAN_CONFORMANCE_CHILD";

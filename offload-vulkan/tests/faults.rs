@@ -1,5 +1,5 @@
 //! Fault injection on the Vulkan backend, on lavapipe: the shared fault-mode
-//! workloads (`offload_core::faults::workloads::run_all`) — one backend error at every hal
+//! workloads (`offload_testing::faults::workloads::run_all`) — one backend error at every hal
 //! call each workload reaches, each checked for a typed error, a clean shutdown, no leaked
 //! Vulkan object or fd, and a working next run; a panic at every site; the conformance
 //! suite through the wrapper — plus, with the `wgsl` feature, a program compiled from WGSL.
@@ -8,9 +8,9 @@
 
 mod common;
 
-use offload_core::faults::workloads::{Subject, run_all};
 use offload_core::hal::Platform as _;
 use offload_core::{Config, Device, Result};
+use offload_testing::faults::workloads::{Subject, run_all};
 use offload_vulkan::VulkanPlatform;
 
 /// A program from WGSL source (the compile sites), where the crate can compile one.

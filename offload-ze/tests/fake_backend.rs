@@ -1,6 +1,6 @@
 //! The whole Level Zero backend against the protocol-checking fake loader
 //! (offload-driver/fake/fake_ze.c): the shared fake-backend cases of
-//! `offload_driver::testing::cases` — the conformance suite (fixed tests and 256 proptest
+//! `offload_testing::fake::cases` — the conformance suite (fixed tests and 256 proptest
 //! cases, also with deferred work), runtimes on eight threads, every memory kind, the
 //! fixture SPIR-V loaded and launched, bad images never reaching `zeModuleCreate`, IPC
 //! between two processes (the handle's file descriptor passed to the child), out of memory,
@@ -19,8 +19,8 @@
 
 use offload_core::hal::{Device as _, Platform as _, Program as _};
 use offload_core::{Arg, Config, Dims, Error, MemKind, PlatformEntry, Platforms};
-use offload_driver::testing::cases::Subject;
-use offload_driver::testing::{FakeDriver, FakeHooks};
+use offload_testing::fake::cases::Subject;
+use offload_testing::fake::{FakeDriver, FakeHooks};
 use offload_ze::ZePlatform;
 
 const SUBJECT: Subject = Subject {
@@ -400,7 +400,7 @@ fn ipc_forged_case(hooks: &FakeHooks) -> String {
 
 /// The conformance suite again, counting what it made the loader do.
 fn conformance_calls_case(hooks: &FakeHooks) -> String {
-    let report = offload_driver::testing::cases::conformance::<ZeOnly>(&SUBJECT, hooks);
+    let report = offload_testing::fake::cases::conformance::<ZeOnly>(&SUBJECT, hooks);
     let calls: Vec<String> = [
         "zeModuleCreate",
         "zeCommandListAppendLaunchKernel",
@@ -429,7 +429,7 @@ fn own_cases(case: &str, hooks: &FakeHooks) -> Option<String> {
     })
 }
 
-offload_driver::fake_backend_tests!(SUBJECT, ZePlatform, ZeOnly, own_cases);
+offload_testing::fake_backend_tests!(SUBJECT, ZePlatform, ZeOnly, own_cases);
 
 #[test]
 fn a_build_failure_is_invalid_binary_with_the_build_log() {

@@ -7,7 +7,7 @@
 //! again) with that directory first on `LD_LIBRARY_PATH`, which the dynamic loader reads only
 //! at process start. Without a C compiler the tests print SKIP, except under `CI=true`.
 
-use offload_driver::testing::FakeDriver;
+use offload_testing::fake::FakeDriver;
 use offload_ze::ZePlatform;
 
 /// The stand-in loader, built and run by offload-driver's harness.

@@ -1,12 +1,12 @@
 //! Probing for Level Zero on the machine the tests run on
-//! (`offload_driver::testing::probe`). CI installs the real Level Zero loader (Debian's
+//! (`offload_testing::fake::probe`). CI installs the real Level Zero loader (Debian's
 //! `libze1`) without any driver: the loader loads and reports that it has no driver (or no
 //! device), which is `Error::DriverNotFound` naming the call and its code (not a dlopen
 //! failure): an absent platform, never a panic, directly and through the runtime. Where
 //! the loader is not installed the tests print SKIP, except under `CI=true`, where they
 //! fail. On a machine with a Level Zero device they check the devices instead.
 
-use offload_driver::testing::probe::Probe;
+use offload_testing::fake::probe::Probe;
 use offload_ze::ZePlatform;
 
 const PROBE: Probe = Probe {

@@ -10,7 +10,7 @@
 # What goes in (each binary's role in .gpu/MANIFEST):
 #   offload-cuda tests  fake_backend (conformance and the shared cases), nvrtc_fake (NVRTC
 #                       from source), probe; with OFFLOAD_CUDA_REAL=1 they run on the real
-#                       libcuda and NVRTC with the same assertions (offload_driver::testing)
+#                       libcuda and NVRTC with the same assertions (offload_testing::fake)
 #   facade tests        built with the `cuda` feature: every test that lists all devices
 #                       then meets the CUDA platform too
 #   embed               the dlopen test and liboffload_embed.so beside it (200 cycles)

@@ -8,15 +8,23 @@
 //! outlives its runtime only ever sees `Error::ShutDown` (L3), and dropping it then does
 //! nothing. Handles check everything a backend must not see wrong before they call it.
 
+mod args;
 mod buffer;
 mod device;
+mod event;
+mod kernel;
+mod module;
 mod program;
 mod queue;
 mod typed;
 
+pub use args::{Arg, Scalar};
 pub use buffer::{Buffer, STAGING_CHUNK};
 pub(crate) use buffer::{BufferEntry, Origin, ViewOwner};
 pub use device::Device;
-pub use program::{CallbackError, Kernel, Module, Program};
-pub use queue::{Arg, Event, Queue, Scalar};
+pub use event::Event;
+pub use kernel::Kernel;
+pub use module::Module;
+pub use program::{CallbackError, Program};
+pub use queue::Queue;
 pub use typed::{BufferView, TypedBuffer};

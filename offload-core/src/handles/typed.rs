@@ -19,7 +19,7 @@ use bytemuck::Pod;
 
 use crate::error::{Error, Result};
 use crate::hal::MemKind;
-use crate::handles::queue::Arg;
+use crate::handles::args::Arg;
 use crate::handles::{Buffer, Device};
 
 /// A buffer of `len()` elements of `T`.

@@ -253,7 +253,7 @@ struct Vendor {
     /// The backend's number for `offload_embed_launch_on`, and its name.
     code: u32,
     name: &'static str,
-    fake: offload_driver::testing::FakeDriver,
+    fake: offload_testing::fake::FakeDriver,
     library: &'static str,
     hooks: &'static str,
     /// The fixture program with `add_one(buf, n)`.
@@ -268,8 +268,8 @@ const fn fake(
     source: &'static str,
     prefix: &'static str,
     real_var: &'static str,
-) -> offload_driver::testing::FakeDriver {
-    offload_driver::testing::FakeDriver {
+) -> offload_testing::fake::FakeDriver {
+    offload_testing::fake::FakeDriver {
         case_var: CHILD_ENV,
         source,
         build_dir: env!("CARGO_TARGET_TMPDIR"),
@@ -363,7 +363,7 @@ fn dlopen_cycles_on_the_fake(vendor: &Vendor) {
     }
     let live: Vec<String> = vendor.live.iter().map(|k| format!("{k}:0")).collect();
     let report = if vendor.fake.real() {
-        offload_driver::testing::REAL.to_string()
+        offload_testing::fake::REAL.to_string()
     } else {
         format!("violations=[] live={}", live.join(","))
     };
@@ -419,11 +419,11 @@ fn child() {
         done += 1;
     }
     if vendor.fake.real() {
-        println!("RESULT cycles={done} {}", offload_driver::testing::REAL);
+        println!("RESULT cycles={done} {}", offload_testing::fake::REAL);
         return;
     }
     // SAFETY: in this child, the vendor's library is the fake the parent built.
-    let fake = unsafe { offload_driver::testing::FakeHooks::open(vendor.library, vendor.hooks) };
+    let fake = unsafe { offload_testing::fake::FakeHooks::open(vendor.library, vendor.hooks) };
     let live: Vec<String> = vendor
         .live
         .iter()

@@ -56,7 +56,7 @@ fn cycle<B: Platform>(entry: fn() -> PlatformEntry) -> bool {
 /// ```no_run
 /// # type ZePlatform = offload_core::reference::Reference;
 /// # fn platform() -> offload_core::PlatformEntry { unimplemented!() }
-/// if let Some(growth) = offload_driver::testing::real::cycles::<ZePlatform>(platform, "libze_loader.so", 100) {
+/// if let Some(growth) = offload_testing::fake::real::cycles::<ZePlatform>(platform, "libze_loader.so", 100) {
 ///     println!("100 cycles: {growth}");
 /// }
 /// ```

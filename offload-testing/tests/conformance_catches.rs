@@ -4,8 +4,8 @@
 //!
 //! One test per binary: the suite needs the process-global runtime to itself.
 
-use offload_core::conformance::{self, Fixtures, SuiteConfig};
 use offload_core::reference;
+use offload_testing::conformance::{self, Fixtures, SuiteConfig};
 
 #[test]
 fn conformance_catches_a_backend_that_breaks_queue_ordering() {

@@ -1,4 +1,4 @@
-//! The fake-driver harness of the backends' tests (cargo feature `testing`): a stand-in
+//! The fake-driver harness of the backends' tests: a stand-in
 //! driver written in C is compiled with the system C compiler into a private directory,
 //! and each case runs in a child process (the test binary again, its `child` test) with
 //! that directory first on `LD_LIBRARY_PATH`, which the dynamic loader reads only at
@@ -20,7 +20,7 @@ use offload_core::{Config, Error, MemKind, NoPlatforms, Offload, PlatformEntry, 
 
 use offload_core::hal::{Device, Platform};
 
-use crate::Stats;
+use offload_driver::Stats;
 
 // Launches of the fixture kernels (unsafe by contract), a handle's descriptor passed to a
 // child, and the fake's hooks.
@@ -40,7 +40,7 @@ pub mod real;
 /// assertions about what offload computes.
 ///
 /// ```
-/// use offload_driver::testing::FakeDriver;
+/// use offload_testing::fake::FakeDriver;
 /// const FAKE: FakeDriver = FakeDriver {
 ///     case_var: "OFFLOAD_DOC_FAKE_CASE",
 ///     source: "/nonexistent/fake_doc.c",
@@ -73,7 +73,7 @@ impl FakeDriver {
     /// Whether the cases run on the real driver (`real_var` is `1`).
     ///
     /// ```
-    /// # let fake = offload_driver::testing::FakeDriver {
+    /// # let fake = offload_testing::fake::FakeDriver {
     /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
     /// #     real_var: "OFFLOAD_DOC_REAL" };
     /// assert!(!fake.real()); // OFFLOAD_DOC_REAL is not set here
@@ -87,7 +87,7 @@ impl FakeDriver {
     /// serves both.
     ///
     /// ```
-    /// # let fake = offload_driver::testing::FakeDriver {
+    /// # let fake = offload_testing::fake::FakeDriver {
     /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
     /// #     real_var: "" };
     /// assert_eq!(fake.fake_only(1), "1");
@@ -103,7 +103,7 @@ impl FakeDriver {
     /// In real mode, prints why a check that needs the fake is skipped and returns `true`.
     ///
     /// ```
-    /// # let fake = offload_driver::testing::FakeDriver {
+    /// # let fake = offload_testing::fake::FakeDriver {
     /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
     /// #     real_var: "" };
     /// if fake.skip_on_real("needs the fake's failure switch") {
@@ -125,7 +125,7 @@ impl FakeDriver {
     /// `CI=true`.
     ///
     /// ```no_run
-    /// # let fake = offload_driver::testing::FakeDriver {
+    /// # let fake = offload_testing::fake::FakeDriver {
     /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
     /// #     real_var: "" };
     /// if let Some(dir) = fake.build("full", "libfake.so.1", &["NO_TOTAL_MEM"]) {
@@ -171,7 +171,7 @@ impl FakeDriver {
     /// Runs `case` in a child that finds the fake driver in `dir`; returns its RESULT line.
     ///
     /// ```no_run
-    /// # let fake = offload_driver::testing::FakeDriver {
+    /// # let fake = offload_testing::fake::FakeDriver {
     /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
     /// #     real_var: "" };
     /// let dir = fake.build("full", "libfake.so.1", &[]).unwrap();
@@ -212,7 +212,7 @@ impl FakeDriver {
     /// as `RESULT <text>`; outside one, does nothing.
     ///
     /// ```no_run
-    /// # let fake = offload_driver::testing::FakeDriver {
+    /// # let fake = offload_testing::fake::FakeDriver {
     /// #     case_var: "C", source: "fake.c", build_dir: "/tmp", prefix: "fake-doc",
     /// #     real_var: "" };
     /// # fn platform() -> offload_core::PlatformEntry { unimplemented!() }
@@ -274,7 +274,7 @@ fn fields(e: &Error) -> String {
 /// ```no_run
 /// # type CudaPlatform = offload_core::reference::Reference;
 /// # fn stats() -> offload_driver::Stats { unimplemented!() }
-/// println!("{}", offload_driver::testing::open_platform::<CudaPlatform>(stats));
+/// println!("{}", offload_testing::fake::open_platform::<CudaPlatform>(stats));
 /// ```
 pub fn open_platform<B: Platform>(stats: fn() -> Stats) -> String {
     let platform = match B::open(&Config::default()) {
@@ -313,7 +313,7 @@ pub fn open_platform<B: Platform>(stats: fn() -> Stats) -> String {
 ///
 /// ```no_run
 /// # type CudaPlatform = offload_core::reference::Reference;
-/// println!("{}", offload_driver::testing::properties::<CudaPlatform>());
+/// println!("{}", offload_testing::fake::properties::<CudaPlatform>());
 /// ```
 pub fn properties<B: Platform>() -> String {
     let platform = match B::open(&Config::default()) {
@@ -349,7 +349,7 @@ pub fn properties<B: Platform>() -> String {
 /// # type CudaPlatform = offload_core::reference::Reference;
 /// # fn platform() -> offload_core::PlatformEntry { unimplemented!() }
 /// # fn stats() -> offload_driver::Stats { unimplemented!() }
-/// println!("{}", offload_driver::testing::through_runtime::<CudaPlatform>(platform(), stats));
+/// println!("{}", offload_testing::fake::through_runtime::<CudaPlatform>(platform(), stats));
 /// ```
 pub fn through_runtime<B: Platform>(entry: PlatformEntry, stats: fn() -> Stats) -> String {
     let rt = match Offload::<Uninit, NoPlatforms>::builder()
@@ -391,7 +391,7 @@ pub fn through_runtime<B: Platform>(entry: PlatformEntry, stats: fn() -> Stats) 
 /// library name the backend loaded it by: `dlopen` of a loaded soname returns that library.
 ///
 /// ```no_run
-/// use offload_driver::testing::FakeHooks;
+/// use offload_testing::fake::FakeHooks;
 /// // SAFETY: in a child of the fake-driver harness, libcuda.so.1 is offload's fake.
 /// let fake = unsafe { FakeHooks::open("libcuda.so.1", "fake_cuda") };
 /// // ... drive the backend ...
@@ -437,7 +437,7 @@ impl FakeHooks {
     /// the top of `offload-driver/fake/fake_cuda.c`; opening it runs its initialisers.
     ///
     /// ```no_run
-    /// # use offload_driver::testing::FakeHooks;
+    /// # use offload_testing::fake::FakeHooks;
     /// // SAFETY: in a child of the fake-driver harness, libcuda.so.1 is offload's fake.
     /// let fake = unsafe { FakeHooks::open("libcuda.so.1", "fake_cuda") };
     /// assert_eq!(fake.live("context"), 0);
@@ -477,7 +477,7 @@ impl FakeHooks {
     /// that needs them is skipped on the real driver ([`FakeDriver::skip_on_real`]).
     ///
     /// ```
-    /// let hooks = offload_driver::testing::FakeHooks::absent();
+    /// let hooks = offload_testing::fake::FakeHooks::absent();
     /// assert!(!hooks.present() && hooks.violations().is_empty());
     /// ```
     pub fn absent() -> FakeHooks {
@@ -487,7 +487,7 @@ impl FakeHooks {
     /// Whether these are a fake's hooks (not [`absent`](Self::absent)).
     ///
     /// ```
-    /// assert!(!offload_driver::testing::FakeHooks::absent().present());
+    /// assert!(!offload_testing::fake::FakeHooks::absent().present());
     /// ```
     pub fn present(&self) -> bool {
         self.table.is_some()
@@ -504,7 +504,7 @@ impl FakeHooks {
     /// more there were).
     ///
     /// ```no_run
-    /// # use offload_driver::testing::FakeHooks;
+    /// # use offload_testing::fake::FakeHooks;
     /// # let fake: FakeHooks = unimplemented!();
     /// for message in fake.violations() {
     ///     eprintln!("protocol violation: {message}");
@@ -527,7 +527,7 @@ impl FakeHooks {
     /// Forgets the violations recorded so far.
     ///
     /// ```no_run
-    /// # use offload_driver::testing::FakeHooks;
+    /// # use offload_testing::fake::FakeHooks;
     /// # let fake: FakeHooks = unimplemented!();
     /// fake.clear();
     /// assert!(fake.violations().is_empty());
@@ -543,7 +543,7 @@ impl FakeHooks {
     /// of doing its work.
     ///
     /// ```no_run
-    /// # use offload_driver::testing::FakeHooks;
+    /// # use offload_testing::fake::FakeHooks;
     /// # let fake: FakeHooks = unimplemented!();
     /// fake.fail("cuMemAlloc_v2", 1, 2); // the next allocation: CUDA_ERROR_OUT_OF_MEMORY
     /// ```
@@ -557,7 +557,7 @@ impl FakeHooks {
     /// How many times `entry` has been called in this process.
     ///
     /// ```no_run
-    /// # use offload_driver::testing::FakeHooks;
+    /// # use offload_testing::fake::FakeHooks;
     /// # let fake: FakeHooks = unimplemented!();
     /// assert_eq!(fake.calls("cuInit"), 1);
     /// ```
@@ -574,7 +574,7 @@ impl FakeHooks {
     /// of their first calls (empty for a fake without the hook).
     ///
     /// ```no_run
-    /// # use offload_driver::testing::FakeHooks;
+    /// # use offload_testing::fake::FakeHooks;
     /// # let fake: FakeHooks = unimplemented!();
     /// for (entry, calls) in fake.entries() {
     ///     println!("{entry}: {calls}");
@@ -598,7 +598,7 @@ impl FakeHooks {
     /// "global", "stream", "event", "ipc" or "context".
     ///
     /// ```no_run
-    /// # use offload_driver::testing::FakeHooks;
+    /// # use offload_testing::fake::FakeHooks;
     /// # let fake: FakeHooks = unimplemented!();
     /// assert_eq!((fake.live("alloc"), fake.live("module")), (0, 0));
     /// ```

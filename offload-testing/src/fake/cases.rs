@@ -19,7 +19,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use offload_core::conformance::{self, Fixtures, SuiteConfig};
+use crate::conformance::{self, Fixtures, SuiteConfig};
 use offload_core::hal::{Device, Ipc, Platform};
 use offload_core::ipc::IpcHandle;
 use offload_core::{
@@ -32,7 +32,7 @@ use super::{FakeDriver, FakeHooks};
 /// A backend under test and its fake: everything the shared cases need to know.
 ///
 /// ```
-/// use offload_driver::testing::{FakeDriver, cases::Subject};
+/// use offload_testing::fake::{FakeDriver, cases::Subject};
 /// # fn entry() -> offload_core::PlatformEntry { unimplemented!() }
 /// const SUBJECT: Subject = Subject {
 ///     fake: FakeDriver {
@@ -96,7 +96,7 @@ impl Subject {
     /// The fake's hooks, in a child of the harness.
     ///
     /// ```no_run
-    /// # let subject: offload_driver::testing::cases::Subject = unimplemented!();
+    /// # let subject: offload_testing::fake::cases::Subject = unimplemented!();
     /// let hooks = subject.hooks();
     /// assert!(hooks.violations().is_empty());
     /// ```
@@ -112,7 +112,7 @@ impl Subject {
     /// `violations=[...] live=kind:n,...`: the fake's violation log and its live objects.
     ///
     /// ```no_run
-    /// # let subject: offload_driver::testing::cases::Subject = unimplemented!();
+    /// # let subject: offload_testing::fake::cases::Subject = unimplemented!();
     /// assert_eq!(subject.report(&subject.hooks()), subject.clean());
     /// ```
     pub fn report(&self, hooks: &FakeHooks) -> String {
@@ -134,7 +134,7 @@ impl Subject {
     /// What [`report`](Self::report) says when nothing is wrong and nothing is alive.
     ///
     /// ```no_run
-    /// # let subject: offload_driver::testing::cases::Subject = unimplemented!();
+    /// # let subject: offload_testing::fake::cases::Subject = unimplemented!();
     /// assert!(subject.clean().starts_with("violations=[] live="));
     /// ```
     pub fn clean(&self) -> String {
@@ -148,7 +148,7 @@ impl Subject {
     /// A runtime with only this backend.
     ///
     /// ```no_run
-    /// # let subject: offload_driver::testing::cases::Subject = unimplemented!();
+    /// # let subject: offload_testing::fake::cases::Subject = unimplemented!();
     /// let rt = subject.start();
     /// rt.shutdown().unwrap();
     /// ```
@@ -164,7 +164,7 @@ impl Subject {
     /// built (SKIP printed; a failure under `CI=true`).
     ///
     /// ```no_run
-    /// # let subject: offload_driver::testing::cases::Subject = unimplemented!();
+    /// # let subject: offload_testing::fake::cases::Subject = unimplemented!();
     /// if let Some(dir) = subject.built() {
     ///     println!("{}", subject.fake.run(&dir, "memory", &[]));
     /// }
@@ -184,8 +184,8 @@ impl Subject {
 /// # struct Only;
 /// # impl offload_core::Platforms for Only {
 /// #     fn platforms() -> Vec<offload_core::PlatformEntry> { vec![] } }
-/// # let subject: offload_driver::testing::cases::Subject = unimplemented!();
-/// offload_driver::testing::cases::child::<MyPlatform, Only>(&subject, |_case, _hooks| None);
+/// # let subject: offload_testing::fake::cases::Subject = unimplemented!();
+/// offload_testing::fake::cases::child::<MyPlatform, Only>(&subject, |_case, _hooks| None);
 /// ```
 pub fn child<B: Platform, P: Platforms>(
     subject: &Subject,
@@ -584,7 +584,7 @@ pub fn queues(subject: &Subject, hooks: &FakeHooks) -> String {
     )
 }
 
-/// The fault mode (`offload_core::faults::workloads::run_all`) over the backend on its
+/// The fault mode (`offload_testing::faults::workloads::run_all`) over the backend on its
 /// fake: one injected error at every hal call the workloads reach, a panic at every site,
 /// and the conformance suite through the wrapper; after each run the fake's live objects
 /// and its violation count must be back where they were. Returns the report.
@@ -601,14 +601,13 @@ where
         now.push(("violations", hooks.violations().len() as i64));
         now
     };
-    let done =
-        offload_core::faults::workloads::run_all::<B>(&offload_core::faults::workloads::Subject {
-            name: subject.library,
-            fixture: subject.fixture,
-            globals: true,
-            extra: &|_| Ok(()),
-            counters: &counters,
-        });
+    let done = crate::faults::workloads::run_all::<B>(&crate::faults::workloads::Subject {
+        name: subject.library,
+        fixture: subject.fixture,
+        globals: true,
+        extra: &|_| Ok(()),
+        counters: &counters,
+    });
     format!("{done}; {}", subject.report(hooks))
 }
 
@@ -633,9 +632,9 @@ fn watched_run(subject: &Subject, what: &str) -> Result<(), String> {
                 .platform(entry())
                 .start()
                 .map_err(|e| e.to_string())?;
-            let worked = offload_core::faults::workloads::everyday(
+            let worked = crate::faults::workloads::everyday(
                 &rt,
-                &offload_core::faults::workloads::Subject {
+                &crate::faults::workloads::Subject {
                     name: "driver faults",
                     fixture,
                     globals: true,
@@ -733,7 +732,7 @@ pub fn driver_faults(subject: &Subject, hooks: &FakeHooks) -> String {
 /// Bytes as lowercase hex, for a handle passed to a child in an environment variable.
 ///
 /// ```
-/// assert_eq!(offload_driver::testing::cases::hex(&[0, 0xab]), "00ab");
+/// assert_eq!(offload_testing::fake::cases::hex(&[0, 0xab]), "00ab");
 /// ```
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -742,7 +741,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// The bytes [`hex`] wrote.
 ///
 /// ```
-/// assert_eq!(offload_driver::testing::cases::unhex("00ab"), [0, 0xab]);
+/// assert_eq!(offload_testing::fake::cases::unhex("00ab"), [0, 0xab]);
 /// ```
 pub fn unhex(text: &str) -> Vec<u8> {
     (0..text.len())
@@ -916,11 +915,11 @@ pub fn expect_clean(
 /// The shared fake-backend tests of a vendor backend: its `child` test (the shared cases,
 /// then `$extra`'s) and one `#[test]` per shared case, each asserting a clean report. `$B`
 /// is the backend's platform type, `$P` a `Platforms` list with only it, `$subject` its
-/// [`Subject`](crate::testing::cases::Subject), `$extra` a
+/// [`Subject`](crate::fake::cases::Subject), `$extra` a
 /// `fn(&str, &FakeHooks) -> Option<String>` for its own cases.
 ///
 /// ```ignore
-/// offload_driver::fake_backend_tests!(SUBJECT, CudaPlatform, CudaOnly, own_cases);
+/// offload_testing::fake_backend_tests!(SUBJECT, CudaPlatform, CudaOnly, own_cases);
 /// ```
 #[macro_export]
 macro_rules! fake_backend_tests {
@@ -928,40 +927,40 @@ macro_rules! fake_backend_tests {
         /// The child side: runs the case its parent named.
         #[test]
         fn child() {
-            $crate::testing::cases::child::<$B, $P>(&$subject, $extra);
+            $crate::fake::cases::child::<$B, $P>(&$subject, $extra);
         }
 
         #[test]
         fn conformance_passes_on_the_fake_with_no_protocol_violation() {
             let Some(dir) = $subject.built() else { return };
-            $crate::testing::cases::expect_clean(&$subject, &dir, "conformance", false, "");
+            $crate::fake::cases::expect_clean(&$subject, &dir, "conformance", false, "");
         }
 
         #[test]
         fn conformance_passes_with_deferred_streams() {
             // The fake runs queued work only when something waits for it: ordering bugs show.
             let Some(dir) = $subject.built() else { return };
-            $crate::testing::cases::expect_clean(&$subject, &dir, "conformance", true, "");
+            $crate::fake::cases::expect_clean(&$subject, &dir, "conformance", true, "");
         }
 
         #[test]
         fn concurrent_runtimes_leave_nothing_behind() {
             let Some(dir) = $subject.built() else { return };
-            $crate::testing::cases::expect_clean(&$subject, &dir, "runtime", false, "");
-            $crate::testing::cases::expect_clean(&$subject, &dir, "runtime", true, "");
+            $crate::fake::cases::expect_clean(&$subject, &dir, "runtime", false, "");
+            $crate::fake::cases::expect_clean(&$subject, &dir, "runtime", true, "");
         }
 
         #[test]
         fn every_memory_kind_round_trips_with_no_protocol_violation() {
             let Some(dir) = $subject.built() else { return };
-            $crate::testing::cases::expect_clean(&$subject, &dir, "memory", false, "");
+            $crate::fake::cases::expect_clean(&$subject, &dir, "memory", false, "");
         }
 
         #[test]
         fn the_fixture_loads_launches_and_has_its_global() {
             let Some(dir) = $subject.built() else { return };
             for defer in [false, true] {
-                $crate::testing::cases::expect_clean(
+                $crate::fake::cases::expect_clean(
                     &$subject,
                     &dir,
                     "programs",
@@ -974,14 +973,14 @@ macro_rules! fake_backend_tests {
         #[test]
         fn queued_writes_fills_copies_host_functions_and_events() {
             let Some(dir) = $subject.built() else { return };
-            $crate::testing::cases::expect_clean(
+            $crate::fake::cases::expect_clean(
                 &$subject,
                 &dir,
                 "queues",
                 false,
                 &format!("idle_before_sync={}; ", $subject.fake.fake_only(true)),
             );
-            $crate::testing::cases::expect_clean(
+            $crate::fake::cases::expect_clean(
                 &$subject,
                 &dir,
                 "queues",
@@ -1014,7 +1013,7 @@ macro_rules! fake_backend_tests {
                 return;
             }
             let Some(dir) = $subject.built() else { return };
-            let reported = $crate::testing::cases::expect_leak_reported(&$subject, &dir);
+            let reported = $crate::fake::cases::expect_leak_reported(&$subject, &dir);
             println!("the fake reported, as it should: {reported}");
         }
 
@@ -1026,7 +1025,7 @@ macro_rules! fake_backend_tests {
                 .iter()
                 .map(|k| format!("{k:?}:{}", 1u64 << 40))
                 .collect();
-            $crate::testing::cases::expect_clean(
+            $crate::fake::cases::expect_clean(
                 &$subject,
                 &dir,
                 "oom",
@@ -1067,7 +1066,7 @@ macro_rules! fake_backend_tests {
         fn ipc_between_two_processes() {
             let Some(dir) = $subject.built() else { return };
             let clean = $subject.clean();
-            $crate::testing::cases::expect_clean(
+            $crate::fake::cases::expect_clean(
                 &$subject,
                 &dir,
                 "ipc-export",

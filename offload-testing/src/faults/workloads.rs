@@ -6,7 +6,7 @@
 //! at every site with [`panic_sweep`](super::panic_sweep), and runs the conformance suite
 //! through the wrapper. A backend's test describes itself in a [`Subject`].
 //!
-//! Test support (feature `conformance`): a failed check panics, as a test would.
+//! Test support: a failed check panics, as a test would.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::missing_panics_doc)]
 
 use std::any::Any;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::conformance::{self, Fixtures, SuiteConfig};
 use crate::faults::{self, Site, SweepOptions};
-use crate::{
+use offload_core::{
     Device, Dims, Error, MemKind, Offload, PlatformEntry, Platforms, Program, Result, args, hal,
 };
 
@@ -240,7 +240,7 @@ fn endpoint_workload(rt: &Offload) -> Result<()> {
 /// workload, sites, panic probes); panics (a test failure) on any failed check.
 ///
 /// ```no_run
-/// use offload_core::faults::workloads::{Subject, run_all};
+/// use offload_testing::faults::workloads::{Subject, run_all};
 /// use offload_core::reference::{Reference, fixture_image};
 /// let fixture = fixture_image();
 /// run_all::<Reference>(&Subject {

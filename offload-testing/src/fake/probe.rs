@@ -14,7 +14,7 @@ use offload_core::{Config, Error, MemKind, NoPlatforms, Offload, PlatformEntry, 
 /// What a backend's probe expects of this machine.
 ///
 /// ```
-/// use offload_driver::testing::probe::Probe;
+/// use offload_testing::fake::probe::Probe;
 /// const PROBE: Probe = Probe {
 ///     what: "the HIP runtime",
 ///     libraries: &["libamdhip64.so"],
@@ -109,7 +109,7 @@ impl Probe {
     /// describe themselves and allocate.
     ///
     /// ```no_run
-    /// # let probe: offload_driver::testing::probe::Probe = unimplemented!();
+    /// # let probe: offload_testing::fake::probe::Probe = unimplemented!();
     /// # type HipPlatform = offload_core::reference::Reference;
     /// probe.open_directly::<HipPlatform>(|| 0);
     /// ```
@@ -140,7 +140,7 @@ impl Probe {
     /// the driver, or, on a machine with a device, allocates and shuts down.
     ///
     /// ```no_run
-    /// # let probe: offload_driver::testing::probe::Probe = unimplemented!();
+    /// # let probe: offload_testing::fake::probe::Probe = unimplemented!();
     /// # type HipPlatform = offload_core::reference::Reference;
     /// # fn platform() -> offload_core::PlatformEntry { unimplemented!() }
     /// probe.through_runtime::<HipPlatform>(platform);

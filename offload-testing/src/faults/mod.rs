@@ -1,4 +1,4 @@
-//! Fault injection over the [`hal`] traits (feature `conformance`).
+//! Fault injection over the [`hal`] traits.
 //!
 //! [`Faulty<P>`] wraps any backend `P`: every [`hal`] method that can fail first counts the
 //! call at its [`Site`] and consults a process-wide fault plan ([`plan`]); when the plan
@@ -26,7 +26,7 @@
 //!   backend's own unwind-safety tests; [`sweep`] injects errors only.
 //!
 //! ```standalone_crate
-//! use offload_core::faults::{self, Fault, Site};
+//! use offload_testing::faults::{self, Fault, Site};
 //! use offload_core::{MemKind, Offload, reference::Reference};
 //! faults::clear();
 //! faults::plan(Site::Alloc, 2, Fault::Error);
@@ -52,14 +52,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::config::Config;
-use crate::error::{Error, Result, panic_text};
-use crate::hal::{
+use crate::lock;
+use offload_core::Config;
+use offload_core::hal::panic_text;
+use offload_core::hal::{
     self, BackendKind, CompilerId, DeviceInfo, Dims, Exported, GlobalInfo, HostFn, KernelArg,
     Language, MemKind, ParamKind, Source,
 };
-use crate::sync::lock;
-use crate::{Offload, PlatformEntry, Platforms};
+use offload_core::{Error, Result};
+use offload_core::{Offload, PlatformEntry, Platforms};
 
 // Its workloads launch the fixture kernels: `Queue::launch` is unsafe by contract.
 #[allow(unsafe_code)]
@@ -736,11 +737,11 @@ impl Default for SweepOptions<'_> {
 /// the workload, shutdown. Every error met, in order; whether the workload ran.
 fn run_once<F, R>(entry: PlatformEntry, workload: &F) -> std::result::Result<Vec<Error>, String>
 where
-    F: Fn(&Offload<crate::Ready, R>) -> Result<()>,
+    F: Fn(&Offload<offload_core::Ready, R>) -> Result<()>,
     R: Platforms,
 {
     let mut errors = Vec::new();
-    let rt = match Offload::<crate::Uninit, R>::builder()
+    let rt = match Offload::<offload_core::Uninit, R>::builder()
         .backends([])
         .platform(entry)
         // No disk cache: a source compiled in one run would not be compiled in the next,
@@ -784,7 +785,7 @@ fn guarded<F, R>(
     timeout: Duration,
 ) -> std::result::Result<Vec<Error>, String>
 where
-    F: Fn(&Offload<crate::Ready, R>) -> Result<()> + Sync,
+    F: Fn(&Offload<offload_core::Ready, R>) -> Result<()> + Sync,
     R: Platforms,
 {
     std::thread::scope(|s| {
@@ -830,7 +831,7 @@ fn leaks(before: &(Live, Vec<(&'static str, i64)>), opts: &SweepOptions<'_>) -> 
 ///   [`INJECTED_CODE`]) and naming the backend and the hal call in its text; an error the
 ///   workload returns after the fault fired is the injected one itself;
 /// - shutdown completed (no panic, no hang) and deinitialised the runtime;
-/// - [`take_unreported_errors`](crate::take_unreported_errors) holds nothing of it;
+/// - [`take_unreported_errors`](offload_core::take_unreported_errors) holds nothing of it;
 /// - the wrapper's live-object counters and `opts.counters` came back to their values
 ///   before the run;
 /// - a following run without faults succeeds, and leaves the counters as they were.
@@ -840,10 +841,10 @@ fn leaks(before: &(Live, Vec<(&'static str, i64)>), opts: &SweepOptions<'_>) -> 
 pub fn sweep<R, F>(entry: PlatformEntry, workload: F, opts: &SweepOptions<'_>) -> SweepReport
 where
     R: Platforms,
-    F: Fn(&Offload<crate::Ready, R>) -> Result<()> + Sync,
+    F: Fn(&Offload<offload_core::Ready, R>) -> Result<()> + Sync,
 {
     let mut report = SweepReport::default();
-    let _ = crate::take_unreported_errors();
+    let _ = offload_core::take_unreported_errors();
     clear();
     let start = snapshot(opts);
     match guarded(entry, &workload, opts.timeout) {
@@ -888,7 +889,7 @@ fn one_case<R, F>(
 ) -> std::result::Result<(), String>
 where
     R: Platforms,
-    F: Fn(&Offload<crate::Ready, R>) -> Result<()> + Sync,
+    F: Fn(&Offload<offload_core::Ready, R>) -> Result<()> + Sync,
 {
     let before = snapshot(opts);
     clear();
@@ -896,7 +897,7 @@ where
     let outcome = guarded(entry, workload, opts.timeout);
     let fired = fired();
     clear();
-    let unreported = crate::take_unreported_errors();
+    let unreported = offload_core::take_unreported_errors();
     let errors = outcome?;
     let mut problems = Vec::new();
     if fired.is_empty() {
@@ -929,7 +930,7 @@ where
         Ok(errors) => problems.push(format!("the next run without faults failed: {errors:?}")),
         Err(e) => problems.push(format!("the next run without faults: {e}")),
     }
-    let unreported = crate::take_unreported_errors();
+    let unreported = offload_core::take_unreported_errors();
     if !unreported.is_empty() {
         problems.push(format!(
             "unreported errors after the next run: {unreported:?}"
@@ -963,7 +964,7 @@ pub fn panic_sweep<R, F>(
 ) -> Vec<(Site, String)>
 where
     R: Platforms,
-    F: Fn(&Offload<crate::Ready, R>) -> Result<()> + Sync,
+    F: Fn(&Offload<offload_core::Ready, R>) -> Result<()> + Sync,
 {
     let mut failed = Vec::new();
     for &site in sites {
@@ -972,7 +973,7 @@ where
         let outcome = guarded(entry, &workload, timeout);
         let reached = !fired().is_empty();
         clear();
-        let _ = crate::take_unreported_errors();
+        let _ = offload_core::take_unreported_errors();
         let mut problems = Vec::new();
         match outcome {
             Err(p) if p.contains("injected panic") => {}
@@ -985,7 +986,7 @@ where
             Ok(errors) => problems.push(format!("the next run failed: {errors:?}")),
             Err(e) => problems.push(format!("the next run: {e}")),
         }
-        let _ = crate::take_unreported_errors();
+        let _ = offload_core::take_unreported_errors();
         if !problems.is_empty() {
             failed.push((site, problems.join("; ")));
         }

@@ -1,10 +1,10 @@
-//! The backend-independent conformance suite (cargo feature `conformance`).
+//! The backend-independent conformance suite.
 //!
 //! Every backend runs the same checks of the contract in docs/contract.md (L1–L4, L6, P1–P4) on its own
 //! devices, with a few lines:
 //!
 //! ```no_run
-//! use offload_core::conformance::{self, Fixtures, SuiteConfig};
+//! use offload_testing::conformance::{self, Fixtures, SuiteConfig};
 //! use offload_core::reference;
 //!
 //! // In a test of its own binary (see "One at a time" below):
@@ -65,7 +65,7 @@
 //! - `noop()`: does nothing.
 //!
 //! Kernels never see an `n` larger than their buffer holds. The reference backend's
-//! [`crate::reference::fixture_image`] is such an image.
+//! [`offload_core::reference::fixture_image`] is such an image.
 //!
 //! # One at a time
 //!
@@ -95,11 +95,11 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestError, TestRunner};
 
-use crate::error::panic_text;
-use crate::hal::ScalarType::U32;
-use crate::ipc::{IpcEndpoint, IpcHandle, PeerId};
-use crate::sync::lock;
-use crate::{
+use crate::lock;
+use offload_core::hal::ScalarType::U32;
+use offload_core::hal::panic_text;
+use offload_core::ipc::{IpcEndpoint, IpcHandle, PeerId};
+use offload_core::{
     Arg, Buffer, Device, Dims, Error, Kernel, MemKind, Module, Offload, ParamKind, Platforms,
     Program, Queue, Ready, Result, take_unreported_errors,
 };
@@ -108,21 +108,21 @@ use crate::{
 /// [`SuiteConfig::cases`] (`OFFLOAD_CONFORMANCE_CASES=100000` for a soak run).
 ///
 /// ```
-/// assert_eq!(offload_core::conformance::CASES_ENV, "OFFLOAD_CONFORMANCE_CASES");
+/// assert_eq!(offload_testing::conformance::CASES_ENV, "OFFLOAD_CONFORMANCE_CASES");
 /// ```
 pub const CASES_ENV: &str = "OFFLOAD_CONFORMANCE_CASES";
 
 /// State-machine cases when [`CASES_ENV`] is not set.
 ///
 /// ```
-/// assert_eq!(offload_core::conformance::DEFAULT_CASES, 256);
+/// assert_eq!(offload_testing::conformance::DEFAULT_CASES, 256);
 /// ```
 pub const DEFAULT_CASES: u32 = 256;
 
 /// The most threads one state-machine case runs at once.
 ///
 /// ```
-/// assert_eq!(offload_core::conformance::MAX_THREADS, 4);
+/// assert_eq!(offload_testing::conformance::MAX_THREADS, 4);
 /// ```
 pub const MAX_THREADS: usize = 4;
 
@@ -131,7 +131,8 @@ pub const MAX_THREADS: usize = 4;
 /// [module documentation](self) for their semantics).
 ///
 /// ```
-/// use offload_core::{conformance::Fixtures, reference};
+/// use offload_core::reference;
+/// use offload_testing::conformance::Fixtures;
 /// let fixtures = Fixtures { image: reference::fixture_image() };
 /// assert!(!fixtures.image.is_empty());
 /// ```
@@ -152,7 +153,7 @@ impl fmt::Debug for Fixtures {
 /// How much of the state machine [`run`] runs.
 ///
 /// ```
-/// use offload_core::conformance::SuiteConfig;
+/// use offload_testing::conformance::SuiteConfig;
 /// // A quick run with at most two threads per case:
 /// let config = SuiteConfig { cases: 16, max_threads: 2 };
 /// assert_eq!(config.max_threads, 2);
@@ -202,7 +203,7 @@ fn env_cases() -> Option<std::result::Result<u32, String>> {
 ///
 /// ```no_run
 /// // tests/conformance.rs of a backend crate, alone in its test binary:
-/// use offload_core::conformance::{run, Fixtures, SuiteConfig};
+/// use offload_testing::conformance::{run, Fixtures, SuiteConfig};
 /// use offload_core::reference::{self, Only};
 ///
 /// #[test]
@@ -296,6 +297,8 @@ fn variant(e: &Error) -> String {
         Error::Quarantined { .. } => "Quarantined",
         Error::Compile { .. } => "Compile",
         Error::Driver { .. } => "Driver",
+        // `Error` is non-exhaustive: a variant added later prints through `Display`.
+        _ => "(other)",
     }
     .to_string()
 }

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use super::{Check, Fixtures, first_device, init, variant};
-use crate::{Buffer, Device, Error, MemKind, Module, Offload, Platforms, Program, Queue, Ready};
+use offload_core::{
+    Buffer, Device, Error, MemKind, Module, Offload, Platforms, Program, Queue, Ready,
+};
 
 /// Where offload runs the user code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +146,7 @@ fn take<T>(m: &Mutex<Option<T>>) -> Option<T> {
     m.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
-fn result_text<T>(r: crate::Result<T>) -> String {
+fn result_text<T>(r: offload_core::Result<T>) -> String {
     match r {
         Ok(_) => "ok".into(),
         Err(e) => variant(&e),
@@ -242,13 +244,16 @@ impl<P: Platforms> Scene<P> {
 }
 
 /// `init`, one allocation, `shutdown`.
-fn use_a_runtime<P: Platforms>() -> crate::Result<()> {
+fn use_a_runtime<P: Platforms>() -> offload_core::Result<()> {
     let rt = Offload::<Ready, P>::init()?;
     let dev = rt
         .devices()?
         .into_iter()
         .next()
-        .ok_or_else(Error::shut_down)?;
+        .ok_or_else(|| Error::ShutDown {
+            call: "Offload::devices",
+            object: "a runtime with no device left".into(),
+        })?;
     dev.alloc(64, MemKind::Device)?.free()?;
     drop(dev);
     rt.shutdown().map(drop).map_err(Error::from)
@@ -314,7 +319,7 @@ fn cell<P: Platforms>(
         drop(take(&scene.rt));
     }
     let weak: Weak<Scene<P>> = Arc::downgrade(&scene);
-    let callback = move |m: &Module| -> Result<(), crate::CallbackError> {
+    let callback = move |m: &Module| -> Result<(), offload_core::CallbackError> {
         if let Some(scene) = weak.upgrade() {
             scene.act(action, Some(m), panics);
         }

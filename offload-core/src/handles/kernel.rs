@@ -1,0 +1,103 @@
+//! [`Kernel`]: a kernel of a loaded module, with its declared parameters; it keeps its
+//! module loaded while it lives.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::module::*;
+use crate::hal::ParamKind;
+
+/// An entry point of a module. Holds its module alive.
+///
+/// ```
+/// # use offload_core::{Program, reference::{self, Offload}};
+/// # let rt = Offload::init()?;
+/// # let dev = rt.devices()?.remove(0);
+/// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
+/// assert_eq!(k.name(), "add_one");
+/// assert_eq!(k.params().len(), 2);
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Kernel {
+    pub(super) module: Module,
+    pub(crate) index: usize,
+    pub(super) name: Arc<str>,
+    pub(super) params: Arc<[ParamKind]>,
+    /// Whether its program is proven memory-safe to launch (`hal::Program::verified`).
+    pub(super) verified: bool,
+}
+
+impl Kernel {
+    /// Whether offload proved this kernel memory-safe to launch, so that
+    /// [`Queue::run`](crate::Queue::run) launches it without `unsafe`: today, kernels of
+    /// WGSL programs offload compiled (`Program::from_source(Source::wgsl(..))`), whose
+    /// every access is clamped into its buffer. Native and prebuilt device code is not.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// assert!(!k.is_verified());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn is_verified(&self) -> bool {
+        self.verified
+    }
+
+    /// Its name in the module.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// assert_eq!(k.name(), "noop");
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The parameters the kernel declares.
+    ///
+    /// ```
+    /// # use offload_core::{Program, ParamKind, ScalarType::U32, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("fill")?;
+    /// assert_eq!(k.params(), &[ParamKind::Buffer, ParamKind::Typed(U32), ParamKind::Typed(U32)]);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn params(&self) -> &[ParamKind] {
+        &self.params
+    }
+
+    /// The module it belongs to.
+    ///
+    /// ```
+    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// assert_eq!(m.kernel("noop")?.module(), &m);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "kernel `{}` of {}", self.name, self.module)
+    }
+}
+
+/// `kernel `saxpy` of the vulkan module of program "blas"`.
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}

@@ -49,7 +49,7 @@ pub(crate) struct Memory {
     /// The queued work that uses these bytes.
     pub(crate) uses: Uses,
     /// The platform whose live count this allocation is in (decremented at release).
-    owner: Option<Arc<crate::Shared>>,
+    owner: Option<Arc<crate::platform::Shared>>,
 }
 
 // SAFETY: the memory owns its allocation exclusively (like a `Box<[u8]>`); moving it to
@@ -158,9 +158,9 @@ impl HostBuffer {
     }
 
     /// Counts the buffer as live on `owner` until its memory is released.
-    pub(crate) fn counted(mut self, owner: Arc<crate::Shared>) -> HostBuffer {
+    pub(crate) fn counted(mut self, owner: Arc<crate::platform::Shared>) -> HostBuffer {
         owner.live.fetch_add(1, Ordering::SeqCst);
-        crate::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        crate::stats::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
         if let Some(mem) = Arc::get_mut(&mut self.mem) {
             mem.owner = Some(owner);
         }
@@ -352,7 +352,7 @@ impl Drop for Memory {
         }
         if let Some(owner) = &self.owner {
             owner.live.fetch_sub(1, Ordering::SeqCst);
-            crate::LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
+            crate::stats::LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

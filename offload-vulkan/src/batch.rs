@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use ash::vk;
 use offload_core::Result;
 
-use crate::device::DeviceContext;
+use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err};
 use crate::memory::RawAllocation;
 use crate::program::ModuleInner;

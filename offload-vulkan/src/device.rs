@@ -1,332 +1,319 @@
-//! One logical device (`VkDevice`) with its compute queue, made when the platform opens.
-//!
-//! [`DeviceContext`] is shared (`Arc`) by the platform and by every buffer made on it, so a
-//! buffer can never outlive the device it lives on, nor the device its instance. The queue
-//! and everything recorded on it (command pool, staging memory; later, the launch queues)
-//! sit behind one mutex: Vulkan requires queues and command pools to be externally
-//! synchronised, while `&self` methods of the backend run on many threads at once.
-//!
-//! Every submission of launches and events signals the device's one timeline semaphore
-//! with the next value of a per-device counter, taken under the queue mutex. All of them go
-//! to the same `VkQueue`, and a semaphore signal covers every command submitted before it,
-//! so "the timeline has reached `v`" means "everything submitted up to `v` has finished":
-//! one number says how far a buffer, a module or a queue's work has got ([`DeviceContext::
-//! wait_for`]).
-//!
-//! Destruction order, enforced by ownership: wait idle → command pool, fence and staging
-//! memory, timeline semaphore, pipeline cache → `VkDevice` → (last device) `VkInstance` →
-//! loader library. Queues, modules, events and buffers each hold the device (`Arc`), so it
-//! outlives them all.
+//! A device of a Vulkan platform ([`VulkanDevice`]), the handle the platform hands out for
+//! one [`DeviceContext`], and its `hal::Device` impl (memory, programs, queues, launches,
+//! events) and `hal::Ipc` impl (memory shared as `OPAQUE_FD`s).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use ash::vk;
-use offload_core::Result;
+use offload_core::hal::{self, CompilerId, HostFn, KernelOf, Language};
+use offload_core::{BackendKind, DeviceInfo, Dims, Error, KernelArg, MemKind, Result};
 
-use crate::error::{At, map_vk_err};
-use crate::info::{Limits, VulkanDeviceInfo};
-use crate::instance::Instance;
-use crate::transfer::Transfer;
+use crate::context::DeviceContext;
+use crate::info::VulkanDeviceInfo;
+use crate::memory::VulkanBuffer;
+use crate::program::{self, VulkanModule};
+use crate::queue::{self, VulkanEvent, VulkanQueue};
+use crate::wgsl;
 
-/// The queue of a device and the objects recorded for it; see the module docs.
-pub(crate) struct QueueState {
-    pub(crate) queue: vk::Queue,
-    pub(crate) transfer: Transfer,
-    /// The last timeline value given to a submission.
-    submitted: u64,
+/// A device of a Vulkan platform: its `VkDevice` with its compute queue, and what Vulkan
+/// said about it. It keeps its `VkDevice` (and the instance) alive.
+///
+/// ```
+/// # use offload_core::{Config, hal::Platform};
+/// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+/// let dev = vk.devices().remove(0);
+/// assert_eq!(dev.index(), 0);
+/// # drop(dev);
+/// # vk.deinit()?;
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct VulkanDevice {
+    pub(crate) index: usize,
+    pub(crate) context: Arc<DeviceContext>,
+    pub(crate) info: Arc<VulkanDeviceInfo>,
 }
 
-/// A live `VkDevice` and what the backend needs to use it.
-pub(crate) struct DeviceContext {
-    pub(crate) raw: ash::Device,
-    pub(crate) memory: vk::PhysicalDeviceMemoryProperties,
-    pub(crate) limits: Limits,
-    /// The Vulkan version used with this device (`min(device, instance)`).
-    pub(crate) api: u32,
-    pub(crate) queue_family: u32,
-    /// Whether `MemKind::Device` buffers in host-visible memory are mapped (see
-    /// [`crate::VulkanOptions::map_device_memory`]).
-    pub(crate) map_device_memory: bool,
-    queue: Mutex<QueueState>,
-    /// `VkDeviceMemory` objects alive on this device (buffers and staging), checked against
-    /// `maxMemoryAllocationCount`.
-    pub(crate) allocations: AtomicU32,
-    /// The owning platform's count of live buffers.
-    pub(crate) platform_live: Arc<AtomicUsize>,
-    /// Set when the platform is deinitialised: the device makes no new objects from then
-    /// on (those it made stay usable until dropped; they keep it alive).
-    pub(crate) deinitialised: AtomicBool,
-    /// Whether the device has timeline semaphores (enabled at creation).
-    pub(crate) timeline_semaphores: bool,
-    /// `VK_KHR_external_memory_fd`'s functions, where it was enabled (IPC).
-    pub(crate) external_fd: Option<ash::khr::external_memory_fd::Device>,
-    /// The timeline semaphore and the pipeline cache, made at first use (so a platform that
-    /// only moves memory never makes them); `init` serialises their creation.
-    timeline: OnceLock<vk::Semaphore>,
-    pipeline_cache: OnceLock<vk::PipelineCache>,
-    init: Mutex<()>,
-    /// The highest timeline value known to be reached (a cache of the semaphore's counter).
-    completed: AtomicU64,
-    /// Declared last: dropped after `Drop::drop` destroyed the device.
-    _instance: Arc<Instance>,
-}
-
-impl std::fmt::Debug for DeviceContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceContext")
-            .field("device", &self.raw.handle())
-            .field("queue_family", &self.queue_family)
-            .finish_non_exhaustive()
-    }
-}
-
-impl DeviceContext {
-    /// Creates the logical device and gets its compute queue.
-    pub(crate) fn new(
-        instance: Arc<Instance>,
-        physical: vk::PhysicalDevice,
-        info: &VulkanDeviceInfo,
-        platform_live: Arc<AtomicUsize>,
-        map_device_memory: bool,
-    ) -> Result<DeviceContext> {
-        let priorities = [1.0f32];
-        let queues = [vk::DeviceQueueCreateInfo::default()
-            .queue_family_index(info.compute_queue_family)
-            .queue_priorities(&priorities)];
-        // Timeline semaphores (core in 1.2) for queues and events; memory needs nothing.
-        let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
-        // Exporting and importing memory (IPC), where the device can.
-        let extensions = [ash::khr::external_memory_fd::NAME.as_ptr()];
-        let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
-        if info.timeline_semaphores {
-            create = create.push_next(&mut v12);
-        }
-        if info.external_memory_fd {
-            create = create.enabled_extension_names(&extensions);
-        }
-        // SAFETY: `physical` belongs to `instance` (it was enumerated from it); `create` and
-        // the arrays and structures it points to live across the call; the family index comes
-        // from this device's own queue family list and we ask for one queue of it; the
-        // timeline feature is chained only where the device is 1.2+ and reports it, the
-        // extension named only where the device lists it.
-        let raw = unsafe { instance.raw.create_device(physical, &create, None) }
-            .map_err(|e| map_vk_err(At::new("Offload::init", "vkCreateDevice"), e))?;
-        crate::LIVE_DEVICES.fetch_add(1, Ordering::SeqCst);
-        // SAFETY: the device was just created with one queue of this family.
-        let queue = unsafe { raw.get_device_queue(info.compute_queue_family, 0) };
-        let external_fd = info
-            .external_memory_fd
-            .then(|| ash::khr::external_memory_fd::Device::new(&instance.raw, &raw));
-        // SAFETY: `physical` belongs to the live `instance`.
-        let memory = unsafe { instance.raw.get_physical_device_memory_properties(physical) };
-        let api = vk::make_api_version(
-            0,
-            info.used_api_version.major,
-            info.used_api_version.minor,
-            info.used_api_version.patch,
-        );
-        Ok(DeviceContext {
-            raw,
-            memory,
-            limits: info.limits(),
-            api,
-            queue_family: info.compute_queue_family,
-            map_device_memory,
-            queue: Mutex::new(QueueState {
-                queue,
-                transfer: Transfer::default(),
-                submitted: 0,
-            }),
-            allocations: AtomicU32::new(0),
-            platform_live,
-            deinitialised: AtomicBool::new(false),
-            timeline_semaphores: info.timeline_semaphores,
-            external_fd,
-            timeline: OnceLock::new(),
-            pipeline_cache: OnceLock::new(),
-            init: Mutex::new(()),
-            completed: AtomicU64::new(0),
-            _instance: instance,
-        })
+impl VulkanDevice {
+    /// Its position among its platform's devices.
+    ///
+    /// ```
+    /// # use offload_core::{Config, hal::Platform};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// for (i, dev) in vk.devices().iter().enumerate() {
+    ///     assert_eq!(dev.index(), i);
+    /// }
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn index(&self) -> usize {
+        self.index
     }
 
-    /// Locks the queue. A panic on another thread while it held the lock cannot leave the
-    /// Vulkan objects half-made (every step is one driver call), so poisoning is ignored.
-    pub(crate) fn lock_queue(&self) -> MutexGuard<'_, QueueState> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Everything the backend read about the device when the platform opened.
+    ///
+    /// ```
+    /// # use offload_core::{Config, hal::Platform};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// let dev = vk.devices().remove(0);
+    /// let info = dev.vulkan_info();
+    /// println!("{} {:?} max workgroup {:?}", info.name, info.device_type, info.max_workgroup_size);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn vulkan_info(&self) -> &VulkanDeviceInfo {
+        &self.info
     }
 
-    /// Waits until the device has finished everything submitted to it.
-    pub(crate) fn wait_idle(&self, call: &'static str) -> Result<()> {
-        // `vkDeviceWaitIdle` needs every queue of the device externally synchronised.
-        let _queue = self.lock_queue();
-        // SAFETY: the device is live (we hold `self`); its only queue is locked.
-        unsafe { self.raw.device_wait_idle() }
-            .map_err(|e| map_vk_err(At::new(call, "vkDeviceWaitIdle"), e))
-    }
-}
-
-impl DeviceContext {
-    fn lock_init(&self) -> MutexGuard<'_, ()> {
-        self.init.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The device's timeline semaphore, made at first use. A device without timeline
-    /// semaphores is `Error::Unsupported` (its memory still works).
-    pub(crate) fn timeline(&self, call: &'static str) -> Result<vk::Semaphore> {
-        if let Some(s) = self.timeline.get() {
-            return Ok(*s);
-        }
-        if !self.timeline_semaphores {
-            return Err(offload_core::Error::Unsupported {
-                backend: offload_core::BackendKind::Vulkan,
-                call,
-                reason: "the device has no timeline semaphores (Vulkan 1.2), which offload's \
-                         Vulkan queues, events and programs need"
-                    .into(),
+    /// The live device context, for a call that makes a new object; `Error::ShutDown` once
+    /// the platform was deinitialised.
+    fn context(&self) -> Result<&Arc<DeviceContext>> {
+        if self.context.deinitialised.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown {
+                call: "",
+                object: String::new(),
             });
         }
-        let _init = self.lock_init();
-        if let Some(s) = self.timeline.get() {
-            return Ok(*s);
-        }
-        let mut kind = vk::SemaphoreTypeCreateInfo::default()
-            .semaphore_type(vk::SemaphoreType::TIMELINE)
-            .initial_value(0);
-        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
-        // SAFETY: the device is live and has the timeline feature enabled; `info` lives across
-        // the call; the semaphore is destroyed once, in `Drop`.
-        let made = unsafe { self.raw.create_semaphore(&info, None) }
-            .map_err(|e| map_vk_err(At::new(call, "vkCreateSemaphore"), e))?;
-        Ok(*self.timeline.get_or_init(|| made))
+        Ok(&self.context)
+    }
+}
+
+/// Memory, programs, queues and events: see the crate docs for the argument convention
+/// and the launch geometry.
+impl hal::Device for VulkanDevice {
+    type Buffer = VulkanBuffer;
+    type Program = VulkanModule;
+    type Queue = VulkanQueue;
+    type Event = VulkanEvent;
+
+    fn info(&self) -> Result<DeviceInfo> {
+        let v = &self.info;
+        let mut info = DeviceInfo::new(
+            v.name.clone(),
+            v.vendor.clone(),
+            BackendKind::Vulkan,
+            v.device_local_memory,
+            v.compute_units,
+        );
+        info.vendor_id = Some(v.vendor_id);
+        info.driver_version = Some(if v.driver_info.is_empty() {
+            v.driver_version_text.clone()
+        } else {
+            format!("{} ({})", v.driver_info, v.driver_version_text)
+        });
+        info.max_block_threads = Some(v.max_workgroup_invocations);
+        info.max_block = Some(v.max_workgroup_size);
+        info.max_grid = Some(v.max_workgroup_count);
+        info.max_alloc = Some(v.max_allocation_size.min(v.max_buffer_size));
+        info.shared_memory = Some(u64::from(v.max_shared_memory));
+        // Vulkan reports neither an address width nor a clock.
+        Ok(info)
     }
 
-    /// The device's pipeline cache, made at first use.
-    pub(crate) fn pipeline_cache(&self, call: &'static str) -> Result<vk::PipelineCache> {
-        if let Some(c) = self.pipeline_cache.get() {
-            return Ok(*c);
+    fn alloc(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
+        if size == 0 {
+            return Err(Error::invalid(
+                "Device::alloc",
+                "zero-size allocation on a Vulkan device",
+            ));
         }
-        let _init = self.lock_init();
-        if let Some(c) = self.pipeline_cache.get() {
-            return Ok(*c);
-        }
-        // SAFETY: the device is live; the empty create info asks for an empty cache; it is
-        // destroyed once, in `Drop`. Pipeline caches are internally synchronised.
-        let made = unsafe {
-            self.raw
-                .create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
-        }
-        .map_err(|e| map_vk_err(At::new(call, "vkCreatePipelineCache"), e))?;
-        Ok(*self.pipeline_cache.get_or_init(|| made))
+        VulkanBuffer::new(self.context()?.clone(), size, kind, false)
     }
 
-    /// Submits `submit` (one batch, without its timeline signal) to the queue, signalling
-    /// the timeline with the next value, after waiting on the timeline for `wait` (0: no
-    /// wait). Returns the value.
-    ///
-    /// # Safety
-    /// The command buffers of `submit` must be executable, not pending, of this device, and
-    /// every object they use must stay alive until the returned value is reached.
-    pub(crate) unsafe fn submit_timeline(
+    fn free(&self, buffer: VulkanBuffer) -> Result<()> {
+        // Queued work that uses it may still run: submit it and wait, then destroy
+        // (dropping waits too, but could only ignore an error).
+        let waited = buffer.wait_unused("Buffer::free");
+        drop(buffer);
+        waited
+    }
+
+    fn read(&self, buffer: &VulkanBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        buffer.read(offset, dst)
+    }
+
+    fn write(&self, buffer: &mut VulkanBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        buffer.write(offset, src)
+    }
+
+    fn fill(&self, buffer: &mut VulkanBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
+        buffer.fill(offset, len, value)
+    }
+
+    fn copy(
         &self,
-        commands: &[vk::CommandBuffer],
-        wait: u64,
-        call: &'static str,
-    ) -> Result<u64> {
-        let timeline = self.timeline(call)?;
-        let mut state = self.lock_queue();
-        let value = state.submitted + 1;
-        let signal = [value];
-        let waits = [wait];
-        let semaphores = [timeline];
-        let stages = [vk::PipelineStageFlags::ALL_COMMANDS];
-        let mut values =
-            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&signal);
-        let mut batch = vk::SubmitInfo::default()
-            .command_buffers(commands)
-            .signal_semaphores(&semaphores);
-        if wait > 0 {
-            values = values.wait_semaphore_values(&waits);
-            batch = batch
-                .wait_semaphores(&semaphores)
-                .wait_dst_stage_mask(&stages);
-        }
-        let batch = [batch.push_next(&mut values)];
-        // SAFETY: the queue is ours (we hold its mutex); the command buffers are valid per the
-        // caller; the signal value is greater than every value signalled or pending before
-        // (values are handed out in order under this mutex); a wait value was signalled by an
-        // earlier submission, so the wait cannot deadlock.
-        unsafe {
-            self.raw
-                .queue_submit(state.queue, &batch, vk::Fence::null())
-        }
-        .map_err(|e| map_vk_err(At::new(call, "vkQueueSubmit"), e))?;
-        state.submitted = value;
-        Ok(value)
+        src: &VulkanBuffer,
+        src_offset: usize,
+        dst: &mut VulkanBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        dst.copy_from(dst_offset, src, src_offset, len)
     }
 
-    /// Whether everything submitted up to timeline value `value` has finished.
-    pub(crate) fn is_complete(&self, value: u64, call: &'static str) -> Result<bool> {
-        if value <= self.completed.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let timeline = self.timeline(call)?;
-        // SAFETY: the semaphore is a live timeline semaphore of this device.
-        let now = unsafe { self.raw.get_semaphore_counter_value(timeline) }
-            .map_err(|e| map_vk_err(At::new(call, "vkGetSemaphoreCounterValue"), e))?;
-        self.completed.fetch_max(now, Ordering::AcqRel);
-        Ok(value <= now)
+    fn copy_within(
+        &self,
+        buffer: &mut VulkanBuffer,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        buffer.copy_within(src_offset, dst_offset, len)
     }
 
-    /// Waits until everything submitted up to timeline value `value` has finished (0 and
-    /// values already reached return at once, without a driver call).
-    pub(crate) fn wait_for(&self, value: u64, call: &'static str) -> Result<()> {
-        if value <= self.completed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let timeline = self.timeline(call)?;
-        let semaphores = [timeline];
-        let values = [value];
-        let info = vk::SemaphoreWaitInfo::default()
-            .semaphores(&semaphores)
-            .values(&values);
-        // SAFETY: the semaphore is a live timeline semaphore of this device and `value` was
-        // handed to a submission (callers only wait for values they were given), so the wait
-        // ends; `info` lives across the call. Kernels may run for any time: no timeout.
-        unsafe { self.raw.wait_semaphores(&info, u64::MAX) }
-            .map_err(|e| map_vk_err(At::new(call, "vkWaitSemaphores"), e))?;
-        self.completed.fetch_max(value, Ordering::AcqRel);
+    /// Host-visible memory (always `MemKind::Host`/`Shared`; `Device` where the device's
+    /// memory is host-visible, as on lavapipe), not shared with other processes.
+    fn with_mapped(&self, buffer: &mut VulkanBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        f(buffer.mapped_bytes()?);
         Ok(())
     }
 
-    /// `wait_for`, and if that fails (device lost), the whole device idle: for `Drop`s, which
-    /// must not destroy objects the device may still use.
-    pub(crate) fn wait_for_or_idle(&self, value: u64, call: &'static str) -> Result<()> {
-        self.wait_for(value, call).inspect_err(|_| {
-            let _ = self.wait_idle(call);
+    fn load(&self, image: &[u8]) -> Result<VulkanModule> {
+        program::load(self.context()?.clone(), image)
+    }
+
+    fn validate(&self, image: &[u8]) -> Result<()> {
+        program::validate(self.context()?, image)
+    }
+
+    /// WGSL with the `wgsl` feature: `naga 28 (…)` targeting `spirv-1.0` on a Vulkan 1.0
+    /// device and `spirv-1.3` on later ones. Nothing else (and nothing without the
+    /// feature).
+    fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
+        Ok(match language {
+            Language::Wgsl => wgsl::compiler(self.context.api),
+            _ => None,
         })
+    }
+
+    /// WGSL to bounds-checked SPIR-V by naga (see the crate docs, "Programs from WGSL").
+    #[cfg(feature = "wgsl")]
+    fn compile(&self, source: &hal::Source) -> Result<Vec<u8>> {
+        wgsl::compile(source, self.context.api)
+    }
+
+    fn queue(&self) -> Result<VulkanQueue> {
+        VulkanQueue::new(self.context()?.clone())
+    }
+
+    fn destroy_queue(&self, queue: VulkanQueue) -> Result<()> {
+        let synced = queue.sync();
+        drop(queue);
+        synced
+    }
+
+    // Unverified code runs behind this call: the caller holds the launch contract.
+    unsafe fn launch(
+        &self,
+        queue: &VulkanQueue,
+        kernel: &KernelOf<Self>,
+        dims: &Dims,
+        args: &[KernelArg<'_, VulkanBuffer>],
+    ) -> Result<()> {
+        // The queue checks the kernel and the buffers against its own device.
+        if !Arc::ptr_eq(queue.device(), &self.context) {
+            return Err(Error::invalid(
+                "Queue::launch",
+                "the queue belongs to another Vulkan device",
+            ));
+        }
+        queue.launch(kernel, dims, args)
+    }
+
+    fn enqueue_write(
+        &self,
+        queue: &VulkanQueue,
+        buffer: &VulkanBuffer,
+        offset: usize,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        queue.enqueue_write(buffer, offset, &data)
+    }
+
+    fn enqueue_fill(
+        &self,
+        queue: &VulkanQueue,
+        buffer: &VulkanBuffer,
+        offset: usize,
+        len: usize,
+        pattern: &[u8],
+    ) -> Result<()> {
+        queue.enqueue_fill(buffer, offset, len, pattern)
+    }
+
+    fn enqueue_copy(
+        &self,
+        queue: &VulkanQueue,
+        src: &VulkanBuffer,
+        src_offset: usize,
+        dst: &VulkanBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        queue.enqueue_copy(src, src_offset, dst, dst_offset, len)
+    }
+
+    /// Submits and waits for the queue's work, then runs `f` on the calling thread (a
+    /// `VkQueue` has no host callbacks): the order holds, but the call blocks.
+    fn enqueue_host_fn(&self, queue: &VulkanQueue, f: HostFn) -> Result<()> {
+        queue.enqueue_host_fn(f)
+    }
+
+    fn sync(&self, queue: &VulkanQueue) -> Result<()> {
+        queue.sync()
+    }
+
+    fn is_idle(&self, queue: &VulkanQueue) -> Result<bool> {
+        queue.is_idle()
+    }
+
+    fn is_complete(&self, event: &VulkanEvent) -> Result<bool> {
+        queue::is_complete(event)
+    }
+
+    fn record(&self, queue: &VulkanQueue) -> Result<VulkanEvent> {
+        queue.record()
+    }
+
+    fn wait_event(&self, queue: &VulkanQueue, event: &VulkanEvent) -> Result<()> {
+        queue.wait_event(event)
+    }
+
+    fn sync_event(&self, event: &VulkanEvent) -> Result<()> {
+        queue::sync_event(event)
+    }
+
+    fn elapsed(&self, start: &VulkanEvent, end: &VulkanEvent) -> Result<Duration> {
+        queue::elapsed(start, end)
+    }
+
+    fn destroy_event(&self, event: VulkanEvent) -> Result<()> {
+        queue::destroy_event(event)
     }
 }
 
-impl Drop for DeviceContext {
-    fn drop(&mut self) {
-        let state = self.queue.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: we are the last owner: no buffer and no other thread uses the device, and
-        // the queue is ours (`&mut self`). Waiting idle first makes destroying the command
-        // pool and the device valid even if a caller gave up on a fence; an error here
-        // (device lost) leaves nothing to wait for, so it is ignored.
-        unsafe {
-            let _ = self.raw.device_wait_idle();
-            state.transfer.destroy(&self.raw, &self.allocations);
-            if let Some(s) = self.timeline.take() {
-                self.raw.destroy_semaphore(s, None);
-            }
-            if let Some(c) = self.pipeline_cache.take() {
-                self.raw.destroy_pipeline_cache(c, None);
-            }
-            self.raw.destroy_device(None);
+/// Memory shared with other processes as `OPAQUE_FD`s (`VK_KHR_external_memory_fd`); a
+/// device without the extension answers `Error::Unsupported`.
+impl hal::Ipc for VulkanDevice {
+    /// `deviceUUID`.
+    fn uuid(&self) -> [u8; 16] {
+        self.info.device_uuid
+    }
+
+    fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
+        if size == 0 {
+            return Err(Error::invalid(
+                "Device::alloc_exportable",
+                "zero-size allocation on a Vulkan device",
+            ));
         }
-        crate::LIVE_DEVICES.fetch_sub(1, Ordering::SeqCst);
+        VulkanBuffer::new(self.context()?.clone(), size, kind, true)
+    }
+
+    fn export(&self, buffer: &VulkanBuffer) -> Result<hal::Exported> {
+        buffer.export()
+    }
+
+    fn import(&self, exported: hal::Exported) -> Result<VulkanBuffer> {
+        VulkanBuffer::import(self.context()?.clone(), exported)
     }
 }

@@ -169,7 +169,7 @@ impl Instance {
             ),
             other => map_vk_err(At::new("Offload::init", "vkCreateInstance"), other),
         })?;
-        crate::LIVE_INSTANCES.fetch_add(1, Ordering::SeqCst);
+        crate::stats::LIVE_INSTANCES.fetch_add(1, Ordering::SeqCst);
         let mut messenger = None;
         if debug_utils {
             let loader = ash::ext::debug_utils::Instance::new(&entry, &raw);
@@ -213,6 +213,6 @@ impl Drop for Instance {
             }
             self.raw.destroy_instance(None)
         };
-        crate::LIVE_INSTANCES.fetch_sub(1, Ordering::SeqCst);
+        crate::stats::LIVE_INSTANCES.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use ash::vk;
 use offload_core::{BackendKind, Error, MemKind, Result, hal::Exported};
 
-use crate::device::DeviceContext;
+use crate::context::DeviceContext;
 use crate::error::{At, check_range, map_vk_err, out_of_memory};
 use crate::usage::Usage;
 
@@ -570,7 +570,7 @@ impl VulkanBuffer {
         shared: bool,
     ) -> Self {
         device.platform_live.fetch_add(1, Ordering::SeqCst);
-        crate::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        crate::stats::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
         VulkanBuffer {
             raw,
             len,
@@ -864,6 +864,6 @@ impl Drop for VulkanBuffer {
         unsafe { self.raw.destroy(&self.device.raw) };
         self.device.allocations.fetch_sub(1, Ordering::SeqCst);
         self.device.platform_live.fetch_sub(1, Ordering::SeqCst);
-        crate::LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
+        crate::stats::LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
     }
 }

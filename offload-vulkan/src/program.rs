@@ -20,9 +20,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ash::vk;
-use offload_core::{BackendKind, Error, ParamKind, Result};
+use offload_core::hal;
+use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
 
-use crate::device::DeviceContext;
+use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err};
 use crate::spirv::{self, EntryPoint, ForVulkan, Reflection, SpirvVersion, WorkgroupSize};
 use crate::usage::Usage;
@@ -387,7 +388,7 @@ impl ModuleInner {
         let made = unsafe { self.device.raw.create_compute_pipelines(cache, &info, None) };
         match made {
             Ok(pipelines) if pipelines.len() == 1 => {
-                crate::LIVE_PIPELINES.fetch_add(1, Ordering::SeqCst);
+                crate::stats::LIVE_PIPELINES.fetch_add(1, Ordering::SeqCst);
                 Ok(pipelines[0])
             }
             Ok(pipelines) => {
@@ -550,8 +551,8 @@ fn create_shader_module(
     // for this device, word counts, structure); it lives across the call.
     let shader = unsafe { device.raw.create_shader_module(&info, None) }
         .map_err(|e| map_vk_err(At::new(call, "vkCreateShaderModule"), e))?;
-    crate::SHADER_MODULES_CREATED.fetch_add(1, Ordering::SeqCst);
-    crate::LIVE_SHADER_MODULES.fetch_add(1, Ordering::SeqCst);
+    crate::stats::SHADER_MODULES_CREATED.fetch_add(1, Ordering::SeqCst);
+    crate::stats::LIVE_SHADER_MODULES.fetch_add(1, Ordering::SeqCst);
     Ok(shader)
 }
 
@@ -559,7 +560,7 @@ fn destroy_shader_module(device: &DeviceContext, shader: vk::ShaderModule) {
     // SAFETY: callers pass a shader module of this device that no pending pipeline creation
     // uses (pipelines made from it keep what they need).
     unsafe { device.raw.destroy_shader_module(shader, None) };
-    crate::LIVE_SHADER_MODULES.fetch_sub(1, Ordering::SeqCst);
+    crate::stats::LIVE_SHADER_MODULES.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Validates and reflects `image` for `device` as `load` does, without loading it.
@@ -582,7 +583,7 @@ pub(crate) fn load(device: Arc<DeviceContext>, image: &[u8]) -> Result<VulkanMod
         .iter()
         .map(|_| Mutex::new(None))
         .collect();
-    crate::LIVE_MODULES.fetch_add(1, Ordering::SeqCst);
+    crate::stats::LIVE_MODULES.fetch_add(1, Ordering::SeqCst);
     Ok(VulkanModule {
         inner: Arc::new(ModuleInner {
             device,
@@ -671,7 +672,7 @@ impl Drop for ModuleInner {
                 // SAFETY: no launch using the pipeline is pending (waited above) and no
                 // kernel can record one (they hold this, which is being dropped).
                 unsafe { dev.destroy_pipeline(v.pipeline, None) };
-                crate::LIVE_PIPELINES.fetch_sub(1, Ordering::SeqCst);
+                crate::stats::LIVE_PIPELINES.fetch_sub(1, Ordering::SeqCst);
                 if let Some(s) = v.shader {
                     destroy_shader_module(&self.device, s);
                 }
@@ -684,9 +685,65 @@ impl Drop for ModuleInner {
                     dev.destroy_descriptor_set_layout(s, None);
                 }
             }
-            crate::LIVE_PIPELINES.fetch_sub(1, Ordering::SeqCst);
+            crate::stats::LIVE_PIPELINES.fetch_sub(1, Ordering::SeqCst);
         }
         destroy_shader_module(&self.device, self.shader);
-        crate::LIVE_MODULES.fetch_sub(1, Ordering::SeqCst);
+        crate::stats::LIVE_MODULES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Kernels are the module's `GLCompute` entry points; SPIR-V for Vulkan has no globals the
+/// host can reach (every name is `SymbolNotFound`).
+impl hal::Program for VulkanModule {
+    type Kernel = VulkanKernel;
+
+    /// WGSL compiled by offload: every index clamped, and launches refuse buffers below
+    /// their bindings' minimum size (see the crate's "Bounds" rule).
+    fn verified(&self) -> bool {
+        self.bounds_checked()
+    }
+
+    fn kernel(&self, name: &str) -> Result<VulkanKernel> {
+        kernel(self, name)
+    }
+
+    fn params(kernel: &VulkanKernel) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    /// The `GLCompute` entry points.
+    fn kernels(&self) -> Vec<String> {
+        self.entry_points().map(str::to_string).collect()
+    }
+
+    /// None: SPIR-V for Vulkan has no host-reachable globals.
+    fn globals(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        Err(no_global("Module::global", name))
+    }
+
+    fn read_global(&self, name: &str, _: usize, _: &mut [u8]) -> Result<()> {
+        Err(no_global("Module::read_global", name))
+    }
+
+    fn write_global(&self, name: &str, _: usize, _: &[u8]) -> Result<()> {
+        Err(no_global("Module::write_global", name))
+    }
+
+    fn unload(self) -> Result<()> {
+        unload(self)
+    }
+}
+
+/// SPIR-V for Vulkan has no host-reachable globals: every name is missing.
+fn no_global(call: &'static str, name: &str) -> Error {
+    Error::SymbolNotFound {
+        backend: BackendKind::Vulkan,
+        call,
+        symbol: name.to_string(),
+        hint: String::new(),
     }
 }

@@ -32,7 +32,7 @@ use offload_core::hal::HostFn;
 use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
 use crate::batch::{Batch, Bound, Described};
-use crate::device::DeviceContext;
+use crate::context::DeviceContext;
 use crate::error::{At, check_range, map_vk_err};
 use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
 use crate::program::{ModuleInner, VulkanKernel, descriptor_type};
@@ -190,7 +190,7 @@ impl Drop for VulkanEvent {
             // SAFETY: the submission that writes the query has finished (waited above).
             unsafe { self.device.raw.destroy_query_pool(pool, None) };
         }
-        crate::LIVE_EVENTS.fetch_sub(1, Ordering::SeqCst);
+        crate::stats::LIVE_EVENTS.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -389,7 +389,7 @@ impl QueueShared {
                 for usage in usages {
                     usage.submitted(me, value);
                 }
-                crate::SUBMISSIONS.fetch_add(1, Ordering::Relaxed);
+                crate::stats::SUBMISSIONS.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
@@ -429,7 +429,7 @@ impl VulkanQueue {
         // SAFETY: the device is live and the family is the one its queue was made from.
         let pool = unsafe { device.raw.create_command_pool(&info, None) }
             .map_err(|e| map_vk_err(At::new(CALL, "vkCreateCommandPool"), e))?;
-        crate::LIVE_QUEUES.fetch_add(1, Ordering::SeqCst);
+        crate::stats::LIVE_QUEUES.fetch_add(1, Ordering::SeqCst);
         Ok(VulkanQueue {
             shared: Arc::new(QueueShared {
                 device,
@@ -745,7 +745,7 @@ impl VulkanQueue {
                 unsafe { dev.cmd_dispatch(cb, x, y, z) };
                 Ok(())
             })?;
-        crate::LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        crate::stats::LAUNCHES.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -957,7 +957,7 @@ impl VulkanQueue {
             // No timestamps on this queue: the event is the queue's last value.
             let mut inner = self.shared.lock();
             self.shared.submit(&mut inner, CALL)?;
-            crate::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
+            crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
             return Ok(VulkanEvent {
                 device: device.clone(),
                 value: self.shared.last.load(Ordering::Acquire).max(inner.wait),
@@ -983,7 +983,7 @@ impl VulkanQueue {
         let submitted = submitted.and_then(|()| self.shared.flush(CALL));
         match submitted {
             Ok(()) => {
-                crate::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
+                crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
                 Ok(VulkanEvent {
                     device: device.clone(),
                     value: self.shared.last.load(Ordering::Acquire),
@@ -1098,7 +1098,7 @@ impl Drop for QueueShared {
         }
         // SAFETY: as above; destroying the pool frees its command buffers.
         unsafe { self.device.raw.destroy_command_pool(inner.pool, None) };
-        crate::LIVE_QUEUES.fetch_sub(1, Ordering::SeqCst);
+        crate::stats::LIVE_QUEUES.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

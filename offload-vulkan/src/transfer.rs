@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ash::vk;
 use offload_core::Result;
 
-use crate::device::{DeviceContext, QueueState};
+use crate::context::{DeviceContext, QueueState};
 use crate::error::{At, map_vk_err};
 use crate::memory::{Placement, RawAllocation, Source};
 

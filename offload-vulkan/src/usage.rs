@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use offload_core::Result;
 
-use crate::device::DeviceContext;
+use crate::context::DeviceContext;
 use crate::queue::QueueShared;
 
 /// The queued work that uses one buffer or module.

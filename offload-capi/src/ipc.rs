@@ -247,7 +247,11 @@ pub unsafe extern "C" fn offload_endpoint_recv(
             return Ok(());
         };
         let (n, t) = (e.number(got.peer()), got.tag());
-        o.set(table::insert(CALL, table::epoch_of(endpoint), got.into_buffer())?);
+        o.set(table::insert(
+            CALL,
+            table::epoch_of(endpoint),
+            got.into_buffer(),
+        )?);
         if !tag.is_null() {
             // SAFETY: non-null; the caller promises a writable uint64_t.
             unsafe { tag.write(t) };

@@ -357,7 +357,11 @@ pub(crate) fn remove_runtime(call: &'static str, handle: u64) -> Res<(Arc<Offloa
             .filter_map(|s| s.object)
             .collect();
         t.free = Vec::new();
-        t.epoch = if t.epoch >= EPOCH_MASK { 1 } else { t.epoch + 1 };
+        t.epoch = if t.epoch >= EPOCH_MASK {
+            1
+        } else {
+            t.epoch + 1
+        };
     }
     drop(t);
     Ok((rt, orphans))

@@ -1,0 +1,72 @@
+//! The C test suite (tests/c/suite.c): every function of the C API, success and error
+//! paths, run as a C program linked against the shared library, the static library, and
+//! under valgrind's memcheck.
+
+mod common;
+
+use common::{Link, compile, crate_dir, host_image, in_ci, run_ok, work_dir};
+use std::process::Command;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn suite(link: Link) -> std::path::PathBuf {
+    let name = match link {
+        Link::Static => "suite-static",
+        _ => "suite",
+    };
+    compile(
+        &[&crate_dir().join("tests/c/suite.c")],
+        &work_dir("suite").join(name),
+        link,
+        &[],
+    )
+}
+
+/// The suite against the shared library, Vulkan included (lavapipe); under CI=true a
+/// missing Vulkan device fails it.
+#[test]
+fn c_suite_shared_library() {
+    let mut cmd = Command::new(suite(Link::Shared));
+    cmd.arg(host_image())
+        .arg(if in_ci() { "requirevulkan" } else { "vulkan" });
+    let out = run_ok(cmd, LIMIT);
+    assert!(out.contains("suite: all checks held"));
+}
+
+/// The suite against the static library (host only).
+#[test]
+fn c_suite_static_library() {
+    let mut cmd = Command::new(suite(Link::Static));
+    cmd.arg(host_image()).arg("novulkan");
+    let out = run_ok(cmd, LIMIT);
+    assert!(out.contains("suite: all checks held"));
+}
+
+/// The suite under valgrind memcheck (host backend): no invalid access, no definite leak.
+#[test]
+fn c_suite_under_valgrind() {
+    if !common::has("valgrind") {
+        assert!(
+            !in_ci(),
+            "valgrind is missing under CI=true (.ci/run installs it)"
+        );
+        println!("skipped: valgrind is not installed (apt-get install valgrind)");
+        return;
+    }
+    let mut cmd = Command::new("valgrind");
+    cmd.args([
+        "--tool=memcheck",
+        "--error-exitcode=99",
+        "--leak-check=full",
+        "--show-leak-kinds=definite",
+        "--errors-for-leak-kinds=definite",
+        "--track-origins=no",
+        "--quiet",
+    ])
+    .arg(suite(Link::Shared))
+    .arg(host_image())
+    .arg("novulkan");
+    let out = run_ok(cmd, Duration::from_secs(300));
+    assert!(out.contains("suite: all checks held"));
+}

@@ -70,3 +70,21 @@ fn c_suite_under_valgrind() {
     let out = run_ok(cmd, Duration::from_secs(300));
     assert!(out.contains("suite: all checks held"));
 }
+
+/// The example (examples/saxpy.c) builds and runs: SAXPY from C source on the host, and
+/// from WGSL on Vulkan when there is a device.
+#[test]
+fn saxpy_example_runs() {
+    let exe = compile(
+        &[&crate_dir().join("examples/saxpy.c")],
+        &work_dir("example").join("saxpy"),
+        Link::Shared,
+        &[],
+    );
+    let out = run_ok(Command::new(exe), LIMIT);
+    assert!(out.contains("y[3] = 6 (expected 6)"), "{out}");
+    assert!(out.contains("after shutdown: OFFLOAD_ERROR_SHUT_DOWN"), "{out}");
+    if in_ci() {
+        assert!(out.contains("on llvmpipe") || out.contains("on "), "{out}");
+    }
+}

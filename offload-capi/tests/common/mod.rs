@@ -74,7 +74,10 @@ pub fn compile(sources: &[&Path], out: &Path, link: Link, extra: &[&str]) -> Pat
             cc.arg("-L")
                 .arg(&lib)
                 .arg("-loffload_capi")
-                .arg(format!("-Wl,-rpath,{}", lib.display()));
+                .arg(format!("-Wl,-rpath,{}", lib.display()))
+                // DT_RPATH, not DT_RUNPATH: cargo's LD_LIBRARY_PATH names target/<profile>/,
+                // whose copy of the library `cargo test` does not refresh.
+                .arg("-Wl,--disable-new-dtags");
         }
         Link::Static => {
             cc.arg(lib.join("liboffload_capi.a"));
@@ -106,7 +109,10 @@ pub fn compile(sources: &[&Path], out: &Path, link: Link, extra: &[&str]) -> Pat
 /// so far, never a hung test.
 pub fn run_with_watchdog(mut cmd: Command, limit: Duration) -> Output {
     let what = format!("{cmd:?}");
+    // The library under test is the one the program names (rpath, or a path to dlopen),
+    // never a stale copy cargo's LD_LIBRARY_PATH would find first.
     let mut child: Child = cmd
+        .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

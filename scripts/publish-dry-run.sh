@@ -17,8 +17,9 @@ offline=()
 if [[ "${OFFLOAD_PUBLISH_OFFLINE:-0}" == 1 ]]; then
     offline=(--offline)
 fi
-# Never published: the benchmark helper and the dlopen test fixture.
-exclude=(--exclude offload-bench --exclude offload-embed)
+# Never published: the benchmark helper, the dlopen test fixture and the C API (built from
+# a checkout: docs/c-api.md).
+exclude=(--exclude offload-bench --exclude offload-embed --exclude offload-capi)
 
 cargo publish --workspace --dry-run --allow-dirty "${exclude[@]}" "${offline[@]}"
 

@@ -540,6 +540,34 @@ offload_status_t offload_queue_launch(offload_queue_t queue,
                                       const size_t *sizes,
                                       size_t count);
 
+// Whether `device` can load `image`, without loading it (liboffload's `olIsValidBinary`):
+// `OFFLOAD_OK`, or `OFFLOAD_ERROR_INVALID_BINARY` saying which check failed (P4).
+//
+// # Safety
+// `image` must point to `len` readable bytes.
+offload_status_t offload_device_validate(offload_device_t device, const uint8_t *image, size_t len);
+
+// Copies `len` bytes of the module's global variable `name` at `offset` into `dst`
+// (liboffload's `olGetSymbol` of a global, then `olMemcpy`).
+//
+// # Safety
+// `name` must point to a NUL-terminated string; `dst` to `len` writable bytes.
+offload_status_t offload_module_read_global(offload_module_t module,
+                                            const char *name,
+                                            size_t offset,
+                                            uint8_t *dst,
+                                            size_t len);
+
+// Copies `len` bytes from `src` into the module's global variable `name` at `offset`.
+//
+// # Safety
+// `name` must point to a NUL-terminated string; `src` to `len` readable bytes.
+offload_status_t offload_module_write_global(offload_module_t module,
+                                             const char *name,
+                                             size_t offset,
+                                             const uint8_t *src,
+                                             size_t len);
+
 // Makes a queue on `device` (liboffload's `olCreateQueue`).
 //
 // # Safety

@@ -499,7 +499,7 @@ fn arg_for<'a>(
                 return Err(invalid(
                     call,
                     format!(
-                        "argument {nth} of `{}` is a {param} ({want} bytes); got {} bytes",
+                        "argument {nth} of `{}` is {param} ({want} bytes); got {} bytes",
                         kernel.name(),
                         data.len()
                     ),
@@ -575,7 +575,7 @@ pub unsafe extern "C" fn offload_queue_launch(
                     return Err(invalid(
                         CALL,
                         format!(
-                            "argument {} of `{}` is a {param}: pass a pointer to its \
+                            "argument {} of `{}` is {param}: pass a pointer to its \
                              offload_buffer_t ({} bytes); got {size} bytes",
                             i + 1,
                             k.name(),
@@ -602,6 +602,73 @@ pub unsafe extern "C" fn offload_queue_launch(
         // SAFETY: the caller promises running the kernel with these arguments is sound;
         // the runtime checks them against the declared parameters first (P4).
         unsafe { q.launch(&k, d, &launch_args) }?;
+        Ok(())
+    })
+}
+
+/// Whether `device` can load `image`, without loading it (liboffload's `olIsValidBinary`):
+/// `OFFLOAD_OK`, or `OFFLOAD_ERROR_INVALID_BINARY` saying which check failed (P4).
+///
+/// # Safety
+/// `image` must point to `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_device_validate(
+    device: offload_device_t,
+    image: *const u8,
+    len: usize,
+) -> offload_status_t {
+    const CALL: &str = "offload_device_validate";
+    guard(CALL, || {
+        // SAFETY: the caller promises `len` readable bytes.
+        let image = unsafe { bytes(CALL, "image", image, len) }?;
+        table::get::<Device>(CALL, device)?.validate(image)?;
+        Ok(())
+    })
+}
+
+/// Copies `len` bytes of the module's global variable `name` at `offset` into `dst`
+/// (liboffload's `olGetSymbol` of a global, then `olMemcpy`).
+///
+/// # Safety
+/// `name` must point to a NUL-terminated string; `dst` to `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_module_read_global(
+    module: offload_module_t,
+    name: *const c_char,
+    offset: usize,
+    dst: *mut u8,
+    len: usize,
+) -> offload_status_t {
+    const CALL: &str = "offload_module_read_global";
+    guard(CALL, || {
+        // SAFETY: the caller promises a NUL-terminated string.
+        let name = unsafe { text(CALL, "name", name) }?;
+        // SAFETY: the caller promises `len` writable bytes at `dst`.
+        let dst = unsafe { crate::ffi::bytes_mut(CALL, "dst", dst, len) }?;
+        table::get::<Module>(CALL, module)?.read_global(name, offset, dst)?;
+        Ok(())
+    })
+}
+
+/// Copies `len` bytes from `src` into the module's global variable `name` at `offset`.
+///
+/// # Safety
+/// `name` must point to a NUL-terminated string; `src` to `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_module_write_global(
+    module: offload_module_t,
+    name: *const c_char,
+    offset: usize,
+    src: *const u8,
+    len: usize,
+) -> offload_status_t {
+    const CALL: &str = "offload_module_write_global";
+    guard(CALL, || {
+        // SAFETY: the caller promises a NUL-terminated string.
+        let name = unsafe { text(CALL, "name", name) }?;
+        // SAFETY: the caller promises `len` readable bytes at `src`.
+        let src = unsafe { bytes(CALL, "src", src, len) }?;
+        table::get::<Module>(CALL, module)?.write_global(name, offset, src)?;
         Ok(())
     })
 }

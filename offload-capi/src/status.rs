@@ -1,5 +1,5 @@
 //! What a call answers: the status enum, the thread's last-error message, and the one
-//! wrapper ([`guard`]) every exported function runs its body in, which turns errors and
+//! wrapper (`guard`) every exported function runs its body in, which turns errors and
 //! panics into a status and keeps the message for `offload_last_error`.
 //!
 //! The message lives in a fixed, const-initialised thread-local byte array. A type without
@@ -247,5 +247,61 @@ pub extern "C" fn offload_status_name(status: i32) -> *const c_char {
     match ALL.iter().find(|s| **s as i32 == status) {
         Some(s) => s.name().as_ptr().cast(),
         None => c"?".as_ptr(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last() -> String {
+        // SAFETY: offload_last_error gives a NUL-terminated string of this thread.
+        unsafe { CStr::from_ptr(offload_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_an_internal_error_with_its_message() {
+        let s = guard("offload_test_call", || panic!("a planted panic"));
+        assert_eq!(s, offload_status_t::OFFLOAD_ERROR_INTERNAL);
+        assert_eq!(last(), "offload_test_call: internal error: a planted panic");
+    }
+
+    #[test]
+    fn errors_keep_the_runtime_words_and_success_keeps_the_last_error() {
+        let s = guard("c", || Err(invalid("offload_x", "`out` is a null pointer")));
+        assert_eq!(s, offload_status_t::OFFLOAD_ERROR_INVALID_ARGUMENT);
+        assert_eq!(
+            last(),
+            "offload_x: invalid argument: `out` is a null pointer"
+        );
+        assert_eq!(guard("c", || Ok(())), offload_status_t::OFFLOAD_OK);
+        assert_eq!(
+            last(),
+            "offload_x: invalid argument: `out` is a null pointer"
+        );
+    }
+
+    #[test]
+    fn a_long_message_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(MESSAGE_BYTES);
+        let _ = guard("c", || Err(invalid("offload_x", long.clone())));
+        let got = last();
+        assert!(
+            got.len() < MESSAGE_BYTES && got.ends_with('…'),
+            "{}",
+            got.len()
+        );
+    }
+
+    #[test]
+    fn every_status_has_its_name() {
+        for n in 0..18 {
+            // SAFETY: static NUL-terminated names.
+            let name = unsafe { CStr::from_ptr(offload_status_name(n)) };
+            assert!(name.to_str().unwrap().starts_with("OFFLOAD_"), "{n}");
+        }
     }
 }

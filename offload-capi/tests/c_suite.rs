@@ -83,7 +83,10 @@ fn saxpy_example_runs() {
     );
     let out = run_ok(Command::new(exe), LIMIT);
     assert!(out.contains("y[3] = 6 (expected 6)"), "{out}");
-    assert!(out.contains("after shutdown: OFFLOAD_ERROR_SHUT_DOWN"), "{out}");
+    assert!(
+        out.contains("after shutdown: OFFLOAD_ERROR_SHUT_DOWN"),
+        "{out}"
+    );
     if in_ci() {
         assert!(out.contains("on llvmpipe") || out.contains("on "), "{out}");
     }

@@ -119,7 +119,7 @@ static void saxpy_on(offload_device_t device, offload_kernel_t kernel, uint32_t 
     SAYS("`saxpy` takes 4 arguments");
     size_t wrong[] = {sizeof bx, sizeof by, sizeof(double), sizeof n};
     EXPECT(offload_queue_launch(q, kernel, &dims, args, wrong, 4), OFFLOAD_ERROR_INVALID_ARGUMENT);
-    SAYS("argument 3 of `saxpy`");
+    SAYS("argument 3 of `saxpy` is an f32 (4 bytes); got 8 bytes");
     size_t small_handle[] = {4, sizeof by, sizeof a, sizeof n};
     EXPECT(offload_queue_launch(q, kernel, &dims, args, small_handle, 4),
            OFFLOAD_ERROR_INVALID_ARGUMENT);
@@ -331,6 +331,22 @@ static void test_programs(offload_device_t dev, const unsigned char *image, size
     OK(offload_queue_destroy(q));
     OK(offload_buffer_free(b));
     OK(offload_kernel_release(k));
+
+    /* Globals: the fixture's writable `g`. */
+    uint32_t g = 41, g_back = 0;
+    OK(offload_module_write_global(m, "g", 0, (const uint8_t *)&g, sizeof g));
+    OK(offload_module_read_global(m, "g", 0, (uint8_t *)&g_back, sizeof g_back));
+    CHECK(g_back == 41);
+    EXPECT(offload_module_read_global(m, "no_such_global", 0, (uint8_t *)&g_back, 4),
+           OFFLOAD_ERROR_SYMBOL_NOT_FOUND);
+    EXPECT(offload_module_read_global(m, "g", 0, NULL, 4), OFFLOAD_ERROR_INVALID_ARGUMENT);
+    EXPECT(offload_module_write_global(m, NULL, 0, (const uint8_t *)&g, 4),
+           OFFLOAD_ERROR_INVALID_ARGUMENT);
+
+    /* Validation without loading (olIsValidBinary). */
+    OK(offload_device_validate(dev, image, image_len));
+    EXPECT(offload_device_validate(dev, (const uint8_t *)"garbage", 7), OFFLOAD_ERROR_INVALID_BINARY);
+    EXPECT(offload_device_validate(dev, NULL, 7), OFFLOAD_ERROR_INVALID_ARGUMENT);
 
     OK(offload_module_unload(m)); /* teardown runs once, now */
     CHECK(cb.teardowns == 1);

@@ -141,7 +141,9 @@ fn status_of(e: &Error) -> offload_status_t {
 /// Bytes kept of a message, its NUL included.
 const MESSAGE_BYTES: usize = 4096;
 
-/// The last error message of this thread: `len` bytes of `bytes`, then a NUL.
+/// The last error message of this thread: NUL-terminated bytes. `repr(C)`, so a pointer
+/// to it is a pointer to its first byte (what `offload_last_error` hands out).
+#[repr(C)]
 struct LastError {
     bytes: [u8; MESSAGE_BYTES],
 }

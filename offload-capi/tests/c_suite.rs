@@ -91,3 +91,45 @@ fn saxpy_example_runs() {
         assert!(out.contains("on llvmpipe") || out.contains("on "), "{out}");
     }
 }
+
+/// The suite built with AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer
+/// (host backend): no report. Skipped, with the reason, where the C compiler cannot build
+/// with them.
+#[test]
+fn c_suite_under_asan() {
+    let dir = work_dir("asan");
+    let probe = dir.join("probe.c");
+    std::fs::write(&probe, "int main(void) { return 0; }\n").expect("write the probe");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let probed = Command::new(&cc)
+        .args(["-fsanitize=address,undefined"])
+        .arg(&probe)
+        .arg("-o")
+        .arg(dir.join("probe"))
+        .output()
+        .expect("run cc");
+    if !probed.status.success() {
+        println!(
+            "skipped: {cc} cannot build with -fsanitize=address,undefined: {}",
+            String::from_utf8_lossy(&probed.stderr)
+        );
+        return;
+    }
+    let exe = compile(
+        &[&crate_dir().join("tests/c/suite.c")],
+        &dir.join("suite-asan"),
+        Link::Shared,
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer",
+        ],
+    );
+    let mut cmd = Command::new(exe);
+    cmd.arg(host_image()).arg("novulkan").env(
+        "ASAN_OPTIONS",
+        "detect_leaks=1:abort_on_error=0:exitcode=98",
+    );
+    let out = run_ok(cmd, Duration::from_secs(300));
+    assert!(out.contains("suite: all checks held"));
+}

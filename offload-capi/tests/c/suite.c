@@ -8,9 +8,15 @@
  *   IMAGE: a host kernel image with add_one(b, u32) and noop() (offload-host's fixtures).
  * Exit status 0 when every check held; each failure is printed with the call and message.
  */
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
+static const char *self_path;
 
 #include "check.h"
 
@@ -449,6 +455,18 @@ static void test_ipc(offload_runtime_t rt, offload_device_t dev) {
     CHECK(len > 0 && len <= sizeof bytes);
     EXPECT(offload_ipc_export(b, bytes, 4, &len, &fd), OFFLOAD_ERROR_INVALID_ARGUMENT);
     EXPECT(offload_ipc_export(b, NULL, 0, &len, &fd), OFFLOAD_ERROR_INVALID_ARGUMENT);
+    /* Another process maps it (I1): this program again, with the handle's bytes in hex and
+     * the descriptor inherited (the child takes it over and closes it). */
+    char hex[2 * OFFLOAD_IPC_HANDLE_MAX_BYTES + 1], fd_text[16];
+    for (size_t i = 0; i < len; i++) sprintf(hex + 2 * i, "%02x", bytes[i]);
+    snprintf(fd_text, sizeof fd_text, "%d", fd);
+    if (fd >= 0) CHECK(fcntl(fd, F_SETFD, 0) == 0);
+    char *child_argv[] = {(char *)self_path, "--import", hex, fd_text, NULL};
+    pid_t pid;
+    CHECK(posix_spawn(&pid, self_path, NULL, NULL, child_argv, environ) == 0);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (fd >= 0) close(fd);
     offload_buffer_t view = 0;
     EXPECT(offload_ipc_import(dev, (const uint8_t *)"forged handle", 13, -1, &view),
@@ -528,7 +546,32 @@ static void test_vulkan(offload_runtime_t rt, int require) {
     OK(offload_device_release(gpu));
 }
 
+/* The child of test_ipc: imports the exported buffer and checks its bytes. */
+static int import_child(const char *hex, int fd) {
+    uint8_t bytes[OFFLOAD_IPC_HANDLE_MAX_BYTES];
+    size_t len = strlen(hex) / 2;
+    for (size_t i = 0; i < len && i < sizeof bytes; i++) {
+        unsigned v = 0;
+        sscanf(hex + 2 * i, "%2x", &v);
+        bytes[i] = (uint8_t)v;
+    }
+    offload_runtime_t rt = 0;
+    offload_device_t dev = 0;
+    offload_buffer_t view = 0;
+    uint8_t out[64];
+    OK(offload_init(NULL, &rt));
+    OK(offload_device_of(rt, OFFLOAD_BACKEND_HOST, &dev));
+    OK(offload_ipc_import(dev, bytes, len, fd, &view));
+    OK(offload_buffer_read(view, 0, out, sizeof out));
+    CHECK(out[0] == 0x5A && out[63] == 0x5A);
+    OK(offload_buffer_free(view));
+    OK(offload_shutdown(rt, NULL));
+    return check_failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+    self_path = argv[0];
+    if (argc == 4 && strcmp(argv[1], "--import") == 0) return import_child(argv[2], atoi(argv[3]));
     if (argc < 2) {
         fprintf(stderr, "usage: suite IMAGE [vulkan|novulkan|requirevulkan]\n");
         return 2;

@@ -17,8 +17,10 @@ offline=()
 if [[ "${OFFLOAD_PUBLISH_OFFLINE:-0}" == 1 ]]; then
     offline=(--offline)
 fi
-# Never published: the benchmark helper, the dlopen test fixture and the test machinery.
-exclude=(--exclude offload-bench --exclude offload-embed --exclude offload-testing)
+# Never published: the benchmark helper, the dlopen test fixture, the test machinery, the
+# C API (built from a checkout: docs/c-api.md) and the Python package (built by maturin).
+exclude=(--exclude offload-bench --exclude offload-embed --exclude offload-testing
+    --exclude offload-capi --exclude offload-python)
 
 cargo publish --workspace --dry-run --allow-dirty "${exclude[@]}" "${offline[@]}"
 

@@ -171,6 +171,9 @@ pub mod chapter_doctests {
     /// docs/benchmarks.md
     #[doc = include_str!("../docs/benchmarks.md")]
     pub struct Benchmarks;
+    /// docs/c-api.md
+    #[doc = include_str!("../docs/c-api.md")]
+    pub struct CApi;
     /// docs/configuration.md
     #[doc = include_str!("../docs/configuration.md")]
     pub struct Configuration;

@@ -1,0 +1,309 @@
+//! What a call answers: the status enum, the thread's last-error message, and the one
+//! wrapper (`guard`) every exported function runs its body in, which turns errors and
+//! panics into a status and keeps the message for `offload_last_error`.
+//!
+//! The message lives in a fixed, const-initialised thread-local byte array. A type without
+//! a destructor registers no thread-local destructor, so the library still unmaps at
+//! `dlclose` (L2: offload registers no TLS destructor on threads it does not own), and no
+//! allocation is kept per thread. A message longer than the array is cut at a character
+//! boundary and ends with `…`.
+
+use std::cell::RefCell;
+use std::ffi::c_char;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use offload::Error;
+
+/// The status every function of the C API returns: `OFFLOAD_OK`, or what went wrong.
+/// `offload_last_error()` then holds the message, in the same words as the Rust
+/// `offload::Error`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum offload_status_t {
+    /// Success.
+    OFFLOAD_OK = 0,
+    /// The runtime that made the handle has been shut down (`Error::ShutDown`, L3).
+    OFFLOAD_ERROR_SHUT_DOWN = 1,
+    /// A corrupt or foreign program image (`Error::InvalidBinary`).
+    OFFLOAD_ERROR_INVALID_BINARY = 2,
+    /// No kernel or global of that name (`Error::SymbolNotFound`).
+    OFFLOAD_ERROR_SYMBOL_NOT_FOUND = 3,
+    /// The device could not allocate (`Error::OutOfMemory`).
+    OFFLOAD_ERROR_OUT_OF_MEMORY = 4,
+    /// A bad argument: out of range, wrong launch arguments, a null pointer
+    /// (`Error::InvalidArgument`).
+    OFFLOAD_ERROR_INVALID_ARGUMENT = 5,
+    /// An IPC handle for another device, forged or stale (`Error::InvalidIpcHandle`).
+    OFFLOAD_ERROR_INVALID_IPC_HANDLE = 6,
+    /// A setup, teardown or host-function callback failed (`Error::Callback`).
+    OFFLOAD_ERROR_CALLBACK = 7,
+    /// Several errors at once, from a shutdown (`Error::Multiple`).
+    OFFLOAD_ERROR_MULTIPLE = 8,
+    /// A backend's driver library is missing (`Error::DriverNotFound`).
+    OFFLOAD_ERROR_DRIVER_NOT_FOUND = 9,
+    /// The driver loaded and found no device (`Error::NoDevice`).
+    OFFLOAD_ERROR_NO_DEVICE = 10,
+    /// The backend cannot do this (`Error::Unsupported`).
+    OFFLOAD_ERROR_UNSUPPORTED = 11,
+    /// An IPC peer is gone, cut off or too slow (`Error::Ipc`).
+    OFFLOAD_ERROR_IPC = 12,
+    /// Freed IPC memory a live peer had not unmapped in time (`Error::Quarantined`).
+    OFFLOAD_ERROR_QUARANTINED = 13,
+    /// Source did not compile (`Error::Compile`).
+    OFFLOAD_ERROR_COMPILE = 14,
+    /// A driver error that maps to no other status (`Error::Driver`).
+    OFFLOAD_ERROR_DRIVER = 15,
+    /// A handle that names no live object of the expected type: zero, garbage, another
+    /// type's, or released. (A handle of a runtime that was shut down answers
+    /// `OFFLOAD_ERROR_SHUT_DOWN` instead.)
+    OFFLOAD_ERROR_INVALID_HANDLE = 16,
+    /// A panic inside the library, caught at the boundary; the message says where.
+    OFFLOAD_ERROR_INTERNAL = 17,
+}
+
+impl offload_status_t {
+    /// The enumerator's name, NUL-terminated.
+    const fn name(self) -> &'static str {
+        match self {
+            Self::OFFLOAD_OK => "OFFLOAD_OK\0",
+            Self::OFFLOAD_ERROR_SHUT_DOWN => "OFFLOAD_ERROR_SHUT_DOWN\0",
+            Self::OFFLOAD_ERROR_INVALID_BINARY => "OFFLOAD_ERROR_INVALID_BINARY\0",
+            Self::OFFLOAD_ERROR_SYMBOL_NOT_FOUND => "OFFLOAD_ERROR_SYMBOL_NOT_FOUND\0",
+            Self::OFFLOAD_ERROR_OUT_OF_MEMORY => "OFFLOAD_ERROR_OUT_OF_MEMORY\0",
+            Self::OFFLOAD_ERROR_INVALID_ARGUMENT => "OFFLOAD_ERROR_INVALID_ARGUMENT\0",
+            Self::OFFLOAD_ERROR_INVALID_IPC_HANDLE => "OFFLOAD_ERROR_INVALID_IPC_HANDLE\0",
+            Self::OFFLOAD_ERROR_CALLBACK => "OFFLOAD_ERROR_CALLBACK\0",
+            Self::OFFLOAD_ERROR_MULTIPLE => "OFFLOAD_ERROR_MULTIPLE\0",
+            Self::OFFLOAD_ERROR_DRIVER_NOT_FOUND => "OFFLOAD_ERROR_DRIVER_NOT_FOUND\0",
+            Self::OFFLOAD_ERROR_NO_DEVICE => "OFFLOAD_ERROR_NO_DEVICE\0",
+            Self::OFFLOAD_ERROR_UNSUPPORTED => "OFFLOAD_ERROR_UNSUPPORTED\0",
+            Self::OFFLOAD_ERROR_IPC => "OFFLOAD_ERROR_IPC\0",
+            Self::OFFLOAD_ERROR_QUARANTINED => "OFFLOAD_ERROR_QUARANTINED\0",
+            Self::OFFLOAD_ERROR_COMPILE => "OFFLOAD_ERROR_COMPILE\0",
+            Self::OFFLOAD_ERROR_DRIVER => "OFFLOAD_ERROR_DRIVER\0",
+            Self::OFFLOAD_ERROR_INVALID_HANDLE => "OFFLOAD_ERROR_INVALID_HANDLE\0",
+            Self::OFFLOAD_ERROR_INTERNAL => "OFFLOAD_ERROR_INTERNAL\0",
+        }
+    }
+}
+
+/// Why a call failed, before it becomes a status and a message.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    /// An error of the Rust runtime, passed on in its own words.
+    Offload(Error),
+    /// A handle that names no live object of the expected type (the message says why).
+    Handle(String),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Offload(e)
+    }
+}
+
+/// The result of a call's body.
+pub(crate) type Res<T = ()> = Result<T, Fail>;
+
+/// `Error::InvalidArgument` for `call`, in the runtime's words.
+pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Fail {
+    Fail::Offload(Error::InvalidArgument {
+        call,
+        reason: reason.into(),
+    })
+}
+
+/// The status of an error of the Rust runtime.
+fn status_of(e: &Error) -> offload_status_t {
+    use offload_status_t::*;
+    match e {
+        Error::ShutDown { .. } => OFFLOAD_ERROR_SHUT_DOWN,
+        Error::InvalidBinary { .. } => OFFLOAD_ERROR_INVALID_BINARY,
+        Error::SymbolNotFound { .. } => OFFLOAD_ERROR_SYMBOL_NOT_FOUND,
+        Error::OutOfMemory { .. } => OFFLOAD_ERROR_OUT_OF_MEMORY,
+        Error::InvalidArgument { .. } => OFFLOAD_ERROR_INVALID_ARGUMENT,
+        Error::InvalidIpcHandle { .. } => OFFLOAD_ERROR_INVALID_IPC_HANDLE,
+        Error::Callback { .. } => OFFLOAD_ERROR_CALLBACK,
+        Error::Multiple(_) => OFFLOAD_ERROR_MULTIPLE,
+        Error::DriverNotFound { .. } => OFFLOAD_ERROR_DRIVER_NOT_FOUND,
+        Error::NoDevice { .. } => OFFLOAD_ERROR_NO_DEVICE,
+        Error::Unsupported { .. } => OFFLOAD_ERROR_UNSUPPORTED,
+        Error::Ipc { .. } => OFFLOAD_ERROR_IPC,
+        Error::Quarantined { .. } => OFFLOAD_ERROR_QUARANTINED,
+        Error::Compile { .. } => OFFLOAD_ERROR_COMPILE,
+        Error::Driver { .. } => OFFLOAD_ERROR_DRIVER,
+        // A variant added later: its words still reach the caller.
+        _ => OFFLOAD_ERROR_DRIVER,
+    }
+}
+
+/// Bytes kept of a message, its NUL included.
+const MESSAGE_BYTES: usize = 4096;
+
+/// The last error message of this thread: NUL-terminated bytes. `repr(C)`, so a pointer
+/// to it is a pointer to its first byte (what `offload_last_error` hands out).
+#[repr(C)]
+struct LastError {
+    bytes: [u8; MESSAGE_BYTES],
+}
+
+thread_local! {
+    // Const-initialised and without a destructor: no TLS destructor is registered, so
+    // `dlclose` unmaps the library (L2).
+    static LAST_ERROR: RefCell<LastError> = const {
+        RefCell::new(LastError { bytes: [0; MESSAGE_BYTES] })
+    };
+}
+
+/// Keeps `message` as this thread's last error (cut to fit, NUL-terminated).
+fn set_last_error(message: &str) {
+    const ELLIPSIS: &str = "…";
+    let _ = LAST_ERROR.try_with(|cell| {
+        let Ok(mut last) = cell.try_borrow_mut() else {
+            return;
+        };
+        let room = MESSAGE_BYTES - 1;
+        let len = if message.len() <= room {
+            message.len()
+        } else {
+            let mut cut = room - ELLIPSIS.len();
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            cut
+        };
+        last.bytes[..len].copy_from_slice(&message.as_bytes()[..len]);
+        let mut end = len;
+        if len < message.len() {
+            last.bytes[len..len + ELLIPSIS.len()].copy_from_slice(ELLIPSIS.as_bytes());
+            end += ELLIPSIS.len();
+        }
+        last.bytes[end] = 0;
+    });
+}
+
+/// Runs the body of an exported function: its error becomes a status and this thread's
+/// last-error message; a panic is caught here (no unwinding crosses into C) and becomes
+/// `OFFLOAD_ERROR_INTERNAL` with the panic's message. On success the last error is left
+/// as it was.
+pub(crate) fn guard(call: &'static str, body: impl FnOnce() -> Res) -> offload_status_t {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => offload_status_t::OFFLOAD_OK,
+        Ok(Err(Fail::Offload(e))) => {
+            set_last_error(&e.to_string());
+            status_of(&e)
+        }
+        Ok(Err(Fail::Handle(message))) => {
+            set_last_error(&message);
+            offload_status_t::OFFLOAD_ERROR_INVALID_HANDLE
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            set_last_error(&format!("{call}: internal error: {what}"));
+            offload_status_t::OFFLOAD_ERROR_INTERNAL
+        }
+    }
+}
+
+/// The message of the last failed call on this thread, NUL-terminated UTF-8, in the same
+/// words as the Rust `offload::Error` (an empty string if no call has failed on this
+/// thread). The pointer stays valid for the thread's life; the text changes with the
+/// thread's next failing call. Successful calls leave it alone.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_last_error() -> *const c_char {
+    LAST_ERROR
+        .try_with(|cell| cell.as_ptr().cast::<c_char>().cast_const())
+        .unwrap_or(c"".as_ptr())
+}
+
+/// The name of a status (`"OFFLOAD_ERROR_SHUT_DOWN"`), NUL-terminated, static; `"?"` for
+/// a number that is no status.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_status_name(status: i32) -> *const c_char {
+    use offload_status_t::*;
+    const ALL: [offload_status_t; 18] = [
+        OFFLOAD_OK,
+        OFFLOAD_ERROR_SHUT_DOWN,
+        OFFLOAD_ERROR_INVALID_BINARY,
+        OFFLOAD_ERROR_SYMBOL_NOT_FOUND,
+        OFFLOAD_ERROR_OUT_OF_MEMORY,
+        OFFLOAD_ERROR_INVALID_ARGUMENT,
+        OFFLOAD_ERROR_INVALID_IPC_HANDLE,
+        OFFLOAD_ERROR_CALLBACK,
+        OFFLOAD_ERROR_MULTIPLE,
+        OFFLOAD_ERROR_DRIVER_NOT_FOUND,
+        OFFLOAD_ERROR_NO_DEVICE,
+        OFFLOAD_ERROR_UNSUPPORTED,
+        OFFLOAD_ERROR_IPC,
+        OFFLOAD_ERROR_QUARANTINED,
+        OFFLOAD_ERROR_COMPILE,
+        OFFLOAD_ERROR_DRIVER,
+        OFFLOAD_ERROR_INVALID_HANDLE,
+        OFFLOAD_ERROR_INTERNAL,
+    ];
+    match ALL.iter().find(|s| **s as i32 == status) {
+        Some(s) => s.name().as_ptr().cast(),
+        None => c"?".as_ptr(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last() -> String {
+        // SAFETY: offload_last_error gives a NUL-terminated string of this thread.
+        unsafe { CStr::from_ptr(offload_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_an_internal_error_with_its_message() {
+        let s = guard("offload_test_call", || panic!("a planted panic"));
+        assert_eq!(s, offload_status_t::OFFLOAD_ERROR_INTERNAL);
+        assert_eq!(last(), "offload_test_call: internal error: a planted panic");
+    }
+
+    #[test]
+    fn errors_keep_the_runtime_words_and_success_keeps_the_last_error() {
+        let s = guard("c", || Err(invalid("offload_x", "`out` is a null pointer")));
+        assert_eq!(s, offload_status_t::OFFLOAD_ERROR_INVALID_ARGUMENT);
+        assert_eq!(
+            last(),
+            "offload_x: invalid argument: `out` is a null pointer"
+        );
+        assert_eq!(guard("c", || Ok(())), offload_status_t::OFFLOAD_OK);
+        assert_eq!(
+            last(),
+            "offload_x: invalid argument: `out` is a null pointer"
+        );
+    }
+
+    #[test]
+    fn a_long_message_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(MESSAGE_BYTES);
+        let _ = guard("c", || Err(invalid("offload_x", long.clone())));
+        let got = last();
+        assert!(
+            got.len() < MESSAGE_BYTES && got.ends_with('…'),
+            "{}",
+            got.len()
+        );
+    }
+
+    #[test]
+    fn every_status_has_its_name() {
+        for n in 0..18 {
+            // SAFETY: static NUL-terminated names.
+            let name = unsafe { CStr::from_ptr(offload_status_name(n)) };
+            assert!(name.to_str().unwrap().starts_with("OFFLOAD_"), "{n}");
+        }
+    }
+}

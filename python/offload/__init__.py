@@ -5,6 +5,7 @@ that waits releases the GIL. See docs/python.md.
 """
 
 import atexit as _atexit
+import os as _os
 
 from ._offload import (  # noqa: F401
     Buffer,
@@ -37,12 +38,16 @@ from ._offload import (  # noqa: F401
     compile_stats,
     host_stats,
 )
-from ._offload import _at_exit
+from ._offload import _after_fork_child, _at_exit
 
 # Shut down every runtime the program still holds while the interpreter still runs, so
 # pending host functions and teardown callbacks run normally (registered at import, so it
 # runs after the program's own atexit handlers).
 _atexit.register(_at_exit)
+
+# A child forked after offload started cannot use the inherited runtime (every call raises
+# ForkedError) and must not let offload's C exit hook tear it down at its exit.
+_os.register_at_fork(after_in_child=_after_fork_child)
 
 
 def _layout_of(dtype, shape):

@@ -174,6 +174,37 @@ pub(crate) fn _at_exit(py: Python<'_>) {
     EXITING.store(true, Ordering::Release);
 }
 
+unsafe extern "C" {
+    /// glibc: registers `f(status, arg)` to run at `exit`, before the handlers registered
+    /// earlier (offload's exit hook among them).
+    fn on_exit(f: extern "C" fn(std::ffi::c_int, *mut std::ffi::c_void), arg: *mut std::ffi::c_void) -> std::ffi::c_int;
+    fn fflush(stream: *mut std::ffi::c_void) -> std::ffi::c_int;
+    fn _exit(status: std::ffi::c_int) -> !;
+}
+
+/// A forked child's last exit handler: ends the process before offload's exit hook would
+/// tear down the inherited runtime (whose threads and locks did not survive the fork, so
+/// that teardown could wait forever), as `os._exit` does for multiprocessing's children.
+extern "C" fn exit_child(status: std::ffi::c_int, _arg: *mut std::ffi::c_void) {
+    // SAFETY: flushing every C stream and ending the process are the documented way out of
+    // an exit handler; nothing of the process runs after `_exit`.
+    unsafe {
+        fflush(std::ptr::null_mut());
+        _exit(status)
+    }
+}
+
+/// Called in a child right after `os.fork()` (registered with `os.register_at_fork`): if the
+/// parent had started offload, the child's `exit` skips offload's exit hook.
+#[pyfunction]
+pub(crate) fn _after_fork_child() {
+    if forked() {
+        // SAFETY: `exit_child` is a plain function of this library, which stays loaded (an
+        // extension module is never unloaded); the argument is unused.
+        let _ = unsafe { on_exit(exit_child, std::ptr::null_mut()) };
+    }
+}
+
 /// The offload runtime: `with offload.Offload() as rt: ...` or `rt.shutdown()`.
 #[pyclass(name = "Offload", module = "offload", frozen)]
 pub(crate) struct PyOffload {

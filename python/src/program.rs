@@ -10,7 +10,7 @@ use offload::{Kernel, Module, ParamKind, Program, ScalarType, Source};
 use pyo3::prelude::*;
 
 use crate::errors::{IntoPy, invalid};
-use crate::runtime::{Held, PyDevice, RtCell, blocking, check, python_callable};
+use crate::runtime::{Held, PyDevice, PythonCall, RtCell, blocking, check};
 
 /// Calls a Python callback from offload (any thread), with the module when it takes one.
 fn call_back(
@@ -18,9 +18,9 @@ fn call_back(
     module: &Module,
     cell: &Option<Arc<RtCell>>,
 ) -> Result<(), offload::CallbackError> {
-    if !python_callable() {
+    let Some(_call) = PythonCall::enter() else {
         return Err("the Python interpreter is exiting (or this is a forked child)".into());
-    }
+    };
     Python::with_gil(|py| {
         let m = PyModule {
             inner: Held::new(module.clone()),

@@ -17,7 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyTuple};
 use crate::buffer::{BorrowedBytes, PyBuffer};
 use crate::errors::{CallbackError, IntoPy, ShutDownError, invalid};
 use crate::program::{PyKernel, scalar_type};
-use crate::runtime::{Held, blocking, check, lock, python_callable};
+use crate::runtime::{Held, PythonCall, blocking, check, lock};
 
 /// A queue of in-order, asynchronous work on one device.
 #[pyclass(name = "Queue", module = "offload", frozen)]
@@ -322,12 +322,12 @@ impl PyQueue {
         let q = &*self.inner;
         blocking(py, move || {
             q.enqueue_host_fn(move || {
-                if !python_callable() {
-                    // The interpreter is gone (or this is a forked child): the callable
+                let Some(_call) = PythonCall::enter() else {
+                    // The interpreter is exiting (or this is a forked child): the callable
                     // cannot run, and its reference is released by pyo3 when it can be.
                     drop(f);
                     return;
-                }
+                };
                 Python::with_gil(|py| {
                     if let Err(e) = f.call0(py) {
                         lock(&errors).push(e);

@@ -14,7 +14,7 @@
 //! It must not hold a lock of its own while calling offload or Python.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use offload::{BackendKind, Device, MemKind, Offload};
@@ -33,6 +33,37 @@ static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 /// Set by the `atexit` handler once it has shut every runtime down: Python callbacks are
 /// not called after it (the interpreter is finalising).
 static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Set by the `atexit` handler once no Python callback runs on offload's threads any more:
+/// from then on a thread other than the finalising one never takes the GIL back.
+static FINALISING: AtomicBool = AtomicBool::new(false);
+
+/// Python callbacks (host functions, setup, teardown) running on offload's threads now.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Held while offload's thread runs Python code: the `atexit` handler waits for these
+/// before the interpreter goes on finalising (which would end such a thread inside the
+/// GIL's acquisition, aborting the process).
+pub(crate) struct PythonCall(());
+
+impl PythonCall {
+    /// `None` when Python must not be called (exiting, finalised, or a forked child).
+    pub(crate) fn enter() -> Option<PythonCall> {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: Py_IsInitialized reads a flag; it may be called without the GIL, at any time.
+        if forked() || EXITING.load(Ordering::SeqCst) || unsafe { ffi::Py_IsInitialized() } == 0 {
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(PythonCall(()))
+    }
+}
+
+impl Drop for PythonCall {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Every runtime reference the package handed out, for the `atexit` handler.
 static LIVE: Mutex<Vec<Weak<RtCell>>> = Mutex::new(Vec::new());
@@ -58,15 +89,32 @@ pub(crate) fn check(call: &str) -> PyResult<()> {
     Ok(())
 }
 
-/// Whether Python code may be called from offload's threads now.
-pub(crate) fn python_callable() -> bool {
-    // SAFETY: Py_IsInitialized reads a flag; it may be called without the GIL, at any time.
-    !forked() && !EXITING.load(Ordering::Acquire) && unsafe { ffi::Py_IsInitialized() } != 0
+thread_local! {
+    /// Set on the thread that runs the `atexit` handler (the main thread): it goes on
+    /// finalising the interpreter, so it must get the GIL back.
+    static FINALISING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs blocking `f` with the GIL released.
+/// Runs `f` with the GIL released, and takes the GIL back — except on a thread that would
+/// take it back after the interpreter began exiting (a daemon thread): CPython ends such a
+/// thread with `pthread_exit` inside that call, whose forced unwinding through Rust frames
+/// aborts the process. That thread waits instead until the process ends, as CPython 3.14
+/// itself makes such threads do.
+pub(crate) fn without_gil<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
+    py.allow_threads(move || {
+        let out = f();
+        if FINALISING.load(Ordering::SeqCst) && !FINALISING_THREAD.with(|t| t.get()) {
+            loop {
+                std::thread::park();
+            }
+        }
+        out
+    })
+}
+
+/// Runs blocking `f` with the GIL released (see [`without_gil`]).
 pub(crate) fn blocking<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
-    py.allow_threads(f)
+    without_gil(py, f)
 }
 
 /// Gives a handle back: without the GIL where the interpreter runs (its release may drain
@@ -77,9 +125,9 @@ pub(crate) fn release<T: Send>(value: T) {
         std::mem::forget(value);
         return;
     }
-    // SAFETY: as in `python_callable`.
+    // SAFETY: Py_IsInitialized reads a flag; it may be called without the GIL, at any time.
     if unsafe { ffi::Py_IsInitialized() } != 0 {
-        Python::with_gil(|py| py.allow_threads(move || drop(value)));
+        Python::with_gil(|py| without_gil(py, move || drop(value)));
     } else {
         drop(value);
     }
@@ -161,23 +209,33 @@ impl RtCell {
 /// semantics: nothing is printed.
 #[pyfunction]
 pub(crate) fn _at_exit(py: Python<'_>) {
-    if forked() {
-        EXITING.store(true, Ordering::Release);
-        return;
-    }
-    let cells: Vec<Arc<RtCell>> = lock(&LIVE).drain(..).filter_map(|w| w.upgrade()).collect();
-    for cell in cells {
-        if let Some(rt) = cell.take() {
-            let _ = blocking(py, move || rt.shutdown().map(|_| ()));
+    FINALISING_THREAD.with(|t| t.set(true));
+    if !forked() {
+        let cells: Vec<Arc<RtCell>> = lock(&LIVE).drain(..).filter_map(|w| w.upgrade()).collect();
+        for cell in cells {
+            if let Some(rt) = cell.take() {
+                let _ = blocking(py, move || rt.shutdown().map(|_| ()));
+            }
         }
     }
-    EXITING.store(true, Ordering::Release);
+    // No new Python callback starts; those running (a runtime NumPy views still pin is not
+    // shut down above) finish first, as Python waits for its non-daemon threads.
+    EXITING.store(true, Ordering::SeqCst);
+    py.allow_threads(|| {
+        while IN_FLIGHT.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    FINALISING.store(true, Ordering::SeqCst);
 }
 
 unsafe extern "C" {
     /// glibc: registers `f(status, arg)` to run at `exit`, before the handlers registered
     /// earlier (offload's exit hook among them).
-    fn on_exit(f: extern "C" fn(std::ffi::c_int, *mut std::ffi::c_void), arg: *mut std::ffi::c_void) -> std::ffi::c_int;
+    fn on_exit(
+        f: extern "C" fn(std::ffi::c_int, *mut std::ffi::c_void),
+        arg: *mut std::ffi::c_void,
+    ) -> std::ffi::c_int;
     fn fflush(stream: *mut std::ffi::c_void) -> std::ffi::c_int;
     fn _exit(status: std::ffi::c_int) -> !;
 }

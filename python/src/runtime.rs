@@ -256,6 +256,8 @@ extern "C" fn exit_child(status: std::ffi::c_int, _arg: *mut std::ffi::c_void) {
 /// parent had started offload, the child's `exit` skips offload's exit hook.
 #[pyfunction]
 pub(crate) fn _after_fork_child() {
+    // The parent's callbacks in flight are on threads the child does not have.
+    IN_FLIGHT.store(0, Ordering::SeqCst);
     if forked() {
         // SAFETY: `exit_child` is a plain function of this library, which stays loaded (an
         // extension module is never unloaded); the argument is unused.

@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _offload(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    runtime::watch_forks();
     errors::register(m)?;
     m.add_class::<runtime::PyOffload>()?;
     m.add_class::<runtime::PyDevice>()?;

@@ -119,7 +119,7 @@ fn convert<'py>(
     args: &Bound<'py, PyTuple>,
     buffers: &mut Vec<Bound<'py, PyBuffer>>,
 ) -> PyResult<Vec<Value>> {
-    let name = kernel.inner.name().to_string();
+    let name = kernel.inner.name();
     let mut out = Vec::with_capacity(args.len());
     for (i, obj) in args.iter().enumerate() {
         let declared = kernel.params.get(i);
@@ -204,7 +204,10 @@ fn convert<'py>(
 
 /// Three sizes from an int or a tuple of up to three ints.
 fn dim3(call: &str, obj: &Bound<'_, PyAny>) -> PyResult<[u32; 3]> {
-    if let Ok(n) = obj.extract::<u32>() {
+    if obj.is_instance_of::<PyInt>() {
+        let n = obj
+            .extract::<u32>()
+            .map_err(|_| invalid(call, format!("dimension {obj}: a u32")))?;
         return Ok([n, 1, 1]);
     }
     let v: Vec<u32> = obj.extract().map_err(|_| {
@@ -223,9 +226,18 @@ fn dim3(call: &str, obj: &Bound<'_, PyAny>) -> PyResult<[u32; 3]> {
 
 /// `n` (elements, offload's default block size) or `(grid, block)`.
 fn dims(call: &str, obj: &Bound<'_, PyAny>, shared_memory: u32) -> PyResult<Dims> {
-    let d = if let Ok(n) = obj.extract::<u32>() {
-        Dims::for_num_elems(n)
-    } else if let Ok((grid, block)) = obj.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
+    // Type tests first: a failed extraction builds an exception, which costs microseconds.
+    let d = if obj.is_instance_of::<PyInt>() {
+        Dims::for_num_elems(
+            obj.extract()
+                .map_err(|_| invalid(call, format!("dims {obj}: a u32")))?,
+        )
+    } else if let Some((grid, block)) = obj
+        .downcast::<PyTuple>()
+        .ok()
+        .filter(|t| t.len() == 2)
+        .and_then(|t| Some((t.get_item(0).ok()?, t.get_item(1).ok()?)))
+    {
         Dims::grid(dim3(call, &grid)?).block(dim3(call, &block)?)
     } else {
         return Err(invalid(

@@ -68,18 +68,45 @@ impl Drop for PythonCall {
 /// Every runtime reference the package handed out, for the `atexit` handler.
 static LIVE: Mutex<Vec<Weak<RtCell>>> = Mutex::new(Vec::new());
 
+/// Set in a child forked (by any `fork()`) from a process whose runtime was started.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
 /// True in a child forked from a process whose runtime was started.
 pub(crate) fn forked() -> bool {
-    let owner = OWNER_PID.load(Ordering::Relaxed);
-    owner != 0 && owner != std::process::id()
+    FORKED.load(Ordering::Relaxed)
+}
+
+unsafe extern "C" {
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> std::ffi::c_int;
+}
+
+/// Runs in the child of every `fork()`: atomic stores only (async-signal-safe, as a child
+/// of a threaded process requires).
+unsafe extern "C" fn in_forked_child() {
+    // The parent's callbacks in flight are on threads the child does not have.
+    IN_FLIGHT.store(0, Ordering::SeqCst);
+    if OWNER_PID.load(Ordering::SeqCst) != 0 {
+        FORKED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Registers the fork handler (module import).
+pub(crate) fn watch_forks() {
+    // SAFETY: `in_forked_child` is a plain function of this library, which stays loaded
+    // (an extension module is never unloaded); it only stores atomics.
+    let _ = unsafe { pthread_atfork(None, None, Some(in_forked_child)) };
 }
 
 /// `ForkedError` for `call` in a forked child, else `Ok`.
 pub(crate) fn check(call: &str) -> PyResult<()> {
     if forked() {
         return Err(ForkedError::new_err(format!(
-            "{call}: this process (pid {}) was forked from pid {}, whose offload runtime it \
-             inherited; a forked child cannot use that runtime (its threads did not survive \
+            "{call}: this process (pid {}) was forked from one whose offload runtime (started \
+             by pid {}) it inherited; a forked child cannot use that runtime (its threads did not survive \
              the fork) nor start another: start offload in a fresh process instead \
              (multiprocessing's 'spawn' or 'forkserver' start method)",
             std::process::id(),
@@ -256,8 +283,6 @@ extern "C" fn exit_child(status: std::ffi::c_int, _arg: *mut std::ffi::c_void) {
 /// parent had started offload, the child's `exit` skips offload's exit hook.
 #[pyfunction]
 pub(crate) fn _after_fork_child() {
-    // The parent's callbacks in flight are on threads the child does not have.
-    IN_FLIGHT.store(0, Ordering::SeqCst);
     if forked() {
         // SAFETY: `exit_child` is a plain function of this library, which stays loaded (an
         // extension module is never unloaded); the argument is unused.

@@ -306,12 +306,15 @@ impl PyBuffer {
     }
 
     /// Names the buffer in error messages.
-    fn label(&self, name: String) -> PyResult<()> {
+    fn label(&self, py: Python<'_>, name: String) -> PyResult<()> {
         check("Buffer.label")?;
-        let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = guard.take() {
-            *guard = Some(b.label(name));
-        }
+        // The write lock waits for calls in flight, which may need the GIL.
+        blocking(py, || {
+            let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(b) = guard.take() {
+                *guard = Some(b.label(name));
+            }
+        });
         Ok(())
     }
 
@@ -602,9 +605,11 @@ impl PyBuffer {
     }
 
     fn __repr__(&self) -> String {
-        match self.guard().as_ref() {
-            Some(b) => format!("<offload.Buffer {b}>"),
-            None => format!("<offload.Buffer ({} bytes, freed)>", self.size),
+        // Never waits (the GIL is held): a buffer busy being freed reads as its size.
+        match self.inner.try_read().as_deref() {
+            Ok(Some(b)) => format!("<offload.Buffer {b}>"),
+            Ok(None) => format!("<offload.Buffer ({} bytes, freed)>", self.size),
+            Err(_) => format!("<offload.Buffer ({} bytes)>", self.size),
         }
     }
 }

@@ -15,7 +15,9 @@ use crate::runtime::{Held, RtCell, blocking, check, lock, release};
 /// A Unix-socket endpoint of the runtime.
 #[pyclass(name = "IpcEndpoint", module = "offload", frozen)]
 pub(crate) struct PyEndpoint {
-    inner: Mutex<Option<Held<IpcEndpoint>>>,
+    /// Calls clone the `Arc` and let go of the lock before they wait, so no call waits
+    /// for another's lock while holding the GIL; `close()` takes it out.
+    inner: Mutex<Option<Arc<Held<IpcEndpoint>>>>,
     peers: Mutex<Vec<offload::ipc::PeerId>>,
     cell: Arc<RtCell>,
 }
@@ -23,7 +25,7 @@ pub(crate) struct PyEndpoint {
 impl PyEndpoint {
     pub(crate) fn new(ep: IpcEndpoint, cell: Arc<RtCell>) -> Self {
         PyEndpoint {
-            inner: Mutex::new(Some(Held::new(ep))),
+            inner: Mutex::new(Some(Arc::new(Held::new(ep)))),
             peers: Mutex::new(Vec::new()),
             cell,
         }
@@ -47,17 +49,14 @@ impl PyEndpoint {
         f: impl FnOnce(&IpcEndpoint) -> offload::Result<T> + Send,
     ) -> PyResult<T> {
         check(call)?;
-        // The endpoint is only taken out by close(), so holding the lock across the call
-        // serialises close() behind it, never a call behind another call for long: each
-        // offload call here is bounded (recv has a timeout).
-        let guard = lock(&self.inner);
-        let Some(ep) = guard.as_ref() else {
+        let Some(ep) = lock(&self.inner).clone() else {
             return Err(ShutDownError::new_err(format!(
                 "{call}: the endpoint was closed"
             )));
         };
-        let ep: &IpcEndpoint = ep;
-        blocking(py, || f(ep)).py_err()
+        let out = blocking(py, || f(&ep)).py_err();
+        release(ep);
+        out
     }
 }
 
@@ -96,13 +95,16 @@ impl PyEndpoint {
             )
         })?;
         let n = nbytes.unwrap_or(buffer.size_of().saturating_sub(offset));
-        let guard = buffer.guard();
-        let Some(b) = guard.as_ref() else {
-            return Err(ShutDownError::new_err(
-                "IpcEndpoint.send: the buffer was freed",
-            ));
-        };
-        self.with(py, "IpcEndpoint.send", |ep| ep.send(id, b, offset, n, tag))
+        self.with(py, "IpcEndpoint.send", |ep| {
+            let guard = buffer.guard();
+            match guard.as_ref() {
+                Some(b) => ep.send(id, b, offset, n, tag),
+                None => Err(offload::Error::InvalidArgument {
+                    call: "IpcEndpoint::send",
+                    reason: "the buffer was freed".into(),
+                }),
+            }
+        })
     }
 
     /// The next buffer range a peer sent, as (peer, tag, Buffer); None after `timeout`
@@ -138,13 +140,16 @@ impl PyEndpoint {
         let Some(ep) = lock(&self.inner).take() else {
             return Ok(());
         };
-        blocking(py, move || held_close(ep)).py_err()
+        match Arc::try_unwrap(ep) {
+            Ok(held) => blocking(py, move || held.into_inner().close()).py_err(),
+            Err(shared) => {
+                // A call on another thread still uses it: it closes when that call returns
+                // (the endpoint's drop closes it), and later calls here raise ShutDownError.
+                release(shared);
+                Ok(())
+            }
+        }
     }
-}
-
-/// Closes a held endpoint (its `Held` wrapper is consumed without a second release).
-fn held_close(ep: Held<IpcEndpoint>) -> offload::Result<()> {
-    ep.into_inner().close()
 }
 
 impl Drop for PyEndpoint {

@@ -252,7 +252,8 @@ fn dims(call: &str, obj: &Bound<'_, PyAny>, shared_memory: u32) -> PyResult<Dims
     })
 }
 
-/// Enqueues a launch (GIL released while offload checks and enqueues it).
+/// Enqueues a launch. The buffers' locks are taken with the GIL released too: a launch may
+/// wait (for room in the queue), and whoever it waits for may need the GIL.
 fn launch_on(
     py: Python<'_>,
     q: &Queue,
@@ -261,33 +262,33 @@ fn launch_on(
     values: &[Value],
     buffers: &[Bound<'_, PyBuffer>],
 ) -> PyResult<()> {
-    let guards: Vec<_> = buffers.iter().map(|b| b.get().guard()).collect();
-    let mut bufs: Vec<&Buffer> = Vec::with_capacity(guards.len());
-    for g in &guards {
-        match g.as_ref() {
-            Some(b) => bufs.push(b),
-            None => {
-                return Err(ShutDownError::new_err(
-                    "Queue.launch: a buffer argument was freed",
-                ));
-            }
-        }
-    }
-    let args: Vec<Arg<'_>> = values.iter().filter_map(|v| v.arg(&bufs)).collect();
+    let buffers: Vec<&PyBuffer> = buffers.iter().map(|b| b.get()).collect();
     let k = &*kernel.inner;
     blocking(py, || {
+        let guards: Vec<_> = buffers.iter().map(|b| b.guard()).collect();
+        let mut bufs: Vec<&Buffer> = Vec::with_capacity(guards.len());
+        for g in &guards {
+            match g.as_ref() {
+                Some(b) => bufs.push(b),
+                None => {
+                    return Err(ShutDownError::new_err(
+                        "Queue.launch: a buffer argument was freed",
+                    ));
+                }
+            }
+        }
+        let args: Vec<Arg<'_>> = values.iter().filter_map(|v| v.arg(&bufs)).collect();
         if k.is_verified() {
-            q.run(k, dims, &args)
+            q.run(k, dims, &args).py_err()
         } else {
             // SAFETY: a kernel offload could not verify (host C, CUDA, SPIR-V images) is
             // native code: launching it from Python is the caller's promise that it stays
             // inside its buffers, exactly as `Queue::launch` is in Rust (docs/python.md says
             // so). Everything offload can check — the count, kind and type of each argument
             // — it still checks before anything runs (P4).
-            unsafe { q.launch(k, dims, &args) }
+            unsafe { q.launch(k, dims, &args) }.py_err()
         }
     })
-    .py_err()
 }
 
 #[pymethods]
@@ -430,12 +431,14 @@ impl PyQueue {
         nbytes: usize,
     ) -> PyResult<()> {
         check("Queue.copy")?;
-        let (gs, gd) = (src.guard(), dst.guard());
-        let (Some(s), Some(d)) = (gs.as_ref(), gd.as_ref()) else {
-            return Err(ShutDownError::new_err("Queue.copy: a buffer was freed"));
-        };
         let q = &*self.inner;
-        blocking(py, || q.copy(s, src_offset, d, dst_offset, nbytes)).py_err()
+        blocking(py, || {
+            let (gs, gd) = (src.guard(), dst.guard());
+            let (Some(s), Some(d)) = (gs.as_ref(), gd.as_ref()) else {
+                return Err(ShutDownError::new_err("Queue.copy: a buffer was freed"));
+            };
+            q.copy(s, src_offset, d, dst_offset, nbytes).py_err()
+        })
     }
 
     /// Benchmark support: `iterations` launches of `kernel` over `dims` with no arguments,

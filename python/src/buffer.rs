@@ -327,6 +327,12 @@ impl PyBuffer {
         nbytes: Option<usize>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let n = nbytes.unwrap_or(self.size.saturating_sub(offset));
+        if n > self.size {
+            return Err(invalid(
+                "Buffer.read",
+                format!("{n} bytes asked of a {}-byte buffer", self.size),
+            ));
+        }
         let mut out = vec![0u8; n];
         self.with(py, "Buffer.read", |b| b.read(offset, &mut out))?;
         Ok(PyBytes::new(py, &out))

@@ -400,6 +400,12 @@ impl PyQueue {
         nbytes: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
         check("Queue.read")?;
+        if nbytes > buffer.size_of() {
+            return Err(invalid(
+                "Queue.read",
+                format!("{nbytes} bytes asked of a {}-byte buffer", buffer.size_of()),
+            ));
+        }
         let mut out = vec![0u8; nbytes];
         let q = &*self.inner;
         buffer.with(py, "Queue.read", |b| q.read(b, offset, &mut out))?;

@@ -38,6 +38,9 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// from then on a thread other than the finalising one never takes the GIL back.
 static FINALISING: AtomicBool = AtomicBool::new(false);
 
+/// Threads between leaving a call made without the GIL and having the GIL back.
+static RETURNING: AtomicUsize = AtomicUsize::new(0);
+
 /// Python callbacks (host functions, setup, teardown) running on offload's threads now.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
@@ -128,15 +131,22 @@ thread_local! {
 /// aborts the process. That thread waits instead until the process ends, as CPython 3.14
 /// itself makes such threads do.
 pub(crate) fn without_gil<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
-    py.allow_threads(move || {
+    let out = py.allow_threads(move || {
         let out = f();
+        // Counted before the flag is read, so the `atexit` handler, which sets the flag
+        // and then waits for the count to fall to zero, sees every thread that read it
+        // clear and is about to take the GIL back.
+        RETURNING.fetch_add(1, Ordering::SeqCst);
         if FINALISING.load(Ordering::SeqCst) && !FINALISING_THREAD.with(|t| t.get()) {
+            RETURNING.fetch_sub(1, Ordering::SeqCst);
             loop {
                 std::thread::park();
             }
         }
         out
-    })
+    });
+    RETURNING.fetch_sub(1, Ordering::SeqCst);
+    out
 }
 
 /// Runs blocking `f` with the GIL released (see [`without_gil`]).
@@ -254,6 +264,13 @@ pub(crate) fn _at_exit(py: Python<'_>) {
         }
     });
     FINALISING.store(true, Ordering::SeqCst);
+    // Threads already on their way back to the GIL get it before the interpreter starts
+    // finalising (CPython would end them inside that acquisition, in a Rust frame).
+    py.allow_threads(|| {
+        while RETURNING.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
 }
 
 unsafe extern "C" {

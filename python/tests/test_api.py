@@ -221,3 +221,11 @@ def test_ipc_endpoint_in_process(host):
         b.close()
     finally:
         rt.shutdown()
+
+
+def test_oversized_reads_are_refused_before_allocating(host):
+    buf = host.alloc(16)
+    with pytest.raises(offload.InvalidArgumentError, match="16-byte buffer"):
+        buf.read(0, 1 << 60)
+    with pytest.raises(offload.InvalidArgumentError, match="16-byte buffer"):
+        host.queue().read(buf, 0, 1 << 60)

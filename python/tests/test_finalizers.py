@@ -152,7 +152,9 @@ MODE
         "sys.exit(0)",
         "rt.shutdown()",
         "del rt, q, q2, mod, k, prog",
+        # Daemon threads still inside offload calls when the interpreter finalises.
         "threading.Thread(target=lambda: [q.launch(k, 100, bufs[2], bufs[3], 1.0, 100) or q.sync() for _ in range(10**6)], daemon=True).start(); time.sleep(0.05)",
+        "[threading.Thread(target=lambda: [dev.alloc(4096).read(0, 8) or q2.enqueue_host_fn(lambda: None) or q2.sync() for _ in range(10**6)], daemon=True).start() for _ in range(4)]; time.sleep(0.05)",
     ],
 )
 def test_interpreter_exit_with_live_objects(mode):

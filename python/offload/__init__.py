@@ -109,7 +109,7 @@ def _numpy(self):
     fmt, _, shape = self._layout
     if self.backend == "host":
         return np.asarray(memoryview(self))
-    return np.frombuffer(self.read(), dtype=np.dtype(fmt)).reshape(shape)
+    return np.frombuffer(bytearray(self.read()), dtype=np.dtype(fmt)).reshape(shape)  # writable copy
 
 
 Device.empty = _empty

@@ -90,8 +90,10 @@ unsafe extern "C" {
 /// Runs in the child of every `fork()`: atomic stores only (async-signal-safe, as a child
 /// of a threaded process requires).
 unsafe extern "C" fn in_forked_child() {
-    // The parent's callbacks in flight are on threads the child does not have.
+    // The parent's callbacks in flight, and its threads on their way back to the GIL, are
+    // threads the child does not have.
     IN_FLIGHT.store(0, Ordering::SeqCst);
+    RETURNING.store(0, Ordering::SeqCst);
     if OWNER_PID.load(Ordering::SeqCst) != 0 {
         FORKED.store(true, Ordering::SeqCst);
     }
@@ -247,12 +249,17 @@ impl RtCell {
 #[pyfunction]
 pub(crate) fn _at_exit(py: Python<'_>) {
     FINALISING_THREAD.with(|t| t.set(true));
-    if !forked() {
-        let cells: Vec<Arc<RtCell>> = lock(&LIVE).drain(..).filter_map(|w| w.upgrade()).collect();
-        for cell in cells {
-            if let Some(rt) = cell.take() {
-                let _ = blocking(py, move || rt.shutdown().map(|_| ()));
-            }
+    if forked() {
+        // The inherited runtime is not touched, and no thread of offload's (nor any other)
+        // was copied into the child: nothing to wait for.
+        EXITING.store(true, Ordering::SeqCst);
+        FINALISING.store(true, Ordering::SeqCst);
+        return;
+    }
+    let cells: Vec<Arc<RtCell>> = lock(&LIVE).drain(..).filter_map(|w| w.upgrade()).collect();
+    for cell in cells {
+        if let Some(rt) = cell.take() {
+            let _ = blocking(py, move || rt.shutdown().map(|_| ()));
         }
     }
     // No new Python callback starts; those running (a runtime NumPy views still pin is not

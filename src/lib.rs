@@ -201,6 +201,9 @@ pub mod chapter_doctests {
     /// docs/programs.md
     #[doc = include_str!("../docs/programs.md")]
     pub struct Programs;
+    /// docs/python.md
+    #[doc = include_str!("../docs/python.md")]
+    pub struct Python;
     /// docs/queues.md
     #[doc = include_str!("../docs/queues.md")]
     pub struct Queues;

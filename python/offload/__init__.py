@@ -1,0 +1,147 @@
+"""offload from Python: one safe API over host, Vulkan, CUDA, HIP and Level Zero devices.
+
+Objects are safe to drop in any order, after shutdown and at interpreter exit; every call
+that waits releases the GIL. See docs/python.md.
+"""
+
+import atexit as _atexit
+import os as _os
+
+from ._offload import (  # noqa: F401
+    Buffer,
+    CallbackError,
+    CompileError,
+    Device,
+    DeviceInfo,
+    DriverError,
+    DriverNotFoundError,
+    Event,
+    ForkedError,
+    InvalidArgumentError,
+    InvalidBinaryError,
+    InvalidIpcHandleError,
+    IpcEndpoint,
+    IpcError,
+    Kernel,
+    Module,
+    MultipleError,
+    NoDeviceError,
+    Offload,
+    OffloadError,
+    OutOfMemoryError,
+    Program,
+    QuarantinedError,
+    Queue,
+    ShutDownError,
+    SymbolNotFoundError,
+    UnsupportedError,
+    compile_stats,
+    host_stats,
+)
+from ._offload import _after_fork_child, _at_exit
+
+# Shut down every runtime the program still holds while the interpreter still runs, so
+# pending host functions and teardown callbacks run normally (registered at import, so it
+# runs after the program's own atexit handlers).
+_atexit.register(_at_exit)
+
+# A child forked after offload started cannot use the inherited runtime (every call raises
+# ForkedError) and must not let offload's C exit hook tear it down at its exit.
+_os.register_at_fork(after_in_child=_after_fork_child)
+
+
+def _layout_of(dtype, shape):
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if not dtype.isnative or dtype.char not in "bBhHiIlLqQefd?":
+        raise InvalidArgumentError(
+            f"Device.empty: invalid argument: dtype {dtype} has no zero-copy layout "
+            "(native integers, floats and bool only)"
+        )
+    shape = (shape,) if isinstance(shape, int) else tuple(int(n) for n in shape)
+    return dtype, shape
+
+
+def _empty(self, shape, dtype="float32", kind="device"):
+    """An uninitialised buffer viewed as an array of `shape` and `dtype` (NumPy needed)."""
+    import math
+
+    dtype, shape = _layout_of(dtype, shape)
+    buf = self.alloc(math.prod(shape) * dtype.itemsize, kind)
+    buf._set_layout(dtype.char, dtype.itemsize, list(shape))
+    return buf
+
+
+def _zeros(self, shape, dtype="float32", kind="device"):
+    """A zero-filled buffer of `shape` and `dtype`."""
+    buf = _empty(self, shape, dtype, kind)
+    buf.fill(0)
+    return buf
+
+
+def _upload(self, array, kind="device"):
+    """A new buffer holding a copy of `array` (any array-like), with its dtype and shape."""
+    import numpy as np
+
+    a = np.ascontiguousarray(array)
+    buf = _empty(self, a.shape, a.dtype, kind)
+    buf.write(a)
+    return buf
+
+
+def _view(self, dtype, shape=None):
+    """Sets how NumPy, memoryview and DLPack see the bytes; returns the buffer."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if shape is None:
+        shape = (self.size // dtype.itemsize,)
+    dtype, shape = _layout_of(dtype, shape)
+    self._set_layout(dtype.char, dtype.itemsize, list(shape))
+    return self
+
+
+def _numpy(self):
+    """The buffer as a NumPy array: zero-copy for host-device memory, a copy elsewhere."""
+    import numpy as np
+
+    fmt, _, shape = self._layout
+    if self.backend == "host":
+        return np.asarray(memoryview(self))
+    return np.frombuffer(bytearray(self.read()), dtype=np.dtype(fmt)).reshape(shape)  # writable copy
+
+
+Device.empty = _empty
+Device.zeros = _zeros
+Device.upload = _upload
+Buffer.view = _view
+Buffer.numpy = _numpy
+
+
+def from_dlpack(obj, device=None, copy=None):
+    """An offload Buffer from a DLPack producer.
+
+    An offload Buffer (or anything DLPack-viewing one) comes back as that same Buffer, no
+    copy. Other host memory (a NumPy array) is copied into a new buffer of `device` (the
+    host device by default) unless copy=False, which raises UnsupportedError: an offload
+    buffer cannot adopt memory it did not allocate yet.
+    """
+    if isinstance(obj, Buffer):
+        return obj
+    if copy is False:
+        raise UnsupportedError(
+            "host: offload.from_dlpack: unsupported: offload buffers cannot adopt memory "
+            "another library allocated; pass copy=None or True to copy it"
+        )
+    import numpy as np
+
+    array = np.from_dlpack(obj)
+    if device is None:
+        raise InvalidArgumentError(
+            "offload.from_dlpack: invalid argument: name the device to copy into (device=...)"
+        )
+    return device.upload(array)
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,683 @@
+//! `Buffer` for Python: copies in and out of any object with the buffer protocol, and
+//! zero-copy views of host-device memory through the buffer protocol and DLPack.
+//!
+//! A view (a `memoryview`, a NumPy array, a DLPack capsule) holds an [`Export`]: the
+//! Python `Buffer` (so its allocation is not dropped), a reference to the runtime (so no
+//! shutdown frees the memory under it: the last reference is the export's, L1/L4), and a
+//! count on the buffer that makes `free()` refuse while any view is alive. So a NumPy array
+//! outliving `rt.shutdown()` stays valid; the runtime is deinitialised when the array goes.
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use offload::{BackendKind, Buffer, MemKind, Offload};
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyCapsule};
+
+use crate::errors::{IntoPy, ShutDownError, UnsupportedError, invalid};
+use crate::runtime::{PyDevice, RtCell, blocking, check, lock, release};
+
+/// How views see the bytes: a struct-module format character, its size, and a C-order shape.
+#[derive(Clone)]
+struct Layout {
+    format: String,
+    itemsize: usize,
+    shape: Vec<usize>,
+}
+
+/// Device memory.
+#[pyclass(name = "Buffer", module = "offload", frozen)]
+pub(crate) struct PyBuffer {
+    inner: RwLock<Option<Buffer>>,
+    cell: Arc<RtCell>,
+    size: usize,
+    backend: BackendKind,
+    kind: MemKind,
+    exports: AtomicUsize,
+    layout: Mutex<Layout>,
+}
+
+impl PyBuffer {
+    pub(crate) fn new(buffer: Buffer, cell: Arc<RtCell>) -> Self {
+        let size = buffer.len();
+        PyBuffer {
+            backend: buffer.device().backend(),
+            kind: buffer.kind(),
+            size,
+            inner: RwLock::new(Some(buffer)),
+            cell,
+            exports: AtomicUsize::new(0),
+            layout: Mutex::new(Layout {
+                format: "B".into(),
+                itemsize: 1,
+                shape: vec![size],
+            }),
+        }
+    }
+
+    /// Runs `f` on the buffer (read lock held, GIL released); `ShutDownError` after `free()`.
+    pub(crate) fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        call: &str,
+        f: impl FnOnce(&Buffer) -> offload::Result<T> + Send,
+    ) -> PyResult<T> {
+        check(call)?;
+        blocking(py, || {
+            let guard = self.inner.read().unwrap_or_else(|p| p.into_inner());
+            match guard.as_ref() {
+                Some(b) => f(b).py_err(),
+                None => Err(ShutDownError::new_err(format!(
+                    "{call}: the buffer was freed"
+                ))),
+            }
+        })
+    }
+
+    pub(crate) fn size_of(&self) -> usize {
+        self.size
+    }
+
+    /// The read guard, for a launch that borrows several buffers at once.
+    pub(crate) fn guard(&self) -> std::sync::RwLockReadGuard<'_, Option<Buffer>> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A zero-copy export: the address of the bytes, with what keeps them valid.
+    fn export(slf: &Bound<'_, Self>, call: &str) -> PyResult<Export> {
+        let py = slf.py();
+        check(call)?;
+        let this = slf.get();
+        if this.backend != BackendKind::Host {
+            return Err(UnsupportedError::new_err(format!(
+                "{}: {call}: unsupported: zero-copy views exist for host-device memory only; \
+                 copy with Buffer.read / Buffer.write (or numpy())",
+                this.backend.name()
+            )));
+        }
+        let pin = this.cell.pin(py, call)?;
+        // Counted before the address is taken, so a concurrent free() sees the export.
+        this.exports.fetch_add(1, Ordering::AcqRel);
+        let export = Export {
+            owner: Some(slf.clone().unbind()),
+            pin: Some(pin),
+            ptr: 0,
+            layout: lock(&this.layout).clone(),
+            shape: Vec::new(),
+            strides: Vec::new(),
+            format: CString::default(),
+        };
+        let addr = this.with(py, call, |b| {
+            b.with_mapped(|bytes| bytes.as_mut_ptr() as usize)
+        });
+        let mut export = export;
+        export.ptr = addr?;
+        export.format = CString::new(export.layout.format.clone())
+            .map_err(|_| invalid(call, "the buffer's format has a NUL byte"))?;
+        let item = export.layout.itemsize as i64;
+        let mut stride = item;
+        let mut strides = vec![0i64; export.layout.shape.len()];
+        for (s, &n) in strides.iter_mut().zip(&export.layout.shape).rev() {
+            *s = stride;
+            stride *= n as i64;
+        }
+        export.shape = export.layout.shape.iter().map(|&n| n as i64).collect();
+        export.strides = strides;
+        Ok(export)
+    }
+}
+
+/// What keeps a zero-copy view's memory valid (see the module comment).
+struct Export {
+    owner: Option<Py<PyBuffer>>,
+    pin: Option<Offload>,
+    ptr: usize,
+    layout: Layout,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    format: CString,
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            owner.get().exports.fetch_sub(1, Ordering::AcqRel);
+            // Dropped without the GIL, pyo3 defers the decref to the next holder of the GIL.
+            drop(owner);
+        }
+        if let Some(pin) = self.pin.take() {
+            release(pin);
+        }
+    }
+}
+
+/// DLPack's C structures (dlpack.h, version 0.8 layout, the `dltensor` capsule).
+#[repr(C)]
+struct DlDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+struct DlDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DlTensor {
+    data: *mut c_void,
+    device: DlDevice,
+    ndim: i32,
+    dtype: DlDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DlManagedTensor {
+    dl_tensor: DlTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
+}
+
+/// DLPack 1.x's managed tensor (the `dltensor_versioned` capsule), which carries flags:
+/// NumPy makes a writable array only from this one.
+#[repr(C)]
+struct DlManagedTensorVersioned {
+    version: [u32; 2],
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DlTensor,
+}
+
+const DL_CPU: i32 = 1;
+const CAPSULE: &std::ffi::CStr = c"dltensor";
+const CAPSULE_VERSIONED: &std::ffi::CStr = c"dltensor_versioned";
+
+/// DLPack's type code and bits for a struct-module format character.
+fn dl_type(format: &str, itemsize: usize) -> Option<DlDataType> {
+    let code = match format.trim_start_matches(['@', '=', '<']) {
+        "b" | "h" | "i" | "l" | "q" | "n" => 0,
+        "B" | "H" | "I" | "L" | "Q" | "N" => 1,
+        "e" | "f" | "d" => 2,
+        "?" => 6,
+        _ => return None,
+    };
+    Some(DlDataType {
+        code,
+        bits: (itemsize * 8) as u8,
+        lanes: 1,
+    })
+}
+
+/// The managed tensor's deleter: frees what `__dlpack__` allocated and drops the export.
+unsafe extern "C" fn dl_deleter(managed: *mut DlManagedTensor) {
+    if managed.is_null() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: `managed` and its context were made by `Box::into_raw` in `__dlpack__`, and
+        // DLPack calls the deleter exactly once (the consumer, or our capsule destructor
+        // when no consumer took the capsule).
+        let managed = unsafe { Box::from_raw(managed) };
+        // SAFETY: as above, for the context.
+        drop(unsafe { Box::from_raw(managed.manager_ctx.cast::<Export>()) });
+    });
+}
+
+/// The versioned tensor's deleter, as `dl_deleter`.
+unsafe extern "C" fn dl_deleter_versioned(managed: *mut DlManagedTensorVersioned) {
+    if managed.is_null() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: as in `dl_deleter`.
+        let managed = unsafe { Box::from_raw(managed) };
+        // SAFETY: as in `dl_deleter`.
+        drop(unsafe { Box::from_raw(managed.manager_ctx.cast::<Export>()) });
+    });
+}
+
+/// The capsule's destructor: a capsule no consumer took still owns its tensor.
+unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
+    // SAFETY: called by Python with the GIL held on a live capsule; a consumer renames a
+    // capsule it took ("used_dltensor"), so a valid "dltensor" one is still ours.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, CAPSULE.as_ptr()) == 1 {
+            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE.as_ptr());
+            dl_deleter(managed.cast());
+        }
+    }
+}
+
+/// The versioned capsule's destructor, as `capsule_destructor`.
+unsafe extern "C" fn capsule_destructor_versioned(capsule: *mut ffi::PyObject) {
+    // SAFETY: as in `capsule_destructor` ("used_dltensor_versioned" once taken).
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, CAPSULE_VERSIONED.as_ptr()) == 1 {
+            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE_VERSIONED.as_ptr());
+            dl_deleter_versioned(managed.cast());
+        }
+    }
+}
+
+#[pymethods]
+impl PyBuffer {
+    /// Size in bytes.
+    #[getter]
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn __len__(&self) -> usize {
+        self.size
+    }
+
+    /// "host", "vulkan", … .
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// "device", "host" or "shared".
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.kind {
+            MemKind::Host => "host",
+            MemKind::Shared => "shared",
+            _ => "device",
+        }
+    }
+
+    /// The device the buffer is on.
+    fn device(&self, py: Python<'_>) -> PyResult<PyDevice> {
+        let d = self.with(py, "Buffer.device", |b| Ok(b.device()))?;
+        Ok(PyDevice {
+            inner: crate::runtime::Held::new(d),
+            cell: self.cell.clone(),
+        })
+    }
+
+    /// Names the buffer in error messages.
+    fn label(&self, py: Python<'_>, name: String) -> PyResult<()> {
+        check("Buffer.label")?;
+        // The write lock waits for calls in flight, which may need the GIL.
+        blocking(py, || {
+            let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(b) = guard.take() {
+                *guard = Some(b.label(name));
+            }
+        });
+        Ok(())
+    }
+
+    /// `nbytes` bytes from `offset` (all the rest by default), as `bytes`.
+    #[pyo3(signature = (offset=0, nbytes=None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: usize,
+        nbytes: Option<usize>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let n = nbytes.unwrap_or(self.size.saturating_sub(offset));
+        if n > self.size {
+            return Err(invalid(
+                "Buffer.read",
+                format!("{n} bytes asked of a {}-byte buffer", self.size),
+            ));
+        }
+        let mut out = vec![0u8; n];
+        self.with(py, "Buffer.read", |b| b.read(offset, &mut out))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// Copies any C-contiguous object with the buffer protocol (bytes, NumPy arrays, …) in at
+    /// `offset`.
+    #[pyo3(signature = (data, offset=0))]
+    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
+        let src = BorrowedBytes::new(data, "Buffer.write")?;
+        let (addr, len) = (src.addr(), src.len());
+        self.with(py, "Buffer.write", move |b| {
+            // SAFETY: `src` holds the exporter's view until after this closure returns
+            // (PyBuffer_Release in its drop), which keeps these bytes allocated and in place.
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            b.write(offset, bytes)
+        })?;
+        drop(src);
+        Ok(())
+    }
+
+    /// Copies the bytes into any writable C-contiguous object with the buffer protocol.
+    #[pyo3(signature = (out, offset=0))]
+    fn read_into(&self, py: Python<'_>, out: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
+        let dst = BorrowedBytes::new_writable(out, "Buffer.read_into")?;
+        let (addr, len) = (dst.addr(), dst.len());
+        self.with(py, "Buffer.read_into", move |b| {
+            // SAFETY: as in `write`; the view was asked writable (PyBUF_WRITABLE).
+            let bytes = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+            b.read(offset, bytes)
+        })?;
+        drop(dst);
+        Ok(())
+    }
+
+    /// Sets `nbytes` bytes from `offset` (all by default) to `value`.
+    #[pyo3(signature = (value, offset=0, nbytes=None))]
+    fn fill(
+        &self,
+        py: Python<'_>,
+        value: u8,
+        offset: usize,
+        nbytes: Option<usize>,
+    ) -> PyResult<()> {
+        let n = nbytes.unwrap_or(self.size.saturating_sub(offset));
+        self.with(py, "Buffer.fill", |b| b.fill(offset, n, value))
+    }
+
+    /// Frees the memory now; refused while a NumPy array, memoryview or DLPack capsule views
+    /// it. Later calls on the buffer raise `ShutDownError`.
+    fn free(&self, py: Python<'_>) -> PyResult<()> {
+        check("Buffer.free")?;
+        blocking(py, || {
+            let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            if self.exports.load(Ordering::Acquire) > 0 {
+                return Err(PyBufferError::new_err(format!(
+                    "Buffer.free: {} zero-copy view(s) of the buffer are alive (NumPy arrays, \
+                     memoryviews, DLPack capsules): drop them first",
+                    self.exports.load(Ordering::Acquire)
+                )));
+            }
+            match guard.take() {
+                Some(b) => b.free().py_err(),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// How views see the bytes: a struct format character ("f", "d", "i", …), its size, and
+    /// a shape whose product times the size is the buffer's size.
+    fn _set_layout(&self, format: String, itemsize: usize, shape: Vec<usize>) -> PyResult<()> {
+        let n: usize = shape.iter().product();
+        if n.checked_mul(itemsize) != Some(self.size) || dl_type(&format, itemsize).is_none() {
+            return Err(invalid(
+                "Buffer.view",
+                format!(
+                    "format {format:?} of {itemsize} bytes with shape {shape:?} does not fit \
+                     {} bytes",
+                    self.size
+                ),
+            ));
+        }
+        *lock(&self.layout) = Layout {
+            format,
+            itemsize,
+            shape,
+        };
+        Ok(())
+    }
+
+    /// (format, itemsize, shape) of the views.
+    #[getter]
+    fn _layout(&self) -> (String, usize, Vec<usize>) {
+        let l = lock(&self.layout);
+        (l.format.clone(), l.itemsize, l.shape.clone())
+    }
+
+    /// Live zero-copy views.
+    #[getter]
+    fn exports(&self) -> usize {
+        self.exports.load(Ordering::Acquire)
+    }
+
+    /// An IPC handle for the buffer (it must come from `alloc(..., exportable=True)`), as
+    /// (bytes, file descriptor or None); the descriptor belongs to the caller.
+    fn export_handle(&self, py: Python<'_>) -> PyResult<(Py<PyBytes>, Option<i32>)> {
+        let h = self.with(py, "Buffer.export_handle", |b| b.export())?;
+        let bytes = PyBytes::new(py, &h.to_bytes()).unbind();
+        let fd = match h.fd() {
+            Some(fd) => {
+                use std::os::fd::IntoRawFd;
+                let owned = fd.try_clone_to_owned().map_err(|e| {
+                    invalid(
+                        "Buffer.export_handle",
+                        format!("duplicating the descriptor: {e}"),
+                    )
+                })?;
+                Some(owned.into_raw_fd())
+            }
+            None => None,
+        };
+        Ok((bytes, fd))
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err(
+                "Buffer.__getbuffer__: no view to fill",
+            ));
+        }
+        let _ = flags; // writable, C-contiguous: every request is met
+        let export = Box::new(PyBuffer::export(&slf, "Buffer.__getbuffer__")?);
+        let ndim = export.shape.len() as c_int;
+        let len = slf.get().size as ffi::Py_ssize_t;
+        let itemsize = export.layout.itemsize as ffi::Py_ssize_t;
+        let export = Box::into_raw(export);
+        // SAFETY: `view` is the non-null view Python asked us to fill; `export` lives until
+        // `__releasebuffer__` (it owns the shape, strides and format the view points at, and
+        // keeps the memory valid); `obj` gets its own reference, which Python releases.
+        unsafe {
+            let e = &mut *export;
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).buf = e.ptr as *mut c_void;
+            (*view).len = len;
+            (*view).readonly = 0;
+            (*view).itemsize = itemsize;
+            (*view).format = e.format.as_ptr() as *mut c_char;
+            (*view).ndim = ndim;
+            (*view).shape = e.shape.as_mut_ptr().cast::<ffi::Py_ssize_t>();
+            (*view).strides = e.strides.as_mut_ptr().cast::<ffi::Py_ssize_t>();
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = export.cast::<c_void>();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: `internal` is the `Export` that `__getbuffer__` boxed for this view, freed
+        // exactly once here.
+        unsafe {
+            if !view.is_null() && !(*view).internal.is_null() {
+                drop(Box::from_raw((*view).internal.cast::<Export>()));
+                (*view).internal = std::ptr::null_mut();
+            }
+        }
+    }
+
+    /// DLPack producer: a capsule viewing the memory (host device only).
+    #[pyo3(signature = (stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = stream; // host memory: no stream to order against
+        // A consumer that reads DLPack 1.x gets the versioned capsule (writable); others the
+        // legacy one.
+        let versioned = match max_version {
+            Some(v) => v
+                .extract::<(u32, u32)>()
+                .map(|(major, _)| major >= 1)
+                .unwrap_or(false),
+            None => false,
+        };
+        if let Some((t, _)) = dl_device {
+            if t != DL_CPU {
+                return Err(UnsupportedError::new_err(format!(
+                    "Buffer.__dlpack__: device type {t} asked; this buffer is host memory (1)"
+                )));
+            }
+        }
+        if copy == Some(true) {
+            return Err(UnsupportedError::new_err(
+                "Buffer.__dlpack__: copy=True is not supported: views are zero-copy",
+            ));
+        }
+        let mut export = Box::new(PyBuffer::export(slf, "Buffer.__dlpack__")?);
+        let dtype = dl_type(&export.layout.format, export.layout.itemsize).ok_or_else(|| {
+            invalid(
+                "Buffer.__dlpack__",
+                "the buffer's format has no DLPack type",
+            )
+        })?;
+        let tensor = DlTensor {
+            data: export.ptr as *mut c_void,
+            device: DlDevice {
+                device_type: DL_CPU,
+                device_id: 0,
+            },
+            ndim: export.shape.len() as i32,
+            dtype,
+            shape: export.shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(), // C-contiguous
+            byte_offset: 0,
+        };
+        let ctx = Box::into_raw(export).cast::<c_void>();
+        let py = slf.py();
+        if versioned {
+            let managed = Box::into_raw(Box::new(DlManagedTensorVersioned {
+                version: [1, 0],
+                manager_ctx: ctx,
+                deleter: Some(dl_deleter_versioned),
+                flags: 0, // writable, not a copy
+                dl_tensor: tensor,
+            }));
+            // SAFETY: as below, for the versioned capsule.
+            unsafe {
+                let capsule = ffi::PyCapsule_New(
+                    managed.cast(),
+                    CAPSULE_VERSIONED.as_ptr(),
+                    Some(capsule_destructor_versioned),
+                );
+                if capsule.is_null() {
+                    dl_deleter_versioned(managed);
+                    return Err(PyErr::fetch(py));
+                }
+                return Ok(Bound::from_owned_ptr(py, capsule).downcast_into_unchecked());
+            }
+        }
+        let managed = Box::into_raw(Box::new(DlManagedTensor {
+            dl_tensor: tensor,
+            manager_ctx: ctx,
+            deleter: Some(dl_deleter),
+        }));
+        // SAFETY: the capsule takes `managed` (ours, from Box::into_raw) under DLPack's
+        // capsule protocol; its destructor frees it unless a consumer took it. On failure
+        // nothing owns it yet, so it is freed here.
+        unsafe {
+            let capsule =
+                ffi::PyCapsule_New(managed.cast(), CAPSULE.as_ptr(), Some(capsule_destructor));
+            if capsule.is_null() {
+                dl_deleter(managed);
+                return Err(PyErr::fetch(py));
+            }
+            Ok(Bound::from_owned_ptr(py, capsule).downcast_into_unchecked())
+        }
+    }
+
+    /// (device type, device id): (1, 0), DLPack's CPU, for host memory.
+    fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
+        if self.backend == BackendKind::Host {
+            Ok((DL_CPU, 0))
+        } else {
+            Err(UnsupportedError::new_err(format!(
+                "{}: Buffer.__dlpack_device__: unsupported: DLPack views exist for host-device \
+                 memory only",
+                self.backend.name()
+            )))
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        // Never waits (the GIL is held): a buffer busy being freed reads as its size.
+        match self.inner.try_read().as_deref() {
+            Ok(Some(b)) => format!("<offload.Buffer {b}>"),
+            Ok(None) => format!("<offload.Buffer ({} bytes, freed)>", self.size),
+            Err(_) => format!("<offload.Buffer ({} bytes)>", self.size),
+        }
+    }
+}
+
+impl Drop for PyBuffer {
+    fn drop(&mut self) {
+        let inner = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(b) = inner {
+            release(b);
+        }
+    }
+}
+
+/// A contiguous view of a Python object's bytes (PEP 3118), released on drop (GIL held).
+pub(crate) struct BorrowedBytes {
+    view: Box<ffi::Py_buffer>,
+}
+
+impl BorrowedBytes {
+    pub(crate) fn new(obj: &Bound<'_, PyAny>, call: &str) -> PyResult<Self> {
+        Self::get(obj, call, ffi::PyBUF_C_CONTIGUOUS)
+    }
+
+    fn new_writable(obj: &Bound<'_, PyAny>, call: &str) -> PyResult<Self> {
+        Self::get(obj, call, ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_WRITABLE)
+    }
+
+    fn get(obj: &Bound<'_, PyAny>, call: &str, flags: c_int) -> PyResult<Self> {
+        // SAFETY: an all-zero Py_buffer is the documented blank view for PyObject_GetBuffer.
+        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: `obj` is a live object (GIL held); `view` is ours to fill.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
+        if rc != 0 {
+            let cause = PyErr::fetch(obj.py());
+            let err = invalid(
+                call,
+                format!("expected a C-contiguous object with the buffer protocol: {cause}"),
+            );
+            err.set_cause(obj.py(), Some(cause));
+            return Err(err);
+        }
+        Ok(BorrowedBytes { view })
+    }
+
+    pub(crate) fn addr(&self) -> usize {
+        self.view.buf as usize
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.view.len.max(0) as usize
+    }
+}
+
+impl Drop for BorrowedBytes {
+    fn drop(&mut self) {
+        // SAFETY: the view was filled by PyObject_GetBuffer and is released exactly once;
+        // every BorrowedBytes is dropped on a thread holding the GIL (never moved into
+        // `blocking`, which gets its address only).
+        unsafe { ffi::PyBuffer_Release(&mut *self.view) };
+    }
+}

@@ -1,0 +1,202 @@
+//! The Python exception hierarchy mirroring `offload::Error`: one class per variant under
+//! `OffloadError`, each raised with the Rust message (`str(e)` is `e.to_string()` of the
+//! Rust error), plus `ForkedError` for a runtime inherited through `fork()`.
+//!
+//! It owns the mapping only; it calls nothing in the runtime.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+create_exception!(
+    offload,
+    OffloadError,
+    PyException,
+    "Base of every offload error."
+);
+create_exception!(
+    offload,
+    ShutDownError,
+    OffloadError,
+    "The handle's runtime was shut down (L3)."
+);
+create_exception!(
+    offload,
+    InvalidBinaryError,
+    OffloadError,
+    "A corrupt or foreign image (P4)."
+);
+create_exception!(
+    offload,
+    SymbolNotFoundError,
+    OffloadError,
+    "A kernel or global the module lacks."
+);
+create_exception!(
+    offload,
+    OutOfMemoryError,
+    OffloadError,
+    "An allocation the device refused."
+);
+create_exception!(
+    offload,
+    InvalidArgumentError,
+    OffloadError,
+    "A wrong argument, named in the message."
+);
+create_exception!(
+    offload,
+    InvalidIpcHandleError,
+    OffloadError,
+    "A forged, stale or foreign IPC handle (I1)."
+);
+create_exception!(
+    offload,
+    CallbackError,
+    OffloadError,
+    "A setup, teardown or host function failed."
+);
+create_exception!(
+    offload,
+    MultipleError,
+    OffloadError,
+    "Several errors; `.errors` holds them."
+);
+create_exception!(
+    offload,
+    DriverNotFoundError,
+    OffloadError,
+    "The backend's driver library is missing."
+);
+create_exception!(
+    offload,
+    NoDeviceError,
+    OffloadError,
+    "The driver loaded and found no device."
+);
+create_exception!(
+    offload,
+    UnsupportedError,
+    OffloadError,
+    "The backend or this package cannot do it."
+);
+create_exception!(
+    offload,
+    IpcError,
+    OffloadError,
+    "A peer gone, cut off or too slow."
+);
+create_exception!(
+    offload,
+    QuarantinedError,
+    OffloadError,
+    "Freed IPC memory a live peer still maps (I3)."
+);
+create_exception!(
+    offload,
+    CompileError,
+    OffloadError,
+    "A compile failed; the message holds the log."
+);
+create_exception!(
+    offload,
+    DriverError,
+    OffloadError,
+    "A driver call failed; `.code` holds its status."
+);
+create_exception!(
+    offload,
+    ForkedError,
+    OffloadError,
+    "The runtime was inherited through fork(): it cannot be used in the child."
+);
+
+/// The Python exception for `e`, with the Rust message; `Multiple` carries `.errors` and
+/// `Driver` carries `.code`.
+pub(crate) fn to_py(e: offload::Error) -> PyErr {
+    use offload::Error as E;
+    let msg = e.to_string();
+    let err = match &e {
+        E::ShutDown { .. } => ShutDownError::new_err(msg),
+        E::InvalidBinary { .. } => InvalidBinaryError::new_err(msg),
+        E::SymbolNotFound { .. } => SymbolNotFoundError::new_err(msg),
+        E::OutOfMemory { .. } => OutOfMemoryError::new_err(msg),
+        E::InvalidArgument { .. } => InvalidArgumentError::new_err(msg),
+        E::InvalidIpcHandle { .. } => InvalidIpcHandleError::new_err(msg),
+        E::Callback { .. } => CallbackError::new_err(msg),
+        E::Multiple(_) => MultipleError::new_err(msg),
+        E::DriverNotFound { .. } => DriverNotFoundError::new_err(msg),
+        E::NoDevice { .. } => NoDeviceError::new_err(msg),
+        E::Unsupported { .. } => UnsupportedError::new_err(msg),
+        E::Ipc { .. } => IpcError::new_err(msg),
+        E::Quarantined { .. } => QuarantinedError::new_err(msg),
+        E::Compile { .. } => CompileError::new_err(msg),
+        E::Driver { .. } => DriverError::new_err(msg),
+        _ => OffloadError::new_err(msg),
+    };
+    Python::with_gil(|py| {
+        let value = err.value(py);
+        match e {
+            E::Multiple(errors) => {
+                let list: Vec<PyObject> = errors
+                    .into_iter()
+                    .map(|inner| to_py(inner).into_value(py).into_any())
+                    .collect();
+                if let Ok(list) = PyList::new(py, list) {
+                    let _ = value.setattr("errors", list);
+                }
+            }
+            E::Driver { code, .. } => {
+                let _ = value.setattr("code", code);
+            }
+            _ => {}
+        }
+    });
+    err
+}
+
+/// `Result<T, offload::Error>` → `PyResult<T>`.
+pub(crate) trait IntoPy<T> {
+    fn py_err(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for offload::Result<T> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}
+
+/// An `InvalidArgumentError` for `call`, worded like the Rust ones.
+pub(crate) fn invalid(call: &str, reason: impl std::fmt::Display) -> PyErr {
+    InvalidArgumentError::new_err(format!("{call}: invalid argument: {reason}"))
+}
+
+/// Adds the classes to the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("OffloadError", py.get_type::<OffloadError>())?;
+    m.add("ShutDownError", py.get_type::<ShutDownError>())?;
+    m.add("InvalidBinaryError", py.get_type::<InvalidBinaryError>())?;
+    m.add("SymbolNotFoundError", py.get_type::<SymbolNotFoundError>())?;
+    m.add("OutOfMemoryError", py.get_type::<OutOfMemoryError>())?;
+    m.add(
+        "InvalidArgumentError",
+        py.get_type::<InvalidArgumentError>(),
+    )?;
+    m.add(
+        "InvalidIpcHandleError",
+        py.get_type::<InvalidIpcHandleError>(),
+    )?;
+    m.add("CallbackError", py.get_type::<CallbackError>())?;
+    m.add("MultipleError", py.get_type::<MultipleError>())?;
+    m.add("DriverNotFoundError", py.get_type::<DriverNotFoundError>())?;
+    m.add("NoDeviceError", py.get_type::<NoDeviceError>())?;
+    m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
+    m.add("IpcError", py.get_type::<IpcError>())?;
+    m.add("QuarantinedError", py.get_type::<QuarantinedError>())?;
+    m.add("CompileError", py.get_type::<CompileError>())?;
+    m.add("DriverError", py.get_type::<DriverError>())?;
+    m.add("ForkedError", py.get_type::<ForkedError>())?;
+    Ok(())
+}

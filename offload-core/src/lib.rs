@@ -23,8 +23,9 @@
 //!   endpoints, the sender-side cache.
 //! - `typestate`: the runtime handle users hold ([`Offload`] in `Uninit`, `Ready`,
 //!   `Shutdown`; L3, L5), and `select` (which devices can run a program).
-//! - [`reference`](mod@reference), [`conformance`], [`faults`]: a backend and the test
-//!   machinery, built on all of the above.
+//! - [`reference`](mod@reference): the in-memory backend, built on all of the above (the
+//!   test machinery — conformance suite, fault injection — is the unpublished crate
+//!   `offload-testing`).
 //!
 //! Users depend on the facade crate `offload`, which picks the backends by cargo feature.
 //! The core is safe code; drivers and FFI live in the backend crates. The only `unsafe` here

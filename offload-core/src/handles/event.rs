@@ -25,7 +25,7 @@ pub struct Event {
     pub(super) generation: Arc<Generation>,
     pub(super) key: ResourceKey,
     pub(super) entry: Arc<Entry<dyn DynEvent>>,
-    /// The queue it was recorded on ([`Queue::id`]).
+    /// The queue it was recorded on ([`Queue::id`](crate::Queue::id)).
     pub(super) queue: u64,
     /// Recorded by a host function of its own queue: that function may never wait for it
     /// (on some backends it would complete early, on others never; L6 wants one answer).
@@ -69,7 +69,7 @@ impl Event {
         self.entry.with(|e| e.is_complete())
     }
 
-    /// The id of the queue the event was recorded on ([`Queue::id`]).
+    /// The id of the queue the event was recorded on ([`Queue::id`](crate::Queue::id)).
     ///
     /// ```
     /// # let rt = offload_core::reference::Offload::init()?;

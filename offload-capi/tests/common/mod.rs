@@ -81,6 +81,10 @@ pub fn compile(sources: &[&Path], out: &Path, link: Link, extra: &[&str]) -> Pat
         }
         Link::Static => {
             cc.arg(lib.join("liboffload_capi.a"));
+            // `--gc-sections`, as rustc links Rust code: the archive holds every backend
+            // compiled in (under `--all-features`, offload-mpi's bindings too), and
+            // sections nothing calls must not ask for their libraries (libmpi).
+            cc.arg("-Wl,--gc-sections");
             // What a Rust static library needs from the system (rustc
             // --print native-static-libs).
             cc.args([

@@ -22,6 +22,15 @@ fi
 exclude=(--exclude offload-bench --exclude offload-embed --exclude offload-testing
     --exclude offload-capi --exclude offload-python)
 
+# The dry run unpacks each package into cargo's registry sources under its name and version;
+# a copy left there by an earlier run of the same version would be built instead of this
+# tree's (a stale offload-core failed offload-driver's verification that way).
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+for name in $(cargo metadata --format-version 1 --no-deps "${offline[@]}" |
+    python3 -c 'import json,sys; print(" ".join(p["name"] + "-" + p["version"] for p in json.load(sys.stdin)["packages"]))'); do
+    rm -rf "$cargo_home"/registry/src/*/"$name" "$cargo_home"/registry/cache/*/"$name.crate"
+done
+
 cargo publish --workspace --dry-run --allow-dirty "${exclude[@]}" "${offline[@]}"
 
 # The packages themselves (`publish --dry-run` leaves none behind on a fresh clone).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's check: a virtual environment (.venv at the repository root, reused
 # when present), maturin, NumPy and pytest installed by name, the extension built into it
-# (release), the pytest suite, then the overhead benchmark (python/bench/bench.py; it reports,
-# and fails the run only with OFFLOAD_BENCH_CHECK=1, since a shared machine's timings vary).
+# (release, or debug with OFFLOAD_PY_DEBUG=1), the pytest suite, then the overhead
+# benchmark (python/bench/bench.py; it reports, and fails the run only with
+# OFFLOAD_BENCH_CHECK=1, since a shared machine's timings vary).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${OFFLOAD_VENV:-$root/.venv}"
@@ -13,14 +14,22 @@ fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest
 
 cd "$root/python"
-VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --release --quiet
+# Release by default (what a user builds); OFFLOAD_PY_DEBUG=1 builds the debug profile,
+# which shares most of its dependencies with `cargo test` (CI uses it to stay in its time).
+build=(--release)
+if [[ "${OFFLOAD_PY_DEBUG:-0}" == 1 ]]; then
+    build=()
+fi
+VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop "${build[@]}" --quiet
 
 # Rust backtraces would be printed by nothing here, but keep the output of the tests that
 # check stderr identical to a user's.
 export RUST_BACKTRACE=0
 "$venv/bin/python" -m pytest -q tests
 
-if [[ "${OFFLOAD_BENCH_CHECK:-0}" == 1 ]]; then
+if [[ "${OFFLOAD_PY_DEBUG:-0}" == 1 ]]; then
+    echo "python/ci.sh: debug build: the overhead benchmark is skipped (run it on a release build)"
+elif [[ "${OFFLOAD_BENCH_CHECK:-0}" == 1 ]]; then
     "$venv/bin/python" bench/bench.py --check
 else
     "$venv/bin/python" bench/bench.py

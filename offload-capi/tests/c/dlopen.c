@@ -59,21 +59,7 @@ static int mapped(const char *name) {
 
 #define SYM(type, name) type name = (type)dlsym(lib, #name)
 
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *bytes = malloc((size_t)n);
-    if (bytes && fread(bytes, 1, (size_t)n, f) != (size_t)n) {
-        free(bytes);
-        bytes = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return bytes;
-}
+#include "read_file.h"
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;

@@ -20,45 +20,9 @@ static const char *self_path;
 
 #include "check.h"
 
-static const char SAXPY_C[] =
-    "#include \"offload_host.h\"\n"
-    "OFFLOAD_KERNEL(saxpy, \"bbfI\") {\n"
-    "    const float *x = OFFLOAD_BUFFER(const float, 0);\n"
-    "    float *y = OFFLOAD_BUFFER(float, 1);\n"
-    "    float a = OFFLOAD_SCALAR(float, 2);\n"
-    "    uint32_t n = OFFLOAD_SCALAR(uint32_t, 3);\n"
-    "    for (uint32_t t = 0; t < launch->block[0]; t++) {\n"
-    "        uint64_t i = OFFLOAD_INDEX_X(t);\n"
-    "        if (i < n) y[i] = a * x[i] + y[i];\n"
-    "    }\n"
-    "}\n";
+#include "../../examples/saxpy_kernels.h"
 
-static const char SAXPY_WGSL[] =
-    "struct Params { a: f32, n: u32 }\n"
-    "@group(0) @binding(0) var<storage, read> x: array<f32>;\n"
-    "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
-    "var<immediate> params: Params;\n"
-    "@compute @workgroup_size(64)\n"
-    "fn saxpy(@builtin(global_invocation_id) id: vec3<u32>) {\n"
-    "    let i = id.x;\n"
-    "    if i < params.n { y[i] = params.a * x[i] + y[i]; }\n"
-    "}\n";
-
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *bytes = malloc((size_t)n);
-    if (bytes && fread(bytes, 1, (size_t)n, f) != (size_t)n) {
-        free(bytes);
-        bytes = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return bytes;
-}
+#include "read_file.h"
 
 /* Setup and teardown counters, passed as user data. */
 typedef struct {

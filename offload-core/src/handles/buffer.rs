@@ -118,10 +118,6 @@ impl BufferEntry {
         self.origin
     }
 
-    pub(crate) fn was_exported(&self) -> bool {
-        self.before_free.get().is_some()
-    }
-
     /// The allocation was exported: `hook` runs before it is freed (the first hook set
     /// stays).
     pub(crate) fn exported(&self, hook: BeforeFree) {
@@ -291,8 +287,6 @@ impl Buffer {
         }
     }
 
-    /// Maps memory another process exported: `handle`'s range of it, as a buffer that
-    /// owns the mapping (dropping it unmaps). See [`Device::import`].
     /// The allocation under this handle.
     pub(crate) fn entry(&self) -> &Arc<BufferEntry> {
         &self.entry
@@ -708,14 +702,6 @@ impl fmt::Display for Buffer {
             )?;
         }
         Ok(())
-    }
-}
-
-impl Buffer {
-    /// Narrows this handle to `offset..offset + len` of its allocation.
-    pub(crate) fn set_range(&mut self, offset: usize, len: usize) {
-        self.offset = offset;
-        self.len = len;
     }
 }
 

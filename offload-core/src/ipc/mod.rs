@@ -112,20 +112,18 @@ pub(crate) fn state(generation: &Generation) -> Option<&Arc<endpoint::Shared>> {
     generation.extension::<Arc<endpoint::Shared>>()
 }
 
-/// Called before an owner frees `entry` (listed as `key`; `object` names it): if it was
-/// ever exported, every process that mapped it through an endpoint is told to unmap it, and
-/// the call waits (bounded) until each did or is gone (I3). Returns `Some` — the typed
-/// outcome for the free to return — when a live peer had not answered by then: the memory
-/// is then quarantined, not freed (see `quarantine.rs`); `None`: free it now.
+/// An exported allocation's before-free hook (set at its export): before an owner frees
+/// `entry` (listed as `key`; `object` names it), every process that mapped it through an
+/// endpoint is told to unmap it, and the call waits (bounded) until each did or is gone
+/// (I3). Returns `Some` — the typed outcome for the free to return — when a live peer had
+/// not answered by then: the memory is then quarantined, not freed (see `quarantine.rs`);
+/// `None`: free it now.
 fn before_free(
     generation: &Arc<Generation>,
     entry: &Arc<BufferEntry>,
     key: ResourceKey,
     object: &dyn std::fmt::Display,
 ) -> Option<crate::Error> {
-    if !entry.was_exported() {
-        return None;
-    }
     let ipc = state(generation)?;
     let mut unmaps = lock(&ipc.cache).evict_allocation(entry.id);
     unmaps.extend(ipc.one_shot_unmaps(entry.id));

@@ -39,11 +39,13 @@ impl Device {
 }
 
 impl Buffer {
-    /// Maps `handle` on `device` as a buffer owning the mapping.
+    /// Maps `handle` on `device`: its range of the memory, as a buffer that owns the
+    /// mapping (dropping it unmaps).
     fn imported(device: &Device, handle: IpcHandle) -> Result<Buffer> {
         let (key, entry, offset, len) = import_entry(device, handle)?;
         let mut buffer = Buffer::owner(device.generation().clone(), key, entry);
-        buffer.set_range(offset, len);
+        buffer.offset = offset;
+        buffer.len = len;
         Ok(buffer)
     }
 

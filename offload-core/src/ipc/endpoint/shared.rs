@@ -14,12 +14,14 @@ pub(crate) struct Shared {
 }
 
 impl Extension for Arc<Shared> {
+    /// Stops and joins the progress thread (a teardown begins releasing).
     fn stop(&self) {
-        self.stop_progress();
+        self.progress.stop();
     }
 
+    /// The teardown released every endpoint and buffer: quarantined memory went with them.
     fn released(&self) {
-        Shared::released(self);
+        self.quarantine.clear();
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -35,16 +37,6 @@ impl Shared {
             quarantine: Quarantine::default(),
             progress: Progress::default(),
         }
-    }
-
-    /// Stops and joins the progress thread (a teardown begins releasing).
-    pub(crate) fn stop_progress(&self) {
-        self.progress.stop();
-    }
-
-    /// The teardown released every endpoint and buffer: quarantined memory went with them.
-    pub(crate) fn released(&self) {
-        self.quarantine.clear();
     }
 
     /// One tick of the progress thread: a round, without waiting, on every endpoint

@@ -79,11 +79,11 @@
 #![warn(missing_docs)]
 
 pub use offload_core::{
-    Arg, BackendKind, Buffer, BufferView, CallbackError, CompileStats, CompilerId, Config,
-    DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel, Language,
-    MemKind, Module, ParamKind, PlatformInfo, Program, Queue, Ready, Result, Scalar, ScalarType,
-    Shutdown, Source, TypedBuffer, Unavailable, Uninit, args, bytemuck, compile_stats, ipc,
-    platform_open_attempts, take_unreported_errors,
+    Arg, BackendKind, Buffer, BufferView, CallbackError, CompileKey, CompileStats, CompilerId,
+    Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel,
+    Language, MemKind, Module, ParamKind, PlatformInfo, Program, Queue, Ready, Result, Scalar,
+    ScalarType, SharedCache, Shutdown, Source, TypedBuffer, Unavailable, Uninit, args, bytemuck,
+    compile_stats, ipc, platform_open_attempts, set_shared_cache, take_unreported_errors,
 };
 
 pub mod plugin;

@@ -61,7 +61,7 @@ mod vocab;
 /// Plain-old-data element types for [`TypedBuffer`]: derive `Pod` and `Zeroable` for your
 /// own `#[repr(C)]` structs.
 pub use bytemuck;
-pub use compile::{CompileStats, compile_stats};
+pub use compile::{CompileKey, CompileStats, SharedCache, compile_stats, set_shared_cache};
 pub use config::{Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS};
 pub use erased::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};

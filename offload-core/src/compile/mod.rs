@@ -9,6 +9,9 @@
 //! decides whether it has to.
 
 pub(crate) mod disk;
+mod shared;
+
+pub use shared::{CompileKey, SharedCache, set_shared_cache};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +44,7 @@ pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DISK_WRITES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CORRUPT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static EVICTED: AtomicU64 = AtomicU64::new(0);
+static SHARED_HITS: AtomicU64 = AtomicU64::new(0);
 static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 static MOST_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 
@@ -59,6 +63,9 @@ pub struct CompileStats {
     pub memory_hits: u64,
     /// Compiles avoided by an entry on disk.
     pub disk_hits: u64,
+    /// Compiles avoided by the shared cache ([`set_shared_cache`]): another process
+    /// compiled the image.
+    pub shared_hits: u64,
     /// Entries written to disk.
     pub disk_writes: u64,
     /// Entries found truncated or altered (checksum), deleted and compiled again.
@@ -80,6 +87,7 @@ pub fn compile_stats() -> CompileStats {
         compiles: COMPILES.load(Ordering::Relaxed),
         memory_hits: MEMORY_HITS.load(Ordering::Relaxed),
         disk_hits: DISK_HITS.load(Ordering::Relaxed),
+        shared_hits: SHARED_HITS.load(Ordering::Relaxed),
         disk_writes: DISK_WRITES.load(Ordering::Relaxed),
         corrupt: CORRUPT.load(Ordering::Relaxed),
         evicted: EVICTED.load(Ordering::Relaxed),
@@ -138,22 +146,19 @@ impl Compiled {
             *image = Some(done.clone());
             return Ok(done);
         }
-        let _span = tracing::debug_span!(
-            target: "offload::compile",
-            "compile",
-            language = %source.language(),
-            compiler = %compiler.identity,
-            target = %compiler.target,
-            key = %hex(&key),
-        )
-        .entered();
-        let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
-        MOST_IN_FLIGHT.fetch_max(now, Ordering::SeqCst);
-        let compiled = device.compile(source);
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-        let bytes = compiled?;
-        COMPILES.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(target: "offload::compile", bytes = bytes.len(), "compiled");
+        let mut compiled_here = false;
+        let mut compile = || {
+            compiled_here = true;
+            compile_here(source, device, &compiler, &key)
+        };
+        let bytes = match shared::installed() {
+            Some(shared) => shared.get_or_compile(&CompileKey(key), &mut compile)?,
+            None => compile()?,
+        };
+        if !compiled_here {
+            SHARED_HITS.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(target: "offload::compile", key = %hex(&key), bytes = bytes.len(), "compile cache hit in the shared cache");
+        }
         if let Some(cache) = &cache {
             cache.put(&key, &bytes);
         }
@@ -161,4 +166,30 @@ impl Compiled {
         *image = Some(done.clone());
         Ok(done)
     }
+}
+
+/// Compiles `source` for `device` in this process, counted.
+fn compile_here(
+    source: &Source,
+    device: &Arc<dyn DynDevice>,
+    compiler: &CompilerId,
+    key: &Key,
+) -> Result<Vec<u8>> {
+    let _span = tracing::debug_span!(
+        target: "offload::compile",
+        "compile",
+        language = %source.language(),
+        compiler = %compiler.identity,
+        target = %compiler.target,
+        key = %hex(key),
+    )
+    .entered();
+    let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
+    MOST_IN_FLIGHT.fetch_max(now, Ordering::SeqCst);
+    let compiled = device.compile(source);
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    let bytes = compiled?;
+    COMPILES.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(target: "offload::compile", bytes = bytes.len(), "compiled");
+    Ok(bytes)
 }

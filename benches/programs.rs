@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use offload::plugin::KernelArg;
-use offload::plugin::hal::{Device as _, Platform as _, Program as _};
+use offload::plugin::hal::{Device as _, Platform as _, Program as _, Queue as _};
 use offload::{Arg, BackendKind, Device, Dims, MemKind, Offload, Program};
 use offload_bench::paired;
 use offload_host::HostPlatform;
@@ -120,9 +120,9 @@ fn launch(c: &mut Criterion) {
         offload_noop,
         || {
             // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-            unsafe { raw_dev.launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args) }
+            unsafe { raw_queue.launch(&raw_noop, black_box(&one_block), &no_args) }
                 .expect("raw launch");
-            raw_dev.sync(&raw_queue).expect("raw sync")
+            raw_queue.sync().expect("raw sync")
         },
     );
     // Enqueue only (Q1): `launch` returns once the work is queued; the executor drains the
@@ -136,12 +136,12 @@ fn launch(c: &mut Criterion) {
         || unsafe { queue.launch(&noop, black_box(one_block), &[]) }.expect("launch"),
         || {
             // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-            unsafe { raw_dev.launch(&raw_queue, &raw_noop, black_box(&one_block), &no_args) }
+            unsafe { raw_queue.launch(&raw_noop, black_box(&one_block), &no_args) }
                 .expect("raw launch")
         },
     );
     queue.sync().expect("sync");
-    raw_dev.sync(&raw_queue).expect("raw sync");
+    raw_queue.sync().expect("raw sync");
     let args: [*mut c_void; 0] = [];
     let direct_launch = Launch {
         grid: [1, 1, 1],
@@ -215,7 +215,7 @@ fn launch(c: &mut Criterion) {
     drop(library);
     drop(raw_noop);
     raw_module.unload().expect("unload raw module");
-    raw_dev.destroy_queue(raw_queue).expect("destroy raw queue");
+    raw_queue.destroy().expect("destroy raw queue");
     drop(raw_dev);
     platform.deinit().expect("deinit raw platform");
     drop((noop, add_one, module, queue));

@@ -1,19 +1,19 @@
 //! A device of a Vulkan platform ([`VulkanDevice`]), the handle the platform hands out for
-//! one [`DeviceContext`], and its `hal::Device` impl (memory, programs, queues, launches,
-//! events) and `hal::Ipc` impl (memory shared as `OPAQUE_FD`s).
+//! one [`DeviceContext`], and its `hal::Device` impl (memory, programs, making queues;
+//! launches and events are the queue's, queue.rs) and `hal::Ipc` impl (memory shared as
+//! `OPAQUE_FD`s).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use offload_core::hal::{self, CompilerId, HostFn, KernelOf, Language};
-use offload_core::{BackendKind, DeviceInfo, Dims, Error, KernelArg, MemKind, Result};
+use offload_core::hal::{self, CompilerId, Language};
+use offload_core::{BackendKind, DeviceInfo, Error, MemKind, Result};
 
 use crate::context::DeviceContext;
 use crate::info::VulkanDeviceInfo;
 use crate::memory::VulkanBuffer;
 use crate::program::{self, VulkanModule};
-use crate::queue::{self, VulkanEvent, VulkanQueue};
+use crate::queue::{VulkanEvent, VulkanQueue};
 use crate::wgsl;
 
 /// A device of a Vulkan platform: its `VkDevice` with its compute queue, and what Vulkan
@@ -193,101 +193,6 @@ impl hal::Device for VulkanDevice {
 
     fn queue(&self) -> Result<VulkanQueue> {
         VulkanQueue::new(self.context()?.clone())
-    }
-
-    fn destroy_queue(&self, queue: VulkanQueue) -> Result<()> {
-        let synced = queue.sync();
-        drop(queue);
-        synced
-    }
-
-    // Unverified code runs behind this call: the caller holds the launch contract.
-    unsafe fn launch(
-        &self,
-        queue: &VulkanQueue,
-        kernel: &KernelOf<Self>,
-        dims: &Dims,
-        args: &[KernelArg<'_, VulkanBuffer>],
-    ) -> Result<()> {
-        // The queue checks the kernel and the buffers against its own device.
-        if !Arc::ptr_eq(queue.device(), &self.context) {
-            return Err(Error::invalid(
-                "Queue::launch",
-                "the queue belongs to another Vulkan device",
-            ));
-        }
-        queue.launch(kernel, dims, args)
-    }
-
-    fn enqueue_write(
-        &self,
-        queue: &VulkanQueue,
-        buffer: &VulkanBuffer,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
-        queue.enqueue_write(buffer, offset, &data)
-    }
-
-    fn enqueue_fill(
-        &self,
-        queue: &VulkanQueue,
-        buffer: &VulkanBuffer,
-        offset: usize,
-        len: usize,
-        pattern: &[u8],
-    ) -> Result<()> {
-        queue.enqueue_fill(buffer, offset, len, pattern)
-    }
-
-    fn enqueue_copy(
-        &self,
-        queue: &VulkanQueue,
-        src: &VulkanBuffer,
-        src_offset: usize,
-        dst: &VulkanBuffer,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        queue.enqueue_copy(src, src_offset, dst, dst_offset, len)
-    }
-
-    /// Submits and waits for the queue's work, then runs `f` on the calling thread (a
-    /// `VkQueue` has no host callbacks): the order holds, but the call blocks.
-    fn enqueue_host_fn(&self, queue: &VulkanQueue, f: HostFn) -> Result<()> {
-        queue.enqueue_host_fn(f)
-    }
-
-    fn sync(&self, queue: &VulkanQueue) -> Result<()> {
-        queue.sync()
-    }
-
-    fn is_idle(&self, queue: &VulkanQueue) -> Result<bool> {
-        queue.is_idle()
-    }
-
-    fn is_complete(&self, event: &VulkanEvent) -> Result<bool> {
-        queue::is_complete(event)
-    }
-
-    fn record(&self, queue: &VulkanQueue) -> Result<VulkanEvent> {
-        queue.record()
-    }
-
-    fn wait_event(&self, queue: &VulkanQueue, event: &VulkanEvent) -> Result<()> {
-        queue.wait_event(event)
-    }
-
-    fn sync_event(&self, event: &VulkanEvent) -> Result<()> {
-        queue::sync_event(event)
-    }
-
-    fn elapsed(&self, start: &VulkanEvent, end: &VulkanEvent) -> Result<Duration> {
-        queue::elapsed(start, end)
-    }
-
-    fn destroy_event(&self, event: VulkanEvent) -> Result<()> {
-        queue::destroy_event(event)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Queues, launches, queued copies and events on Vulkan.
+//! Queues, launches, queued copies and events on Vulkan: [`VulkanQueue`] and [`VulkanEvent`]
+//! and their `hal::Queue` and `hal::Event` impls.
 //!
 //! A [`VulkanQueue`] is an in-order stream of work on one device, submitted to the
 //! device's one compute `VkQueue`. Work is *batched* (Q1): launches, queued writes, fills
@@ -28,11 +29,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use ash::vk;
-use offload_core::hal::HostFn;
+use offload_core::hal::{self, HostFn};
 use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
 use crate::batch::{Batch, Bound, Described};
 use crate::context::DeviceContext;
+use crate::device::VulkanDevice;
 use crate::error::{At, check_range, map_vk_err};
 use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
 use crate::program::{ModuleInner, VulkanKernel, descriptor_type};
@@ -92,7 +94,7 @@ impl std::fmt::Debug for QueueShared {
 ///
 /// Made by [`Device::queue`](offload_core::hal::Device::queue). Work is recorded into
 /// batches and submitted when something needs it (see the module docs); `sync` submits and
-/// waits. Dropping it (or `destroy_queue`) submits and waits for its work.
+/// waits. Dropping it (or `destroy`) submits and waits for its work.
 ///
 /// ```
 /// use offload_core::hal::{Device as _, Platform as _, Program as _};
@@ -100,13 +102,13 @@ impl std::fmt::Debug for QueueShared {
 /// let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = vk.devices().remove(0);
 /// let queue = dev.queue()?;
-/// let start = dev.record(&queue)?;
-/// let end = dev.record(&queue)?;
-/// dev.sync(&queue)?;
-/// println!("{:?}", dev.elapsed(&start, &end)?);
-/// dev.destroy_event(start)?;
-/// dev.destroy_event(end)?;
-/// dev.destroy_queue(queue)?;
+/// let start = queue.record()?;
+/// let end = queue.record()?;
+/// queue.sync()?;
+/// println!("{:?}", end.elapsed_since(&start)?);
+/// start.destroy()?;
+/// end.destroy()?;
+/// queue.destroy()?;
 /// vk.deinit()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
@@ -124,11 +126,11 @@ pub struct VulkanQueue {
 /// let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// # let dev = vk.devices().remove(0);
 /// let queue = dev.queue()?;
-/// let event = dev.record(&queue)?;
-/// dev.sync_event(&event)?;
+/// let event = queue.record()?;
+/// event.sync()?;
 /// println!("device timestamps: {}", event.has_device_timestamp());
-/// # dev.destroy_event(event)?;
-/// # dev.destroy_queue(queue)?;
+/// # event.destroy()?;
+/// # queue.destroy()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 #[derive(Debug)]
@@ -150,7 +152,7 @@ impl VulkanEvent {
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// # let dev = vk.devices().remove(0);
     /// # let queue = dev.queue()?;
-    /// let event = dev.record(&queue)?;
+    /// let event = queue.record()?;
     /// let timestamps = dev.vulkan_info().timestamp_valid_bits > 0;
     /// assert_eq!(event.has_device_timestamp(), timestamps);
     /// # Ok::<(), offload_core::Error>(())
@@ -445,10 +447,6 @@ impl VulkanQueue {
         })
     }
 
-    pub(crate) fn device(&self) -> &Arc<DeviceContext> {
-        &self.shared.device
-    }
-
     /// Commands recorded and not yet submitted (for tests of batching).
     ///
     /// ```
@@ -458,9 +456,9 @@ impl VulkanQueue {
     /// # let dev = vk.devices().remove(0);
     /// let queue = dev.queue()?;
     /// let buf = dev.alloc(16, MemKind::Device)?;
-    /// dev.enqueue_fill(&queue, &buf, 0, 16, &[7])?;
+    /// queue.enqueue_fill(&buf, 0, 16, &[7])?;
     /// assert_eq!(queue.unsubmitted(), 1);
-    /// dev.sync(&queue)?;
+    /// queue.sync()?;
     /// assert_eq!(queue.unsubmitted(), 0);
     /// # dev.free(buf)?;
     /// # Ok::<(), offload_core::Error>(())
@@ -482,8 +480,18 @@ impl VulkanQueue {
         Ok(())
     }
 
-    /// Records a dispatch of `kernel` into the open batch.
-    pub(crate) fn launch(
+    fn sync_as(&self, call: &'static str) -> Result<()> {
+        self.shared.flush(call)?;
+        self.shared
+            .device
+            .wait_for(self.shared.last.load(Ordering::Acquire), call)
+    }
+}
+
+impl hal::Queue<VulkanDevice> for VulkanQueue {
+    /// Records a dispatch of `kernel` into the open batch. Unverified code runs behind it
+    /// (when the batch is submitted): the caller holds the launch contract.
+    unsafe fn launch(
         &self,
         kernel: &VulkanKernel,
         dims: &Dims,
@@ -751,12 +759,7 @@ impl VulkanQueue {
 
     /// Records a write of `data` into `buffer` at `offset`: inside the command buffer when
     /// it is small and 4-byte aligned, through staging memory otherwise.
-    pub(crate) fn enqueue_write(
-        &self,
-        buffer: &VulkanBuffer,
-        offset: usize,
-        data: &[u8],
-    ) -> Result<()> {
+    fn enqueue_write(&self, buffer: &VulkanBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
         const CALL: &str = "Queue::write";
         self.check_device(CALL, &[buffer])?;
         check_range(CALL, offset, data.len(), buffer.len())?;
@@ -770,7 +773,7 @@ impl VulkanQueue {
                 // SAFETY: the command buffer is recording; the range lies inside the buffer
                 // (checked), is 4-byte aligned and at most 65536 bytes; the buffer was made
                 // with TRANSFER_DST.
-                unsafe { dev.cmd_update_buffer(cb, buffer.vk_buffer(), offset as u64, data) };
+                unsafe { dev.cmd_update_buffer(cb, buffer.vk_buffer(), offset as u64, &data) };
                 Ok(())
             });
         }
@@ -820,7 +823,7 @@ impl VulkanQueue {
     /// Records a fill of `len` bytes of `buffer` at `offset` with `pattern` repeated:
     /// `vkCmdFillBuffer` where the pattern repeats into 4 bytes and the range is 4-byte
     /// aligned, a queued write of the expanded pattern otherwise.
-    pub(crate) fn enqueue_fill(
+    fn enqueue_fill(
         &self,
         buffer: &VulkanBuffer,
         offset: usize,
@@ -866,14 +869,14 @@ impl VulkanQueue {
             }
             _ => {
                 let expanded: Vec<u8> = pattern.iter().copied().cycle().take(len).collect();
-                self.enqueue_write(buffer, offset, &expanded)
+                self.enqueue_write(buffer, offset, expanded)
             }
         }
     }
 
     /// Records a copy between two buffers of this device (two ranges of one must not
     /// overlap).
-    pub(crate) fn enqueue_copy(
+    fn enqueue_copy(
         &self,
         src: &VulkanBuffer,
         src_offset: usize,
@@ -912,7 +915,7 @@ impl VulkanQueue {
     /// Runs `f` once the work enqueued before it has finished: submits, waits, and runs it
     /// on the calling thread, so work enqueued after it comes after it. (Blocking: a
     /// `VkQueue` has no host callbacks; see docs/backends.md.)
-    pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
+    fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         const CALL: &str = "Queue::enqueue_host_fn";
         self.sync_as(CALL)?;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
@@ -927,20 +930,13 @@ impl VulkanQueue {
         })
     }
 
-    fn sync_as(&self, call: &'static str) -> Result<()> {
-        self.shared.flush(call)?;
-        self.shared
-            .device
-            .wait_for(self.shared.last.load(Ordering::Acquire), call)
-    }
-
     /// Submits, then waits for everything enqueued on this queue.
-    pub(crate) fn sync(&self) -> Result<()> {
+    fn sync(&self) -> Result<()> {
         self.sync_as("Queue::sync")
     }
 
     /// Submits, then says whether everything enqueued has finished.
-    pub(crate) fn is_idle(&self) -> Result<bool> {
+    fn is_idle(&self) -> Result<bool> {
         const CALL: &str = "Queue::is_idle";
         self.shared.flush(CALL)?;
         self.shared
@@ -949,7 +945,7 @@ impl VulkanQueue {
     }
 
     /// Records an event after the work enqueued so far, and submits it.
-    pub(crate) fn record(&self) -> Result<VulkanEvent> {
+    fn record(&self) -> Result<VulkanEvent> {
         const CALL: &str = "Queue::record";
         let device = &self.shared.device;
         let dev = &device.raw;
@@ -1002,7 +998,7 @@ impl VulkanQueue {
 
     /// Makes the next submission of this queue wait for `event` (which was submitted when
     /// it was recorded).
-    pub(crate) fn wait_event(&self, event: &VulkanEvent) -> Result<()> {
+    fn wait_event(&self, event: &VulkanEvent) -> Result<()> {
         if !Arc::ptr_eq(&event.device, &self.shared.device) {
             return Err(Error::invalid(
                 "Queue::wait",
@@ -1012,6 +1008,13 @@ impl VulkanQueue {
         let mut inner = self.shared.lock();
         inner.wait = inner.wait.max(event.value);
         Ok(())
+    }
+
+    /// Waits for the queue's work, then releases it.
+    fn destroy(self) -> Result<()> {
+        let synced = hal::Queue::sync(&self);
+        drop(self);
+        synced
     }
 }
 
@@ -1168,57 +1171,58 @@ fn barrier(
     };
 }
 
-/// Elapsed device time from `start` to `end` (both completed first).
-pub(crate) fn elapsed(start: &VulkanEvent, end: &VulkanEvent) -> Result<Duration> {
-    const CALL: &str = "Event::elapsed_since";
-    if !Arc::ptr_eq(&start.device, &end.device) {
-        return Err(Error::invalid(
-            CALL,
-            "the vulkan events are of different devices",
-        ));
-    }
-    start.complete(CALL)?;
-    end.complete(CALL)?;
-    let limits = &end.device.limits;
-    match (start.query, end.query) {
-        (Some(a), Some(b)) => {
-            let (t0, t1) = (start.ticks(a, CALL)?, end.ticks(b, CALL)?);
-            let ticks = match limits.timestamp_valid_bits {
-                64.. => t1.saturating_sub(t0),
-                bits => t1.wrapping_sub(t0) & ((1u64 << bits) - 1),
-            };
-            let ns = ticks as f64 * f64::from(limits.timestamp_period_ns);
-            Ok(Duration::from_nanos(ns as u64))
+impl hal::Event for VulkanEvent {
+    /// Elapsed device time from `start` to this event (both completed first).
+    fn elapsed_since(&self, start: &VulkanEvent) -> Result<Duration> {
+        let end = self;
+        const CALL: &str = "Event::elapsed_since";
+        if !Arc::ptr_eq(&start.device, &end.device) {
+            return Err(Error::invalid(
+                CALL,
+                "the vulkan events are of different devices",
+            ));
         }
-        _ => {
-            let (a, b) = (start.observed.get(), end.observed.get());
-            Ok(match (a, b) {
-                (Some(a), Some(b)) => b.saturating_duration_since(*a),
-                _ => Duration::ZERO,
-            })
+        start.complete(CALL)?;
+        end.complete(CALL)?;
+        let limits = &end.device.limits;
+        match (start.query, end.query) {
+            (Some(a), Some(b)) => {
+                let (t0, t1) = (start.ticks(a, CALL)?, end.ticks(b, CALL)?);
+                let ticks = match limits.timestamp_valid_bits {
+                    64.. => t1.saturating_sub(t0),
+                    bits => t1.wrapping_sub(t0) & ((1u64 << bits) - 1),
+                };
+                let ns = ticks as f64 * f64::from(limits.timestamp_period_ns);
+                Ok(Duration::from_nanos(ns as u64))
+            }
+            _ => {
+                let (a, b) = (start.observed.get(), end.observed.get());
+                Ok(match (a, b) {
+                    (Some(a), Some(b)) => b.saturating_duration_since(*a),
+                    _ => Duration::ZERO,
+                })
+            }
         }
     }
-}
 
-/// Waits for an event.
-pub(crate) fn sync_event(event: &VulkanEvent) -> Result<()> {
-    event.complete("Event::sync")
-}
-
-/// Waits for an event's submission, then destroys it.
-pub(crate) fn destroy_event(event: VulkanEvent) -> Result<()> {
-    let waited = event.device.wait_for(event.value, "Event::drop");
-    drop(event);
-    waited
-}
-
-/// Whether an event has completed, without waiting.
-pub(crate) fn is_complete(event: &VulkanEvent) -> Result<bool> {
-    let done = event
-        .device
-        .is_complete(event.value, "Event::is_complete")?;
-    if done {
-        event.observed.get_or_init(Instant::now);
+    /// Waits for the event.
+    fn sync(&self) -> Result<()> {
+        self.complete("Event::sync")
     }
-    Ok(done)
+
+    /// Waits for the event's submission, then destroys it.
+    fn destroy(self) -> Result<()> {
+        let waited = self.device.wait_for(self.value, "Event::drop");
+        drop(self);
+        waited
+    }
+
+    /// Whether the event has completed, without waiting.
+    fn is_complete(&self) -> Result<bool> {
+        let done = self.device.is_complete(self.value, "Event::is_complete")?;
+        if done {
+            self.observed.get_or_init(Instant::now);
+        }
+        Ok(done)
+    }
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{assert_no_validation_errors, close, kernels, open_validated, serial, words};
-use offload_core::hal::{Device as _, Platform as _, Program as _};
+use offload_core::hal::{Device as _, Platform as _, Program as _, Queue as _};
 use offload_core::{Dims, KernelArg, MemKind};
 use offload_vulkan::{VulkanBuffer, VulkanDevice, VulkanKernel, VulkanQueue, stats};
 
@@ -23,19 +23,11 @@ fn grid(block: u32, n: usize) -> Dims {
     Dims::grid([(n as u32).div_ceil(block), 1, 1]).block([block, 1, 1])
 }
 
-fn add_one(
-    dev: &VulkanDevice,
-    q: &VulkanQueue,
-    k: &Kernels,
-    arg: KernelArg<'_, VulkanBuffer>,
-    n: usize,
-    block: u32,
-) {
+fn add_one(q: &VulkanQueue, k: &Kernels, arg: KernelArg<'_, VulkanBuffer>, n: usize, block: u32) {
     let count = (n as u32).to_ne_bytes();
     // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
-        dev.launch(
-            q,
+        q.launch(
             &k.add_one,
             &grid(block, n),
             &[arg, KernelArg::Scalar(&count)],
@@ -44,14 +36,7 @@ fn add_one(
     .unwrap();
 }
 
-fn fill(
-    dev: &VulkanDevice,
-    q: &VulkanQueue,
-    k: &Kernels,
-    buf: &VulkanBuffer,
-    value: u32,
-    n: usize,
-) {
+fn fill(q: &VulkanQueue, k: &Kernels, buf: &VulkanBuffer, value: u32, n: usize) {
     let (value, count) = (value.to_ne_bytes(), (n as u32).to_ne_bytes());
     let args = [
         KernelArg::Buffer(buf),
@@ -59,7 +44,7 @@ fn fill(
         KernelArg::Scalar(&count),
     ];
     // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-    unsafe { dev.launch(q, &k.fill, &grid(64, n), &args) }.unwrap();
+    unsafe { q.launch(&k.fill, &grid(64, n), &args) }.unwrap();
 }
 
 fn read(dev: &VulkanDevice, buf: &VulkanBuffer) -> Vec<u32> {
@@ -99,19 +84,19 @@ fn launches_that_differ_each_see_their_own_arguments() {
 
     // One batch: every launch below is recorded, none submitted, until the sync.
     let submissions = stats().submissions;
-    fill(&dev, &q, &k, &a, 5, N);
-    fill(&dev, &q, &k, &b, 9, N);
+    fill(&q, &k, &a, 5, N);
+    fill(&q, &k, &b, 9, N);
     model_a.fill(5);
     model_b.fill(9);
     // Another pipeline; then the same launch again (nothing rebound).
     for _ in 0..2 {
-        add_one(&dev, &q, &k, KernelArg::Buffer(&a), N, 64);
+        add_one(&q, &k, KernelArg::Buffer(&a), N, 64);
         bump(&mut model_a, 0, N);
     }
     // Another buffer and count; back to the first buffer (another set than the last one).
-    add_one(&dev, &q, &k, KernelArg::Buffer(&b), N / 2, 64);
+    add_one(&q, &k, KernelArg::Buffer(&b), N / 2, 64);
     bump(&mut model_b, 0, N / 2);
-    add_one(&dev, &q, &k, KernelArg::Buffer(&a), N / 4, 64);
+    add_one(&q, &k, KernelArg::Buffer(&a), N / 4, 64);
     bump(&mut model_a, 0, N / 4);
     // A range of the same buffer: another set.
     let range = KernelArg::Range {
@@ -119,20 +104,20 @@ fn launches_that_differ_each_see_their_own_arguments() {
         offset,
         len: 4 * N / 2,
     };
-    add_one(&dev, &q, &k, range, N / 2, 64);
+    add_one(&q, &k, range, N / 2, 64);
     bump(&mut model_a, offset / 4, N / 2);
     // Another block size: another pipeline of the same layout.
-    add_one(&dev, &q, &k, KernelArg::Buffer(&a), N, 32);
+    add_one(&q, &k, KernelArg::Buffer(&a), N, 32);
     bump(&mut model_a, 0, N);
     // A kernel with another push-constant block, then one with no set and no push, then
     // `add_one` again after both.
-    fill(&dev, &q, &k, &b, 3, 10);
+    fill(&q, &k, &b, 3, 10);
     model_b[..10].fill(3);
-    add_one(&dev, &q, &k, KernelArg::Buffer(&b), 20, 64);
+    add_one(&q, &k, KernelArg::Buffer(&b), 20, 64);
     bump(&mut model_b, 0, 20);
     // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-    unsafe { dev.launch(&q, &k.noop, &grid(64, 64), &[]) }.unwrap();
-    add_one(&dev, &q, &k, KernelArg::Buffer(&b), 20, 64);
+    unsafe { q.launch(&k.noop, &grid(64, 64), &[]) }.unwrap();
+    add_one(&q, &k, KernelArg::Buffer(&b), 20, 64);
     bump(&mut model_b, 0, 20);
     assert_eq!(q.unsubmitted(), 12);
     assert_eq!(
@@ -140,27 +125,27 @@ fn launches_that_differ_each_see_their_own_arguments() {
         submissions,
         "nothing submitted before the sync"
     );
-    dev.sync(&q).unwrap();
+    q.sync().unwrap();
     assert_eq!(stats().submissions, submissions + 1, "one submission");
     assert!(read(&dev, &a) == model_a, "buffer a after one batch");
     assert!(read(&dev, &b) == model_b, "buffer b after one batch");
 
     // Each sync ends a command buffer: the next one binds everything again.
     for _ in 0..3 {
-        add_one(&dev, &q, &k, KernelArg::Buffer(&a), N, 64);
+        add_one(&q, &k, KernelArg::Buffer(&a), N, 64);
         bump(&mut model_a, 0, N);
-        dev.sync(&q).unwrap();
+        q.sync().unwrap();
     }
     // More launches than one batch takes (256): the second batch binds everything again.
     for _ in 0..300 {
-        add_one(&dev, &q, &k, KernelArg::Buffer(&b), N, 64);
+        add_one(&q, &k, KernelArg::Buffer(&b), N, 64);
     }
     model_b.iter_mut().for_each(|w| *w += 300);
-    dev.sync(&q).unwrap();
+    q.sync().unwrap();
     assert!(read(&dev, &a) == model_a, "buffer a after three syncs");
     assert!(read(&dev, &b) == model_b, "buffer b across a full batch");
 
-    dev.destroy_queue(q).unwrap();
+    q.destroy().unwrap();
     dev.free(a).unwrap();
     dev.free(b).unwrap();
     drop(k);

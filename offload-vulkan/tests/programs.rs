@@ -13,7 +13,7 @@ use common::{
     assert_no_validation_errors, both_paths_validated, bytes_of, close, kernels, open_validated,
     serial, spirv_of, words,
 };
-use offload_core::hal::{Device as _, Platform as _, Program as _};
+use offload_core::hal::{Device as _, Event as _, Platform as _, Program as _, Queue as _};
 use offload_core::{Dims, Error, KernelArg, MemKind, ParamKind, ScalarType};
 use offload_vulkan::{
     VulkanBuffer, VulkanDevice, VulkanKernel, VulkanModule, VulkanPlatform, VulkanQueue, stats,
@@ -28,39 +28,17 @@ fn u32s(bytes: &[u8; 4]) -> KernelArg<'_, VulkanBuffer> {
     KernelArg::Scalar(bytes)
 }
 
-fn fill(
-    dev: &VulkanDevice,
-    q: &VulkanQueue,
-    k: &VulkanKernel,
-    buf: &VulkanBuffer,
-    value: u32,
-    n: u32,
-    dims: Dims,
-) {
+fn fill(q: &VulkanQueue, k: &VulkanKernel, buf: &VulkanBuffer, value: u32, n: u32, dims: Dims) {
     let (value, n) = (value.to_ne_bytes(), n.to_ne_bytes());
     // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-    unsafe {
-        dev.launch(
-            q,
-            k,
-            &dims,
-            &[KernelArg::Buffer(buf), u32s(&value), u32s(&n)],
-        )
-    }
-    .unwrap_or_else(|e| panic!("fill {dims:?}: {e}"));
+    unsafe { q.launch(k, &dims, &[KernelArg::Buffer(buf), u32s(&value), u32s(&n)]) }
+        .unwrap_or_else(|e| panic!("fill {dims:?}: {e}"));
 }
 
-fn add_one(
-    dev: &VulkanDevice,
-    q: &VulkanQueue,
-    k: &VulkanKernel,
-    buf: &VulkanBuffer,
-    n: u32,
-    dims: Dims,
-) {
+fn add_one(q: &VulkanQueue, k: &VulkanKernel, buf: &VulkanBuffer, n: u32, dims: Dims) {
     let n = n.to_ne_bytes();
     // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-    unsafe { dev.launch(q, k, &dims, &[KernelArg::Buffer(buf), u32s(&n)]) }
+    unsafe { q.launch(k, &dims, &[KernelArg::Buffer(buf), u32s(&n)]) }
         .unwrap_or_else(|e| panic!("add_one {dims:?}: {e}"));
 }
 
@@ -88,15 +66,15 @@ fn add_one_and_fill_over_a_mebiword() {
             let start: Vec<u32> = (0..MI).map(|i| i.wrapping_mul(2_654_435_761)).collect();
             dev.write(&mut buf, 0, &bytes_of(&start)).unwrap();
             let grid = Dims::grid([MI / 64, 1, 1]).block([64, 1, 1]);
-            add_one(&dev, &q, &k_add, &buf, MI, grid);
-            dev.sync(&q).unwrap();
+            add_one(&q, &k_add, &buf, MI, grid);
+            q.sync().unwrap();
             let got = read_words(&dev, &buf);
             let want: Vec<u32> = start.iter().map(|w| w.wrapping_add(1)).collect();
             assert!(got == want, "{path} {kind:?}: add_one over 1 Mi words");
 
             // fill part, then add_one over all, without syncing in between: in order.
-            fill(&dev, &q, &k_fill, &buf, 41, MI / 2, grid);
-            add_one(&dev, &q, &k_add, &buf, MI, grid);
+            fill(&q, &k_fill, &buf, 41, MI / 2, grid);
+            add_one(&q, &k_add, &buf, MI, grid);
             // A host read waits for the launches that use the buffer (no sync here).
             let got = read_words(&dev, &buf);
             for (i, (&g, &s)) in got.iter().zip(&start).enumerate() {
@@ -108,10 +86,10 @@ fn add_one_and_fill_over_a_mebiword() {
                 assert_eq!(g, want, "{path} {kind:?}: word {i}");
             }
             // Freeing waits for the work that uses the buffer, too.
-            add_one(&dev, &q, &k_add, &buf, MI, grid);
+            add_one(&q, &k_add, &buf, MI, grid);
             dev.free(buf).unwrap();
         }
-        dev.destroy_queue(q).unwrap();
+        q.destroy().unwrap();
         drop((k_fill, k_add));
         module.unload().unwrap();
         close(vk);
@@ -151,7 +129,6 @@ fn any_block_size_runs_grid_times_block_threads() {
     ];
     for (grid, block, n) in cases {
         add_one(
-            &dev,
             &q,
             &k_add,
             &buf,
@@ -165,17 +142,16 @@ fn any_block_size_runs_grid_times_block_threads() {
     }
     // A grid with a zero runs nothing.
     add_one(
-        &dev,
         &q,
         &k_add,
         &buf,
         100,
         Dims::grid([0, 1, 1]).block([64, 1, 1]),
     );
-    dev.sync(&q).unwrap();
+    q.sync().unwrap();
     assert_eq!(read_words(&dev, &buf), model);
     dev.free(buf).unwrap();
-    dev.destroy_queue(q).unwrap();
+    q.destroy().unwrap();
     drop(k_add);
     module.unload().unwrap();
     close(vk);
@@ -217,11 +193,11 @@ fn every_spirv_version_reflects_the_same_parameters() {
         assert_eq!(VulkanModule::params(&k_noop), []);
         dev.fill(&mut buf, 0, 256, 0).unwrap();
         let dims = Dims::grid([1, 1, 1]).block([64, 1, 1]);
-        fill(&dev, &q, &k_fill, &buf, u32::from(minor) + 10, 60, dims);
-        add_one(&dev, &q, &k_add, &buf, 30, dims);
+        fill(&q, &k_fill, &buf, u32::from(minor) + 10, 60, dims);
+        add_one(&q, &k_add, &buf, 30, dims);
         // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-        unsafe { dev.launch(&q, &k_noop, &dims, &[]) }.unwrap();
-        dev.sync(&q).unwrap();
+        unsafe { q.launch(&k_noop, &dims, &[]) }.unwrap();
+        q.sync().unwrap();
         let got = read_words(&dev, &buf);
         let v = u32::from(minor) + 10;
         assert!(got[..30].iter().all(|&w| w == v + 1), "1.{minor}: {got:?}");
@@ -231,7 +207,7 @@ fn every_spirv_version_reflects_the_same_parameters() {
         module.unload().unwrap();
     }
     dev.free(buf).unwrap();
-    dev.destroy_queue(q).unwrap();
+    q.destroy().unwrap();
     close(vk);
     assert_no_validation_errors("every_spirv_version_reflects_the_same_parameters");
 }
@@ -483,10 +459,10 @@ fn mismatched_launches_are_invalid_argument() {
     let launches = stats().launches;
     for (what, k, args, dims) in &cases {
         // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-        let reason = invalid_argument(unsafe { dev.launch(&q, k, dims, args) }, what);
+        let reason = invalid_argument(unsafe { q.launch(k, dims, args) }, what);
         println!("{what}: {reason}");
     }
-    dev.sync(&q).unwrap();
+    q.sync().unwrap();
     assert!(read_words(&dev, &buf).iter().all(|&w| w == 0x5A5A_5A5A));
     assert!(stats().launches >= launches);
 
@@ -494,23 +470,23 @@ fn mismatched_launches_are_invalid_argument() {
     let other_q = other_dev.queue().unwrap();
     invalid_argument(
         // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
-        unsafe { dev.launch(&other_q, &k_add, &ok, &[b, u32s(&n)]) },
+        unsafe { other_q.launch(&k_add, &ok, &[b, u32s(&n)]) },
         "foreign queue",
     );
 
     // The queue still works.
-    add_one(&dev, &q, &k_add, &buf, 16, ok);
-    dev.sync(&q).unwrap();
+    add_one(&q, &k_add, &buf, 16, ok);
+    q.sync().unwrap();
     let got = read_words(&dev, &buf);
     assert!(got[..16].iter().all(|&w| w == 0x5A5A_5A5B));
     assert!(got[16..].iter().all(|&w| w == 0x5A5A_5A5A));
 
-    other_dev.destroy_queue(other_q).unwrap();
+    other_q.destroy().unwrap();
     other_dev.free(foreign).unwrap();
     drop(other_dev);
     close(other);
     dev.free(buf).unwrap();
-    dev.destroy_queue(q).unwrap();
+    q.destroy().unwrap();
     drop((k_add, k_fill));
     module.unload().unwrap();
     close(vk);
@@ -601,8 +577,7 @@ fn unsupported_shapes_are_typed_errors() {
     let reason = invalid_argument(
         // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
         unsafe {
-            dev.launch(
-                &q,
+            q.launch(
                 &k,
                 &Dims::grid([1, 1, 1]).block([128, 1, 1]),
                 &[KernelArg::Buffer(&buf)],
@@ -613,20 +588,19 @@ fn unsupported_shapes_are_typed_errors() {
     assert!(reason.contains("workgroup memory"), "{reason}");
     // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
     unsafe {
-        dev.launch(
-            &q,
+        q.launch(
             &k,
             &Dims::grid([2, 1, 1]).block([64, 1, 1]),
             &[KernelArg::Buffer(&buf)],
         )
     }
     .unwrap();
-    dev.sync(&q).unwrap();
+    q.sync().unwrap();
     let got = read_words(&dev, &buf);
     let want: Vec<u32> = (0..128).map(|i| (i / 64) * 64 + 63 - i % 64).collect();
     assert_eq!(got, want);
     dev.free(buf).unwrap();
-    dev.destroy_queue(q).unwrap();
+    q.destroy().unwrap();
     drop(k);
     module.unload().unwrap();
     close(vk);
@@ -650,34 +624,34 @@ fn events_time_work_and_order_queues() {
     let buf = dev.alloc(MI as usize * 4, MemKind::Device).unwrap();
     let grid = Dims::grid([MI / 64, 1, 1]).block([64, 1, 1]);
     // Warm up the pipelines (lavapipe compiles at the first dispatch).
-    fill(&dev, &a, &k_fill, &buf, 0, MI, grid);
-    add_one(&dev, &a, &k_add, &buf, MI, grid);
-    dev.sync(&a).unwrap();
+    fill(&a, &k_fill, &buf, 0, MI, grid);
+    add_one(&a, &k_add, &buf, MI, grid);
+    a.sync().unwrap();
 
-    let start = dev.record(&a).unwrap();
+    let start = a.record().unwrap();
     assert_eq!(start.has_device_timestamp(), timestamps);
-    fill(&dev, &a, &k_fill, &buf, 7, MI, grid);
-    let filled = dev.record(&a).unwrap();
-    dev.wait_event(&b, &filled).unwrap();
-    add_one(&dev, &b, &k_add, &buf, MI, grid);
-    let end = dev.record(&b).unwrap();
-    dev.sync_event(&end).unwrap();
-    let fill_time = dev.elapsed(&start, &filled).unwrap();
-    let total = dev.elapsed(&start, &end).unwrap();
+    fill(&a, &k_fill, &buf, 7, MI, grid);
+    let filled = a.record().unwrap();
+    b.wait_event(&filled).unwrap();
+    add_one(&b, &k_add, &buf, MI, grid);
+    let end = b.record().unwrap();
+    end.sync().unwrap();
+    let fill_time = filled.elapsed_since(&start).unwrap();
+    let total = end.elapsed_since(&start).unwrap();
     println!("fill {fill_time:?}, fill + add_one {total:?} (device timestamps: {timestamps})");
     assert!(fill_time > std::time::Duration::ZERO);
     assert!(total >= fill_time);
     assert!(read_words(&dev, &buf).iter().all(|&w| w == 8));
     for e in [start, filled, end] {
-        dev.destroy_event(e).unwrap();
+        e.destroy().unwrap();
     }
     // Events recorded with nothing before them complete at once.
     let idle = dev.queue().unwrap();
-    let e = dev.record(&idle).unwrap();
-    dev.sync_event(&e).unwrap();
-    dev.destroy_event(e).unwrap();
+    let e = idle.record().unwrap();
+    e.sync().unwrap();
+    e.destroy().unwrap();
     for q in [a, b, idle] {
-        dev.destroy_queue(q).unwrap();
+        q.destroy().unwrap();
     }
     dev.free(buf).unwrap();
     drop((k_add, k_fill));
@@ -711,7 +685,6 @@ fn teardown_with_work_in_flight_is_clean() {
             // Odd block sizes too: their pipelines are destroyed with the module.
             let block = if round % 2 == 0 { 64 } else { 32 };
             add_one(
-                &dev,
                 &q,
                 &k_add,
                 buf,
@@ -720,15 +693,15 @@ fn teardown_with_work_in_flight_is_clean() {
             );
         }
     }
-    let event = dev.record(&q).unwrap();
+    let event = q.record().unwrap();
     drop(k_add);
     module.unload().unwrap(); // waits for the launches
     for buf in bufs {
         assert!(read_words(&dev, &buf).iter().all(|&w| w == 8));
         dev.free(buf).unwrap();
     }
-    dev.destroy_event(event).unwrap();
-    dev.destroy_queue(q).unwrap();
+    event.destroy().unwrap();
+    q.destroy().unwrap();
     let after = stats();
     assert_eq!(after.live_modules, before.live_modules);
     assert_eq!(after.live_pipelines, before.live_pipelines);
@@ -743,7 +716,6 @@ fn teardown_with_work_in_flight_is_clean() {
     let buf = dev.alloc(MI as usize * 4, MemKind::Device).unwrap();
     for _ in 0..8 {
         add_one(
-            &dev,
             &q,
             &k_add,
             &buf,
@@ -785,26 +757,26 @@ fn queued_work_is_batched_and_ordered() {
 
         // Ten launches and a fill: recorded, not submitted, until the sync.
         let before = stats().submissions;
-        dev.enqueue_fill(&q, &buf, 0, 4 * n, &[0]).unwrap();
+        q.enqueue_fill(&buf, 0, 4 * n, &[0]).unwrap();
         for _ in 0..10 {
-            add_one(&dev, &q, &k_add, &buf, n as u32, grid);
+            add_one(&q, &k_add, &buf, n as u32, grid);
         }
         assert_eq!(q.unsubmitted(), 11, "{path}");
         assert_eq!(stats().submissions, before, "{path}: nothing submitted yet");
-        dev.sync(&q).unwrap();
+        q.sync().unwrap();
         assert_eq!(stats().submissions, before + 1, "{path}: one submission");
         assert!(read_words(&dev, &buf).iter().all(|&w| w == 10), "{path}");
 
         // A host read submits the batch that uses the buffer, and sees its work.
-        add_one(&dev, &q, &k_add, &buf, n as u32, grid);
-        dev.enqueue_copy(&q, &buf, 0, &other, 0, 4 * n).unwrap();
+        add_one(&q, &k_add, &buf, n as u32, grid);
+        q.enqueue_copy(&buf, 0, &other, 0, 4 * n).unwrap();
         assert_eq!(q.unsubmitted(), 2);
         assert!(read_words(&dev, &other).iter().all(|&w| w == 11), "{path}");
         assert_eq!(q.unsubmitted(), 0, "{path}: the read submitted the batch");
 
         // Fills with every pattern size, at odd offsets, against a model.
         let mut model = vec![0u8; 4 * n];
-        dev.enqueue_fill(&q, &buf, 0, 4 * n, &[0]).unwrap();
+        q.enqueue_fill(&buf, 0, 4 * n, &[0]).unwrap();
         let patterns: [&[u8]; 6] = [
             &[0xA1],
             &[1, 2],
@@ -816,7 +788,7 @@ fn queued_work_is_batched_and_ordered() {
         for (i, pattern) in patterns.iter().enumerate() {
             let offset = 1 + i * 517;
             let len = pattern.len() * (50 + i);
-            dev.enqueue_fill(&q, &buf, offset, len, pattern).unwrap();
+            q.enqueue_fill(&buf, offset, len, pattern).unwrap();
             for (b, p) in model[offset..offset + len]
                 .iter_mut()
                 .zip(pattern.iter().cycle())
@@ -826,13 +798,13 @@ fn queued_work_is_batched_and_ordered() {
         }
         // Writes: inline (small, aligned), staged (unaligned, and over 64 KiB).
         let small: Vec<u8> = (0..64).collect();
-        dev.enqueue_write(&q, &buf, 8192, small.clone()).unwrap();
+        q.enqueue_write(&buf, 8192, small.clone()).unwrap();
         model[8192..8256].copy_from_slice(&small);
         let odd: Vec<u8> = (0..77).map(|x| x * 3).collect();
-        dev.enqueue_write(&q, &buf, 9001, odd.clone()).unwrap();
+        q.enqueue_write(&buf, 9001, odd.clone()).unwrap();
         model[9001..9078].copy_from_slice(&odd);
         // A copy inside the buffer, after them.
-        dev.enqueue_copy(&q, &buf, 0, &buf, 12000, 1000).unwrap();
+        q.enqueue_copy(&buf, 0, &buf, 12000, 1000).unwrap();
         let moved = model[..1000].to_vec();
         model[12000..13000].copy_from_slice(&moved);
         let mut got = vec![0u8; 4 * n];
@@ -842,43 +814,35 @@ fn queued_work_is_batched_and_ordered() {
             "{path}: queued fills, writes and copy in order"
         );
         assert!(matches!(
-            dev.enqueue_copy(&q, &buf, 0, &buf, 10, 100),
+            q.enqueue_copy(&buf, 0, &buf, 10, 100),
             Err(Error::InvalidArgument { .. })
         ));
         assert!(matches!(
-            dev.enqueue_fill(&q, &buf, 0, 7, &[1, 2]),
+            q.enqueue_fill(&buf, 0, 7, &[1, 2]),
             Err(Error::InvalidArgument { .. })
         ));
         let big: Vec<u8> = (0..70_000u32).map(|x| x as u8).collect();
         let large = dev.alloc(big.len(), MemKind::Device).unwrap();
-        dev.enqueue_write(&q, &large, 0, big.clone()).unwrap();
+        q.enqueue_write(&large, 0, big.clone()).unwrap();
         let mut back = vec![0u8; big.len()];
         dev.read(&large, 0, &mut back).unwrap();
         assert!(back == big, "{path}: a staged 70,000-byte queued write");
 
         // A host function runs after the work before it (on Vulkan: at once, blocking).
         let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
-        add_one(
-            &dev,
-            &q,
-            &k_add,
-            &buf,
-            1,
-            Dims::grid([1, 1, 1]).block([64, 1, 1]),
-        );
+        add_one(&q, &k_add, &buf, 1, Dims::grid([1, 1, 1]).block([64, 1, 1]));
         let flag = seen.clone();
-        dev.enqueue_host_fn(&q, Box::new(move || *flag.lock().unwrap() = Some(())))
+        q.enqueue_host_fn(Box::new(move || *flag.lock().unwrap() = Some(())))
             .unwrap();
         assert!(seen.lock().unwrap().is_some());
-        assert!(dev.is_idle(&q).unwrap());
+        assert!(q.is_idle().unwrap());
 
         // Dynamic shared memory: Vulkan declares workgroup memory in the shader.
         let n4 = (n as u32).to_ne_bytes();
         assert!(matches!(
             // SAFETY: a fixture kernel: it touches only the buffers and counts it is given.
             unsafe {
-                dev.launch(
-                    &q,
+                q.launch(
                     &k_add,
                     &grid.shared_memory(256),
                     &[KernelArg::Buffer(&buf), u32s(&n4)],
@@ -886,7 +850,7 @@ fn queued_work_is_batched_and_ordered() {
             },
             Err(Error::Unsupported { .. })
         ));
-        dev.destroy_queue(q).unwrap();
+        q.destroy().unwrap();
         for b in [buf, other, large] {
             dev.free(b).unwrap();
         }

@@ -6,11 +6,10 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
-use offload_core::hal::{self, HostFn, ImageFormat, KernelOf};
+use offload_core::hal::{self, ImageFormat};
 use offload_core::{
-    BackendKind, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, MemKind, ParamKind, Result,
+    BackendKind, Config, DeviceInfo, Error, GlobalInfo, MemKind, ParamKind, Result,
 };
 use offload_driver::{Failure, LaunchLimits, driver_not_found, no_device};
 
@@ -463,97 +462,6 @@ impl hal::Device for ZeDevice {
 
     fn queue(&self) -> Result<ZeQueue> {
         ZeQueue::new(&self.shared)
-    }
-
-    /// Waits for the queue's work, then destroys it (L4).
-    fn destroy_queue(&self, queue: ZeQueue) -> Result<()> {
-        let synced = queue.sync();
-        drop(queue);
-        synced
-    }
-
-    // Unverified code runs behind this call: the caller holds the launch contract.
-    #[allow(unsafe_code)]
-    unsafe fn launch(
-        &self,
-        queue: &ZeQueue,
-        kernel: &KernelOf<Self>,
-        dims: &Dims,
-        args: &[KernelArg<'_, ZeBuffer>],
-    ) -> Result<()> {
-        queue.launch(kernel, dims, args)
-    }
-
-    fn enqueue_write(
-        &self,
-        queue: &ZeQueue,
-        buffer: &ZeBuffer,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
-        queue.enqueue_write(buffer, offset, data)
-    }
-
-    fn enqueue_fill(
-        &self,
-        queue: &ZeQueue,
-        buffer: &ZeBuffer,
-        offset: usize,
-        len: usize,
-        pattern: &[u8],
-    ) -> Result<()> {
-        queue.enqueue_fill(buffer, offset, len, pattern)
-    }
-
-    fn enqueue_copy(
-        &self,
-        queue: &ZeQueue,
-        src: &ZeBuffer,
-        src_offset: usize,
-        dst: &ZeBuffer,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        queue.enqueue_copy(src, src_offset, dst, dst_offset, len)
-    }
-
-    /// Level Zero has no host callbacks: a thread of the queue waits for the work before
-    /// `f`, runs it, then signals the event the later work waits on (queue.rs).
-    fn enqueue_host_fn(&self, queue: &ZeQueue, f: HostFn) -> Result<()> {
-        queue.enqueue_host_fn(f)
-    }
-
-    fn sync(&self, queue: &ZeQueue) -> Result<()> {
-        queue.sync()
-    }
-
-    fn is_idle(&self, queue: &ZeQueue) -> Result<bool> {
-        queue.is_idle()
-    }
-
-    fn record(&self, queue: &ZeQueue) -> Result<ZeEvent> {
-        queue.record()
-    }
-
-    fn wait_event(&self, queue: &ZeQueue, event: &ZeEvent) -> Result<()> {
-        queue.wait_event(event)
-    }
-
-    fn sync_event(&self, event: &ZeEvent) -> Result<()> {
-        event.sync()
-    }
-
-    fn is_complete(&self, event: &ZeEvent) -> Result<bool> {
-        event.is_complete()
-    }
-
-    fn elapsed(&self, start: &ZeEvent, end: &ZeEvent) -> Result<Duration> {
-        end.since(start)
-    }
-
-    fn destroy_event(&self, event: ZeEvent) -> Result<()> {
-        drop(event);
-        Ok(())
     }
 }
 

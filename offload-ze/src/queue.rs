@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use offload_core::hal::HostFn;
+use offload_core::hal::{self, HostFn};
 use offload_core::{BackendKind, Dims, Error, KernelArg, Result};
 use offload_driver::{Failure, HostFailure as PanicText};
 
@@ -42,7 +42,7 @@ type HostFailure = Arc<Mutex<Option<Error>>>;
 
 use crate::ffi::{EventHandle, ListHandle, PoolHandle};
 use crate::memory::ZeBuffer;
-use crate::platform::{DeviceShared, driver_error};
+use crate::platform::{DeviceShared, ZeDevice, driver_error};
 use crate::program::ZeKernel;
 
 /// Events per queue.
@@ -269,8 +269,8 @@ impl Drop for QueueShared {
 /// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = ze.devices().remove(0);
 /// let queue = dev.queue()?;
-/// dev.sync(&queue)?;
-/// dev.destroy_queue(queue)?;
+/// queue.sync()?;
+/// queue.destroy()?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 pub struct ZeQueue {
@@ -316,8 +316,8 @@ impl Drop for EventInner {
 /// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = ze.devices().remove(0);
 /// let queue = dev.queue()?;
-/// let (a, b) = (dev.record(&queue)?, dev.record(&queue)?);
-/// println!("{:?}", dev.elapsed(&a, &b)?);
+/// let (a, b) = (queue.record()?, queue.record()?);
+/// println!("{:?}", b.elapsed_since(&a)?);
 /// # Ok::<(), offload_core::Error>(())
 /// ```
 pub struct ZeEvent {
@@ -439,9 +439,12 @@ impl ZeQueue {
         }
         Ok(())
     }
+}
 
+impl hal::Queue<ZeDevice> for ZeQueue {
     /// Launches `kernel` on the queue: group size `dims.block`, `dims.grid` groups.
-    pub(crate) fn launch(
+    /// Unverified code runs behind it: the caller holds the launch contract.
+    unsafe fn launch(
         &self,
         kernel: &ZeKernel,
         dims: &Dims,
@@ -509,12 +512,7 @@ impl ZeQueue {
     }
 
     /// Queues a copy of `data` into `buffer` at `offset`.
-    pub(crate) fn enqueue_write(
-        &self,
-        buffer: &ZeBuffer,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
+    fn enqueue_write(&self, buffer: &ZeBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
         const CALL: &str = "Queue::write";
         let dst = buffer.at(CALL, offset, data.len())?;
         self.check(CALL, &[buffer])?;
@@ -537,7 +535,7 @@ impl ZeQueue {
 
     /// Queues a fill: `zeCommandListAppendMemoryFill` for a pattern of 1, 2, 4, … 128 bytes,
     /// a queued write of the expanded pattern otherwise.
-    pub(crate) fn enqueue_fill(
+    fn enqueue_fill(
         &self,
         buffer: &ZeBuffer,
         offset: usize,
@@ -574,7 +572,7 @@ impl ZeQueue {
     }
 
     /// Queues a device-to-device copy (ranges of one buffer must not overlap).
-    pub(crate) fn enqueue_copy(
+    fn enqueue_copy(
         &self,
         src: &ZeBuffer,
         src_offset: usize,
@@ -604,7 +602,7 @@ impl ZeQueue {
     }
 
     /// Queues a host function on a thread of the queue (see the module's docs).
-    pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
+    fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         const CALL: &str = "Queue::enqueue_host_fn";
         let driver = self.device().driver();
         let shared = &self.shared;
@@ -646,7 +644,7 @@ impl ZeQueue {
     }
 
     /// Waits for the queue; reports (once) a host function's panic.
-    pub(crate) fn sync(&self) -> Result<()> {
+    fn sync(&self) -> Result<()> {
         const CALL: &str = "Queue::sync";
         offload_driver::Stream::synchronize(&*self.shared, CALL)?;
         match lock(&self.shared.failure).take() {
@@ -656,7 +654,7 @@ impl ZeQueue {
     }
 
     /// Whether the last command appended has run (`zeEventQueryStatus`).
-    pub(crate) fn is_idle(&self) -> Result<bool> {
+    fn is_idle(&self) -> Result<bool> {
         const CALL: &str = "Queue::is_idle";
         let state = lock(&self.shared.state);
         let Some(last) = state.last else {
@@ -669,7 +667,7 @@ impl ZeQueue {
     }
 
     /// Records an event after the work enqueued so far.
-    pub(crate) fn record(&self) -> Result<ZeEvent> {
+    fn record(&self) -> Result<ZeEvent> {
         const CALL: &str = "Queue::record";
         let device = self.device();
         let driver = device.driver();
@@ -710,7 +708,7 @@ impl ZeQueue {
     }
 
     /// Makes the queue's later work wait for `event`.
-    pub(crate) fn wait_event(&self, event: &ZeEvent) -> Result<()> {
+    fn wait_event(&self, event: &ZeEvent) -> Result<()> {
         const CALL: &str = "Queue::wait";
         if !Arc::ptr_eq(&event.inner.device, self.device()) {
             return Err(Error::invalid(
@@ -728,11 +726,18 @@ impl ZeQueue {
         lock(&self.shared.state).held.push(event.inner.clone());
         Ok(())
     }
+
+    /// Waits for the queue's work, then destroys it (L4).
+    fn destroy(self) -> Result<()> {
+        let synced = hal::Queue::sync(&self);
+        drop(self);
+        synced
+    }
 }
 
-impl ZeEvent {
+impl hal::Event for ZeEvent {
     /// `zeEventHostSynchronize`.
-    pub(crate) fn sync(&self) -> Result<()> {
+    fn sync(&self) -> Result<()> {
         let device = &self.inner.device;
         device
             .driver()
@@ -741,7 +746,7 @@ impl ZeEvent {
     }
 
     /// `zeEventQueryStatus`.
-    pub(crate) fn is_complete(&self) -> Result<bool> {
+    fn is_complete(&self) -> Result<bool> {
         let device = &self.inner.device;
         device
             .driver()
@@ -751,7 +756,7 @@ impl ZeEvent {
 
     /// Device time from `start` to `self`, both waited for first: the difference of their
     /// global end timestamps.
-    pub(crate) fn since(&self, start: &ZeEvent) -> Result<Duration> {
+    fn elapsed_since(&self, start: &ZeEvent) -> Result<Duration> {
         const CALL: &str = "Event::elapsed_since";
         let device = &self.inner.device;
         if !Arc::ptr_eq(device, &start.inner.device) {
@@ -768,5 +773,11 @@ impl ZeEvent {
         let [_, end] = driver.event_timestamps(self.inner.raw).map_err(&failed)?;
         let ticks = end.saturating_sub(begin);
         Ok(Duration::from_nanos(ticks.saturating_mul(device.timer_ns)))
+    }
+
+    /// Drops the event (it waits for its barrier first: `EventInner`'s drop).
+    fn destroy(self) -> Result<()> {
+        drop(self);
+        Ok(())
     }
 }

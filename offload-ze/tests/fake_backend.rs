@@ -17,7 +17,7 @@
 //! loader correctly (live handles of the right context, events that order the work, objects
 //! destroyed in order, no leaks), not that a GPU computes correctly.
 
-use offload_core::hal::{Device as _, Platform as _, Program as _};
+use offload_core::hal::{Device as _, Platform as _, Program as _, Queue as _};
 use offload_core::{Arg, Config, Dims, Error, MemKind, PlatformEntry, Platforms};
 use offload_testing::fake::cases::Subject;
 use offload_testing::fake::{FakeDriver, FakeHooks};
@@ -144,11 +144,10 @@ fn native_case(hooks: &FakeHooks) -> String {
     let queue = dev.queue().unwrap();
     let buf = dev.alloc(64, MemKind::Device).unwrap();
     // SAFETY: noop touches nothing.
-    unsafe { dev.launch(&queue, &noop, &Dims::grid([2, 1, 1]), &[]) }.unwrap();
+    unsafe { queue.launch(&noop, &Dims::grid([2, 1, 1]), &[]) }.unwrap();
     // SAFETY: refused before anything runs.
     let with_args = unsafe {
-        dev.launch(
-            &queue,
+        queue.launch(
             &noop,
             &Dims::grid([1, 1, 1]),
             &[offload_core::KernelArg::Buffer(&buf)],
@@ -158,13 +157,13 @@ fn native_case(hooks: &FakeHooks) -> String {
         matches!(with_args, Err(Error::InvalidArgument { .. })),
         "{with_args:?}"
     );
-    dev.sync(&queue).unwrap();
+    queue.sync().unwrap();
     let other = dev.alloc(64, MemKind::Host).unwrap();
     let ids = (buf.allocation_id().unwrap(), other.allocation_id().unwrap());
     assert_ne!(ids.0, ids.1);
     assert_eq!(buf.allocation_id().unwrap(), ids.0);
     drop((noop, buf, other));
-    dev.destroy_queue(queue).unwrap();
+    queue.destroy().unwrap();
     module.unload().unwrap();
     drop(dev);
     ze.deinit().unwrap();
@@ -245,8 +244,7 @@ fn rules_case(hooks: &FakeHooks) -> String {
     let buf = dev.alloc(64, MemKind::Device).unwrap();
     // SAFETY: refused before anything runs: u64 where add_one takes a u32.
     let wrong = unsafe {
-        dev.launch(
-            &q,
+        q.launch(
             &add_one,
             &Dims::grid([1, 1, 1]),
             &[
@@ -262,8 +260,7 @@ fn rules_case(hooks: &FakeHooks) -> String {
     // Dynamic work-group memory is not offered.
     // SAFETY: refused before anything runs.
     let shared = unsafe {
-        dev.launch(
-            &q,
+        q.launch(
             &add_one,
             &Dims::grid([1, 1, 1]).shared_memory(64),
             &[

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::hal::{
-    self, BackendKind, CompilerId, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf,
-    Language, MemKind, ParamKind, Source,
+    self, BackendKind, CompilerId, DeviceInfo, Dims, Event as _, Exported, GlobalInfo, KernelArg,
+    KernelOf, Language, MemKind, ParamKind, Queue as _, Source,
 };
 
 type DeviceOf<P> = <P as hal::Platform>::Device;
@@ -103,7 +103,7 @@ pub(crate) trait DynKernel: Send + Sync {
 /// A queue with its type erased, together with its device.
 pub(crate) trait DynQueue: Send + Sync {
     /// # Safety
-    /// The contract of [`hal::Device::launch`].
+    /// The contract of [`hal::Queue::launch`].
     #[allow(unsafe_code)]
     unsafe fn launch(
         &self,
@@ -471,24 +471,23 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
         args: &[KernelArg<'_, dyn DynBuffer>],
     ) -> Result<()> {
         let kernel = &downcast::<ErasedKernel<P>>(kernel.as_any(), P::KIND, "kernel")?.raw;
-        let device = &self.device.raw;
         if args.len() <= INLINE_ARGS {
             let mut typed = [KernelArg::Scalar(&[][..]); INLINE_ARGS];
             for (slot, arg) in typed.iter_mut().zip(args) {
                 *slot = Self::typed(arg)?;
             }
             // SAFETY: our caller took on the launch contract (`DynQueue::launch`).
-            unsafe { hal::Device::launch(device, &self.raw, kernel, dims, &typed[..args.len()]) }
+            unsafe { self.raw.launch(kernel, dims, &typed[..args.len()]) }
         } else {
             let typed = args.iter().map(Self::typed).collect::<Result<Vec<_>>>()?;
             // SAFETY: as above.
-            unsafe { hal::Device::launch(device, &self.raw, kernel, dims, &typed) }
+            unsafe { self.raw.launch(kernel, dims, &typed) }
         }
     }
 
     fn enqueue_write(&self, buffer: &dyn DynBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
         let buffer = Self::buffer(buffer)?;
-        hal::Device::enqueue_write(&self.device.raw, &self.raw, buffer, offset, data)
+        self.raw.enqueue_write(buffer, offset, data)
     }
 
     fn enqueue_fill(
@@ -499,7 +498,7 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
         pattern: &[u8],
     ) -> Result<()> {
         let buffer = Self::buffer(buffer)?;
-        hal::Device::enqueue_fill(&self.device.raw, &self.raw, buffer, offset, len, pattern)
+        self.raw.enqueue_fill(buffer, offset, len, pattern)
     }
 
     fn enqueue_copy(
@@ -511,45 +510,40 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
         len: usize,
     ) -> Result<()> {
         let (src, dst) = (Self::buffer(src)?, Self::buffer(dst)?);
-        hal::Device::enqueue_copy(
-            &self.device.raw,
-            &self.raw,
-            src,
-            src_offset,
-            dst,
-            dst_offset,
-            len,
-        )
+        self.raw.enqueue_copy(src, src_offset, dst, dst_offset, len)
     }
 
     fn enqueue_host_fn(&self, f: hal::HostFn) -> Result<()> {
-        hal::Device::enqueue_host_fn(&self.device.raw, &self.raw, f)
+        self.raw.enqueue_host_fn(f)
     }
 
     fn sync(&self) -> Result<()> {
-        hal::Device::sync(&self.device.raw, &self.raw)
+        hal::Queue::sync(&self.raw)
     }
 
     fn is_idle(&self) -> Result<bool> {
-        hal::Device::is_idle(&self.device.raw, &self.raw)
+        self.raw.is_idle()
     }
 
     fn record(&self) -> Result<Box<dyn DynEvent>> {
         Ok(Box::new(ErasedEvent::<P> {
-            raw: hal::Device::record(&self.device.raw, &self.raw)?,
+            raw: self.raw.record()?,
             device: self.device.clone(),
         }))
     }
 
     fn wait(&self, event: &dyn DynEvent) -> Result<()> {
         let event = downcast::<ErasedEvent<P>>(event.as_any(), P::KIND, "event")?;
-        hal::Device::wait_event(&self.device.raw, &self.raw, &event.raw)
+        self.raw.wait_event(&event.raw)
     }
 
     fn destroy(self: Box<Self>) -> Result<()> {
         let ErasedQueue { device, raw } = *self;
-        // The backend drains the queue first (see `hal::Device::destroy_queue`).
-        hal::Device::destroy_queue(&device.raw, raw)
+        // The backend drains the queue first (see `hal::Queue::destroy`); the device outlives
+        // it.
+        let destroyed = hal::Queue::destroy(raw);
+        drop(device);
+        destroyed
     }
 }
 
@@ -560,16 +554,16 @@ struct ErasedEvent<P: hal::Platform> {
 
 impl<P: hal::Platform> DynEvent for ErasedEvent<P> {
     fn sync(&self) -> Result<()> {
-        hal::Device::sync_event(&self.device.raw, &self.raw)
+        hal::Event::sync(&self.raw)
     }
 
     fn is_complete(&self) -> Result<bool> {
-        hal::Device::is_complete(&self.device.raw, &self.raw)
+        self.raw.is_complete()
     }
 
     fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration> {
         let start = downcast::<Self>(start.as_any(), P::KIND, "event")?;
-        hal::Device::elapsed(&self.device.raw, &start.raw, &self.raw)
+        self.raw.elapsed_since(&start.raw)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -578,6 +572,8 @@ impl<P: hal::Platform> DynEvent for ErasedEvent<P> {
 
     fn destroy(self: Box<Self>) -> Result<()> {
         let ErasedEvent { device, raw } = *self;
-        hal::Device::destroy_event(&device.raw, raw)
+        let destroyed = hal::Event::destroy(raw);
+        drop(device);
+        destroyed
     }
 }

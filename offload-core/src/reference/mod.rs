@@ -327,10 +327,16 @@ impl hal::Device for RefDevice {
         self.queues.add(&pending);
         Ok(RefQueue { pending })
     }
+}
 
+fn bytes_mut(buffer: &mut RefBuffer) -> RwLockWriteGuard<'_, Vec<u8>> {
+    write(&buffer.bytes)
+}
+
+impl hal::Queue<RefDevice> for RefQueue {
     /// Runs the queue's recorded work (L4: destroying a queue drains it).
-    fn destroy_queue(&self, queue: RefQueue) -> Result<()> {
-        queue.pending.flush();
+    fn destroy(self) -> Result<()> {
+        self.pending.flush();
         Ok(())
     }
 
@@ -338,33 +344,24 @@ impl hal::Device for RefDevice {
     #[allow(unsafe_code)]
     unsafe fn launch(
         &self,
-        queue: &RefQueue,
-        kernel: &KernelOf<Self>,
+        kernel: &KernelOf<RefDevice>,
         dims: &Dims,
         args: &[KernelArg<'_, RefBuffer>],
     ) -> Result<()> {
-        queue.pending.push(prepare(kernel, dims, args)?);
+        self.pending.push(prepare(kernel, dims, args)?);
         Ok(())
     }
 
-    fn enqueue_write(
-        &self,
-        queue: &RefQueue,
-        buffer: &RefBuffer,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
+    fn enqueue_write(&self, buffer: &RefBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
         let r = range("Queue::write", buffer.len(), offset, data.len())?;
         let bytes = buffer.bytes.clone();
-        queue
-            .pending
+        self.pending
             .push(Box::new(move || write(&bytes)[r].copy_from_slice(&data)));
         Ok(())
     }
 
     fn enqueue_fill(
         &self,
-        queue: &RefQueue,
         buffer: &RefBuffer,
         offset: usize,
         len: usize,
@@ -378,7 +375,7 @@ impl hal::Device for RefDevice {
             ));
         }
         let (bytes, pattern) = (buffer.bytes.clone(), pattern.to_vec());
-        queue.pending.push(Box::new(move || {
+        self.pending.push(Box::new(move || {
             for (byte, p) in write(&bytes)[r].iter_mut().zip(pattern.iter().cycle()) {
                 *byte = *p;
             }
@@ -388,7 +385,6 @@ impl hal::Device for RefDevice {
 
     fn enqueue_copy(
         &self,
-        queue: &RefQueue,
         src: &RefBuffer,
         src_offset: usize,
         dst: &RefBuffer,
@@ -398,7 +394,7 @@ impl hal::Device for RefDevice {
         let s = range("Queue::copy", src.len(), src_offset, len)?;
         let t = range("Queue::copy", dst.len(), dst_offset, len)?;
         let (from, to) = (src.bytes.clone(), dst.bytes.clone());
-        queue.pending.push(Box::new(move || {
+        self.pending.push(Box::new(move || {
             if Arc::ptr_eq(&from, &to) {
                 write(&to).copy_within(s, t.start);
             } else {
@@ -409,60 +405,58 @@ impl hal::Device for RefDevice {
         Ok(())
     }
 
-    fn enqueue_host_fn(&self, queue: &RefQueue, f: hal::HostFn) -> Result<()> {
-        queue.pending.push(f);
+    fn enqueue_host_fn(&self, f: hal::HostFn) -> Result<()> {
+        self.pending.push(f);
         Ok(())
     }
 
-    fn sync(&self, queue: &RefQueue) -> Result<()> {
-        queue.pending.flush();
+    fn sync(&self) -> Result<()> {
+        self.pending.flush();
         Ok(())
     }
 
-    fn is_idle(&self, queue: &RefQueue) -> Result<bool> {
-        Ok(queue.pending.is_idle())
+    fn is_idle(&self) -> Result<bool> {
+        Ok(self.pending.is_idle())
     }
 
-    fn record(&self, queue: &RefQueue) -> Result<RefEvent> {
+    fn record(&self) -> Result<RefEvent> {
         let at = Arc::new(OnceLock::new());
         let mark = at.clone();
-        queue.pending.push(Box::new(move || {
+        self.pending.push(Box::new(move || {
             let _ = mark.set(Instant::now());
         }));
         Ok(RefEvent {
             at,
-            queue: Arc::downgrade(&queue.pending),
+            queue: Arc::downgrade(&self.pending),
         })
     }
 
     /// Runs the event's queue up to (and past) the event now: running earlier work early
     /// keeps every order.
-    fn wait_event(&self, _queue: &RefQueue, event: &RefEvent) -> Result<()> {
+    fn wait_event(&self, event: &RefEvent) -> Result<()> {
         event.sync();
-        Ok(())
-    }
-
-    fn sync_event(&self, event: &RefEvent) -> Result<()> {
-        event.sync();
-        Ok(())
-    }
-
-    fn is_complete(&self, event: &RefEvent) -> Result<bool> {
-        Ok(event.at.get().is_some())
-    }
-
-    fn elapsed(&self, start: &RefEvent, end: &RefEvent) -> Result<Duration> {
-        let (start, end) = (start.sync(), end.sync());
-        Ok(end.saturating_duration_since(start))
-    }
-
-    fn destroy_event(&self, _event: RefEvent) -> Result<()> {
         Ok(())
     }
 }
 
-fn bytes_mut(buffer: &mut RefBuffer) -> RwLockWriteGuard<'_, Vec<u8>> {
-    write(&buffer.bytes)
+impl hal::Event for RefEvent {
+    fn sync(&self) -> Result<()> {
+        RefEvent::sync(self);
+        Ok(())
+    }
+
+    fn is_complete(&self) -> Result<bool> {
+        Ok(self.at.get().is_some())
+    }
+
+    fn elapsed_since(&self, start: &Self) -> Result<Duration> {
+        let (start, end) = (start.sync(), RefEvent::sync(self));
+        Ok(end.saturating_duration_since(start))
+    }
+
+    fn destroy(self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Memory shared within this process: an exportable allocation's id travels in the payload.
@@ -824,11 +818,11 @@ pub type Offload<S = crate::Ready> = crate::Offload<S, Only>;
 /// let dev = platform.devices().remove(0);
 /// let mut buf = dev.alloc(4, MemKind::Device)?;
 /// let q = dev.queue()?;
-/// dev.enqueue_write(&q, &buf, 0, vec![7; 4])?;
+/// q.enqueue_write(&buf, 0, vec![7; 4])?;
 /// let mut out = [0u8; 4];
 /// dev.read(&buf, 0, &mut out)?;
 /// assert_eq!(out, [0; 4]); // the queued write has not run: the broken ordering
-/// dev.destroy_queue(q)?;
+/// q.destroy()?;
 /// # dev.free(buf)?;
 /// # Ok::<(), offload_core::Error>(())
 /// ```

@@ -12,12 +12,11 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
 
-use offload_core::hal::{self, Exported, HostFn, KernelOf};
+use offload_core::hal::{self, Exported};
 use offload_core::{
-    BackendKind, CompilerId, Config, DeviceInfo, Dims, Error, GlobalInfo, KernelArg, Language,
-    MemKind, ParamKind, Result, Source,
+    BackendKind, CompilerId, Config, DeviceInfo, Error, GlobalInfo, Language, MemKind, ParamKind,
+    Result, Source,
 };
 
 use super::ipc::Mapping;
@@ -434,97 +433,6 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     fn queue(&self) -> Result<StreamQueue<A>> {
         StreamQueue::new(&self.core)
-    }
-
-    /// Waits for the stream, then destroys it (L4).
-    fn destroy_queue(&self, queue: StreamQueue<A>) -> Result<()> {
-        let synced = queue.sync();
-        drop(queue);
-        synced
-    }
-
-    // Unverified code runs behind this call: the caller holds the launch contract.
-    #[allow(unsafe_code)]
-    unsafe fn launch(
-        &self,
-        queue: &StreamQueue<A>,
-        kernel: &KernelOf<Self>,
-        dims: &Dims,
-        args: &[KernelArg<'_, StreamBuffer<A>>],
-    ) -> Result<()> {
-        queue.launch(kernel, dims, args)
-    }
-
-    fn enqueue_write(
-        &self,
-        queue: &StreamQueue<A>,
-        buffer: &StreamBuffer<A>,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
-        queue.enqueue_write(buffer, offset, data)
-    }
-
-    fn enqueue_fill(
-        &self,
-        queue: &StreamQueue<A>,
-        buffer: &StreamBuffer<A>,
-        offset: usize,
-        len: usize,
-        pattern: &[u8],
-    ) -> Result<()> {
-        queue.enqueue_fill(buffer, offset, len, pattern)
-    }
-
-    fn enqueue_copy(
-        &self,
-        queue: &StreamQueue<A>,
-        src: &StreamBuffer<A>,
-        src_offset: usize,
-        dst: &StreamBuffer<A>,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        queue.enqueue_copy(src, src_offset, dst, dst_offset, len)
-    }
-
-    /// The vendor's host-function launch: `f` runs on a vendor thread and must not call
-    /// offload.
-    fn enqueue_host_fn(&self, queue: &StreamQueue<A>, f: HostFn) -> Result<()> {
-        queue.enqueue_host_fn(f)
-    }
-
-    fn sync(&self, queue: &StreamQueue<A>) -> Result<()> {
-        queue.sync()
-    }
-
-    fn is_idle(&self, queue: &StreamQueue<A>) -> Result<bool> {
-        queue.is_idle()
-    }
-
-    fn record(&self, queue: &StreamQueue<A>) -> Result<StreamEvent<A>> {
-        queue.record()
-    }
-
-    fn wait_event(&self, queue: &StreamQueue<A>, event: &StreamEvent<A>) -> Result<()> {
-        queue.wait_event(event)
-    }
-
-    fn sync_event(&self, event: &StreamEvent<A>) -> Result<()> {
-        event.sync()
-    }
-
-    fn is_complete(&self, event: &StreamEvent<A>) -> Result<bool> {
-        event.is_complete()
-    }
-
-    fn elapsed(&self, start: &StreamEvent<A>, end: &StreamEvent<A>) -> Result<Duration> {
-        end.since(start)
-    }
-
-    fn destroy_event(&self, event: StreamEvent<A>) -> Result<()> {
-        drop(event);
-        Ok(())
     }
 }
 

@@ -135,8 +135,8 @@ macro_rules! stream_backend_types {
                                             "::open(&Config::default()) else { return Ok(()) };")]
         /// let dev = platform.devices().remove(0);
         /// let queue = dev.queue()?;
-        /// dev.sync(&queue)?;
-        /// dev.destroy_queue(queue)?;
+        /// queue.sync()?;
+        /// queue.destroy()?;
         /// # Ok::<(), offload_core::Error>(())
         /// ```
         pub type $queue = $crate::StreamQueue<$api>;
@@ -150,8 +150,8 @@ macro_rules! stream_backend_types {
                                             "::open(&Config::default()) else { return Ok(()) };")]
         /// let dev = platform.devices().remove(0);
         /// let queue = dev.queue()?;
-        /// let (a, b) = (dev.record(&queue)?, dev.record(&queue)?);
-        /// println!("{:?}", dev.elapsed(&a, &b)?);
+        /// let (a, b) = (queue.record()?, queue.record()?);
+        /// println!("{:?}", b.elapsed_since(&a)?);
         /// # Ok::<(), offload_core::Error>(())
         /// ```
         pub type $event = $crate::StreamEvent<$api>;

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use offload_core::hal::HostFn;
+use offload_core::hal::{self, HostFn};
 use offload_core::{Dims, Error, KernelArg, Result};
 
-use super::device::DeviceCore;
+use super::device::{DeviceCore, StreamDevice};
 use super::{StreamApi, StreamBuffer, StreamKernel, Word, driver_error};
 use crate::{HostCallback, HostFailure, HostThread, host_trampoline};
 
@@ -217,10 +217,13 @@ impl<A: StreamApi> StreamQueue<A> {
     fn synchronize(&self, call: &'static str) -> Result<()> {
         crate::Stream::synchronize(&*self.shared, call)
     }
+}
 
-    /// Launches `kernel` on the stream.
+impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
+    /// Launches `kernel` on the stream. Unverified code runs behind it: the caller holds
+    /// the launch contract.
     #[allow(unsafe_code)]
-    pub(crate) fn launch(
+    unsafe fn launch(
         &self,
         kernel: &StreamKernel<A>,
         dims: &Dims,
@@ -280,12 +283,7 @@ impl<A: StreamApi> StreamQueue<A> {
 
     /// Queues a copy of `data` into `buffer` at `offset`.
     #[allow(unsafe_code)]
-    pub(crate) fn enqueue_write(
-        &self,
-        buffer: &StreamBuffer<A>,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
+    fn enqueue_write(&self, buffer: &StreamBuffer<A>, offset: usize, data: Vec<u8>) -> Result<()> {
         const CALL: &str = "Queue::write";
         let dst = buffer.at(CALL, offset, data.len())?;
         let api = self.bind(CALL, &[buffer])?;
@@ -310,7 +308,7 @@ impl<A: StreamApi> StreamQueue<A> {
     /// 1, 2 or 4 bytes at an aligned address, a queued write of the expanded pattern
     /// otherwise.
     #[allow(unsafe_code)]
-    pub(crate) fn enqueue_fill(
+    fn enqueue_fill(
         &self,
         buffer: &StreamBuffer<A>,
         offset: usize,
@@ -354,7 +352,7 @@ impl<A: StreamApi> StreamQueue<A> {
 
     /// Queues a device-to-device copy (ranges of one buffer must not overlap).
     #[allow(unsafe_code)]
-    pub(crate) fn enqueue_copy(
+    fn enqueue_copy(
         &self,
         src: &StreamBuffer<A>,
         src_offset: usize,
@@ -389,7 +387,7 @@ impl<A: StreamApi> StreamQueue<A> {
     /// Queues a host function, run on the queue's thread (where the vendor lacks the
     /// launch, the stream is synced and `f` runs on the caller's thread).
     #[allow(unsafe_code)]
-    pub(crate) fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
+    fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         const CALL: &str = "Queue::enqueue_host_fn";
         let api = self.bind(CALL, &[])?;
         let shared = &self.shared;
@@ -427,7 +425,7 @@ impl<A: StreamApi> StreamQueue<A> {
     }
 
     /// Waits for the stream; reports (once) a host function's panic.
-    pub(crate) fn sync(&self) -> Result<()> {
+    fn sync(&self) -> Result<()> {
         const CALL: &str = "Queue::sync";
         self.synchronize(CALL)?;
         match lock(&self.shared.failure).take() {
@@ -441,7 +439,7 @@ impl<A: StreamApi> StreamQueue<A> {
 
     /// Whether the stream is idle (`cuStreamQuery`, `hipStreamQuery`).
     #[allow(unsafe_code)]
-    pub(crate) fn is_idle(&self) -> Result<bool> {
+    fn is_idle(&self) -> Result<bool> {
         const CALL: &str = "Queue::is_idle";
         let api = self.bind(CALL, &[])?;
         let passed = lock(&self.shared.kept).end();
@@ -456,7 +454,7 @@ impl<A: StreamApi> StreamQueue<A> {
 
     /// Records an event after the work enqueued so far.
     #[allow(unsafe_code)]
-    pub(crate) fn record(&self) -> Result<StreamEvent<A>> {
+    fn record(&self) -> Result<StreamEvent<A>> {
         const CALL: &str = "Queue::record";
         let api = self.bind(CALL, &[])?;
         let raw = api.event_create().map_err(driver_error::<A>(CALL))?;
@@ -474,7 +472,7 @@ impl<A: StreamApi> StreamQueue<A> {
 
     /// Makes the stream's later work wait for `event`.
     #[allow(unsafe_code)]
-    pub(crate) fn wait_event(&self, event: &StreamEvent<A>) -> Result<()> {
+    fn wait_event(&self, event: &StreamEvent<A>) -> Result<()> {
         const CALL: &str = "Queue::wait";
         if !Arc::ptr_eq(&event.core, &self.shared.core) {
             return Err(Error::invalid(
@@ -492,12 +490,19 @@ impl<A: StreamApi> StreamQueue<A> {
         self.shared.count();
         Ok(())
     }
+
+    /// Waits for the stream, then destroys it (L4).
+    fn destroy(self) -> Result<()> {
+        let synced = hal::Queue::sync(&self);
+        drop(self);
+        synced
+    }
 }
 
-impl<A: StreamApi> StreamEvent<A> {
+impl<A: StreamApi> hal::Event for StreamEvent<A> {
     /// Waits for the event.
     #[allow(unsafe_code)]
-    pub(crate) fn sync(&self) -> Result<()> {
+    fn sync(&self) -> Result<()> {
         const CALL: &str = "Event::sync";
         self.core.bind(CALL)?;
         self.core.settle();
@@ -507,7 +512,7 @@ impl<A: StreamApi> StreamEvent<A> {
 
     /// Whether the work before the event has finished.
     #[allow(unsafe_code)]
-    pub(crate) fn is_complete(&self) -> Result<bool> {
+    fn is_complete(&self) -> Result<bool> {
         const CALL: &str = "Event::is_complete";
         self.core.bind(CALL)?;
         // SAFETY: as above.
@@ -516,7 +521,7 @@ impl<A: StreamApi> StreamEvent<A> {
 
     /// Device time from `start` to `self`, both waited for first.
     #[allow(unsafe_code)]
-    pub(crate) fn since(&self, start: &StreamEvent<A>) -> Result<Duration> {
+    fn elapsed_since(&self, start: &StreamEvent<A>) -> Result<Duration> {
         const CALL: &str = "Event::elapsed_since";
         if !Arc::ptr_eq(&self.core, &start.core) {
             return Err(Error::invalid(
@@ -530,5 +535,10 @@ impl<A: StreamApi> StreamEvent<A> {
         let ms = unsafe { self.core.api().event_elapsed(start.raw, self.raw) }
             .map_err(driver_error::<A>(CALL))?;
         Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
+    }
+
+    fn destroy(self) -> Result<()> {
+        drop(self);
+        Ok(())
     }
 }

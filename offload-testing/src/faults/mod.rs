@@ -17,7 +17,7 @@
 //! - [`Fault::Error`]: the call returns `Error::Driver { backend: P::KIND, call: <the hal
 //!   method>, code: `[`INJECTED_CODE`]`, message: "injected fault at <site> call #n" }`.
 //!   A call that creates an object fails before the backend sees it (nothing is created).
-//!   A call that releases an object (`free`, `unload`, `destroy_queue`, `destroy_event`,
+//!   A call that releases an object (`free`, `unload`, a queue's or an event's `destroy`,
 //!   `deinit`) releases it in the backend and then reports the error: a driver that failed
 //!   to release would leak in the backend, which is the backend's business, not offload's.
 //! - [`Fault::Panic`]: the call panics before delegating. offload does not catch panics
@@ -119,20 +119,20 @@ sites! {
     Compiler => "compiler", "Device::compiler";
     Compile => "compile", "Device::compile";
     Queue => "queue", "Device::queue";
-    DestroyQueue => "destroy_queue", "Device::destroy_queue";
-    Launch => "launch", "Device::launch";
-    EnqueueWrite => "enqueue_write", "Device::enqueue_write";
-    EnqueueFill => "enqueue_fill", "Device::enqueue_fill";
-    EnqueueCopy => "enqueue_copy", "Device::enqueue_copy";
-    HostFn => "enqueue_host_fn", "Device::enqueue_host_fn";
-    Sync => "sync", "Device::sync";
-    IsIdle => "is_idle", "Device::is_idle";
-    Record => "record", "Device::record";
-    WaitEvent => "wait_event", "Device::wait_event";
-    SyncEvent => "sync_event", "Device::sync_event";
-    IsComplete => "is_complete", "Device::is_complete";
-    Elapsed => "elapsed", "Device::elapsed";
-    DestroyEvent => "destroy_event", "Device::destroy_event";
+    DestroyQueue => "destroy_queue", "Queue::destroy";
+    Launch => "launch", "Queue::launch";
+    EnqueueWrite => "enqueue_write", "Queue::enqueue_write";
+    EnqueueFill => "enqueue_fill", "Queue::enqueue_fill";
+    EnqueueCopy => "enqueue_copy", "Queue::enqueue_copy";
+    HostFn => "enqueue_host_fn", "Queue::enqueue_host_fn";
+    Sync => "sync", "Queue::sync";
+    IsIdle => "is_idle", "Queue::is_idle";
+    Record => "record", "Queue::record";
+    WaitEvent => "wait_event", "Queue::wait_event";
+    SyncEvent => "sync_event", "Event::sync";
+    IsComplete => "is_complete", "Event::is_complete";
+    Elapsed => "elapsed", "Event::elapsed_since";
+    DestroyEvent => "destroy_event", "Event::destroy";
     Kernel => "kernel", "Program::kernel";
     Global => "global", "Program::global";
     ReadGlobal => "read_global", "Program::read_global";
@@ -351,6 +351,16 @@ impl<P: hal::Platform> Drop for FaultyKernel<P> {
     }
 }
 
+/// A queue of [`FaultyDevice<P>`].
+pub struct FaultyQueue<P: hal::Platform> {
+    raw: Que<P>,
+}
+
+/// An event of a [`FaultyQueue<P>`].
+pub struct FaultyEvent<P: hal::Platform> {
+    raw: Evt<P>,
+}
+
 type Buf<P> = <<P as hal::Platform>::Device as hal::Device>::Buffer;
 type Que<P> = <<P as hal::Platform>::Device as hal::Device>::Queue;
 type Evt<P> = <<P as hal::Platform>::Device as hal::Device>::Event;
@@ -389,8 +399,8 @@ impl<P: hal::Platform> hal::Platform for Faulty<P> {
 impl<P: hal::Platform> hal::Device for FaultyDevice<P> {
     type Buffer = Buf<P>;
     type Program = FaultyProgram<P>;
-    type Queue = Que<P>;
-    type Event = Evt<P>;
+    type Queue = FaultyQueue<P>;
+    type Event = FaultyEvent<P>;
 
     fn info(&self) -> Result<DeviceInfo> {
         check(P::KIND, Site::Info)?;
@@ -473,22 +483,16 @@ impl<P: hal::Platform> hal::Device for FaultyDevice<P> {
         self.raw.compile(source)
     }
 
-    fn queue(&self) -> Result<Que<P>> {
+    fn queue(&self) -> Result<FaultyQueue<P>> {
         check(P::KIND, Site::Queue)?;
-        made(QUEUES, self.raw.queue())
+        made(QUEUES, self.raw.queue().map(|raw| FaultyQueue { raw }))
     }
+}
 
-    fn destroy_queue(&self, queue: Que<P>) -> Result<()> {
-        released(QUEUES);
-        releasing(P::KIND, Site::DestroyQueue, || {
-            self.raw.destroy_queue(queue)
-        })
-    }
-
+impl<P: hal::Platform> hal::Queue<FaultyDevice<P>> for FaultyQueue<P> {
     #[allow(unsafe_code)]
     unsafe fn launch(
         &self,
-        queue: &Que<P>,
         kernel: &FaultyKernel<P>,
         dims: &Dims,
         args: &[KernelArg<'_, Buf<P>>],
@@ -496,35 +500,27 @@ impl<P: hal::Platform> hal::Device for FaultyDevice<P> {
         check(P::KIND, Site::Launch)?;
         // SAFETY: our caller took on the launch contract for this kernel and these
         // arguments; they are passed on unchanged.
-        unsafe { self.raw.launch(queue, &kernel.raw, dims, args) }
+        unsafe { self.raw.launch(&kernel.raw, dims, args) }
     }
 
-    fn enqueue_write(
-        &self,
-        queue: &Que<P>,
-        buffer: &Buf<P>,
-        offset: usize,
-        data: Vec<u8>,
-    ) -> Result<()> {
+    fn enqueue_write(&self, buffer: &Buf<P>, offset: usize, data: Vec<u8>) -> Result<()> {
         check(P::KIND, Site::EnqueueWrite)?;
-        self.raw.enqueue_write(queue, buffer, offset, data)
+        self.raw.enqueue_write(buffer, offset, data)
     }
 
     fn enqueue_fill(
         &self,
-        queue: &Que<P>,
         buffer: &Buf<P>,
         offset: usize,
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
         check(P::KIND, Site::EnqueueFill)?;
-        self.raw.enqueue_fill(queue, buffer, offset, len, pattern)
+        self.raw.enqueue_fill(buffer, offset, len, pattern)
     }
 
     fn enqueue_copy(
         &self,
-        queue: &Que<P>,
         src: &Buf<P>,
         src_offset: usize,
         dst: &Buf<P>,
@@ -532,55 +528,59 @@ impl<P: hal::Platform> hal::Device for FaultyDevice<P> {
         len: usize,
     ) -> Result<()> {
         check(P::KIND, Site::EnqueueCopy)?;
-        self.raw
-            .enqueue_copy(queue, src, src_offset, dst, dst_offset, len)
+        self.raw.enqueue_copy(src, src_offset, dst, dst_offset, len)
     }
 
-    fn enqueue_host_fn(&self, queue: &Que<P>, f: HostFn) -> Result<()> {
+    fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         check(P::KIND, Site::HostFn)?;
-        self.raw.enqueue_host_fn(queue, f)
+        self.raw.enqueue_host_fn(f)
     }
 
-    fn sync(&self, queue: &Que<P>) -> Result<()> {
+    fn sync(&self) -> Result<()> {
         check(P::KIND, Site::Sync)?;
-        self.raw.sync(queue)
+        self.raw.sync()
     }
 
-    fn is_idle(&self, queue: &Que<P>) -> Result<bool> {
+    fn is_idle(&self) -> Result<bool> {
         check(P::KIND, Site::IsIdle)?;
-        self.raw.is_idle(queue)
+        self.raw.is_idle()
     }
 
-    fn record(&self, queue: &Que<P>) -> Result<Evt<P>> {
+    fn record(&self) -> Result<FaultyEvent<P>> {
         check(P::KIND, Site::Record)?;
-        made(EVENTS, self.raw.record(queue))
+        made(EVENTS, self.raw.record().map(|raw| FaultyEvent { raw }))
     }
 
-    fn wait_event(&self, queue: &Que<P>, event: &Evt<P>) -> Result<()> {
+    fn wait_event(&self, event: &FaultyEvent<P>) -> Result<()> {
         check(P::KIND, Site::WaitEvent)?;
-        self.raw.wait_event(queue, event)
+        self.raw.wait_event(&event.raw)
     }
 
-    fn sync_event(&self, event: &Evt<P>) -> Result<()> {
+    fn destroy(self) -> Result<()> {
+        released(QUEUES);
+        releasing(P::KIND, Site::DestroyQueue, || self.raw.destroy())
+    }
+}
+
+impl<P: hal::Platform> hal::Event for FaultyEvent<P> {
+    fn sync(&self) -> Result<()> {
         check(P::KIND, Site::SyncEvent)?;
-        self.raw.sync_event(event)
+        self.raw.sync()
     }
 
-    fn is_complete(&self, event: &Evt<P>) -> Result<bool> {
+    fn is_complete(&self) -> Result<bool> {
         check(P::KIND, Site::IsComplete)?;
-        self.raw.is_complete(event)
+        self.raw.is_complete()
     }
 
-    fn elapsed(&self, start: &Evt<P>, end: &Evt<P>) -> Result<Duration> {
+    fn elapsed_since(&self, start: &FaultyEvent<P>) -> Result<Duration> {
         check(P::KIND, Site::Elapsed)?;
-        self.raw.elapsed(start, end)
+        self.raw.elapsed_since(&start.raw)
     }
 
-    fn destroy_event(&self, event: Evt<P>) -> Result<()> {
+    fn destroy(self) -> Result<()> {
         released(EVENTS);
-        releasing(P::KIND, Site::DestroyEvent, || {
-            self.raw.destroy_event(event)
-        })
+        releasing(P::KIND, Site::DestroyEvent, || self.raw.destroy())
     }
 }
 

@@ -143,17 +143,16 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 /// Runs the child with `dir` as its cache (or the cache off) compiling `tag`'s kernel;
 /// returns its `compiles disk_hits disk_writes corrupt` counters.
 fn child_run(dir: &Path, tag: &str, cache_on: bool) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env("OFFLOAD_TEST_CHILD", tag)
+    let mut cmd = offload_testing::child::test_command("child");
+    cmd.env("OFFLOAD_TEST_CHILD", tag)
         .env("OFFLOAD_CACHE_DIR", dir)
         .env_remove("OFFLOAD_BACKENDS")
         .env("OFFLOAD_CACHE", if cache_on { "1" } else { "0" });
     cmd
 }
 
-fn counters(cmd: &mut Command) -> [u64; 4] {
-    let out = cmd.output().unwrap();
+fn counters(cmd: Command) -> [u64; 4] {
+    let out = offload_testing::child::run(cmd);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -188,12 +187,12 @@ fn child() {
 fn a_warm_cache_compiles_nothing_in_the_next_process() {
     let dir = cache_dir("warm");
     let tag = unique("warm");
-    assert_eq!(counters(&mut child_run(&dir, &tag, true)), [1, 0, 1, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, true)), [1, 0, 1, 0]);
     assert_eq!(entries(&dir).len(), 1);
-    assert_eq!(counters(&mut child_run(&dir, &tag, true)), [0, 1, 0, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, true)), [0, 1, 0, 0]);
     // Another option or text is another key.
     assert_eq!(
-        counters(&mut child_run(&dir, &unique("other"), true)),
+        counters(child_run(&dir, &unique("other"), true)),
         [1, 0, 1, 0]
     );
     assert_eq!(entries(&dir).len(), 2);
@@ -223,7 +222,7 @@ fn processes_racing_on_a_cold_cache_leave_one_whole_entry() {
     );
     assert!(found[0].extension().is_some_and(|e| e == "offc"));
     // And it is whole: the next process uses it.
-    assert_eq!(counters(&mut child_run(&dir, &tag, true)), [0, 1, 0, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, true)), [0, 1, 0, 0]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -231,12 +230,12 @@ fn processes_racing_on_a_cold_cache_leave_one_whole_entry() {
 fn truncated_or_altered_entries_are_compiled_again_never_loaded() {
     let dir = cache_dir("corrupt");
     let tag = unique("corrupt");
-    assert_eq!(counters(&mut child_run(&dir, &tag, true)), [1, 0, 1, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, true)), [1, 0, 1, 0]);
     let entry = entries(&dir).remove(0);
     let whole = std::fs::read(&entry).unwrap();
     // Truncated.
     std::fs::write(&entry, &whole[..whole.len() / 2]).unwrap();
-    assert_eq!(counters(&mut child_run(&dir, &tag, true)), [1, 0, 1, 1]);
+    assert_eq!(counters(child_run(&dir, &tag, true)), [1, 0, 1, 1]);
     assert_eq!(std::fs::read(&entry).unwrap(), whole, "rewritten whole");
     // One bit flipped in the payload (the image), then in the header.
     for at in [whole.len() - 100, 20] {
@@ -244,12 +243,12 @@ fn truncated_or_altered_entries_are_compiled_again_never_loaded() {
         flipped[at] ^= 0x01;
         std::fs::write(&entry, &flipped).unwrap();
         assert_eq!(
-            counters(&mut child_run(&dir, &tag, true)),
+            counters(child_run(&dir, &tag, true)),
             [1, 0, 1, 1],
             "flip at {at}"
         );
     }
-    assert_eq!(counters(&mut child_run(&dir, &tag, true)), [0, 1, 0, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, true)), [0, 1, 0, 0]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -257,8 +256,8 @@ fn truncated_or_altered_entries_are_compiled_again_never_loaded() {
 fn with_the_cache_off_nothing_is_written() {
     let dir = cache_dir("off");
     let tag = unique("off");
-    assert_eq!(counters(&mut child_run(&dir, &tag, false)), [1, 0, 0, 0]);
-    assert_eq!(counters(&mut child_run(&dir, &tag, false)), [1, 0, 0, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, false)), [1, 0, 0, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, false)), [1, 0, 0, 0]);
     assert!(
         !dir.exists() || entries(&dir).is_empty(),
         "{:?}",
@@ -274,7 +273,7 @@ fn a_cache_directory_others_can_write_is_not_used() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let tag = unique("shared");
-    assert_eq!(counters(&mut child_run(&dir, &tag, true)), [1, 0, 0, 0]);
+    assert_eq!(counters(child_run(&dir, &tag, true)), [1, 0, 0, 0]);
     assert!(entries(&dir).is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -8,14 +8,14 @@ mod common;
 use common::ipc::{device, kinds, memfd_mappings};
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use offload::ipc::{IpcEndpoint, PeerId, Received};
 use offload::{Arg, BackendKind, Buffer, Dims, Error, MemKind, Offload, Program};
+use offload_testing::child::Child;
 
 const ROLE: &str = "OFFLOAD_TEST_IPC_ROLE";
 const WORDS: usize = 1024;
@@ -69,9 +69,8 @@ fn rss_kib(pid: u32) -> u64 {
 /// A child peer process.
 struct Peer {
     child: Child,
-    reader: Option<std::thread::JoinHandle<()>>,
-    lines: mpsc::Receiver<String>,
     name: String,
+    /// The peer's own process id (under a wrapper, not the child's).
     pid: u32,
 }
 
@@ -98,27 +97,13 @@ impl Peer {
                 c
             }
         };
-        let mut child = command
+        command
             .args(["--exact", "child_peer", "--nocapture"])
             .env(ROLE, role)
             .env_remove("XDG_RUNTIME_DIR") // each user's own private directory
-            .env("OFFLOAD_BACKENDS", kind.name())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+            .env("OFFLOAD_BACKENDS", kind.name());
         let mut peer = Peer {
-            child,
-            reader: Some(reader),
-            lines,
+            child: Child::from_command(command),
             name: String::new(),
             pid: 0,
         };
@@ -129,17 +114,10 @@ impl Peer {
         peer
     }
 
-    /// The next line starting with `prefix` (other output is skipped); fails after 60 s.
+    /// The next line starting with `prefix` (other output is skipped), within the
+    /// runner's watchdog.
     fn expect(&self, prefix: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("peer {} printed no {prefix} line in time", self.pid),
-            }
-        }
+        self.child.expect(prefix)
     }
 
     /// The named numbers of a `STATS`-like line.
@@ -162,22 +140,10 @@ impl Peer {
         Peer::numbers(&line)
     }
 
-    fn exit(mut self, endpoint: &IpcEndpoint, to: PeerId, buf: &Buffer) {
+    fn exit(self, endpoint: &IpcEndpoint, to: PeerId, buf: &Buffer) {
         endpoint.send(to, buf, 0, 4, tag(op::EXIT, 0)).unwrap();
         self.expect("BYE");
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "peer {} exited with {status}", self.pid);
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // The reader ends at the pipe's end: its descriptor is closed after this.
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
+        self.child.finish();
     }
 }
 
@@ -683,8 +649,7 @@ fn a_killed_peer_fails_typed_and_the_others_go_on() {
             peer.expect("HELD");
         }
         let (mut victim, victim_id) = peers.remove(1);
-        victim.child.kill().unwrap();
-        victim.child.wait().unwrap();
+        victim.child.kill();
         // The next send to it fails (perhaps only the one after: the first may still fit
         // in the socket before the kernel reports the close).
         let mut failed = None;

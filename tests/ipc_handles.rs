@@ -9,7 +9,6 @@ mod common;
 use common::in_ci;
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::process::Command;
 
 use offload::ipc::IpcHandle;
 use offload::{Arg, BackendKind, Device, Dims, Error, MemKind, Offload, Program};
@@ -223,19 +222,21 @@ fn a_child_process_writes_and_launches_on_the_parents_memory() {
         // The child inherits a copy of the descriptor without close-on-exec.
         let inherited = rustix::io::fcntl_dupfd_cloexec(&fd, 100).unwrap();
         rustix::io::fcntl_setfd(&inherited, rustix::io::FdFlags::empty()).unwrap();
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_child_process_writes_and_launches_on_the_parents_memory",
-                "--nocapture",
-            ])
+        let mut child = offload_testing::child::test_command(
+            "a_child_process_writes_and_launches_on_the_parents_memory",
+        );
+        child
             .env(CHILD, kind.name())
             .env(CHILD_FD, inherited.as_raw_fd().to_string())
-            .env(CHILD_HANDLE, hex(&bytes))
-            .status()
-            .unwrap();
+            .env(CHILD_HANDLE, hex(&bytes));
+        let out = offload_testing::child::run(child);
         drop((inherited, fd));
-        assert!(status.success(), "{kind}: child failed: {status}");
+        assert!(
+            out.status.success(),
+            "{kind}: child failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut out = vec![0u8; WORDS * 4];
         buf.read(0, &mut out).unwrap();
         let got = words(&out);

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::child::{Child, say};
 use offload::ipc::{IpcEndpoint, PeerId};
 use offload::{Arg, BackendKind, Buffer, Device, Dims, Error, MemKind, Offload, Program};
+use offload_testing::child::{Child, say};
 use rustix::process::Signal;
 
 const ROLE: &str = "OFFLOAD_TEST_RECEIVER";
@@ -278,7 +278,7 @@ fn a_stopped_receiver_leaves_the_memory_quarantined_until_it_answers_or_dies() {
             let sender = Sender::new(kind, 300, 16);
             let (child, _, mut buffers) = sender.receiver("blocked", 1);
             let b = buffers.remove(0);
-            child.signal(Signal::STOP);
+            child.signal(Signal::STOP.as_raw());
             let before = offload::ipc::stats();
             let started = Instant::now();
             let e = b.free().unwrap_err();
@@ -305,7 +305,7 @@ fn a_stopped_receiver_leaves_the_memory_quarantined_until_it_answers_or_dies() {
             let resumed = Instant::now();
             let sender = match resume {
                 Some(signal) => {
-                    child.signal(signal);
+                    child.signal(signal.as_raw());
                     Some(sender)
                 }
                 None => {

@@ -254,9 +254,8 @@ fn the_host_names_its_c_compiler_and_compiles_no_other_language() {
 /// Runs the `child` test of this binary with `vars` set (and `remove`d); returns its
 /// `RESULT` line.
 fn run_child(vars: &[(&str, &str)], remove: &[&str]) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env("OFFLOAD_TEST_CHILD", "1")
+    let mut cmd = offload_testing::child::test_command("child");
+    cmd.env("OFFLOAD_TEST_CHILD", "1")
         .env_remove("OFFLOAD_HOST_DEVICES")
         .env("OFFLOAD_CACHE", "0");
     for var in remove {
@@ -265,7 +264,7 @@ fn run_child(vars: &[(&str, &str)], remove: &[&str]) -> String {
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
+    let out = offload_testing::child::run(cmd);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

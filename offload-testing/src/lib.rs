@@ -11,6 +11,8 @@
 //! - [`fake`]: the fake-driver harness of the stream-based and Level Zero backends: fake
 //!   drivers built from C with the system compiler, cases run in child processes, and the
 //!   probe and real-driver cycles the GPU kit reuses.
+//! - [`child`]: the one child-process runner of the workspace's tests: a test of the same
+//!   binary (or any program) in a child under a watchdog, or spoken to line by line.
 //!
 //! Test support: a failed check panics, which is what a test harness reports.
 //!
@@ -22,6 +24,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod child;
 pub mod conformance;
 pub mod fake;
 pub mod faults;

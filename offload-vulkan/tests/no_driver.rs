@@ -4,7 +4,6 @@
 //! the test runs itself again as a child process with both pointing at nothing (setting
 //! them in this process would race with other tests' threads).
 
-use std::process::Command;
 
 use offload_core::hal::Platform as _;
 use offload_core::{BackendKind, Config, Error, NoPlatforms, Offload, Uninit};
@@ -21,22 +20,14 @@ fn a_loader_without_drivers_is_driver_not_found() {
         // No loader at all: `open` itself is the no-driver case, checked in-process.
         return child();
     }
-    let exe = std::env::current_exe().expect("test binary path");
-    let output = Command::new(exe)
-        .args([
-            "--exact",
-            "a_loader_without_drivers_is_driver_not_found",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("VK_DRIVER_FILES", "/nonexistent/offload-no-driver.json")
-        .env("VK_ICD_FILENAMES", "/nonexistent/offload-no-driver.json")
-        .output()
-        .expect("run the child");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "child failed:\n{text}");
-    assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+    offload_testing::child::run_test(
+        "a_loader_without_drivers_is_driver_not_found",
+        &[
+            (CHILD, "1"),
+            ("VK_DRIVER_FILES", "/nonexistent/offload-no-driver.json"),
+            ("VK_ICD_FILENAMES", "/nonexistent/offload-no-driver.json"),
+        ],
+    );
 }
 
 /// Whether the Vulkan loader library exists on this machine (by opening the platform: a

@@ -4,7 +4,6 @@
 //! a test that counts transitions or needs a fresh generation takes `serial()` first.
 #![allow(dead_code)]
 
-pub mod child;
 pub mod ipc;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

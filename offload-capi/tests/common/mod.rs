@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// The directory holding `liboffload_capi.so` and `liboffload_capi.a` (target/<profile>/).
 pub fn lib_dir() -> PathBuf {
@@ -112,32 +112,10 @@ pub fn compile(sources: &[&Path], out: &Path, link: Link, extra: &[&str]) -> Pat
 /// Runs `cmd` to the end, killing it after `limit`: a hang is a failure with the output
 /// so far, never a hung test.
 pub fn run_with_watchdog(mut cmd: Command, limit: Duration) -> Output {
-    let what = format!("{cmd:?}");
     // The library under test is the one the program names (rpath, or a path to dlopen),
     // never a stale copy cargo's LD_LIBRARY_PATH would find first.
-    let mut child: Child = cmd
-        .env_remove("LD_LIBRARY_PATH")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let start = Instant::now();
-    loop {
-        match child.try_wait().expect("wait for the C program") {
-            Some(_) => break,
-            None if start.elapsed() > limit => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("collect the output");
-                panic!(
-                    "{what} ran past its {limit:?} watchdog and was killed\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    child.wait_with_output().expect("collect the output")
+    cmd.env_remove("LD_LIBRARY_PATH");
+    offload_testing::child::run_within(cmd, limit)
 }
 
 /// Runs `cmd` under the watchdog and asserts it exits 0, printing its output.

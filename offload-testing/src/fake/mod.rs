@@ -178,15 +178,12 @@ impl FakeDriver {
     /// assert!(fake.run(&dir, "open", &[("FAKE_COUNT", "0")]).starts_with("error "));
     /// ```
     pub fn run(&self, dir: &Path, case: &str, vars: &[(&str, &str)]) -> String {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        command
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(self.case_var, case)
-            .envs(vars.iter().copied());
+        let mut command = crate::child::test_command("child");
+        command.env(self.case_var, case).envs(vars.iter().copied());
         if !self.real() {
             command.env("LD_LIBRARY_PATH", dir);
         }
-        let out = command.output().unwrap();
+        let out = crate::child::run(command);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),

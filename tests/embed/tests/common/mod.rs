@@ -44,23 +44,6 @@ pub fn mappings_where(maps: impl Fn(&Path) -> bool) -> Vec<String> {
 /// Runs test `name` of this binary as a child process with `var=value`, checks that it
 /// passed (and really ran), and returns its stderr.
 pub fn run_child(name: &str, var: &str, value: &str) -> String {
-    let exe = std::env::current_exe().expect("current_exe");
-    let out = std::process::Command::new(exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(var, value)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("spawn child test process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "child `{name}` failed: {}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        out.status
-    );
-    assert!(
-        stdout.contains("1 passed"),
-        "child `{name}` did not run its test:\n{stdout}"
-    );
-    stderr
+    let out = offload_testing::child::run_test(name, &[(var, value)]);
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

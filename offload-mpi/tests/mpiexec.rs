@@ -57,6 +57,18 @@ fn job(n: u32, program: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     stdout
 }
 
+/// A fresh directory for one job's files (removed by the caller).
+fn job_dir(what: &str, n: u32, args: &[&str]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "offload-mpi-{what}-{}-{n}-{}",
+        std::process::id(),
+        args.join("-")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("makes the job's directory");
+    dir
+}
+
 /// The lines of rank 0..n that contain `what`, one each.
 fn every_rank_says(stdout: &str, n: u32, what: &str) {
     for rank in 0..n {
@@ -80,7 +92,14 @@ const KILLED: &str = env!("CARGO_BIN_EXE_offload-mpi-killed");
 const KILLED_LIMIT_S: u64 = 60;
 
 /// Runs `offload-mpi-killed` on `n` ranks, whose last rank SIGKILLs itself; returns what
-/// each rank recorded (in a file: MPICH's process manager may lose what ranks print).
+/// each rank recorded (see [`job_with_a_death`]).
+fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
+    job_with_a_death(KILLED, n, args, env)
+}
+
+/// Runs `program DIR args` on `n` ranks, one of which SIGKILLs itself (and records
+/// "SIGKILL to myself" last); returns what each rank recorded in `DIR/rank-N.txt` (in a
+/// file: MPICH's process manager may lose what ranks print).
 ///
 /// How it launches, from what MPICH 4.0.2 (Hydra, ch4:ucx) does when a rank dies:
 /// - plain `mpiexec` kills every rank at once ("BAD TERMINATION ... EXIT CODE: 9"): the
@@ -94,16 +113,9 @@ const KILLED_LIMIT_S: u64 = 60;
 ///
 /// `OFFLOAD_MPI_FINALIZE_TIMEOUT=600` (far beyond the job's limit): the finalize hook
 /// must end because it sees the rank dead, not because a wait ran out.
-fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
+fn job_with_a_death(program: &str, n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "offload-mpi-killed-{}-{n}-{}-{}",
-        std::process::id(),
-        args.len(),
-        env.len()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("makes the job's directory");
+    let dir = job_dir("killed", n, args);
     let mut cmd = Command::new("timeout");
     cmd.args([
         "--kill-after=10",
@@ -115,7 +127,7 @@ fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<St
         "sh",
         "-c",
         "trap '' USR1; \"$0\" \"$@\"; exit $?",
-        KILLED,
+        program,
     ]);
     cmd.arg(&dir);
     cmd.args(args);

@@ -135,10 +135,12 @@
 //! (`mpiexec -n 2 target/release/offload-mpi-bench`).
 
 mod hook;
+mod job_cache;
 mod procs;
 mod ranks;
 
 pub use hook::{FinalizeReport, attach, finalize_report, give_back, is_attached};
+pub use job_cache::{JobCache, JobCacheStats};
 pub use ranks::{Ranks, Route};
 
 /// The `OFFLOAD_MPI_STAGED` variable: `1` stages every send through host memory and MPI,

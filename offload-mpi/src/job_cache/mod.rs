@@ -246,7 +246,16 @@ impl<'u> JobCache<'u> {
                 .map_err(|e| mpi_error(CALL, format!("the server's thread: {e}")))?;
             *lock(&side.service) = Some((stop, service));
         }
-        hook::register_job_cache(CALL, cache.clone())?;
+        if let Err(e) = hook::register_job_cache(CALL, cache.clone()) {
+            // Another thread installed one meanwhile: this one's thread stops here.
+            if let Some((stop, service)) =
+                cache.server.as_ref().and_then(|s| lock(&s.service).take())
+            {
+                stop.store(true, Ordering::Release);
+                let _ = service.join();
+            }
+            return Err(e);
+        }
         offload_core::set_shared_cache(Some(cache.clone()));
         Ok(JobCache {
             cache,
@@ -417,8 +426,13 @@ impl Cache {
                         return self.compile_for_job(key, compile);
                     }
                     Ok(Msg::Local { key: of }) if of == *key => return self.alone(compile),
-                    // A stale answer to an earlier ask that used this tag.
-                    Ok(_) => continue,
+                    // A stale lease (an earlier ask on this tag stopped waiting before it
+                    // came): given back, so nobody waits for its image.
+                    Ok(Msg::Compile { key: of }) => {
+                        self.send(&Msg::Failed { key: of });
+                    }
+                    // Another stale answer to an earlier ask that used this tag.
+                    Ok(_) => {}
                     // Not an answer to trust (an image that does not match its checksum).
                     Err(_) => {
                         self.send(&Msg::Cancel { key: *key, tag });

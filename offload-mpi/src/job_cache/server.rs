@@ -277,13 +277,15 @@ impl Server {
         }
     }
 
-    /// Sends the answers owed to other ranks (none to a rank seen dead).
+    /// Sends the answers owed to other ranks: none to a rank seen dead, nor to one that
+    /// said `Bye` (it receives nothing after its `ByeAck`: a message then would be left in
+    /// MPI at finalize).
     fn flush(&mut self) {
         for o in self.board.take_outbox() {
             let Asker::Remote { rank, tag } = o.to else {
                 continue;
             };
-            if self.comm.is_dead(rank) {
+            if self.byes.contains(&rank) || self.comm.is_dead(rank) {
                 continue;
             }
             let msg = match o.answer {

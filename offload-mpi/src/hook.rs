@@ -25,6 +25,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use offload_core::{Offload, Platforms, Ready, Result};
 
+use crate::job_cache::Cache;
 use crate::procs::{Liveness, Table};
 use crate::{FINALIZE_TIMEOUT_ENV, mpi_error};
 
@@ -109,7 +110,7 @@ impl Staged {
     /// Gives up on a send that cannot complete (its receiver is dead or does not answer):
     /// the request is left to MPI, and the bytes stay allocated (leaked), since MPI may
     /// still read them. Never waits.
-    fn abandon(mut self) {
+    pub(crate) fn abandon(mut self) {
         if let Some(request) = self.request.take() {
             // An MPI request handle, forgotten: rsmpi would panic on dropping it
             // unfinished, and waiting for it would never end.
@@ -119,7 +120,13 @@ impl Staged {
         std::mem::forget(self);
     }
 
-    fn is_done(&mut self) -> bool {
+    /// The rank it goes to.
+    pub(crate) fn to(&self) -> i32 {
+        self.to
+    }
+
+    /// Whether MPI is done with it (then its bytes may be freed).
+    pub(crate) fn is_done(&mut self) -> bool {
         match self.request.take().map(Request::test) {
             Some(Err(request)) => {
                 self.request = Some(request);
@@ -151,6 +158,8 @@ struct Hook {
     comm: Arc<Comm>,
     /// The communicators of every `Ranks`, drained at finalize.
     ranks: Vec<Arc<Comm>>,
+    /// The job cache, closed first at finalize.
+    job_cache: Option<Arc<Cache>>,
 }
 
 enum State {
@@ -241,6 +250,7 @@ where
         })),
         comm,
         ranks: Vec::new(),
+        job_cache: None,
     });
     Ok(())
 }
@@ -290,6 +300,30 @@ pub(crate) fn register(call: &'static str, comm: Arc<Comm>) -> Result<()> {
     }
 }
 
+/// Whether a job cache may be registered now: attached, finalize not run, none yet.
+pub(crate) fn may_register_job_cache(call: &'static str) -> Result<()> {
+    match &*lock(&HOOK) {
+        State::Attached(hook) if hook.job_cache.is_none() => Ok(()),
+        State::Attached(_) => Err(offload_core::Error::InvalidArgument {
+            call,
+            reason: "a job cache is installed in this process already".into(),
+        }),
+        _ => Err(offload_core::Error::InvalidArgument {
+            call,
+            reason: "offload_mpi::attach must run first (and MPI_Finalize not yet)".into(),
+        }),
+    }
+}
+
+/// Registers the job cache, for its close at the start of finalize.
+pub(crate) fn register_job_cache(call: &'static str, cache: Arc<Cache>) -> Result<()> {
+    may_register_job_cache(call)?;
+    if let State::Attached(hook) = &mut *lock(&HOOK) {
+        hook.job_cache = Some(cache);
+    }
+    Ok(())
+}
+
 /// The delete callback MPI runs at the start of `MPI_Finalize`.
 unsafe extern "C" fn on_finalize(
     _comm: ffi::MPI_Comm,
@@ -320,6 +354,13 @@ fn run_finalize() -> FinalizeReport {
     let timeout = finalize_timeout();
     let mut report = FinalizeReport::default();
     let mut lost = Lost::default();
+    // The job cache first: after its close no rank asks it, and its server's thread (the
+    // one thread of offload that calls MPI on its own) has ended.
+    if let Some(cache) = &hook.job_cache {
+        let (abandoned, errors) = cache.close(&mut lost, timeout);
+        report.abandoned += abandoned;
+        report.errors.extend(errors);
+    }
     for comm in &hook.ranks {
         let sent = std::mem::take(&mut *lock(&comm.pending));
         let (discarded, tokens) = exchange(comm, SENTINEL_TAG, true, timeout, &mut lost);
@@ -335,7 +376,7 @@ fn run_finalize() -> FinalizeReport {
         let (was_last, errors) = shutdown();
         report.shut_down = true;
         report.was_last = was_last;
-        report.errors = errors;
+        report.errors.extend(errors);
     }
     let (_, tokens) = exchange(&hook.comm, BARRIER_TAGS[1], false, timeout, &mut lost);
     report.abandoned += settle(&hook.comm, tokens, Instant::now() + timeout, &mut lost);
@@ -356,13 +397,13 @@ pub(crate) fn finalize_timeout() -> Duration {
 
 /// The ranks (of `MPI_COMM_WORLD`) the finalize protocol stopped waiting for.
 #[derive(Default)]
-struct Lost {
-    dead: BTreeSet<i32>,
-    unresponsive: BTreeSet<i32>,
+pub(crate) struct Lost {
+    pub(crate) dead: BTreeSet<i32>,
+    pub(crate) unresponsive: BTreeSet<i32>,
 }
 
 impl Lost {
-    fn contains(&self, world: i32) -> bool {
+    pub(crate) fn contains(&self, world: i32) -> bool {
         self.dead.contains(&world) || self.unresponsive.contains(&world)
     }
 }
@@ -455,7 +496,12 @@ fn exchange(
 /// Completes `sends` on `comm` (MPI progresses while it tests them): a send to a lost or
 /// dead rank, or one still running at `deadline` (its rank is then unresponsive), is
 /// abandoned. Returns how many were.
-fn settle(comm: &Comm, mut sends: Vec<Staged>, deadline: Instant, lost: &mut Lost) -> usize {
+pub(crate) fn settle(
+    comm: &Comm,
+    mut sends: Vec<Staged>,
+    deadline: Instant,
+    lost: &mut Lost,
+) -> usize {
     let mut abandoned = 0;
     let mut looked = Instant::now();
     loop {

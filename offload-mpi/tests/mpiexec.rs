@@ -57,6 +57,18 @@ fn job(n: u32, program: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     stdout
 }
 
+/// A fresh directory for one job's files (removed by the caller).
+fn job_dir(what: &str, n: u32, args: &[&str]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "offload-mpi-{what}-{}-{n}-{}",
+        std::process::id(),
+        args.join("-")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("makes the job's directory");
+    dir
+}
+
 /// The lines of rank 0..n that contain `what`, one each.
 fn every_rank_says(stdout: &str, n: u32, what: &str) {
     for rank in 0..n {
@@ -80,7 +92,14 @@ const KILLED: &str = env!("CARGO_BIN_EXE_offload-mpi-killed");
 const KILLED_LIMIT_S: u64 = 60;
 
 /// Runs `offload-mpi-killed` on `n` ranks, whose last rank SIGKILLs itself; returns what
-/// each rank recorded (in a file: MPICH's process manager may lose what ranks print).
+/// each rank recorded (see [`job_with_a_death`]).
+fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
+    job_with_a_death(KILLED, n, args, env)
+}
+
+/// Runs `program DIR args` on `n` ranks, one of which SIGKILLs itself (and records
+/// "SIGKILL to myself" last); returns what each rank recorded in `DIR/rank-N.txt` (in a
+/// file: MPICH's process manager may lose what ranks print).
 ///
 /// How it launches, from what MPICH 4.0.2 (Hydra, ch4:ucx) does when a rank dies:
 /// - plain `mpiexec` kills every rank at once ("BAD TERMINATION ... EXIT CODE: 9"): the
@@ -94,16 +113,9 @@ const KILLED_LIMIT_S: u64 = 60;
 ///
 /// `OFFLOAD_MPI_FINALIZE_TIMEOUT=600` (far beyond the job's limit): the finalize hook
 /// must end because it sees the rank dead, not because a wait ran out.
-fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
+fn job_with_a_death(program: &str, n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "offload-mpi-killed-{}-{n}-{}-{}",
-        std::process::id(),
-        args.len(),
-        env.len()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("makes the job's directory");
+    let dir = job_dir("killed", n, args);
     let mut cmd = Command::new("timeout");
     cmd.args([
         "--kill-after=10",
@@ -115,7 +127,7 @@ fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<St
         "sh",
         "-c",
         "trap '' USR1; \"$0\" \"$@\"; exit $?",
-        KILLED,
+        program,
     ]);
     cmd.arg(&dir);
     cmd.args(args);
@@ -453,5 +465,279 @@ fn a_rank_that_never_finalizes_costs_the_finalize_hook_its_timeout_and_no_more()
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(|| panic!("rank {r} did not time its hook:\n{text}"));
         assert!((3.0..6.0).contains(&secs), "rank {r}'s hook took {secs} s");
+    }
+}
+
+const JOB_CACHE: &str = env!("CARGO_BIN_EXE_offload-mpi-job-cache");
+
+/// Runs `offload-mpi-job-cache DIR mode` on `n` ranks (a plain job: nobody dies); returns
+/// what the ranks printed.
+fn job_cache_job(n: u32, mode: &str) -> String {
+    let dir = job_dir("job-cache", n, &[mode]);
+    let out = job(
+        n,
+        JOB_CACHE,
+        &[dir.to_str().expect("a UTF-8 path"), mode],
+        &[],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// The counters rank `rank` printed on its "compile stats:" line ("compiles 1 shared_hits
+/// 5 ...; job cache: fetched 5 ..."), by name.
+fn counters(text: &str, rank: usize) -> std::collections::HashMap<String, u64> {
+    let prefix = format!("rank {rank}: compile stats: ");
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("rank {rank} printed no compile stats:\n{text}"));
+    let words: Vec<&str> = line
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .filter(|w| !w.is_empty() && *w != "job" && *w != "cache:")
+        .collect();
+    words
+        .chunks(2)
+        .map(|pair| {
+            let value = pair
+                .get(1)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("rank {rank}: a counter without a number in {line:?}"));
+            (pair[0].to_string(), value)
+        })
+        .collect()
+}
+
+/// The sum over `ranks` of counter `name`.
+fn sum(text: &str, ranks: &[usize], name: &str) -> u64 {
+    ranks.iter().map(|&r| counters(text, r)[name]).sum()
+}
+
+#[test]
+fn the_job_cache_compiles_each_program_once_for_a_job_of_four_ranks() {
+    if !mpiexec_found() {
+        return;
+    }
+    let out = job_cache_job(4, "same");
+    every_rank_says(
+        &out,
+        4,
+        "loaded and launched the same 3 programs from 2 threads, values verified",
+    );
+    let all = [0, 1, 2, 3];
+    // 3 programs × 2 threads × 4 ranks = 24 loads, each rank with a disk cache of its own:
+    // 3 compiles in the whole job, 21 images from the job cache, none compiled alone.
+    assert_eq!(sum(&out, &all, "compiles"), 3, "{out}");
+    assert_eq!(sum(&out, &all, "compiled_for_job"), 3, "{out}");
+    assert_eq!(sum(&out, &all, "shared_hits"), 21, "{out}");
+    assert_eq!(sum(&out, &all, "fetched"), 21, "{out}");
+    assert_eq!(sum(&out, &all, "compiled_alone"), 0, "{out}");
+    // Every image went to the disk cache of its rank, compiled there or not.
+    for r in all {
+        assert_eq!(counters(&out, r)["disk_writes"], 6, "{out}");
+    }
+    // The server (rank 0) holds the 3 images and handed out all 21.
+    assert_eq!(counters(&out, 0)["images"], 3, "{out}");
+    assert_eq!(counters(&out, 0)["served"], 21, "{out}");
+    // The finalize hook closed the cache and went on: nothing lost, nothing left.
+    every_rank_says(
+        &out,
+        4,
+        "offload's finalize hook completed: shut_down true was_last true dead [] \
+         unresponsive [] abandoned 0 errors []",
+    );
+    every_rank_says(&out, 4, "MPI_Finalize returned");
+    // And it refuses to start where nothing would close it, or twice.
+    every_rank_says(
+        &out,
+        4,
+        "installed before attach: Error::InvalidArgument (offload_mpi::attach must run first",
+    );
+    every_rank_says(
+        &out,
+        4,
+        "installed a second time: Error::InvalidArgument (a job cache is installed in this \
+         process already)",
+    );
+}
+
+#[test]
+fn a_job_cache_left_open_is_closed_by_the_finalize_hook() {
+    if !mpiexec_found() {
+        return;
+    }
+    // Ranks 1–3 leave their cache open (`mem::forget`): their finalize hook says `Bye`
+    // from inside MPI_Finalize, which rank 0's close (its drop, before finalize) waits for.
+    // The finalize timeout is far beyond the job's limit: rank 0's close must end because
+    // the others closed, not because its wait ran out.
+    let dir = job_dir("job-cache", 4, &["same-in-finalize"]);
+    let out = job(
+        4,
+        JOB_CACHE,
+        &[dir.to_str().expect("a UTF-8 path"), "same-in-finalize"],
+        &[(offload_mpi::FINALIZE_TIMEOUT_ENV, "600")],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(sum(&out, &[0, 1, 2, 3], "compiles"), 3, "{out}");
+    assert!(out.contains("rank 0: closed the job cache ("), "{out}");
+    assert!(!out.contains("rank 1: closed the job cache"), "{out}");
+    every_rank_says(
+        &out,
+        4,
+        "offload's finalize hook completed: shut_down true was_last true dead [] \
+         unresponsive [] abandoned 0 errors []",
+    );
+    every_rank_says(&out, 4, "MPI_Finalize returned");
+}
+
+#[test]
+fn the_job_cache_gives_each_rank_its_own_programs() {
+    if !mpiexec_found() {
+        return;
+    }
+    // Each rank checks the values its kernels write: 1000 × rank + i for its own two,
+    // 5 for the shared one.
+    let out = job_cache_job(4, "different");
+    every_rank_says(
+        &out,
+        4,
+        "loaded and launched 2 programs of its own and 1 shared, values verified",
+    );
+    let all = [0, 1, 2, 3];
+    assert_eq!(sum(&out, &all, "compiles"), 9, "{out}");
+    assert_eq!(sum(&out, &all, "fetched"), 3, "{out}");
+    assert_eq!(counters(&out, 0)["images"], 9, "{out}");
+    every_rank_says(
+        &out,
+        4,
+        "offload's finalize hook completed: shut_down true was_last true dead [] \
+         unresponsive [] abandoned 0 errors []",
+    );
+}
+
+#[test]
+fn the_job_cache_refuses_less_than_mpi_thread_multiple_typed() {
+    if !mpiexec_found() {
+        return;
+    }
+    let out = job_cache_job(2, "serialized");
+    every_rank_says(
+        &out,
+        2,
+        "with Serialized threading: Error::Ipc { call: \"offload_mpi::JobCache::install\", \
+         reason: \"the job cache needs MPI_THREAD_MULTIPLE",
+    );
+    every_rank_says(
+        &out,
+        2,
+        "initialise MPI with mpi::initialize_with_threading(mpi::Threading::Multiple)",
+    );
+}
+
+/// Runs `offload-mpi-job-cache` on 4 ranks in `mode` (`kill-holder`, `kill-server`): rank
+/// `victim` SIGKILLs itself while it compiles the slow program for the job and the others
+/// wait for it. Returns what each rank recorded.
+///
+/// The ranks' C compiler ignores `SIGUSR1`: once a rank died, Hydra (`-disable-auto-cleanup`)
+/// sends it to each survivor's whole process group, where MPICH catches it in the rank but
+/// a `cc` the rank runs dies of it (the compile then fails, "signal: 10 (SIGUSR1)").
+fn job_cache_with_a_death(mode: &str) -> Vec<String> {
+    let bin = job_dir("job-cache-cc", 4, &[mode]);
+    let cc = bin.join("cc");
+    std::fs::write(&cc, "#!/bin/sh\ntrap '' USR1\nexec cc \"$@\"\n").expect("writes the wrapper");
+    std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("makes it executable");
+    let ranks = job_with_a_death(
+        JOB_CACHE,
+        4,
+        &[mode],
+        &[("CC", cc.to_str().expect("a UTF-8 path"))],
+    );
+    let _ = std::fs::remove_dir_all(&bin);
+    ranks
+}
+
+/// What every survivor of a job cache job with a death must have recorded: the slow program
+/// loaded and ran, the programs after it too, the finalize hook completed naming the dead
+/// rank (and nobody unresponsive: `OFFLOAD_MPI_FINALIZE_TIMEOUT` is 600 s, so no wait ran
+/// out), and then the rank ended.
+fn survivors_loaded_alone_and_finalized(ranks: &[String], victim: usize) {
+    let all = ranks.concat();
+    assert!(
+        ranks[victim]
+            .lines()
+            .last()
+            .is_some_and(|l| l.ends_with("SIGKILL to myself")),
+        "rank {victim} did not die as planned:\n{all}"
+    );
+    for (r, text) in ranks.iter().enumerate().filter(|&(r, _)| r != victim) {
+        for what in [
+            "the slow program loaded and launched, value verified",
+            "2 more programs loaded and launched, values verified",
+            &format!(
+                "offload's finalize hook completed: shut_down true was_last true dead \
+                 [{victim}] unresponsive [] abandoned 0 errors []"
+            ),
+        ] {
+            assert!(text.contains(what), "rank {r} did not say {what:?}:\n{all}");
+        }
+        assert!(
+            text.contains("MPI_Finalize returned")
+                || text.contains("MPI_Finalize did not return within 3 s"),
+            "rank {r} recorded nothing after its finalize hook:\n{all}"
+        );
+        // The slow program: compiled alone, once the rank compiling it for the job died.
+        let c = counters(text, r);
+        assert!(c["compiled_alone"] >= 1, "rank {r}:\n{all}");
+    }
+}
+
+#[test]
+fn a_rank_killed_while_it_compiles_for_the_job_costs_the_others_a_compile_and_no_hang() {
+    if !mpiexec_found() {
+        return;
+    }
+    let ranks = job_cache_with_a_death("kill-holder");
+    survivors_loaded_alone_and_finalized(&ranks, 1);
+    let all = ranks.concat();
+    assert!(
+        all.contains("rank 0: 3 asks wait for the slow program"),
+        "{all}"
+    );
+    // Each survivor compiled the slow program alone (its lease died with rank 1); the two
+    // programs after it went through the cache, still served by rank 0: compiled once each.
+    let survivors = [0, 2, 3];
+    let sums = |name| -> u64 {
+        survivors
+            .iter()
+            .map(|&r| counters(&ranks[r], r)[name])
+            .sum()
+    };
+    assert_eq!(sums("compiled_alone"), 3, "{all}");
+    assert_eq!(sums("compiled_for_job"), 2, "{all}");
+    assert_eq!(sums("fetched"), 4, "{all}");
+    assert_eq!(sums("compiles"), 5, "{all}");
+}
+
+#[test]
+fn the_server_rank_killed_mid_job_leaves_the_others_compiling_alone_without_a_hang() {
+    if !mpiexec_found() {
+        return;
+    }
+    let ranks = job_cache_with_a_death("kill-server");
+    survivors_loaded_alone_and_finalized(&ranks, 0);
+    let all = ranks.concat();
+    assert!(
+        all.contains("rank 0: 3 asks wait for the slow program"),
+        "{all}"
+    );
+    // With the server gone, every load compiles alone: the slow program and the 2 after.
+    for (r, text) in ranks.iter().enumerate().skip(1) {
+        let c = counters(text, r);
+        assert_eq!(
+            (c["compiled_alone"], c["fetched"], c["compiles"]),
+            (3, 0, 3),
+            "rank {r}:\n{all}"
+        );
     }
 }

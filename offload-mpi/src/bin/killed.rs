@@ -18,13 +18,10 @@
 
 mod common;
 
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{Rt, fail};
+use common::{Rt, fail, say};
 use mpi::traits::*;
 use offload_core::{Error, MemKind};
 
@@ -39,22 +36,6 @@ const LATE: Duration = Duration::from_secs(8);
 /// A rank still running after this ends itself (no rank outlives a killed `mpiexec`).
 const WATCHDOG: Duration = Duration::from_secs(150);
 
-static LOG: Mutex<Option<(i32, PathBuf)>> = Mutex::new(None);
-
-/// Records a line of this rank in its file and on stdout.
-fn say(what: impl std::fmt::Display) {
-    let log = LOG.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((rank, path)) = &*log else {
-        return;
-    };
-    let line = format!("rank {rank}: {what}\n");
-    print!("{line}");
-    let _ = std::io::stdout().flush();
-    if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
-        let _ = f.write_all(line.as_bytes());
-    }
-}
-
 fn main() {
     let dir = PathBuf::from(
         std::env::args()
@@ -62,11 +43,7 @@ fn main() {
             .unwrap_or_else(|| fail(-1, "usage: DIR [late]")),
     );
     let late = std::env::args().any(|a| a == "late");
-    std::thread::spawn(|| {
-        std::thread::sleep(WATCHDOG);
-        say("watchdog: still running, exiting");
-        std::process::exit(3);
-    });
+    common::watchdog(WATCHDOG);
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
     let rt = Rt::init().unwrap_or_else(|e| fail(-1, e));
@@ -75,7 +52,7 @@ fn main() {
     let ranks = offload_mpi::Ranks::new(&rt, &world, &dev).unwrap_or_else(|e| fail(-1, e));
     drop(rt);
     let (me, n) = (ranks.rank(), ranks.size());
-    *LOG.lock().unwrap_or_else(|e| e.into_inner()) = Some((me, dir.join(format!("rank-{me}.txt"))));
+    common::log_to(me, dir.join(format!("rank-{me}.txt")));
     let victim = n - 1;
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
 
@@ -127,36 +104,8 @@ fn main() {
         survive(&ranks, &buf, victim);
     }
 
-    let finalizing = Instant::now();
-    std::thread::spawn(move || {
-        let report = loop {
-            if let Some(report) = offload_mpi::finalize_report() {
-                break report;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let hook = Instant::now();
-        say(format!(
-            "offload's finalize hook completed: shut_down {} was_last {} dead {:?} \
-             unresponsive {:?} abandoned {} errors {:?} ({:.1} s)",
-            report.shut_down,
-            report.was_last,
-            report.dead,
-            report.unresponsive,
-            report.abandoned,
-            report.errors,
-            hook.duration_since(finalizing).as_secs_f64()
-        ));
-        std::thread::sleep(GRACE.saturating_sub(hook.elapsed()));
-        say(format!(
-            "MPI_Finalize did not return within {} s (MPICH waits for the missing rank); exiting",
-            GRACE.as_secs()
-        ));
-        std::process::exit(0);
-    });
     drop(world);
-    drop(universe); // MPI_Finalize, and nothing else
-    say("MPI_Finalize returned");
+    common::finalize(universe, GRACE);
     drop(ranks);
 }
 

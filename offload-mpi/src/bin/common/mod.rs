@@ -1,5 +1,13 @@
 //! What the MPI programs of src/bin share: a runtime with only the host backend, failing a
-//! rank, and one step of a ring exchange.
+//! rank, one step of a ring exchange, and for the programs where a rank dies: each rank's
+//! record of what it did (a file as well as stdout), a watchdog, and a finalize that does
+//! not wait for MPI's own part forever.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use offload_core::{Buffer, Device, MemKind, PlatformEntry, Platforms};
 use offload_mpi::Ranks;
@@ -42,4 +50,79 @@ pub fn ring_step(ranks: &Ranks, dev: &Device, len: usize, next: i32, prev: i32) 
         fail(me, format!("data from rank {prev} is wrong"));
     }
     buf
+}
+
+static LOG: Mutex<Option<(i32, PathBuf)>> = Mutex::new(None);
+
+/// From now on, [`say`] records the lines of rank `rank` in the file `path` too: MPICH's
+/// process manager may lose what ranks print once one died.
+#[allow(dead_code)] // not every program of src/bin records its lines
+pub fn log_to(rank: i32, path: PathBuf) {
+    *LOG.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, path));
+}
+
+/// Prints a line of this rank (`rank N: ...`) and records it in its file ([`log_to`]).
+#[allow(dead_code)]
+pub fn say(what: impl std::fmt::Display) {
+    let log = LOG.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((rank, path)) = &*log else {
+        return;
+    };
+    let line = format!("rank {rank}: {what}\n");
+    print!("{line}");
+    let _ = std::io::stdout().flush();
+    if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
+/// Ends this process if it still runs after `limit` (no rank outlives a killed `mpiexec`).
+#[allow(dead_code)]
+pub fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        say("watchdog: still running, exiting");
+        std::process::exit(3);
+    });
+}
+
+/// `MPI_Finalize` (the drop of `universe`), recording offload's finalize report as soon as
+/// the hook ran: before MPI's own part of `MPI_Finalize`, which in MPICH 4.0 waits for a
+/// dead rank and never returns. The process then ends itself after `grace`.
+#[allow(dead_code)]
+pub fn finalize(universe: mpi::environment::Universe, grace: Duration) {
+    let finalizing = Instant::now();
+    let (returned, finalized) = std::sync::mpsc::channel::<()>();
+    let watcher = std::thread::spawn(move || {
+        let report = loop {
+            if let Some(report) = offload_mpi::finalize_report() {
+                break report;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let hook = Instant::now();
+        say(format!(
+            "offload's finalize hook completed: shut_down {} was_last {} dead {:?} \
+             unresponsive {:?} abandoned {} errors {:?} ({:.1} s)",
+            report.shut_down,
+            report.was_last,
+            report.dead,
+            report.unresponsive,
+            report.abandoned,
+            report.errors,
+            hook.duration_since(finalizing).as_secs_f64()
+        ));
+        let left = grace.saturating_sub(hook.elapsed());
+        if finalized.recv_timeout(left).is_err() {
+            say(format!(
+                "MPI_Finalize did not return within {} s (MPICH waits for the missing rank); exiting",
+                grace.as_secs()
+            ));
+            std::process::exit(0);
+        }
+    });
+    drop(universe); // MPI_Finalize, and nothing else
+    let _ = returned.send(());
+    let _ = watcher.join();
+    say("MPI_Finalize returned");
 }

@@ -45,8 +45,10 @@ pub fn run(command: Command) -> Output {
 /// use std::{process::Command, time::Duration};
 /// let mut sleep = Command::new("sleep");
 /// sleep.arg("10");
-/// let hung = std::panic::catch_unwind(|| offload_testing::child::run_within(sleep, Duration::from_millis(50)));
-/// assert!(hung.is_err());
+/// let hung = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+///     offload_testing::child::run_within(sleep, Duration::from_millis(50))
+/// }));
+/// assert!(hung.is_err(), "a child past its watchdog is a failure");
 /// ```
 pub fn run_within(mut command: Command, limit: Duration) -> Output {
     let what = format!("{command:?}");

@@ -97,7 +97,7 @@ impl std::fmt::Debug for QueueShared {
 /// waits. Dropping it (or `destroy`) submits and waits for its work.
 ///
 /// ```
-/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::hal::{Device as _, Event as _, Platform as _, Program as _, Queue as _};
 /// use offload_core::{Config};
 /// let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = vk.devices().remove(0);
@@ -121,7 +121,7 @@ pub struct VulkanQueue {
 /// timestamp query written when the work before it had finished.
 ///
 /// ```
-/// use offload_core::hal::{Device as _, Platform as _, Program as _};
+/// use offload_core::hal::{Device as _, Event as _, Platform as _, Program as _, Queue as _};
 /// use offload_core::{Config};
 /// let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
 /// # let dev = vk.devices().remove(0);

@@ -4,7 +4,6 @@
 //! the test runs itself again as a child process with both pointing at nothing (setting
 //! them in this process would race with other tests' threads).
 
-
 use offload_core::hal::Platform as _;
 use offload_core::{BackendKind, Config, Error, NoPlatforms, Offload, Uninit};
 use offload_vulkan::VulkanPlatform;

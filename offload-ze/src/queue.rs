@@ -264,7 +264,7 @@ impl Drop for QueueShared {
 /// by events.
 ///
 /// ```
-/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::hal::{Device as _, Event as _, Platform as _, Queue as _};
 /// use offload_core::Config;
 /// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = ze.devices().remove(0);
@@ -311,7 +311,7 @@ impl Drop for EventInner {
 /// A Level Zero event, recorded on a queue.
 ///
 /// ```
-/// use offload_core::hal::{Device as _, Platform as _};
+/// use offload_core::hal::{Device as _, Event as _, Platform as _, Queue as _};
 /// use offload_core::Config;
 /// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else { return Ok(()) };
 /// let dev = ze.devices().remove(0);

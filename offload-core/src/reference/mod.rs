@@ -812,7 +812,7 @@ pub type Offload<S = crate::Ready> = crate::Offload<S, Only>;
 /// failure); never use it for anything else.
 ///
 /// ```
-/// use offload_core::hal::{Device, Platform};
+/// use offload_core::hal::{Device, Platform, Queue};
 /// use offload_core::{Config, MemKind, reference::Unordered};
 /// let platform = Unordered::open(&Config::default())?;
 /// let dev = platform.devices().remove(0);

@@ -74,7 +74,7 @@ macro_rules! stream_backend_types {
             per device.")]
         ///
         /// ```
-        /// use offload_core::hal::{Device as _, Platform as _};
+        /// use offload_core::hal::{Device as _, Event as _, Platform as _, Queue as _};
         /// use offload_core::{Config, Error};
         #[doc = concat!("match ", stringify!($krate), "::", stringify!($platform),
                                             "::open(&Config::default()) {")]
@@ -98,7 +98,7 @@ macro_rules! stream_backend_types {
             lives; `ordinal()` is its position in the vendor's order.")]
         ///
         /// ```
-        /// use offload_core::hal::{Device as _, Platform as _};
+        /// use offload_core::hal::{Device as _, Event as _, Platform as _, Queue as _};
         /// use offload_core::Config;
         #[doc = concat!("let Ok(platform) = ", stringify!($krate), "::", stringify!($platform),
                                             "::open(&Config::default()) else {")]
@@ -114,7 +114,7 @@ macro_rules! stream_backend_types {
             managed or imported IPC memory.")]
         ///
         /// ```
-        /// use offload_core::hal::{Device as _, Platform as _};
+        /// use offload_core::hal::{Device as _, Event as _, Platform as _, Queue as _};
         /// use offload_core::{Config, MemKind};
         #[doc = concat!("let Ok(platform) = ", stringify!($krate), "::", stringify!($platform),
                                             "::open(&Config::default()) else { return Ok(()) };")]
@@ -129,7 +129,7 @@ macro_rules! stream_backend_types {
         #[doc = concat!("A ", $title, " queue: a non-blocking stream.")]
         ///
         /// ```
-        /// use offload_core::hal::{Device as _, Platform as _};
+        /// use offload_core::hal::{Device as _, Event as _, Platform as _, Queue as _};
         /// use offload_core::Config;
         #[doc = concat!("let Ok(platform) = ", stringify!($krate), "::", stringify!($platform),
                                             "::open(&Config::default()) else { return Ok(()) };")]
@@ -144,7 +144,7 @@ macro_rules! stream_backend_types {
         #[doc = concat!("A ", $title, " event, recorded on a queue.")]
         ///
         /// ```
-        /// use offload_core::hal::{Device as _, Platform as _};
+        /// use offload_core::hal::{Device as _, Event as _, Platform as _, Queue as _};
         /// use offload_core::Config;
         #[doc = concat!("let Ok(platform) = ", stringify!($krate), "::", stringify!($platform),
                                             "::open(&Config::default()) else { return Ok(()) };")]
@@ -159,7 +159,7 @@ macro_rules! stream_backend_types {
         #[doc = concat!("A program loaded on a ", $title, " device.")]
         ///
         /// ```
-        /// use offload_core::hal::{Device as _, Platform as _, Program as _};
+        /// use offload_core::hal::{Device as _, Event as _, Platform as _, Program as _, Queue as _};
         /// use offload_core::Config;
         #[doc = concat!("let Ok(platform) = ", stringify!($krate), "::", stringify!($platform),
                                             "::open(&Config::default()) else { return Ok(()) };")]

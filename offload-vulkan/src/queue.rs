@@ -147,7 +147,7 @@ impl VulkanEvent {
     /// time is the host's clock when offload first saw it complete.
     ///
     /// ```
-    /// # use offload_core::hal::{Device as _, Platform as _, Program as _};
+    /// # use offload_core::hal::{Device as _, Platform as _, Queue as _};
     /// # use offload_core::{Config};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// # let dev = vk.devices().remove(0);
@@ -450,7 +450,7 @@ impl VulkanQueue {
     /// Commands recorded and not yet submitted (for tests of batching).
     ///
     /// ```
-    /// # use offload_core::hal::{Device as _, Platform as _};
+    /// # use offload_core::hal::{Device as _, Platform as _, Queue as _};
     /// # use offload_core::{Config, MemKind};
     /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
     /// # let dev = vk.devices().remove(0);

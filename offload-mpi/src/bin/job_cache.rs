@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use common::{Host, Rt, fail, say};
 use mpi::point_to_point::Source as _;
 use mpi::traits::*;
-use offload_core::{Device, Dims, Offload, Program, Source, Uninit};
+use offload_core::{Device, Offload, Source, Uninit};
 use offload_mpi::JobCache;
 
 /// How long a survivor waits for `MPI_Finalize` to return after offload's hook ran.
@@ -249,21 +249,8 @@ fn wait_for_waiters(cache: &JobCache, count: i32) {
 fn put(name: &str, value: u32) -> Source {
     Source::c(format!(
         "#include \"offload_host.h\"\n/* job cache test: {name} */\n{}",
-        kernel(value)
+        common::put_kernel(value)
     ))
-}
-
-fn kernel(value: u32) -> String {
-    format!(
-        "OFFLOAD_KERNEL(put, \"bI\") {{\n\
-             uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);\n\
-             uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);\n\
-             for (uint32_t t = 0; t < launch->block[0]; t++) {{\n\
-                 uint64_t i = OFFLOAD_INDEX_X(t);\n\
-                 if (i < n) buf[i] = {value};\n\
-             }}\n\
-         }}\n"
-    )
 }
 
 /// `put` with `SLOW_FUNCTIONS` functions around it that `cc -O3` takes a while over.
@@ -277,31 +264,12 @@ fn slow(value: u32) -> Source {
             i % 13 + 1
         ));
     }
-    text.push_str(&kernel(value));
+    text.push_str(&common::put_kernel(value));
     Source::c(text)
 }
 
 /// Loads `source`, launches `put` over 64 elements and checks it wrote `value`.
 fn run(dev: &Device, source: &Source, value: u32) {
     let me = mpi::topology::SimpleCommunicator::world().rank();
-    let put = Program::from_source(source.clone())
-        .load(dev)
-        .and_then(|m| m.kernel("put"))
-        .unwrap_or_else(|e| fail(me, e));
-    let buf = dev.alloc_zeros::<u32>(64).unwrap_or_else(|e| fail(me, e));
-    let queue = dev.queue().unwrap_or_else(|e| fail(me, e));
-    // SAFETY: `put` writes the first n u32s of its buffer (n = 64, the buffer's length).
-    unsafe {
-        queue.launch(
-            &put,
-            Dims::for_num_elems(64),
-            &offload_core::args![&buf, 64u32],
-        )
-    }
-    .unwrap_or_else(|e| fail(me, e));
-    queue.sync().unwrap_or_else(|e| fail(me, e));
-    let got = buf.to_vec().unwrap_or_else(|e| fail(me, e));
-    if got != vec![value; 64] {
-        fail(me, format!("put wrote {:?}, not {value}", &got[..4]));
-    }
+    common::launch_put(dev, source.clone(), value, me);
 }

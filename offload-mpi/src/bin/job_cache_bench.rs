@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use common::{Host, Rt, fail};
 use mpi::traits::*;
-use offload_core::{Device, Dims, Offload, Program, Source, Uninit};
+use offload_core::{Device, Offload, Source, Uninit};
 use offload_mpi::JobCache;
 
 fn main() {
@@ -115,33 +115,8 @@ fn main() {
 /// Loads a `put` kernel whose text holds `name`, launches it over 64 elements and syncs.
 fn first_launch(dev: &Device, name: &str, me: i32) {
     let source = Source::c(format!(
-        "#include \"offload_host.h\"\n/* job cache bench {name} */\n\
-         OFFLOAD_KERNEL(put, \"bI\") {{\n\
-             uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);\n\
-             uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);\n\
-             for (uint32_t t = 0; t < launch->block[0]; t++) {{\n\
-                 uint64_t i = OFFLOAD_INDEX_X(t);\n\
-                 if (i < n) buf[i] = 9;\n\
-             }}\n\
-         }}\n"
+        "#include \"offload_host.h\"\n/* job cache bench {name} */\n{}",
+        common::put_kernel(9)
     ));
-    let put = Program::from_source(source)
-        .load(dev)
-        .and_then(|m| m.kernel("put"))
-        .unwrap_or_else(|e| fail(me, e));
-    let buf = dev.alloc_zeros::<u32>(64).unwrap_or_else(|e| fail(me, e));
-    let queue = dev.queue().unwrap_or_else(|e| fail(me, e));
-    // SAFETY: `put` writes the first n u32s of its buffer (n = 64, the buffer's length).
-    unsafe {
-        queue.launch(
-            &put,
-            Dims::for_num_elems(64),
-            &offload_core::args![&buf, 64u32],
-        )
-    }
-    .unwrap_or_else(|e| fail(me, e));
-    queue.sync().unwrap_or_else(|e| fail(me, e));
-    if buf.to_vec().unwrap_or_else(|e| fail(me, e)) != vec![9u32; 64] {
-        fail(me, "put wrote something else");
-    }
+    common::launch_put(dev, source, 9, me);
 }

@@ -1,5 +1,5 @@
 //! What the MPI programs of src/bin share: a runtime with only the host backend, failing a
-//! rank, one step of a ring exchange, and for the programs where a rank dies: each rank's
+//! rank, one step of a ring exchange, the `put` kernel of the job-cache programs, and for the programs where a rank dies: each rank's
 //! record of what it did (a file as well as stdout), a watchdog, and a finalize that does
 //! not wait for MPI's own part forever.
 
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use offload_core::{Buffer, Device, MemKind, PlatformEntry, Platforms};
+use offload_core::{Buffer, Device, Dims, MemKind, PlatformEntry, Platforms, Program, Source};
 use offload_mpi::Ranks;
 
 /// The host backend only.
@@ -125,4 +125,45 @@ pub fn finalize(universe: mpi::environment::Universe, grace: Duration) {
     let _ = returned.send(());
     let _ = watcher.join();
     say("MPI_Finalize returned");
+}
+
+/// The C text of a kernel `put(buf, n)` that writes `value` to the first `n` elements.
+#[allow(dead_code)] // the job-cache programs only
+pub fn put_kernel(value: u32) -> String {
+    format!(
+        "OFFLOAD_KERNEL(put, \"bI\") {{\n\
+             uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);\n\
+             uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);\n\
+             for (uint32_t t = 0; t < launch->block[0]; t++) {{\n\
+                 uint64_t i = OFFLOAD_INDEX_X(t);\n\
+                 if (i < n) buf[i] = {value};\n\
+             }}\n\
+         }}\n"
+    )
+}
+
+/// Loads `source` (a program with [`put_kernel`]), launches `put` over 64 elements, syncs
+/// and checks it wrote `value`; rank `me` fails otherwise.
+#[allow(dead_code)] // the job-cache programs only
+pub fn launch_put(dev: &Device, source: Source, value: u32, me: i32) {
+    let put = Program::from_source(source)
+        .load(dev)
+        .and_then(|m| m.kernel("put"))
+        .unwrap_or_else(|e| fail(me, e));
+    let buf = dev.alloc_zeros::<u32>(64).unwrap_or_else(|e| fail(me, e));
+    let queue = dev.queue().unwrap_or_else(|e| fail(me, e));
+    // SAFETY: `put` writes the first n u32s of its buffer (n = 64, the buffer's length).
+    unsafe {
+        queue.launch(
+            &put,
+            Dims::for_num_elems(64),
+            &offload_core::args![&buf, 64u32],
+        )
+    }
+    .unwrap_or_else(|e| fail(me, e));
+    queue.sync().unwrap_or_else(|e| fail(me, e));
+    let got = buf.to_vec().unwrap_or_else(|e| fail(me, e));
+    if got != vec![value; 64] {
+        fail(me, format!("put wrote {:?}, not {value}", &got[..4]));
+    }
 }

@@ -213,4 +213,7 @@ pub mod chapter_doctests {
     /// docs/reliability.md
     #[doc = include_str!("../docs/reliability.md")]
     pub struct Reliability;
+    /// docs/trace.md
+    #[doc = include_str!("../docs/trace.md")]
+    pub struct Trace;
 }

@@ -107,7 +107,8 @@ fn round(round: u32) -> Result<(), Error> {
     Ok(())
 }
 
-fn main() -> Result<(), Error> {
+// `pub`: tests/trace.rs runs it, with a trace, as a module of its own.
+pub fn main() -> Result<(), Error> {
     round(1)?;
     round(2)?;
     println!("ok");

@@ -13,8 +13,9 @@ import os, re, sys
 
 # Bottom first. `sync` (the lock shim) and `vocab` (plain values) import nothing; the
 # runtime handle users hold (`typestate`) and what builds on it sit on top; the reference
-# backend uses the whole crate as a backend would.
-LAYERS = ["sync", "vocab", "error", "config", "hal", "erased", "compile", "runtime",
+# backend uses the whole crate as a backend would. `trace` (the Chrome trace) uses nothing
+# of the crate: the runtime arms and writes it.
+LAYERS = ["sync", "vocab", "error", "config", "trace", "hal", "erased", "compile", "runtime",
           "handles", "ipc", "typestate", "select", "reference"]
 rank = {m: i for i, m in enumerate(LAYERS)}
 

@@ -47,10 +47,11 @@
 //! | `OFFLOAD_BACKENDS` | backends to open, e.g. `host,vulkan`; one whose driver is missing makes `init` fail; a list with no name (`,`) is an error, an empty value counts as unset | every compiled-in backend whose driver is found |
 //! | `OFFLOAD_IPC_CACHE_SIZE` | entries in the sender-side IPC cache (0 disables) | 16 |
 //! | `OFFLOAD_HOST_DEVICES` | CPU devices of the host backend | 1 |
+//! | `OFFLOAD_TRACE` | write a Chrome time trace of init, platform opens, compiles, loads, launches, syncs, IPC sends and shutdown to this file at the deinitialising shutdown (`{pid}`: the process id; [`trace`], like Proteus's `PROTEUS_ENABLE_TIME_TRACE`) | off |
 //!
 //! [`Offload::config`](offload_core::Offload::config) shows the configuration in force. A
 //! plain `Offload::init()` while a runtime is live shares it whatever its configuration; a
-//! builder that sets something explicitly (`backends`, `host_devices`, `ipc_cache_size`)
+//! builder that sets something explicitly (`backends`, `host_devices`, `ipc_cache_size`, `trace`)
 //! that differs from what is in force gets `Error::InvalidArgument` from `start()` naming
 //! both, instead of silently getting the other configuration:
 //!
@@ -88,6 +89,8 @@ pub use offload_core::{
 
 pub mod plugin;
 use plugin::Builtin;
+
+pub use offload_core::trace;
 
 /// The host backend crate, for its counters and raw platform type.
 #[cfg(feature = "host")]
@@ -210,4 +213,7 @@ pub mod chapter_doctests {
     /// docs/reliability.md
     #[doc = include_str!("../docs/reliability.md")]
     pub struct Reliability;
+    /// docs/trace.md
+    #[doc = include_str!("../docs/trace.md")]
+    pub struct Trace;
 }

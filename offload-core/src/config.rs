@@ -48,6 +48,10 @@ pub struct Config {
     /// The most bytes the compile cache keeps; the least recently used entries go first.
     /// Environment: `OFFLOAD_CACHE_MAX_MB=256`.
     pub compile_cache_max_bytes: u64,
+    /// Where a Chrome time trace of the runtime's spans is written at its deinitialising
+    /// shutdown (`{pid}` is replaced by the process id); `None` traces nothing. See
+    /// [`crate::trace`]. Environment: `OFFLOAD_TRACE=offload-{pid}.json`.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// The compile cache's default size bound, in bytes.
@@ -76,6 +80,7 @@ impl Default for Config {
             host_devices: 1,
             compile_cache: None,
             compile_cache_max_bytes: DEFAULT_COMPILE_CACHE_MAX_BYTES,
+            trace: None,
         }
     }
 }
@@ -89,6 +94,20 @@ pub(crate) struct Overrides {
     pub host_devices: Option<usize>,
     /// `Some(None)`: the builder disabled the compile cache.
     pub compile_cache: Option<Option<std::path::PathBuf>>,
+    pub trace: Option<std::path::PathBuf>,
+}
+
+/// The trace file asked for: the builder's, else `OFFLOAD_TRACE` (an empty value counts as
+/// unset).
+pub(crate) fn trace_path(
+    set: &Overrides,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<std::path::PathBuf> {
+    set.trace.clone().or_else(|| {
+        env("OFFLOAD_TRACE")
+            .filter(|v| !v.trim().is_empty())
+            .map(std::path::PathBuf::from)
+    })
 }
 
 impl Config {
@@ -156,6 +175,7 @@ impl Config {
         if let Some(dir) = &set.compile_cache {
             config.compile_cache = dir.clone();
         }
+        config.trace = trace_path(set, &env);
         Ok(config)
     }
 
@@ -234,6 +254,18 @@ impl Overrides {
                 out.push(format!(
                     "host_devices: asked {asked}, in force {}",
                     in_force.host_devices
+                ));
+            }
+        }
+        if let Some(asked) = &self.trace {
+            if in_force.trace.as_ref() != Some(asked) {
+                out.push(format!(
+                    "trace: asked {}, in force {}",
+                    asked.display(),
+                    in_force
+                        .trace
+                        .as_ref()
+                        .map_or("none".into(), |p| p.display().to_string())
                 ));
             }
         }
@@ -423,5 +455,30 @@ mod tests {
         };
         let m = asked.mismatches(&all, &open, &[]);
         assert!(m[0].contains("every compiled-in backend"), "{m:#?}");
+
+        // A trace file asked for that is not the one in force.
+        let asked = Overrides {
+            trace: Some("t.json".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            asked.mismatches(&all, &open, &[]),
+            ["trace: asked t.json, in force none"]
+        );
+    }
+
+    #[test]
+    fn the_trace_file_comes_from_the_builder_else_the_environment() {
+        let vars = [("OFFLOAD_TRACE", "env-{pid}.json")];
+        let c = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap();
+        assert_eq!(c.trace, Some("env-{pid}.json".into()));
+        let set = Overrides {
+            trace: Some("builder.json".into()),
+            ..Overrides::default()
+        };
+        let c = Config::resolve_with(&set, env(&vars)).unwrap();
+        assert_eq!(c.trace, Some("builder.json".into()));
+        let c = Config::resolve_with(&Overrides::default(), env(&[("OFFLOAD_TRACE", "")])).unwrap();
+        assert_eq!(c.trace, None);
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! - `sync` and `vocab`: the lock shim, and the plain values everything shares
 //!   ([`BackendKind`], [`MemKind`], [`DeviceInfo`], [`Dims`], [`Source`], …).
-//! - `error` ([`Error`]) and `config` ([`Config`]).
+//! - `error` ([`Error`]) and `config` ([`Config`]); [`trace`]: the Chrome time trace of
+//!   the runtime's spans (`OFFLOAD_TRACE`), which the runtime arms and writes.
 //! - [`hal`]: the trait family a backend implements — [`hal::Platform`] (one driver
 //!   instance), [`hal::Device`] (memory, queues, events, loading), [`hal::Program`] (an
 //!   image on one device: kernels, globals). liboffload calls these platform, device and
@@ -55,6 +56,7 @@ pub mod reference;
 mod runtime;
 mod select;
 mod sync;
+pub mod trace;
 mod typestate;
 mod vocab;
 

@@ -119,6 +119,8 @@ mod runtime_lifecycle;
 mod runtime_platforms;
 #[path = "../src/runtime/reentry.rs"]
 mod runtime_reentry;
+#[path = "../src/trace.rs"]
+mod trace;
 #[path = "../src/typestate/mod.rs"]
 mod typestate;
 #[path = "../src/vocab/mod.rs"]

@@ -329,6 +329,9 @@ impl Queue {
         dims: Dims,
         args: &[Arg<'_>],
     ) -> Result<()> {
+        let _span =
+            tracing::debug_span!(target: "offload::launch", "launch", kernel = kernel.name())
+                .entered();
         let module = kernel.module();
         self.entry
             .with(|queue| {
@@ -418,6 +421,8 @@ impl Queue {
                 ),
             ));
         }
+        let _span =
+            tracing::debug_span!(target: "offload::launch", "sync", queue = self.id()).entered();
         self.entry.with(|q| q.sync())?;
         let panics = std::mem::take(&mut *lock(&self.panics));
         if panics.is_empty() {

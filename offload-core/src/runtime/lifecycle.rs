@@ -263,10 +263,20 @@ impl TearingDown {
     fn run(self, generation: &Arc<Generation>) -> Result<()> {
         TEARING_DOWN_HERE.with(|t| t.set(t.get() + 1));
         self.here.set(true);
-        generation.teardown(&|| {
-            lock(&LIFECYCLE).releasing += 1;
-            self.releasing.set(true);
-        })
+        let result = tracing::info_span!(
+            target: "offload::shutdown",
+            "shutdown",
+            generation = generation.id
+        )
+        .in_scope(|| {
+            generation.teardown(&|| {
+                lock(&LIFECYCLE).releasing += 1;
+                self.releasing.set(true);
+            })
+        });
+        // After the span closed, so that the trace holds the whole shutdown.
+        crate::trace::write(generation.config.trace.as_deref());
+        result
     }
 }
 

@@ -149,6 +149,8 @@ impl PlatformSlot {
 
     fn try_open(&self, config: &Config) -> Result<OpenPlatform> {
         let kind = self.kind();
+        let _span = tracing::info_span!(target: "offload::init", "platform_open", backend = %kind)
+            .entered();
         if let Some(n) = ATTEMPTS.get(kind as usize) {
             n.fetch_add(1, Ordering::Relaxed);
         }

@@ -180,6 +180,28 @@ impl<P: Platforms> Offload<Uninit, P> {
         self
     }
 
+    /// Writes a Chrome time trace of the runtime's spans (init, platform opens, compiles,
+    /// loads, launches, syncs, IPC sends, shutdown) to `path` at its deinitialising
+    /// shutdown (like `OFFLOAD_TRACE`; `{pid}` in the path is the process id). See
+    /// [`crate::trace`] for what it records and how it gets offload's spans without taking
+    /// the application's `tracing` subscriber.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("offload-builder-{pid}.json");
+    /// let rt = offload_core::reference::Offload::builder().trace(&path).start()?;
+    /// assert_eq!(rt.config()?.trace, Some(path));
+    /// rt.shutdown()?; // writes offload-builder-<pid>.json
+    /// let written = std::env::temp_dir().join(format!("offload-builder-{}.json", std::process::id()));
+    /// let json = std::fs::read_to_string(&written).expect("the trace");
+    /// assert!(json.contains(r#""name":"init""#) && json.contains(r#""name":"shutdown""#));
+    /// # std::fs::remove_file(&written).ok();
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.state.set.trace = Some(path.into());
+        self
+    }
+
     /// Adds a platform to open besides the defaults (a test backend, a plugin). Its
     /// failure to open fails `start`.
     ///
@@ -199,7 +221,8 @@ impl<P: Platforms> Offload<Uninit, P> {
     ///
     /// Joining a live runtime succeeds when every setting made on this builder
     /// ([`backends`](Self::backends), [`ipc_cache_size`](Self::ipc_cache_size),
-    /// [`host_devices`](Self::host_devices), [`platform`](Self::platform)) matches what is
+    /// [`host_devices`](Self::host_devices), [`trace`](Self::trace),
+    /// [`platform`](Self::platform)) matches what is
     /// in force; settings not made here are not compared. Otherwise `start` fails with
     /// `Error::InvalidArgument` naming each setting asked and in force: shut the other
     /// runtime down first, or ask for what [`Offload::config`] shows.
@@ -221,7 +244,6 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// # Ok::<(), offload_core::Error>(())
     /// ```
     pub fn start(self) -> Result<Offload<Ready, P>> {
-        let _span = tracing::info_span!(target: "offload::init", "offload::init").entered();
         if self.state.set.backends.as_ref().is_some_and(Vec::is_empty)
             && self.state.extra.is_empty()
         {
@@ -233,12 +255,23 @@ impl<P: Platforms> Offload<Uninit, P> {
                  unset to open every compiled-in backend whose driver is found",
             ));
         }
+        // Before the span, so that a trace records the init that asks for it.
+        let trace = crate::config::trace_path(&self.state.set, |name| std::env::var(name).ok());
+        let armed = crate::trace::arm(trace.as_deref());
+        let _span = tracing::info_span!(target: "offload::init", "init").entered();
         let generation = acquire(
             &self.state.set,
             P::platforms(),
             &self.state.extra,
             EXTENSIONS,
-        )?;
+        )
+        .inspect_err(|_| {
+            if armed {
+                // No runtime started, and none traced is live: nothing to record for.
+                crate::trace::set_live(false);
+            }
+        })?;
+        crate::trace::set_live(generation.config.trace.is_some());
         Ok(Offload {
             state: Ready {
                 generation,

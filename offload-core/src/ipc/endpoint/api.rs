@@ -171,6 +171,7 @@ impl IpcEndpoint {
         len: usize,
         tag: u64,
     ) -> Result<()> {
+        let _span = tracing::debug_span!(target: "offload::ipc", "ipc_send", len, tag).entered();
         self.engine.send(peer, buffer, offset, len, tag)
     }
 

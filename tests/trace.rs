@@ -1,0 +1,173 @@
+//! The Chrome time trace (`OFFLOAD_TRACE`, docs/trace.md): the quickstart, run in a child
+//! process with the trace on, writes a file that parses as Chrome trace JSON, named with
+//! the child's pid, holding complete events for init, platform opens, loads, launches,
+//! syncs and shutdown; a runtime never shut down is traced by the exit hook; a file that
+//! cannot be written is a warning, not a failure of the program.
+#![cfg(feature = "host")]
+
+use std::path::{Path, PathBuf};
+
+use offload_testing::child;
+use serde_json::Value;
+
+#[path = "../examples/quickstart.rs"]
+mod quickstart;
+
+/// What a child does, by `TRACE_CHILD`: `quickstart`, or `no_shutdown` (init, a sync, and
+/// exit with the runtime still live). Without it, nothing (a plain run of this binary).
+#[test]
+fn trace_child() {
+    match std::env::var("TRACE_CHILD").as_deref() {
+        Ok("quickstart") => quickstart::main().expect("the quickstart"),
+        Ok("no_shutdown") => {
+            let rt = offload::Offload::init().expect("init");
+            rt.devices().expect("devices")[0]
+                .queue()
+                .expect("queue")
+                .sync()
+                .expect("sync");
+            // Never shut down: the exit hook deinitialises it, and writes the trace.
+            std::mem::forget(rt);
+        }
+        _ => {}
+    }
+}
+
+/// A fresh, empty directory for one test's traces.
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("trace-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the trace directory");
+    dir
+}
+
+/// Runs `trace_child` as `case` with `OFFLOAD_TRACE=<dir>/<case>-{pid}.json`; returns the
+/// one file it wrote, whose name carries the child's pid, parsed, and that pid.
+fn traced_child(case: &str) -> (Value, u64) {
+    let dir = fresh_dir(case);
+    let template = dir.join(format!("{case}-{{pid}}.json"));
+    child::run_test(
+        "trace_child",
+        &[
+            ("TRACE_CHILD", case),
+            ("OFFLOAD_TRACE", template.to_str().expect("a UTF-8 path")),
+        ],
+    );
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("read the trace directory")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "one trace file, no temporary left: {files:?}"
+    );
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    let pid: u64 = name
+        .strip_prefix(&format!("{case}-"))
+        .and_then(|n| n.strip_suffix(".json"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{{pid}} is not a pid in {name}"));
+    let text = std::fs::read_to_string(&files[0]).expect("read the trace");
+    let json: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the trace is not JSON ({e}):\n{text}"));
+    (json, pid)
+}
+
+/// The complete events of a Chrome trace, each checked for the fields Perfetto and
+/// chrome://tracing need: (name, ts, dur) in microseconds.
+fn complete_events(trace: &Value, pid: u64) -> Vec<(String, f64, f64)> {
+    let events = trace["traceEvents"]
+        .as_array()
+        .expect("a traceEvents array");
+    let mut out = Vec::new();
+    for e in events {
+        assert_eq!(e["pid"].as_u64(), Some(pid), "pid of {e}");
+        assert!(e["tid"].is_u64(), "tid of {e}");
+        let name = e["name"].as_str().unwrap_or_else(|| panic!("name of {e}"));
+        match e["ph"].as_str() {
+            Some("M") => continue,
+            Some("X") => {}
+            other => panic!("phase {other:?} of {e}"),
+        }
+        let ts = e["ts"].as_f64().unwrap_or_else(|| panic!("ts of {e}"));
+        let dur = e["dur"].as_f64().unwrap_or_else(|| panic!("dur of {e}"));
+        assert!(ts >= 0.0 && dur >= 0.0, "{e}");
+        assert!(
+            e["cat"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("offload::")),
+            "{e}"
+        );
+        assert!(e["args"].is_object(), "{e}");
+        out.push((name.to_owned(), ts, dur));
+    }
+    out
+}
+
+fn count(events: &[(String, f64, f64)], name: &str) -> usize {
+    events.iter().filter(|(n, ..)| n == name).count()
+}
+
+#[test]
+fn the_quickstart_writes_a_chrome_trace() {
+    let (trace, pid) = traced_child("quickstart");
+    let events = complete_events(&trace, pid);
+    let names: Vec<&str> = events.iter().map(|(n, ..)| n.as_str()).collect();
+    // Two rounds, each written at its shutdown: the file holds both.
+    assert_eq!(count(&events, "init"), 2, "{names:?}");
+    assert_eq!(count(&events, "shutdown"), 2, "{names:?}");
+    for span in ["platform_open", "launch", "sync"] {
+        assert!(
+            count(&events, span) >= 2,
+            "no {span} in each round: {names:?}"
+        );
+    }
+    assert!(
+        count(&events, "load") + count(&events, "compile") >= 2,
+        "{names:?}"
+    );
+    // The launches of round 1 lie between its init and its shutdown.
+    let at = |name: &str| {
+        events
+            .iter()
+            .find(|(n, ..)| n == name)
+            .map(|&(_, ts, dur)| (ts, ts + dur))
+            .unwrap()
+    };
+    let (init, launch, shutdown) = (at("init"), at("launch"), at("shutdown"));
+    assert!(
+        init.1 <= launch.0 && launch.1 <= shutdown.0,
+        "{init:?} {launch:?} {shutdown:?}"
+    );
+    assert_eq!(trace["otherData"]["dropped_events"].as_u64(), Some(0));
+    assert_eq!(trace["displayTimeUnit"].as_str(), Some("ns"));
+}
+
+#[test]
+fn a_runtime_never_shut_down_is_traced_at_exit() {
+    let (trace, pid) = traced_child("no_shutdown");
+    let events = complete_events(&trace, pid);
+    for span in ["init", "sync", "shutdown"] {
+        assert_eq!(count(&events, span), 1, "{span}: {events:?}");
+    }
+}
+
+#[test]
+fn a_trace_that_cannot_be_written_is_a_warning_not_a_failure() {
+    let dir = fresh_dir("unwritable");
+    let path = dir.join("no-such-directory").join("t.json");
+    let out = child::run_test(
+        "trace_child",
+        &[
+            ("TRACE_CHILD", "quickstart"),
+            ("OFFLOAD_TRACE", path.to_str().expect("a UTF-8 path")),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("offload: the trace could not be written to"),
+        "{stderr}"
+    );
+    assert!(!path.exists());
+}

@@ -48,6 +48,7 @@
 //! | `OFFLOAD_IPC_CACHE_SIZE` | entries in the sender-side IPC cache (0 disables) | 16 |
 //! | `OFFLOAD_HOST_DEVICES` | CPU devices of the host backend | 1 |
 //! | `OFFLOAD_TRACE` | write a Chrome time trace of init, platform opens, compiles, loads, launches, syncs, IPC sends and shutdown to this file at the deinitialising shutdown (`{pid}`: the process id; [`trace`], like Proteus's `PROTEUS_ENABLE_TIME_TRACE`) | off |
+//! | `OFFLOAD_COMPILE_THREADS` | threads compiling programs in the background ([`Program::compile_in_background`]; Proteus's `PROTEUS_ASYNC_THREADS`); 0: none, programs compile at their first `load` | the number of CPUs, at most 8 |
 //!
 //! [`Offload::config`](offload_core::Offload::config) shows the configuration in force. A
 //! plain `Offload::init()` while a runtime is live shares it whatever its configuration; a
@@ -82,9 +83,10 @@
 pub use offload_core::{
     Arg, BackendKind, Buffer, BufferView, CallbackError, CompileKey, CompileStats, CompilerId,
     Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel,
-    Language, MemKind, Module, ParamKind, PlatformInfo, Program, Queue, Ready, Result, Scalar,
-    ScalarType, SharedCache, Shutdown, Source, TypedBuffer, Unavailable, Uninit, args, bytemuck,
-    compile_stats, ipc, platform_open_attempts, set_shared_cache, take_unreported_errors,
+    Language, MAX_DEFAULT_COMPILE_THREADS, MemKind, Module, ParamKind, PlatformInfo, Program,
+    Queue, Ready, Result, Scalar, ScalarType, SharedCache, Shutdown, Source, TypedBuffer,
+    Unavailable, Uninit, args, bytemuck, compile_stats, default_compile_threads, ipc,
+    platform_open_attempts, set_shared_cache, take_unreported_errors,
 };
 
 pub mod plugin;

@@ -15,6 +15,27 @@ pub const DEFAULT_IPC_CACHE_SIZE: usize = 16;
 /// that mapped it to unmap it (I3).
 pub const DEFAULT_IPC_UNMAP_TIMEOUT_MS: u64 = 2000;
 
+/// The most threads the default compile pool has (`Config::compile_threads`): the number
+/// of CPUs, capped at this. A configuration may ask for more.
+///
+/// ```
+/// assert!(offload_core::Config::default().compile_threads <= offload_core::MAX_DEFAULT_COMPILE_THREADS);
+/// ```
+pub const MAX_DEFAULT_COMPILE_THREADS: usize = 8;
+
+/// The default size of the compile pool: the number of CPUs, at most
+/// [`MAX_DEFAULT_COMPILE_THREADS`] (1 where the number is unknown).
+///
+/// ```
+/// let n = offload_core::default_compile_threads();
+/// assert!((1..=offload_core::MAX_DEFAULT_COMPILE_THREADS).contains(&n));
+/// ```
+pub fn default_compile_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(MAX_DEFAULT_COMPILE_THREADS)
+}
+
 /// The configuration a runtime runs with. See [`crate::Offload::config`].
 ///
 /// ```
@@ -23,6 +44,7 @@ pub const DEFAULT_IPC_UNMAP_TIMEOUT_MS: u64 = 2000;
 /// assert_eq!(c.ipc_cache_size, 16);
 /// assert_eq!(c.ipc_unmap_timeout_ms, 2000);
 /// assert_eq!(c.host_devices, 1);
+/// assert_eq!(c.compile_threads, offload_core::default_compile_threads());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -52,6 +74,11 @@ pub struct Config {
     /// shutdown (`{pid}` is replaced by the process id); `None` traces nothing. See
     /// [`crate::trace`]. Environment: `OFFLOAD_TRACE=offload-{pid}.json`.
     pub trace: Option<std::path::PathBuf>,
+    /// Threads of the pool that compiles programs in the background
+    /// (`Program::compile_in_background`), started as compiles need them and joined by
+    /// the shutdown (L2); 0: no pool, programs compile when they are first loaded.
+    /// Environment: `OFFLOAD_COMPILE_THREADS`, default the number of CPUs, at most 8.
+    pub compile_threads: usize,
 }
 
 /// The compile cache's default size bound, in bytes.
@@ -81,6 +108,7 @@ impl Default for Config {
             compile_cache: None,
             compile_cache_max_bytes: DEFAULT_COMPILE_CACHE_MAX_BYTES,
             trace: None,
+            compile_threads: default_compile_threads(),
         }
     }
 }
@@ -95,6 +123,7 @@ pub(crate) struct Overrides {
     /// `Some(None)`: the builder disabled the compile cache.
     pub compile_cache: Option<Option<std::path::PathBuf>>,
     pub trace: Option<std::path::PathBuf>,
+    pub compile_threads: Option<usize>,
 }
 
 /// The trace file asked for: the builder's, else `OFFLOAD_TRACE` (an empty value counts as
@@ -157,6 +186,9 @@ impl Config {
             config.compile_cache_max_bytes =
                 (parse_count("OFFLOAD_CACHE_MAX_MB", &v)? as u64).saturating_mul(1 << 20);
         }
+        if let Some(v) = env("OFFLOAD_COMPILE_THREADS").filter(|v| !v.trim().is_empty()) {
+            config.compile_threads = parse_count("OFFLOAD_COMPILE_THREADS", &v)?;
+        }
         if let Some(b) = &set.backends {
             config.backends = Some(b.clone());
         }
@@ -176,6 +208,9 @@ impl Config {
             config.compile_cache = dir.clone();
         }
         config.trace = trace_path(set, &env);
+        if let Some(n) = set.compile_threads {
+            config.compile_threads = n;
+        }
         Ok(config)
     }
 
@@ -266,6 +301,14 @@ impl Overrides {
                         .trace
                         .as_ref()
                         .map_or("none".into(), |p| p.display().to_string())
+                ));
+            }
+        }
+        if let Some(asked) = self.compile_threads {
+            if asked != in_force.compile_threads {
+                out.push(format!(
+                    "compile_threads: asked {asked}, in force {}",
+                    in_force.compile_threads
                 ));
             }
         }
@@ -405,6 +448,44 @@ mod tests {
         };
         let e = Config::resolve_with(&set, env(&[])).unwrap_err();
         assert!(e.to_string().contains("host_devices(0)"), "{e}");
+
+        let vars = [("OFFLOAD_COMPILE_THREADS", "many")];
+        let e = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap_err();
+        assert!(
+            e.to_string().contains("OFFLOAD_COMPILE_THREADS=many"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn compile_threads_default_environment_and_builder() {
+        let c = Config::resolve_with(&Overrides::default(), env(&[])).unwrap();
+        assert_eq!(c.compile_threads, default_compile_threads());
+        assert!((1..=MAX_DEFAULT_COMPILE_THREADS).contains(&c.compile_threads));
+        let vars = [("OFFLOAD_COMPILE_THREADS", "0")];
+        let c = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap();
+        assert_eq!(c.compile_threads, 0, "0: no pool");
+        let vars = [("OFFLOAD_COMPILE_THREADS", "12")];
+        let set = Overrides {
+            compile_threads: Some(3),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            Config::resolve_with(&Overrides::default(), env(&vars))
+                .unwrap()
+                .compile_threads,
+            12,
+            "the environment may ask for more than the default's cap"
+        );
+        assert_eq!(
+            Config::resolve_with(&set, env(&vars))
+                .unwrap()
+                .compile_threads,
+            3
+        );
+        let in_force = Config::resolve_with(&Overrides::default(), env(&vars)).unwrap();
+        let m = set.mismatches(&in_force, &[], &[]);
+        assert_eq!(m, ["compile_threads: asked 3, in force 12"]);
     }
 
     #[test]

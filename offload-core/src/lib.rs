@@ -64,7 +64,10 @@ mod vocab;
 /// own `#[repr(C)]` structs.
 pub use bytemuck;
 pub use compile::{CompileKey, CompileStats, SharedCache, compile_stats, set_shared_cache};
-pub use config::{Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS};
+pub use config::{
+    Config, DEFAULT_IPC_CACHE_SIZE, DEFAULT_IPC_UNMAP_TIMEOUT_MS, MAX_DEFAULT_COMPILE_THREADS,
+    default_compile_threads,
+};
 pub use erased::{NoPlatforms, PlatformEntry, Platforms};
 pub use error::{Error, Result};
 pub use hal::{

@@ -27,6 +27,8 @@
 //!   `RwLock` and `Condvar` directly, which shuttle cannot schedule (a follow-up: route
 //!   it through `runtime::sync` too and include it here).
 //! - `ipc`: an empty extension and `IpcEndpoint::bind` only (IPC is not in the model).
+//! - `handles::compile_pool`: an empty extension (compiles in the background are not in
+//!   the model; `tests/compile_background.rs` of the facade checks the pool's shutdown).
 //! - `runtime::exit_hook::register`: answers "registered" without calling `atexit`; the
 //!   exit hook itself (`lifecycle::shutdown_at_exit`) is real and one scenario races it.
 //! - the backend ([`ModelPlatform`]): counts opens, deinits and live programs, yields
@@ -250,6 +252,25 @@ mod handles {
             self.generation
                 .with_live(|live| live.device(self.key)?.info())
         }
+    }
+
+    /// The compile pool a generation carries: nothing to stop here.
+    struct NoPool;
+
+    impl crate::runtime::generation::Extension for NoPool {
+        fn stop(&self) {}
+
+        fn released(&self) {}
+
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    pub(crate) fn compile_pool(
+        _: &crate::config::Config,
+    ) -> Box<dyn crate::runtime::generation::Extension> {
+        Box::new(NoPool)
     }
 }
 

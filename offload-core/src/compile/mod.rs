@@ -39,6 +39,7 @@ pub(crate) struct Compiled {
 }
 
 static COMPILES: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
 static MEMORY_HITS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DISK_WRITES: AtomicU64 = AtomicU64::new(0);
@@ -51,14 +52,23 @@ static MOST_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 /// What the compile cache did in this process since it started.
 ///
 /// ```
-/// let stats = offload_core::compile_stats();
-/// assert!(stats.compiles <= stats.compiles + stats.memory_hits);
+/// use offload_core::{Program, Source, compile_stats, reference::Offload};
+/// let rt = Offload::init()?;
+/// let dev = rt.devices()?.remove(0);
+/// let before = compile_stats();
+/// // The reference backend has no C compiler: nothing ran, so nothing is counted.
+/// assert!(Program::from_source(Source::c("int x;")).load(&dev).is_err());
+/// let after = compile_stats();
+/// assert_eq!((after.compiles, after.failed), (before.compiles, before.failed));
+/// # Ok::<(), offload_core::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CompileStats {
     /// Sources compiled by a backend's compiler.
     pub compiles: u64,
+    /// Sources a backend's compiler ran on and rejected (`Error::Compile` with its log).
+    pub failed: u64,
     /// Loads that found their image compiled already by this program.
     pub memory_hits: u64,
     /// Compiles avoided by an entry on disk.
@@ -85,6 +95,7 @@ pub struct CompileStats {
 pub fn compile_stats() -> CompileStats {
     CompileStats {
         compiles: COMPILES.load(Ordering::Relaxed),
+        failed: FAILED.load(Ordering::Relaxed),
         memory_hits: MEMORY_HITS.load(Ordering::Relaxed),
         disk_hits: DISK_HITS.load(Ordering::Relaxed),
         shared_hits: SHARED_HITS.load(Ordering::Relaxed),
@@ -188,7 +199,9 @@ fn compile_here(
     MOST_IN_FLIGHT.fetch_max(now, Ordering::SeqCst);
     let compiled = device.compile(source);
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    let bytes = compiled?;
+    let bytes = compiled.inspect_err(|_| {
+        FAILED.fetch_add(1, Ordering::Relaxed);
+    })?;
     COMPILES.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(target: "offload::compile", bytes = bytes.len(), "compiled");
     Ok(bytes)

@@ -9,6 +9,7 @@
 //! nothing. Handles check everything a backend must not see wrong before they call it.
 
 mod args;
+pub(crate) mod background;
 mod buffer;
 mod device;
 mod event;
@@ -19,6 +20,7 @@ mod queue;
 mod typed;
 
 pub use args::{Arg, Scalar};
+pub(crate) use background::compile_pool;
 pub use buffer::{Buffer, STAGING_CHUNK};
 pub(crate) use buffer::{BufferEntry, Origin, ViewOwner};
 pub use device::Device;

@@ -22,6 +22,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 
+use super::background::{Tasks, image_for_load};
 use super::module::*;
 use crate::compile::Compiled;
 use crate::error::{Error, Result};
@@ -56,6 +57,8 @@ pub(super) struct ProgramInner {
     /// The lock of each (generation, device) this program is loaded on, naming its module
     /// once loaded (P2). Entries go when their module is released.
     pub(super) slots: Mutex<HashMap<(u64, DeviceKey), Arc<LoadSlot>>>,
+    /// Its compiles in the background, by (generation, device) (`background`).
+    pub(super) background: Tasks,
 }
 
 /// The load lock of one (program, device): its module once loaded.
@@ -121,6 +124,7 @@ impl Program {
                 label: None,
                 source: None,
                 slots: Mutex::default(),
+                background: Tasks::default(),
             }),
             kept: Arc::default(),
         }
@@ -153,6 +157,7 @@ impl Program {
                 label: None,
                 source: Some((source, Arc::default())),
                 slots: Mutex::default(),
+                background: Tasks::default(),
             }),
             kept: Arc::default(),
         }
@@ -220,6 +225,7 @@ impl Program {
             label: self.inner.label.clone(),
             source: self.inner.source.clone(),
             slots: Mutex::default(),
+            background: Tasks::default(),
         };
         f(&mut inner);
         Program {
@@ -380,7 +386,9 @@ pub(super) fn load(program: &Program, device: &Device) -> Result<Module> {
         None => program.inner.image.clone(),
         Some((source, compiled)) => {
             let raw = generation.with_live(|live| Ok(live.device(device.key())?.clone()))?;
-            compiled.image(source, &raw, &generation.config)?
+            image_for_load(&program.inner, device, || {
+                compiled.image(source, &raw, &generation.config)
+            })?
         }
     };
     let entry = generation.with_live(|live| {

@@ -16,8 +16,9 @@ use crate::runtime::generation::{Generation, Live, MakeExtension, Unavailable};
 use crate::runtime::lifecycle::{acquire, release, report_later, retain};
 use crate::runtime::platforms::PlatformSlot;
 
-/// What every generation carries beside its platforms: the IPC state (`crate::ipc`).
-const EXTENSIONS: &[MakeExtension] = &[crate::ipc::extension];
+/// What every generation carries beside its platforms: the IPC state (`crate::ipc`) and
+/// the pool that compiles programs in the background (`crate::handles::background`).
+const EXTENSIONS: &[MakeExtension] = &[crate::ipc::extension, crate::handles::compile_pool];
 
 /// A platform of a live runtime.
 ///
@@ -202,6 +203,21 @@ impl<P: Platforms> Offload<Uninit, P> {
         self
     }
 
+    /// Sets how many threads compile programs in the background (like
+    /// `OFFLOAD_COMPILE_THREADS`; see `Program::compile_in_background`). 0 keeps no pool:
+    /// programs then compile when they are first loaded. The pool's threads start as
+    /// compiles need them and are joined by the shutdown (L2).
+    ///
+    /// ```standalone_crate
+    /// let rt = offload_core::reference::Offload::builder().compile_threads(2).start()?;
+    /// assert_eq!(rt.config()?.compile_threads, 2);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn compile_threads(mut self, threads: usize) -> Self {
+        self.state.set.compile_threads = Some(threads);
+        self
+    }
+
     /// Adds a platform to open besides the defaults (a test backend, a plugin). Its
     /// failure to open fails `start`.
     ///
@@ -222,6 +238,7 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// Joining a live runtime succeeds when every setting made on this builder
     /// ([`backends`](Self::backends), [`ipc_cache_size`](Self::ipc_cache_size),
     /// [`host_devices`](Self::host_devices), [`trace`](Self::trace),
+    /// [`compile_threads`](Self::compile_threads),
     /// [`platform`](Self::platform)) matches what is
     /// in force; settings not made here are not compared. Otherwise `start` fails with
     /// `Error::InvalidArgument` naming each setting asked and in force: shut the other

@@ -22,12 +22,12 @@ const EXTENSIONS: &[MakeExtension] = &[crate::ipc::extension];
 /// A platform of a live runtime.
 ///
 /// ```
-/// # use offload_core::reference::Offload;
+/// # use offload::Offload;
 /// let rt = Offload::init()?;
 /// let p = &rt.platforms()?[0];
-/// assert_eq!(p.backend, offload_core::BackendKind::Reference);
+/// assert_eq!(p.backend, offload::BackendKind::Host);
 /// assert_eq!(p.devices, 1);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -51,7 +51,7 @@ static MOST_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 /// What the compile cache did in this process since it started.
 ///
 /// ```
-/// let stats = offload_core::compile_stats();
+/// let stats = offload::compile_stats();
 /// assert!(stats.compiles <= stats.compiles + stats.memory_hits);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,8 +79,8 @@ pub struct CompileStats {
 /// The compile cache's counters (process-wide).
 ///
 /// ```
-/// let before = offload_core::compile_stats();
-/// assert!(offload_core::compile_stats().compiles >= before.compiles);
+/// let before = offload::compile_stats();
+/// assert!(offload::compile_stats().compiles >= before.compiles);
 /// ```
 pub fn compile_stats() -> CompileStats {
     CompileStats {

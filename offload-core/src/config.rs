@@ -39,7 +39,7 @@ pub fn default_compile_threads() -> usize {
 /// The configuration a runtime runs with. See [`crate::Offload::config`].
 ///
 /// ```
-/// let c = offload_core::Config::default();
+/// let c = offload::Config::default();
 /// assert_eq!(c.backends, None);
 /// assert_eq!(c.ipc_cache_size, 16);
 /// assert_eq!(c.ipc_unmap_timeout_ms, 2000);

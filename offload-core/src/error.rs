@@ -9,9 +9,9 @@ use crate::vocab::types::BackendKind;
 /// Result alias used throughout offload.
 ///
 /// ```
-/// fn check(len: usize) -> offload_core::Result<usize> {
+/// fn check(len: usize) -> offload::Result<usize> {
 ///     if len == 0 {
-///         return Err(offload_core::Error::InvalidArgument {
+///         return Err(offload::Error::InvalidArgument {
 ///             call: "check",
 ///             reason: "length is zero".into(),
 ///         });
@@ -28,7 +28,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The enum is `#[non_exhaustive]`: match the variants you handle and keep a `_` arm.
 ///
 /// ```
-/// use offload_core::{BackendKind, Error};
+/// use offload::{BackendKind, Error};
 /// let e = Error::OutOfMemory {
 ///     backend: BackendKind::Host,
 ///     call: "Device::alloc",
@@ -284,7 +284,7 @@ impl Error {
     /// itself when there is one, `Error::Multiple` otherwise (nested lists are flattened).
     ///
     /// ```
-    /// use offload_core::Error;
+    /// use offload::Error;
     /// assert!(Error::join(vec![]).is_ok());
     /// let gone = || Error::ShutDown { call: "Buffer::read", object: "buffer \"x\"".into() };
     /// let one = Error::join(vec![gone()]).unwrap_err();
@@ -312,7 +312,7 @@ impl Error {
     /// The errors inside, flattened: a `Multiple` gives its members, any other error itself.
     ///
     /// ```
-    /// use offload_core::Error;
+    /// use offload::Error;
     /// let gone = || Error::ShutDown { call: "Queue::sync", object: "queue \"io\"".into() };
     /// let e = Error::Multiple(vec![gone(), gone()]);
     /// assert_eq!(e.iter().count(), 2);
@@ -382,7 +382,7 @@ impl Error {
     /// words.
     ///
     /// ```
-    /// use offload_core::Error;
+    /// use offload::Error;
     /// let e = Error::invalid("Buffer::read", "offset 64 is past the end of 32 bytes");
     /// assert!(matches!(e, Error::InvalidArgument { call: "Buffer::read", .. }));
     /// assert!(e.to_string().contains("offset 64 is past the end of 32 bytes"));

@@ -19,15 +19,15 @@ impl<P> Offload<Ready, P> {
     /// with a compiler for its language.
     ///
     /// ```
-    /// use offload_core::{BackendKind, Program, reference::{self, Offload}};
+    /// use offload::{BackendKind, Offload, Program};
     /// let rt = Offload::init()?;
-    /// let program = Program::new(reference::fixture_image());
+    /// let program = Program::new(offload::host::fixtures::KERNELS);
     /// let devices = rt.devices_for(&program)?;
     /// assert_eq!(devices.len(), 1);
-    /// assert_eq!(devices[0].backend(), BackendKind::Reference);
+    /// assert_eq!(devices[0].backend(), BackendKind::Host);
     /// // Bytes of no known format: no device, and no platform opened to find out.
     /// assert!(rt.devices_for(&Program::new(b"random bytes"))?.is_empty());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn devices_for(&self, program: &Program) -> Result<Vec<Device>> {
         match program.source() {
@@ -42,11 +42,11 @@ impl<P> Offload<Ready, P> {
     /// The devices that can run `image` (see [`devices_for`](Offload::devices_for)).
     ///
     /// ```
-    /// use offload_core::reference::{self, Offload};
+    /// use offload::Offload;
     /// let rt = Offload::init()?;
-    /// assert_eq!(rt.devices_for_image(&reference::fixture_image())?.len(), 1);
+    /// assert_eq!(rt.devices_for_image(&offload::host::fixtures::KERNELS)?.len(), 1);
     /// assert!(rt.devices_for_image(&[0xde, 0xad])?.is_empty());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn devices_for_image(&self, image: &[u8]) -> Result<Vec<Device>> {
         self.select(

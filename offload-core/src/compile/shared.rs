@@ -20,7 +20,7 @@ use super::{Key, hex};
 /// the same image.
 ///
 /// ```
-/// let key = offload_core::CompileKey::from_bytes([7; 32]);
+/// let key = offload::CompileKey::from_bytes([7; 32]);
 /// assert_eq!(key.as_bytes(), &[7; 32]);
 /// assert_eq!(key.to_string(), "07".repeat(32));
 /// ```
@@ -31,8 +31,8 @@ impl CompileKey {
     /// The key of these 32 bytes (a key received from another process).
     ///
     /// ```
-    /// let key = offload_core::CompileKey::from_bytes([0; 32]);
-    /// assert_eq!(offload_core::CompileKey::from_bytes(*key.as_bytes()), key);
+    /// let key = offload::CompileKey::from_bytes([0; 32]);
+    /// assert_eq!(offload::CompileKey::from_bytes(*key.as_bytes()), key);
     /// ```
     pub fn from_bytes(bytes: [u8; 32]) -> CompileKey {
         CompileKey(bytes)
@@ -41,7 +41,7 @@ impl CompileKey {
     /// The key's 32 bytes (to send it to another process).
     ///
     /// ```
-    /// assert_eq!(offload_core::CompileKey::from_bytes([1; 32]).as_bytes().len(), 32);
+    /// assert_eq!(offload::CompileKey::from_bytes([1; 32]).as_bytes().len(), 32);
     /// ```
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
@@ -72,7 +72,7 @@ impl fmt::Debug for CompileKey {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use offload_core::{CompileKey, Result, SharedCache};
+/// use offload::{CompileKey, Result, SharedCache};
 ///
 /// /// Compiles every key here, like no shared cache at all.
 /// struct Local;
@@ -85,8 +85,8 @@ impl fmt::Debug for CompileKey {
 ///         compile()
 ///     }
 /// }
-/// let before = offload_core::set_shared_cache(Some(Arc::new(Local)));
-/// offload_core::set_shared_cache(before);
+/// let before = offload::set_shared_cache(Some(Arc::new(Local)));
+/// offload::set_shared_cache(before);
 /// ```
 pub trait SharedCache: Send + Sync {
     /// The image of `key`, from the shared cache or `compile()`.
@@ -103,7 +103,7 @@ static SHARED: RwLock<Option<Arc<dyn SharedCache>>> = RwLock::new(None);
 /// replaces. Compiles already asking the old one finish with it.
 ///
 /// ```
-/// assert!(offload_core::set_shared_cache(None).is_none());
+/// assert!(offload::set_shared_cache(None).is_none());
 /// ```
 pub fn set_shared_cache(cache: Option<Arc<dyn SharedCache>>) -> Option<Arc<dyn SharedCache>> {
     std::mem::replace(&mut *write(&SHARED), cache)

@@ -18,7 +18,7 @@ mod sealed {
 /// (checked against the parameter's declared type where the image declares one).
 ///
 /// ```
-/// use offload_core::{Arg, ScalarType};
+/// use offload::{Arg, ScalarType};
 /// let a = Arg::scalar(&3.5f32);
 /// assert!(matches!(a, Arg::Scalar { ty: ScalarType::F32, .. }));
 /// ```
@@ -59,14 +59,14 @@ scalars!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32
 /// [`Arg::pod`] and [`Arg::uniform`] make.
 ///
 /// ```
-/// use offload_core::{Arg, MemKind, reference::Offload};
+/// use offload::{Arg, MemKind, Offload};
 /// let rt = Offload::init()?;
 /// let buf = rt.devices()?[0].alloc(16, MemKind::Device)?;
 /// let args = [Arg::buffer(&buf), Arg::value(4u32)];
 /// assert_eq!(args.len(), 2);
-/// let same = offload_core::args![&buf, 4u32];
+/// let same = offload::args![&buf, 4u32];
 /// assert_eq!(format!("{:?}", same[1]), format!("{:?}", args[1]));
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[derive(Clone, Copy)]
 pub enum Arg<'a> {
@@ -247,12 +247,12 @@ impl<'a> From<&'a Buffer> for Arg<'a> {
 /// [`ScalarType`], so write `2.0f32`, not `2.0`, where the kernel takes an `f32`).
 ///
 /// ```
-/// use offload_core::{MemKind, reference::Offload};
+/// use offload::{MemKind, Offload};
 /// let rt = Offload::init()?;
 /// let buf = rt.devices()?[0].alloc(16, MemKind::Device)?;
-/// let args = offload_core::args![&buf, 4u32, 1.5f32];
+/// let args = offload::args![&buf, 4u32, 1.5f32];
 /// assert_eq!(args.len(), 3);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[macro_export]
 macro_rules! args {
@@ -265,11 +265,11 @@ impl<'a> Arg<'a> {
     /// A buffer argument.
     ///
     /// ```
-    /// # use offload_core::{Arg, MemKind, reference::Offload};
+    /// # use offload::{Arg, MemKind, Offload};
     /// # let rt = Offload::init()?;
     /// let buf = rt.devices()?[0].alloc(4, MemKind::Device)?;
     /// assert!(matches!(Arg::buffer(&buf), Arg::Buffer(_)));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn buffer(buffer: &'a Buffer) -> Arg<'a> {
         Arg::Buffer(buffer)
@@ -278,7 +278,7 @@ impl<'a> Arg<'a> {
     /// A scalar argument, from a reference to it (see [`Arg::value`]).
     ///
     /// ```
-    /// use offload_core::{Arg, ScalarType};
+    /// use offload::{Arg, ScalarType};
     /// assert!(matches!(Arg::scalar(&1u64), Arg::Scalar { ty: ScalarType::U64, .. }));
     /// ```
     pub fn scalar<T: Scalar>(value: &T) -> Arg<'a> {
@@ -288,7 +288,7 @@ impl<'a> Arg<'a> {
     /// A scalar argument, by value: its Rust type is its [`ScalarType`].
     ///
     /// ```
-    /// use offload_core::{Arg, ScalarType};
+    /// use offload::{Arg, ScalarType};
     /// assert!(matches!(Arg::value(2.5f32), Arg::Scalar { ty: ScalarType::F32, .. }));
     /// ```
     pub fn value<T: Scalar>(value: T) -> Arg<'a> {
@@ -302,12 +302,12 @@ impl<'a> Arg<'a> {
     /// address of byte `offset`. Checked at launch to lie inside the buffer.
     ///
     /// ```
-    /// # use offload_core::{Arg, MemKind, reference::Offload};
+    /// # use offload::{Arg, MemKind, Offload};
     /// # let rt = Offload::init()?;
     /// let buf = rt.devices()?[0].alloc(64, MemKind::Device)?;
     /// let second_half = Arg::range(&buf, 32, 32);
     /// assert!(matches!(second_half, Arg::Range { offset: 32, .. }));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn range(buffer: &'a Buffer, offset: usize, len: usize) -> Arg<'a> {
         Arg::Range {
@@ -329,12 +329,12 @@ impl<'a> Arg<'a> {
     /// maths crate's vectors) are checked by size.
     ///
     /// ```
-    /// use offload_core::{Arg, ScalarType};
+    /// use offload::{Arg, ScalarType};
     /// let v = [1.0f32, 2.0];
     /// let a = Arg::pod(&v);
     /// assert!(matches!(a, Arg::Pod { bytes, elem: Some(ScalarType::F32), .. } if bytes.len() == 8));
     ///
-    /// #[derive(Clone, Copy, offload_core::bytemuck::Pod, offload_core::bytemuck::Zeroable)]
+    /// #[derive(Clone, Copy, offload::bytemuck::Pod, offload::bytemuck::Zeroable)]
     /// #[repr(C)]
     /// struct Light { color: [f32; 3], intensity: f32 }
     /// let light = Light { color: [1.0, 0.5, 0.0], intensity: 2.0 };
@@ -346,10 +346,10 @@ impl<'a> Arg<'a> {
     /// element type is refused, naming the argument:
     ///
     /// ```
-    /// use offload_core::{Arg, Dims, Program, reference::{self, Offload}};
+    /// use offload::{Arg, Dims, Offload, Program};
     /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let add_one = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
+    /// let add_one = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("add_one")?;
     /// let buf = dev.alloc_zeros::<u32>(4)?;
     /// let q = dev.queue()?;
     /// let dims = Dims::grid([1, 1, 1]).block([4, 1, 1]);
@@ -360,7 +360,7 @@ impl<'a> Arg<'a> {
     /// let e = unsafe { q.launch(&add_one, dims, &[Arg::from(&buf), Arg::pod(&[1u16, 2])]) };
     /// let text = e.unwrap_err().to_string();
     /// assert!(text.contains("argument 2 of `add_one` is a u32; got `[u16; 2]` (4 bytes)"), "{text}");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn pod<T: bytemuck::Pod>(value: &'a T) -> Arg<'a> {
         let type_name = std::any::type_name::<T>();
@@ -381,23 +381,23 @@ impl<'a> Arg<'a> {
     /// and the launch refuses it as such.)
     ///
     /// ```
-    /// use offload_core::{Arg, MemKind, reference::Offload};
+    /// use offload::{Arg, MemKind, Offload};
     /// let rt = Offload::init()?;
     /// let params = rt.devices()?[0].upload(&[1.5f32, 2.5, 0.0, 0.0])?;
     /// assert!(matches!(Arg::uniform(&params), Arg::Uniform { range: None, .. }));
     /// assert!(matches!(Arg::uniform(params.slice(2..)), Arg::Uniform { range: Some((8, 8)), .. }));
     ///
-    /// // A backend without uniform buffers (here the reference one; the host, CUDA, HIP
-    /// // and Level Zero ones alike) has none among its parameters: refused, named.
-    /// use offload_core::{Dims, Program, reference};
+    /// // A backend without uniform buffers (here the host one; CUDA, HIP and Level Zero
+    /// // alike) has none among its parameters: refused, named.
+    /// use offload::{Dims, Program};
     /// let dev = rt.devices()?.remove(0);
-    /// let add_one = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
+    /// let add_one = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("add_one")?;
     /// let q = dev.queue()?;
     /// // SAFETY: refused before anything runs.
     /// let e = unsafe { q.launch(&add_one, Dims::grid([1, 1, 1]), &[Arg::uniform(&params), Arg::value(4u32)]) };
     /// let text = e.unwrap_err().to_string();
     /// assert!(text.contains("argument 1 of `add_one` is a (storage) buffer; got"), "{text}");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn uniform(buffer: impl Into<Arg<'a>>) -> Arg<'a> {
         match buffer.into() {

@@ -196,7 +196,7 @@ impl Resource for BufferEntry {
 /// Copies are synchronous. Every call after the runtime shut down returns `Error::ShutDown`.
 ///
 /// ```
-/// use offload_core::{MemKind, reference::Offload};
+/// use offload::{MemKind, Offload};
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
 /// let buf = dev.alloc(8, MemKind::Device)?;
@@ -204,7 +204,7 @@ impl Resource for BufferEntry {
 /// let mut out = [0u8; 4];
 /// buf.read(2, &mut out)?;
 /// assert_eq!(out, [3, 4, 5, 6]);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct Buffer {
     pub(crate) generation: Arc<Generation>,
@@ -302,12 +302,12 @@ impl Buffer {
     /// belongs to the allocation, so every handle on it shows it.
     ///
     /// ```
-    /// # use offload_core::{Error, MemKind, reference::Offload};
+    /// # use offload::{Error, MemKind, Offload};
     /// let rt = Offload::init()?;
     /// let weights = rt.devices()?[0].alloc(64, MemKind::Device)?.label("weights");
     /// let err = weights.write(60, &[0; 8]).unwrap_err();
     /// assert!(err.to_string().contains(r#"buffer "weights""#), "{err}");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn label(self, label: impl Into<String>) -> Self {
         *write(&self.entry.label) = Some(Arc::from(label.into()));
@@ -317,11 +317,11 @@ impl Buffer {
     /// The buffer's label, if it was given one.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
-    /// let buf = rt.devices()?[0].alloc(4, offload_core::MemKind::Device)?;
+    /// # let rt = offload::Offload::init()?;
+    /// let buf = rt.devices()?[0].alloc(4, offload::MemKind::Device)?;
     /// assert_eq!(buf.label_text(), None);
     /// assert_eq!(buf.label("x").label_text().as_deref(), Some("x"));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn label_text(&self) -> Option<Arc<str>> {
         read(&self.entry.label).clone()
@@ -330,11 +330,11 @@ impl Buffer {
     /// Size in bytes (fixed at allocation; valid after shutdown too).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc(100, offload_core::MemKind::Host)?;
+    /// let buf = dev.alloc(100, offload::MemKind::Host)?;
     /// assert_eq!(buf.len(), 100);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn len(&self) -> usize {
         self.len
@@ -343,10 +343,10 @@ impl Buffer {
     /// Always false: offload never makes an empty buffer.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// assert!(!dev.alloc(1, offload_core::MemKind::Device)?.is_empty());
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert!(!dev.alloc(1, offload::MemKind::Device)?.is_empty());
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -355,11 +355,11 @@ impl Buffer {
     /// The memory kind it was allocated with.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// use offload_core::MemKind;
+    /// use offload::MemKind;
     /// assert_eq!(dev.alloc(1, MemKind::Shared)?.kind(), MemKind::Shared);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn kind(&self) -> MemKind {
         self.entry.kind
@@ -368,11 +368,11 @@ impl Buffer {
     /// The device it lives on.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc(1, offload_core::MemKind::Device)?;
+    /// let buf = dev.alloc(1, offload::MemKind::Device)?;
     /// assert_eq!(buf.device(), dev);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn device(&self) -> Device {
         Device::new(
@@ -450,14 +450,15 @@ impl Buffer {
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc(4, offload_core::MemKind::Device)?;
+    /// let buf = dev.alloc(4, offload::MemKind::Device)?;
+    /// buf.write(0, &[1, 2, 3, 4])?;
     /// let mut out = [9u8; 4];
     /// buf.read(0, &mut out)?;
-    /// assert_eq!(out, [0; 4]); // new memory reads as zero on the reference backend
+    /// assert_eq!(out, [1, 2, 3, 4]);
     /// assert!(buf.read(1, &mut out).is_err()); // 1..5 is outside
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         const CALL: &str = "Buffer::read";
@@ -470,12 +471,12 @@ impl Buffer {
     /// Copies `src` into the buffer at `offset`.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc(4, offload_core::MemKind::Device)?;
+    /// let buf = dev.alloc(4, offload::MemKind::Device)?;
     /// buf.write(2, &[1, 2])?;
     /// assert!(buf.write(3, &[1, 2]).is_err());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         const CALL: &str = "Buffer::write";
@@ -488,14 +489,14 @@ impl Buffer {
     /// Sets `len` bytes from `offset` to `value`.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc(4, offload_core::MemKind::Device)?;
+    /// let buf = dev.alloc(4, offload::MemKind::Device)?;
     /// buf.fill(1, 2, 0xAB)?;
     /// let mut out = [0u8; 4];
     /// buf.read(0, &mut out)?;
     /// assert_eq!(out, [0, 0xAB, 0xAB, 0]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
         const CALL: &str = "Buffer::fill";
@@ -511,8 +512,8 @@ impl Buffer {
     /// [`STAGING_CHUNK`] bytes; buffers of different runtimes are `InvalidArgument`.
     ///
     /// ```
-    /// use offload_core::MemKind;
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// use offload::MemKind;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let a = dev.alloc(4, MemKind::Device)?;
     /// let b = dev.alloc(4, MemKind::Device)?;
@@ -521,7 +522,7 @@ impl Buffer {
     /// let mut out = [0u8; 4];
     /// b.read(0, &mut out)?;
     /// assert_eq!(out, [2, 3, 4, 0]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn copy_from(
         &self,
@@ -575,13 +576,13 @@ impl Buffer {
     /// Queued work and other host accesses to the buffer wait until `f` returns.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc(4, offload_core::MemKind::Host)?;
+    /// let buf = dev.alloc(4, offload::MemKind::Host)?;
     /// buf.with_mapped(|bytes| bytes.copy_from_slice(&[1, 2, 3, 4]))?;
     /// let sum = buf.with_mapped(|bytes| bytes.iter().map(|&b| u32::from(b)).sum::<u32>())?;
     /// assert_eq!(sum, 10);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn with_mapped<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         const CALL: &str = "Buffer::with_mapped";
@@ -624,11 +625,11 @@ impl Buffer {
     /// handed out frees nothing: it gives the view back.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let buf = dev.alloc(4, offload_core::MemKind::Device)?;
+    /// let buf = dev.alloc(4, offload::MemKind::Device)?;
     /// buf.free()?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn free(mut self) -> Result<()> {
         // The drop that follows finds nothing left to do.

@@ -11,13 +11,13 @@ use crate::runtime::generation::{DeviceKey, Generation};
 /// A device of a live runtime. Cheap to clone; all clones name the same device.
 ///
 /// ```
-/// use offload_core::{BackendKind, MemKind, reference::Offload};
+/// use offload::{BackendKind, MemKind, Offload};
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
-/// assert_eq!(dev.backend(), BackendKind::Reference);
+/// assert_eq!(dev.backend(), BackendKind::Host);
 /// let buf = dev.alloc(16, MemKind::Device)?;
 /// assert_eq!(buf.len(), 16);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Device {
@@ -52,10 +52,10 @@ impl Device {
     /// state).
     ///
     /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
+    /// let rt = offload::Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// assert_eq!(dev.backend().name(), "reference");
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert_eq!(dev.backend().name(), "host");
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn backend(&self) -> BackendKind {
         self.backend
@@ -64,10 +64,10 @@ impl Device {
     /// What the device says about itself.
     ///
     /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
+    /// let rt = offload::Offload::init()?;
     /// let info = rt.devices()?[0].info()?;
     /// assert!(info.memory > 0);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn info(&self) -> Result<DeviceInfo> {
         self.generation
@@ -79,12 +79,12 @@ impl Device {
     /// than the device has is `OutOfMemory`.
     ///
     /// ```
-    /// use offload_core::{Error, MemKind};
-    /// let rt = offload_core::reference::Offload::init()?;
+    /// use offload::{Error, MemKind};
+    /// let rt = offload::Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
     /// assert!(matches!(dev.alloc(0, MemKind::Device), Err(Error::InvalidArgument { .. })));
     /// assert!(matches!(dev.alloc(1 << 62, MemKind::Device), Err(Error::OutOfMemory { .. })));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn alloc(&self, size: usize, kind: MemKind) -> Result<Buffer> {
         Buffer::alloc(self, size, kind, false).map_err(|e| e.on("Device::alloc", self))
@@ -97,12 +97,12 @@ impl Device {
     /// IPC answers `Error::Unsupported`.
     ///
     /// ```
-    /// use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// use offload::{MemKind, Offload};
+    /// let rt = Offload::init()?;
     /// let buf = rt.devices()?[0].alloc_exportable(4096, MemKind::Device)?;
     /// let handle = buf.export()?;
     /// assert_eq!(handle.size(), 4096);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<Buffer> {
         Buffer::alloc(self, size, kind, true).map_err(|e| e.on("Device::alloc_exportable", self))
@@ -113,12 +113,12 @@ impl Device {
     /// (`Error::Unsupported` on a backend without programs).
     ///
     /// ```
-    /// use offload_core::{Error, reference};
-    /// let rt = reference::Offload::init()?;
+    /// use offload::{Error, Offload};
+    /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// dev.validate(&reference::fixture_image())?;
+    /// dev.validate(offload::host::fixtures::KERNELS)?;
     /// assert!(matches!(dev.validate(b"junk"), Err(Error::InvalidBinary { .. })));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn validate(&self, image: &[u8]) -> Result<()> {
         self.generation
@@ -129,10 +129,10 @@ impl Device {
     /// Creates a queue on this device.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let queue = rt.devices()?[0].queue()?;
     /// queue.sync()?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn queue(&self) -> Result<Queue> {
         Queue::create(self).map_err(|e| e.on("Device::queue", self))

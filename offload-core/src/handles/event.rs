@@ -15,11 +15,11 @@ use super::queue::{Entry, forget};
 /// A point in a queue's work. Completed when the work before it has finished.
 ///
 /// ```
-/// # let rt = offload_core::reference::Offload::init()?;
+/// # let rt = offload::Offload::init()?;
 /// let q = rt.devices()?[0].queue()?;
 /// let e = q.record()?;
 /// e.sync()?;
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct Event {
     pub(super) generation: Arc<Generation>,
@@ -36,9 +36,9 @@ impl Event {
     /// Blocks until the event has completed.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// rt.devices()?[0].queue()?.record()?.sync()?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
         if reentry::host_fn_of() == Some((self.generation.id, self.queue))
@@ -58,12 +58,12 @@ impl Event {
     /// Whether the work before the event has finished, without waiting.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let q = rt.devices()?[0].queue()?;
     /// let e = q.record()?;
     /// e.sync()?;
     /// assert!(e.is_complete()?);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_complete(&self) -> Result<bool> {
         self.entry.with(|e| e.is_complete())
@@ -72,10 +72,10 @@ impl Event {
     /// The id of the queue the event was recorded on ([`Queue::id`](crate::Queue::id)).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let q = rt.devices()?[0].queue()?;
     /// assert_eq!(q.record()?.queue_id(), q.id());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn queue_id(&self) -> u64 {
         self.queue
@@ -84,12 +84,12 @@ impl Event {
     /// Device time from `start` to this event (both completed).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let q = rt.devices()?[0].queue()?;
     /// let (a, b) = (q.record()?, q.record()?);
     /// b.sync()?;
     /// let _took = b.elapsed_since(&a)?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
         start.entry.with(|s| {

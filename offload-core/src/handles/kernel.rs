@@ -10,13 +10,13 @@ use crate::hal::ParamKind;
 /// An entry point of a module. Holds its module alive.
 ///
 /// ```
-/// # use offload_core::{Program, reference::{self, Offload}};
+/// # use offload::{Offload, Program};
 /// # let rt = Offload::init()?;
 /// # let dev = rt.devices()?.remove(0);
-/// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
+/// let k = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("add_one")?;
 /// assert_eq!(k.name(), "add_one");
 /// assert_eq!(k.params().len(), 2);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Kernel {
@@ -35,12 +35,12 @@ impl Kernel {
     /// every access is clamped into its buffer. Native and prebuilt device code is not.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// let k = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("noop")?;
     /// assert!(!k.is_verified());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_verified(&self) -> bool {
         self.verified
@@ -49,12 +49,12 @@ impl Kernel {
     /// Its name in the module.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// let k = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("noop")?;
     /// assert_eq!(k.name(), "noop");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.name
@@ -63,12 +63,12 @@ impl Kernel {
     /// The parameters the kernel declares.
     ///
     /// ```
-    /// # use offload_core::{Program, ParamKind, ScalarType::U32, reference::{self, Offload}};
+    /// # use offload::{Offload, ParamKind, Program, ScalarType::U32};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let k = Program::new(reference::fixture_image()).load(&dev)?.kernel("fill")?;
+    /// let k = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("fill")?;
     /// assert_eq!(k.params(), &[ParamKind::Buffer, ParamKind::Typed(U32), ParamKind::Typed(U32)]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn params(&self) -> &[ParamKind] {
         &self.params
@@ -77,12 +77,12 @@ impl Kernel {
     /// The module it belongs to.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// assert_eq!(m.kernel("noop")?.module(), &m);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn module(&self) -> &Module {
         &self.module

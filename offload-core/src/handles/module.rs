@@ -224,13 +224,13 @@ impl Resource for ModuleEntry {
 /// `Kernel`s and the one its [`Program`] keeps) is dropped, or at shutdown.
 ///
 /// ```
-/// use offload_core::{Program, reference::{self, Offload}};
+/// use offload::{Offload, Program};
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
-/// let module = Program::new(reference::fixture_image()).load(&dev)?;
+/// let module = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
 /// let g = module.global("g")?;
 /// assert_eq!(g.size, 4);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct Module {
     pub(super) generation: Arc<Generation>,
@@ -243,12 +243,12 @@ impl Module {
     /// A number that identifies this module; equal for every handle to it.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// assert_eq!(m.id(), m.clone().id());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn id(&self) -> u64 {
         self.entry.id
@@ -257,12 +257,12 @@ impl Module {
     /// The device it is loaded on.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// assert_eq!(m.device(), dev);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn device(&self) -> Device {
         Device::new(
@@ -281,13 +281,13 @@ impl Module {
     /// runs for alive.
     ///
     /// ```
-    /// use offload_core::{Program, reference};
-    /// let rt = reference::Offload::init()?;
+    /// use offload::{Offload, Program};
+    /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let module = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let module = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// let again = module.program().load(&dev)?; // the same program: the same module
     /// assert_eq!(again.id(), module.id());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn program(&self) -> Program {
         Program {
@@ -319,16 +319,16 @@ impl Module {
     /// Looks up a kernel. A name the module lacks is `Error::SymbolNotFound`.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// assert!(m.kernel("noop").is_ok());
     /// let err = m.kernel("nope").unwrap_err();
-    /// assert!(matches!(err, offload_core::Error::SymbolNotFound { .. }));
+    /// assert!(matches!(err, offload::Error::SymbolNotFound { .. }));
     /// // The error lists what the module has.
     /// assert!(err.to_string().contains("add_one"), "{err}");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let find = |kernels: &[KernelSlot]| {
@@ -389,12 +389,12 @@ impl Module {
     /// The names of the module's kernels (liboffload's `olIterateSymbols`, kernels).
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// assert!(m.kernels()?.iter().any(|k| k == "add_one"));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn kernels(&self) -> Result<Vec<String>> {
         self.with_loaded("Module::kernels", |l| Ok(l.raw.kernels()))
@@ -403,12 +403,12 @@ impl Module {
     /// The names of the module's globals the host can read or write.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
-    /// assert_eq!(m.globals()?, ["g"]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
+    /// assert_eq!(m.globals()?, ["g", "read_only_constant"]);
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn globals(&self) -> Result<Vec<String>> {
         self.with_loaded("Module::globals", |l| Ok(l.raw.globals()))
@@ -417,12 +417,12 @@ impl Module {
     /// Device address and size of a global variable.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// assert!(m.global("missing").is_err());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn global(&self, name: &str) -> Result<GlobalInfo> {
         self.with_loaded("Module::global", |l| l.raw.global(name))
@@ -452,14 +452,14 @@ impl Module {
     /// Copies bytes out of a global variable.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// let mut g = [1u8; 4];
     /// m.read_global("g", 0, &mut g)?;
     /// assert_eq!(g, [0; 4]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
         const CALL: &str = "Module::read_global";
@@ -472,13 +472,13 @@ impl Module {
     /// Copies bytes into a global variable.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// m.write_global("g", 0, &[1, 2, 3, 4])?;
     /// assert!(m.write_global("g", 2, &[1, 2, 3]).is_err()); // past its 4 bytes
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
         const CALL: &str = "Module::write_global";
@@ -493,14 +493,14 @@ impl Module {
     /// Returns the teardown and unload errors.
     ///
     /// ```
-    /// # use offload_core::{Program, reference::{self, Offload}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(reference::fixture_image()).load(&dev)?;
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
     /// let k = m.kernel("noop")?;
     /// m.unload()?;
     /// assert!(k.module().kernel("noop").is_err());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn unload(self) -> Result<()> {
         self.entry.unloaded.store(true, Ordering::SeqCst);

@@ -92,14 +92,14 @@ impl Kept {
 /// program, and keep its modules loaded (P2).
 ///
 /// ```
-/// use offload_core::{Program, reference::{self, Offload}};
+/// use offload::{Offload, Program};
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
-/// let bytes = reference::fixture_image();
+/// let bytes = offload::host::fixtures::KERNELS;
 /// let program = Program::new(&bytes); // copies: `bytes` need not outlive it
 /// let module = program.load(&dev)?;
 /// assert!(module.kernel("add_one").is_ok());
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Program {
@@ -111,7 +111,7 @@ impl Program {
     /// Copies `image` into a new program.
     ///
     /// ```
-    /// let p = offload_core::Program::new(b"any bytes");
+    /// let p = offload::Program::new(b"any bytes");
     /// assert_eq!(p.image(), b"any bytes");
     /// ```
     pub fn new(image: impl AsRef<[u8]>) -> Program {
@@ -139,13 +139,20 @@ impl Program {
     /// answers `Error::Unsupported`.
     ///
     /// ```
-    /// use offload_core::{Error, Program, Source, reference::Offload};
+    /// use offload::{BackendKind, Error, Offload, Program, Source};
     /// let rt = Offload::init()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// let p = Program::from_source(Source::c("void f(void) {}"));
-    /// // The reference backend compiles nothing:
-    /// assert!(matches!(p.load(&dev), Err(Error::Unsupported { .. })));
-    /// # Ok::<(), offload_core::Error>(())
+    /// let cpu = rt.device(BackendKind::Host)?;
+    /// let p = Program::from_source(Source::c(r#"
+    ///     #include "offload_host.h"
+    ///     OFFLOAD_KERNEL(first_to_zero, "b") { (void)launch; OFFLOAD_BUFFER(uint32_t, 0)[0] = 0; }
+    /// "#));
+    /// assert_eq!(p.load(&cpu)?.kernels()?, ["first_to_zero"]);
+    /// // A compile error holds the compiler's log; a language with no compiler here is refused.
+    /// let bad = Program::from_source(Source::c("not C")).load(&cpu);
+    /// assert!(matches!(bad, Err(Error::Compile { .. })), "{bad:?}");
+    /// let wgsl = Program::from_source(Source::wgsl("@compute @workgroup_size(1) fn main() {}"));
+    /// assert!(matches!(wgsl.load(&cpu), Err(Error::Unsupported { .. })));
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn from_source(source: Source) -> Program {
         Program {
@@ -166,9 +173,9 @@ impl Program {
     /// The source of a program made by [`Program::from_source`].
     ///
     /// ```
-    /// let p = offload_core::Program::from_source(offload_core::Source::wgsl("// wgsl"));
+    /// let p = offload::Program::from_source(offload::Source::wgsl("// wgsl"));
     /// assert_eq!(p.source().map(|s| s.text()), Some("// wgsl"));
-    /// assert!(offload_core::Program::new(b"x").source().is_none());
+    /// assert!(offload::Program::new(b"x").source().is_none());
     /// ```
     pub fn source(&self) -> Option<&Source> {
         self.inner.source.as_ref().map(|(s, _)| s)
@@ -179,12 +186,12 @@ impl Program {
     /// program already shared by clones it makes a new program).
     ///
     /// ```
-    /// use offload_core::{Program, reference::{self, Offload}};
+    /// use offload::{Offload, Program};
     /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let module = Program::new(reference::fixture_image()).label("kernels").load(&dev)?;
+    /// let module = Program::new(offload::host::fixtures::KERNELS).label("kernels").load(&dev)?;
     /// assert!(module.to_string().contains(r#"program "kernels""#), "{module}");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn label(self, label: impl Into<String>) -> Program {
         let label: Arc<str> = Arc::from(label.into());
@@ -194,9 +201,9 @@ impl Program {
     /// A number that identifies this program.
     ///
     /// ```
-    /// let a = offload_core::Program::new(b"x");
+    /// let a = offload::Program::new(b"x");
     /// assert_eq!(a.id(), a.clone().id());
-    /// assert_ne!(a.id(), offload_core::Program::new(b"x").id());
+    /// assert_ne!(a.id(), offload::Program::new(b"x").id());
     /// ```
     pub fn id(&self) -> u64 {
         self.inner.id
@@ -205,7 +212,7 @@ impl Program {
     /// The image bytes.
     ///
     /// ```
-    /// assert_eq!(offload_core::Program::new([1u8, 2]).image(), &[1, 2]);
+    /// assert_eq!(offload::Program::new([1u8, 2]).image(), &[1, 2]);
     /// ```
     pub fn image(&self) -> &[u8] {
         &self.inner.image
@@ -239,16 +246,16 @@ impl Program {
     /// returns `Error::Callback`.
     ///
     /// ```
-    /// use offload_core::{Program, reference::{self, Offload}};
+    /// use offload::{Offload, Program};
     /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let module = Program::new(reference::fixture_image())
+    /// let module = Program::new(offload::host::fixtures::KERNELS)
     ///     .on_setup(|m| Ok(m.write_global("g", 0, &7u32.to_ne_bytes())?))
     ///     .load(&dev)?;
     /// let mut g = [0u8; 4];
     /// module.read_global("g", 0, &mut g)?;
     /// assert_eq!(u32::from_ne_bytes(g), 7);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn on_setup(
         self,
@@ -262,14 +269,14 @@ impl Program {
     /// error is returned by whichever of those unloaded the module.
     ///
     /// ```
-    /// use offload_core::{Program, reference::{self, Offload}};
+    /// use offload::{Offload, Program};
     /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let module = Program::new(reference::fixture_image())
+    /// let module = Program::new(offload::host::fixtures::KERNELS)
     ///     .on_teardown(|_| Err("flush failed".into()))
     ///     .load(&dev)?;
-    /// assert!(matches!(module.unload(), Err(offload_core::Error::Callback { .. })));
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert!(matches!(module.unload(), Err(offload::Error::Callback { .. })));
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn on_teardown(
         self,
@@ -284,17 +291,17 @@ impl Program {
     /// `Error::InvalidBinary`.
     ///
     /// ```
-    /// use offload_core::{Program, reference::{self, Offload}};
+    /// use offload::{Offload, Program};
     /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
-    /// let p = Program::new(reference::fixture_image());
+    /// let p = Program::new(offload::host::fixtures::KERNELS);
     /// let first = p.load(&dev)?.id(); // every handle dropped at once: the program keeps it
     /// assert_eq!(first, p.load(&dev)?.id());
     /// assert!(matches!(
     ///     Program::new(b"garbage").load(&dev),
-    ///     Err(offload_core::Error::InvalidBinary { .. })
+    ///     Err(offload::Error::InvalidBinary { .. })
     /// ));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn load(&self, device: &Device) -> Result<Module> {
         load(self, device).map_err(|e| e.on("Program::load", device))

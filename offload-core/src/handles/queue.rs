@@ -121,10 +121,10 @@ pub(super) fn forget<T: ?Sized>(
 /// it (errors go to the runtime's next `shutdown`).
 ///
 /// ```
-/// use offload_core::{Arg, Dims, MemKind, Program, reference::{self, Offload}};
+/// use offload::{Arg, Dims, MemKind, Offload, Program};
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
-/// let add_one = Program::new(reference::fixture_image()).load(&dev)?.kernel("add_one")?;
+/// let add_one = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("add_one")?;
 /// let buf = dev.alloc(4 * 64, MemKind::Device)?;
 /// let queue = dev.queue()?;
 /// // SAFETY: add_one adds 1 to the first 64 u32s of its 256-byte buffer.
@@ -133,7 +133,7 @@ pub(super) fn forget<T: ?Sized>(
 /// let mut out = [0u8; 4];
 /// buf.read(0, &mut out)?;
 /// assert_eq!(u32::from_ne_bytes(out), 1);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct Queue {
     generation: Arc<Generation>,
@@ -202,10 +202,10 @@ impl Queue {
     /// Names the queue, as wgpu's `label:` does: errors and logs call it by this name.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let uploads = rt.devices()?[0].queue()?.label("uploads");
-    /// assert_eq!(uploads.to_string(), r#"queue "uploads" (reference)"#);
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert_eq!(uploads.to_string(), r#"queue "uploads" (host)"#);
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn label(self, label: impl Into<String>) -> Self {
         *crate::sync::write(&self.entry.label) = Some(Arc::from(label.into()));
@@ -215,10 +215,10 @@ impl Queue {
     /// The device this queue runs on.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
     /// assert_eq!(dev.queue()?.device(), dev);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn device(&self) -> Device {
         Device::new(
@@ -252,27 +252,27 @@ impl Queue {
     ///   kernels tolerate the aliasing (offload orders work within one queue only).
     ///
     /// ```
-    /// # use offload_core::{Arg, Dims, Error, MemKind, Program, reference::{self, Offload}};
+    /// # use offload::{Arg, Dims, Error, MemKind, Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let fill = Program::new(reference::fixture_image()).load(&dev)?.kernel("fill")?;
+    /// let fill = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("fill")?;
     /// let buf = dev.alloc(16, MemKind::Device)?;
     /// let q = dev.queue()?;
     /// // SAFETY: `fill` writes `n` u32s of its buffer; missing arguments are refused first.
     /// let wrong = unsafe { q.launch(&fill, Dims::grid([1, 1, 1]), &[Arg::buffer(&buf)]) };
     /// assert!(matches!(wrong, Err(Error::InvalidArgument { .. })));
     /// // SAFETY: 4 u32s fit in the 16-byte buffer.
-    /// unsafe { q.launch(&fill, Dims::for_num_elems(4), &offload_core::args![&buf, 9u32, 4u32])? };
-    /// # Ok::<(), offload_core::Error>(())
+    /// unsafe { q.launch(&fill, Dims::for_num_elems(4), &offload::args![&buf, 9u32, 4u32])? };
+    /// # Ok::<(), offload::Error>(())
     /// ```
     ///
     /// Launching is `unsafe`; code that forgets it does not compile:
     ///
     /// ```compile_fail,E0133
-    /// # use offload_core::{Dims, MemKind, Program, reference::{self, Offload}};
+    /// # use offload::{Dims, Offload, Program};
     /// # let rt = Offload::init().unwrap();
     /// # let dev = rt.devices().unwrap().remove(0);
-    /// let noop = Program::new(reference::fixture_image()).load(&dev).unwrap().kernel("noop").unwrap();
+    /// let noop = Program::new(offload::host::fixtures::KERNELS).load(&dev).unwrap().kernel("noop").unwrap();
     /// dev.queue().unwrap().launch(&noop, Dims::grid([1, 1, 1]), &[]).unwrap();
     /// ```
     // The one `unsafe` of the core: a contract the caller takes on. The body does nothing
@@ -289,13 +289,13 @@ impl Queue {
     /// pointing at `launch`.
     ///
     /// ```
-    /// # use offload_core::{Dims, Error, Program, reference::{self, Offload}};
+    /// # use offload::{Dims, Error, Offload, Program};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let noop = Program::new(reference::fixture_image()).load(&dev)?.kernel("noop")?;
+    /// let noop = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("noop")?;
     /// let refused = dev.queue()?.run(&noop, Dims::grid([1, 1, 1]), &[]);
     /// assert!(matches!(refused, Err(Error::InvalidArgument { .. })));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn run(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
         const CALL: &str = "Queue::run";
@@ -406,9 +406,9 @@ impl Queue {
     /// Waits until all work enqueued so far has finished.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// rt.devices()?[0].queue()?.sync()?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
         if self.is_running_here() {
@@ -443,7 +443,7 @@ impl Queue {
     /// returns once enqueued (Q1). `src` is copied first, so it need not outlive the call.
     ///
     /// ```
-    /// # use offload_core::{MemKind, reference::Offload};
+    /// # use offload::{MemKind, Offload};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc(4, MemKind::Device)?;
@@ -452,7 +452,7 @@ impl Queue {
     /// let mut out = [0u8; 4];
     /// q.read(&buf, 0, &mut out)?;
     /// assert_eq!(out, [1, 2, 3, 4]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn write(&self, buffer: &Buffer, offset: usize, src: &[u8]) -> Result<()> {
         const CALL: &str = "Queue::write";
@@ -466,14 +466,14 @@ impl Queue {
     /// not be sound).
     ///
     /// ```
-    /// # use offload_core::{MemKind, reference::Offload};
+    /// # use offload::{MemKind, Offload};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc(4, MemKind::Device)?;
     /// let mut out = [9u8; 4];
     /// dev.queue()?.read(&buf, 0, &mut out)?;
     /// assert_eq!(out, [0; 4]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn read(&self, buffer: &Buffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_buffer("Queue::read", buffer)?;
@@ -486,7 +486,7 @@ impl Queue {
     /// (liboffload's `olMemFill`); `InvalidArgument` otherwise.
     ///
     /// ```
-    /// # use offload_core::{MemKind, reference::Offload};
+    /// # use offload::{MemKind, Offload};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc(8, MemKind::Device)?;
@@ -496,7 +496,7 @@ impl Queue {
     /// q.read(&buf, 0, &mut out)?;
     /// assert_eq!(out, [0xB2, 0xA1, 0xB2, 0xA1, 0xB2, 0xA1, 0xB2, 0xA1]);
     /// assert!(q.fill(&buf, 0, 7, &[1, 2]).is_err()); // 2 does not divide 7
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn fill(&self, buffer: &Buffer, offset: usize, len: usize, pattern: &[u8]) -> Result<()> {
         const CALL: &str = "Queue::fill";
@@ -524,7 +524,7 @@ impl Queue {
     /// queue's device, or a buffer of another runtime, is `InvalidArgument`.
     ///
     /// ```
-    /// # use offload_core::{MemKind, reference::Offload};
+    /// # use offload::{MemKind, Offload};
     /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let (a, b) = (dev.alloc(4, MemKind::Device)?, dev.alloc(4, MemKind::Device)?);
@@ -534,7 +534,7 @@ impl Queue {
     /// let mut out = [0u8; 4];
     /// q.read(&b, 0, &mut out)?;
     /// assert_eq!(out, [5; 4]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn copy(
         &self,
@@ -578,14 +578,14 @@ impl Queue {
     /// thread of offload's choosing; it must not block on this queue.
     ///
     /// ```
-    /// # use offload_core::reference::Offload;
+    /// # use offload::Offload;
     /// # let rt = Offload::init()?;
     /// let q = rt.devices()?[0].queue()?;
     /// let (tx, rx) = std::sync::mpsc::channel();
     /// q.enqueue_host_fn(move || tx.send(42).unwrap())?;
     /// q.sync()?;
     /// assert_eq!(rx.recv().unwrap(), 42);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn enqueue_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
         let wrapped = HostFn {
@@ -600,11 +600,11 @@ impl Queue {
     /// Whether all work enqueued so far has finished, without waiting.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let q = rt.devices()?[0].queue()?;
     /// q.sync()?;
     /// assert!(q.is_idle()?);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_idle(&self) -> Result<bool> {
         self.entry.with(|q| q.is_idle())
@@ -614,10 +614,10 @@ impl Queue {
     /// event's [`Event::queue_id`] names the queue it was recorded on.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let q = rt.devices()?[0].queue()?;
     /// assert_eq!(q.record()?.queue_id(), q.id());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn id(&self) -> u64 {
         slotmap::Key::data(&self.key).as_ffi()
@@ -674,13 +674,13 @@ impl Queue {
     /// Records an event after the work enqueued so far.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// let q = rt.devices()?[0].queue()?;
     /// let start = q.record()?;
     /// let end = q.record()?;
     /// end.sync()?;
     /// assert!(end.elapsed_since(&start)? >= std::time::Duration::ZERO);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn record(&self) -> Result<Event> {
         // The generation is held across (locks in the order generation, then object, as
@@ -702,12 +702,12 @@ impl Queue {
     /// Makes later work on this queue wait until `event` has completed.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let (a, b) = (dev.queue()?, dev.queue()?);
     /// let e = a.record()?;
     /// b.wait(&e)?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn wait(&self, event: &Event) -> Result<()> {
         self.entry.with(|q| {

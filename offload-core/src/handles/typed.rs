@@ -25,7 +25,7 @@ use crate::handles::{Buffer, Device};
 /// A buffer of `len()` elements of `T`.
 ///
 /// ```
-/// use offload_core::reference::Offload;
+/// use offload::Offload;
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
 /// let x = dev.upload(&[1.0f32, 2.0, 3.0, 4.0])?;      // host → device
@@ -35,7 +35,7 @@ use crate::handles::{Buffer, Device};
 /// assert_eq!(x.to_vec()?, [1.0, 20.0, 30.0, 4.0]);
 /// let zeros = dev.alloc_zeros::<u32>(1024)?;
 /// assert!(zeros.to_vec()?.iter().all(|&v| v == 0));
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct TypedBuffer<T: Pod> {
     buffer: Buffer,
@@ -46,7 +46,7 @@ pub struct TypedBuffer<T: Pod> {
 /// kernel argument (the kernel sees the address of element `start`).
 ///
 /// ```
-/// # use offload_core::reference::Offload;
+/// # use offload::Offload;
 /// # let rt = Offload::init()?;
 /// # let dev = rt.devices()?.remove(0);
 /// let buf = dev.upload(&[0u32; 8])?;
@@ -54,7 +54,7 @@ pub struct TypedBuffer<T: Pod> {
 /// assert_eq!(tail.len(), 4);
 /// tail.write(&[1, 2, 3, 4])?;
 /// assert_eq!(buf.to_vec()?, [0, 0, 0, 0, 1, 2, 3, 4]);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct BufferView<'a, T: Pod> {
     buffer: &'a Buffer,
@@ -106,11 +106,11 @@ impl Device {
     /// Allocates `len` elements of `T` in device memory, set to zero.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let counts = dev.alloc_zeros::<u64>(16)?;
     /// assert_eq!(counts.to_vec()?, vec![0u64; 16]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn alloc_zeros<T: Pod>(&self, len: usize) -> Result<TypedBuffer<T>> {
         self.alloc_zeros_in(len, MemKind::Device)
@@ -119,11 +119,11 @@ impl Device {
     /// Allocates `len` elements of `T` in memory of `kind`, set to zero.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
-    /// let staging = dev.alloc_zeros_in::<f32>(256, offload_core::MemKind::Host)?;
-    /// assert_eq!(staging.as_bytes().kind(), offload_core::MemKind::Host);
-    /// # Ok::<(), offload_core::Error>(())
+    /// let staging = dev.alloc_zeros_in::<f32>(256, offload::MemKind::Host)?;
+    /// assert_eq!(staging.as_bytes().kind(), offload::MemKind::Host);
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn alloc_zeros_in<T: Pod>(&self, len: usize, kind: MemKind) -> Result<TypedBuffer<T>> {
         const CALL: &str = "Device::alloc_zeros";
@@ -142,11 +142,11 @@ impl Device {
     /// Allocates device memory for `data` and copies it there (cudarc's `memcpy_stod`).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let weights = dev.upload(&[0.5f64, 0.25])?.label("weights");
     /// assert_eq!(weights.to_vec()?, [0.5, 0.25]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn upload<T: Pod>(&self, data: &[T]) -> Result<TypedBuffer<T>> {
         const CALL: &str = "Device::upload";
@@ -167,13 +167,13 @@ impl<T: Pod> TypedBuffer<T> {
     /// Views a byte buffer as elements of `T`; its size must be a whole number of them.
     ///
     /// ```
-    /// # use offload_core::{MemKind, TypedBuffer};
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # use offload::{MemKind, TypedBuffer};
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let typed = TypedBuffer::<u32>::from_bytes(dev.alloc(16, MemKind::Device)?)?;
     /// assert_eq!(typed.len(), 4);
     /// assert!(TypedBuffer::<u32>::from_bytes(dev.alloc(6, MemKind::Device)?).is_err());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn from_bytes(buffer: Buffer) -> Result<TypedBuffer<T>> {
         let size = size_of::<T>();
@@ -192,11 +192,11 @@ impl<T: Pod> TypedBuffer<T> {
     /// Gives the label errors name this buffer by (see [`Buffer::label`]).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let x = dev.alloc_zeros::<f32>(4)?.label("x");
     /// assert_eq!(x.as_bytes().label_text().as_deref(), Some("x"));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn label(self, label: impl Into<String>) -> Self {
         TypedBuffer {
@@ -208,10 +208,10 @@ impl<T: Pod> TypedBuffer<T> {
     /// The number of elements.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// assert_eq!(dev.alloc_zeros::<u16>(10)?.len(), 10);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn len(&self) -> usize {
         self.buffer.len() / size_of::<T>()
@@ -220,10 +220,10 @@ impl<T: Pod> TypedBuffer<T> {
     /// Always false: offload never makes an empty buffer.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// assert!(!dev.alloc_zeros::<u8>(1)?.is_empty());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -232,10 +232,10 @@ impl<T: Pod> TypedBuffer<T> {
     /// The byte buffer underneath.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// assert_eq!(dev.alloc_zeros::<u32>(4)?.as_bytes().len(), 16);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn as_bytes(&self) -> &Buffer {
         &self.buffer
@@ -244,11 +244,11 @@ impl<T: Pod> TypedBuffer<T> {
     /// The byte buffer underneath, by value.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let bytes = dev.upload(&[7u8, 8])?.into_bytes();
     /// assert_eq!(bytes.len(), 2);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn into_bytes(self) -> Buffer {
         self.buffer
@@ -257,10 +257,10 @@ impl<T: Pod> TypedBuffer<T> {
     /// All elements, copied to the host (cudarc's `memcpy_dtov`).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// assert_eq!(dev.upload(&[1i32, -1])?.to_vec()?, [1, -1]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.whole()
@@ -271,13 +271,13 @@ impl<T: Pod> TypedBuffer<T> {
     /// Copies elements starting at `start` into `dst`.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.upload(&[1u32, 2, 3])?;
     /// let mut two = [0u32; 2];
     /// buf.read(1, &mut two)?;
     /// assert_eq!(two, [2, 3]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn read(&self, start: usize, dst: &mut [T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::read";
@@ -290,12 +290,12 @@ impl<T: Pod> TypedBuffer<T> {
     /// Copies `src` into the buffer starting at element `start`.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc_zeros::<f32>(3)?;
     /// buf.write(1, &[5.0, 6.0])?;
     /// assert_eq!(buf.to_vec()?, [0.0, 5.0, 6.0]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn write(&self, start: usize, src: &[T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::write";
@@ -309,12 +309,12 @@ impl<T: Pod> TypedBuffer<T> {
     /// `Error::InvalidArgument` at the first use of the view).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.upload(&[1u8, 2, 3, 4])?;
     /// assert_eq!(buf.slice(..2).to_vec()?, [1, 2]);
     /// assert!(buf.slice(3..9).to_vec().is_err());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn slice(&self, range: impl RangeBounds<usize>) -> BufferView<'_, T> {
         let start = match range.start_bound() {
@@ -342,10 +342,10 @@ impl<T: Pod> TypedBuffer<T> {
     /// Frees the memory now and reports errors (dropping frees it too).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// dev.alloc_zeros::<u32>(4)?.free()?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn free(self) -> Result<()> {
         self.buffer.free()
@@ -356,10 +356,10 @@ impl<T: Pod> BufferView<'_, T> {
     /// The number of elements.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// assert_eq!(dev.alloc_zeros::<u32>(8)?.slice(2..5).len(), 3);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn len(&self) -> usize {
         self.len
@@ -368,10 +368,10 @@ impl<T: Pod> BufferView<'_, T> {
     /// Whether the view has no elements (a kernel refuses an empty one).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// assert!(dev.alloc_zeros::<u32>(8)?.slice(2..2).is_empty());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -385,10 +385,10 @@ impl<T: Pod> BufferView<'_, T> {
     /// The view's elements, copied to the host.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// assert_eq!(dev.upload(&[1u16, 2, 3])?.slice(1..).to_vec()?, [2, 3]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
         const CALL: &str = "BufferView::to_vec";
@@ -403,13 +403,13 @@ impl<T: Pod> BufferView<'_, T> {
     /// Copies `src`, which must have the view's length, into the view.
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc_zeros::<i64>(4)?;
     /// buf.slice(2..).write(&[-1, -2])?;
     /// assert!(buf.slice(2..).write(&[1]).is_err()); // wrong length
     /// assert_eq!(buf.to_vec()?, [0, 0, -1, -2]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn write(&self, src: &[T]) -> Result<()> {
         const CALL: &str = "BufferView::write";
@@ -433,11 +433,11 @@ impl<T: Pod> BufferView<'_, T> {
     /// The view as a kernel argument (also `Arg::from(&view)`, or `&view` in `args!`).
     ///
     /// ```
-    /// # let rt = offload_core::reference::Offload::init()?;
+    /// # let rt = offload::Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc_zeros::<u32>(8)?;
-    /// assert!(matches!(buf.slice(4..).arg(), offload_core::Arg::Range { offset: 16, len: 16, .. }));
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert!(matches!(buf.slice(4..).arg(), offload::Arg::Range { offset: 16, len: 16, .. }));
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn arg(&self) -> Arg<'_> {
         Arg::from(self)

@@ -40,7 +40,7 @@ pub const MAX_HANDLE_BYTES: usize = HEADER + Exported::MAX_PAYLOAD;
 /// The byte that names a backend in a handle.
 ///
 /// ```
-/// use offload_core::{BackendKind, ipc};
+/// use offload::{BackendKind, ipc};
 /// assert_eq!(ipc::backend_code(BackendKind::Host), 1);
 /// ```
 pub fn backend_code(kind: BackendKind) -> u8 {
@@ -67,17 +67,18 @@ fn backend_of(code: u8) -> Option<BackendKind> {
 /// `IpcEndpoint` do all of it. Dropping a handle closes its descriptor.
 ///
 /// ```
-/// use offload_core::{MemKind, reference::Offload};
-/// let rt = Offload::builder().platform(offload_core::PlatformEntry::with_ipc::<
-///     offload_core::reference::Reference>()).backends([]).start()?;
+/// use offload::{MemKind, Offload};
+/// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
 /// let buf = dev.alloc_exportable(64, MemKind::Device)?;
 /// let handle = buf.export()?;
 /// assert_eq!((handle.offset(), handle.len()), (0, 64));
-/// let bytes = handle.to_bytes();
-/// let again = offload_core::ipc::IpcHandle::from_parts(&bytes, None)?;
-/// assert_eq!(again.allocation(), handle.allocation());
-/// # Ok::<(), offload_core::Error>(())
+/// let allocation = handle.allocation();
+/// // The host backend shares its memory as a memfd: the bytes and that descriptor.
+/// let (bytes, fd) = handle.into_parts();
+/// let again = offload::ipc::IpcHandle::from_parts(&bytes, fd)?;
+/// assert_eq!(again.allocation(), allocation);
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct IpcHandle {
     backend: BackendKind,
@@ -144,11 +145,11 @@ impl IpcHandle {
     /// The backend whose memory this is.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
-    /// assert_eq!(buf.export()?.backend(), offload_core::BackendKind::Reference);
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert_eq!(buf.export()?.backend(), offload::BackendKind::Host);
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn backend(&self) -> BackendKind {
         self.backend
@@ -157,11 +158,13 @@ impl IpcHandle {
     /// The exporting device's UUID.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
-    /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
-    /// assert_eq!(&buf.export()?.device_uuid()[..3], b"off");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let (a, b) = (dev.alloc_exportable(8, MemKind::Device)?, dev.alloc_exportable(8, MemKind::Device)?);
+    /// // Whatever the allocation, its device's.
+    /// assert_eq!(a.export()?.device_uuid(), b.export()?.device_uuid());
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn device_uuid(&self) -> [u8; 16] {
         self.uuid
@@ -171,13 +174,13 @@ impl IpcHandle {
     /// identity (never its address).
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let a = dev.alloc_exportable(8, MemKind::Device)?.export()?;
     /// let b = dev.alloc_exportable(8, MemKind::Device)?.export()?;
     /// assert_ne!(a.allocation(), b.allocation());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn allocation(&self) -> (u64, u64) {
         (self.token, self.allocation)
@@ -186,11 +189,11 @@ impl IpcHandle {
     /// Size of the whole allocation.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
     /// assert_eq!(buf.export()?.size(), 8);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn size(&self) -> u64 {
         self.size
@@ -199,11 +202,11 @@ impl IpcHandle {
     /// Where the range this handle names starts.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
     /// assert_eq!(buf.export()?.range(2, 4)?.offset(), 2);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn offset(&self) -> u64 {
         self.offset
@@ -212,11 +215,11 @@ impl IpcHandle {
     /// How long the range this handle names is.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
     /// assert_eq!(buf.export()?.len(), 8);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     #[allow(clippy::len_without_is_empty)] // a range is never empty
     pub fn len(&self) -> u64 {
@@ -227,11 +230,11 @@ impl IpcHandle {
     /// outside it is `Error::InvalidArgument`.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
     /// assert!(buf.export()?.range(4, 8).is_err());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn range(mut self, offset: u64, len: u64) -> Result<IpcHandle> {
         match offset.checked_add(len) {
@@ -253,11 +256,11 @@ impl IpcHandle {
     /// The descriptor that travels with the bytes, where the backend uses one.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
-    /// assert!(buf.export()?.fd().is_none()); // the reference backend shares no fd
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert!(buf.export()?.fd().is_some()); // the host backend shares a memfd
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.fd.as_ref().map(|fd| fd.as_fd())
@@ -266,11 +269,11 @@ impl IpcHandle {
     /// The handle's bytes (the descriptor travels separately).
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
     /// assert_eq!(&buf.export()?.to_bytes()[..4], b"OFIH");
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + self.payload.len());
@@ -300,7 +303,7 @@ impl IpcHandle {
     /// they say one — is `Error::InvalidIpcHandle`, and `fd` is closed.
     ///
     /// ```
-    /// use offload_core::{Error, ipc::IpcHandle};
+    /// use offload::{Error, ipc::IpcHandle};
     /// assert!(matches!(IpcHandle::from_parts(b"garbage", None), Err(Error::InvalidIpcHandle { .. })));
     /// ```
     pub fn from_parts(bytes: &[u8], fd: Option<OwnedFd>) -> Result<IpcHandle> {
@@ -373,12 +376,12 @@ impl IpcHandle {
     /// The bytes and the descriptor, for sending them yourself.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let buf = rt.devices()?[0].alloc_exportable(8, MemKind::Device)?;
     /// let (bytes, fd) = buf.export()?.into_parts();
-    /// assert!(fd.is_none() && bytes.len() > 4);
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert!(fd.is_some() && bytes.len() > 4); // the host backend's memfd
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn into_parts(self) -> (Vec<u8>, Option<OwnedFd>) {
         let bytes = self.to_bytes();

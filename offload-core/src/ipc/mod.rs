@@ -90,12 +90,12 @@ fn draw_token() -> u64 {
 /// A peer of an endpoint, as [`IpcEndpoint::connect`] gives it or a [`Received`] names it.
 ///
 /// ```
-/// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-/// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+/// # use offload::Offload;
+/// # let rt = Offload::init()?;
 /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
 /// let peer = a.connect(b.name())?;
 /// assert_eq!(peer.to_string(), "peer 1");
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerId(pub(crate) u64);

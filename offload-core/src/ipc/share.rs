@@ -20,8 +20,8 @@ impl Device {
     /// handle's descriptor is closed whatever happens (I1).
     ///
     /// ```
-    /// use offload_core::{Error, MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// use offload::{Error, MemKind, Offload};
+    /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc_exportable(16, MemKind::Device)?;
     /// let view = dev.import(buf.export()?.range(8, 8)?)?;
@@ -29,9 +29,9 @@ impl Device {
     /// let mut out = [0u8; 16];
     /// buf.read(0, &mut out)?;
     /// assert_eq!(out[8..], [1; 8]);
-    /// let forged = offload_core::ipc::IpcHandle::from_parts(b"OFIH....", None);
+    /// let forged = offload::ipc::IpcHandle::from_parts(b"OFIH....", None);
     /// assert!(matches!(forged, Err(Error::InvalidIpcHandle { .. })));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn import(&self, handle: IpcHandle) -> Result<Buffer> {
         Buffer::imported(self, handle).map_err(|e| e.on("Device::import", self))
@@ -56,8 +56,8 @@ impl Buffer {
     /// a backend without IPC answers `Error::Unsupported`.
     ///
     /// ```
-    /// use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// use offload::{MemKind, Offload};
+    /// let rt = Offload::init()?;
     /// let dev = rt.devices()?.remove(0);
     /// let buf = dev.alloc_exportable(64, MemKind::Device)?;
     /// buf.write(0, &[9; 64])?;
@@ -67,7 +67,7 @@ impl Buffer {
     /// mapped.read(0, &mut out)?;
     /// assert_eq!(out, [9; 64]);
     /// assert!(dev.alloc(8, MemKind::Device)?.export().is_err()); // not exportable
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn export(&self) -> Result<IpcHandle> {
         const CALL: &str = "Buffer::export";

@@ -63,7 +63,7 @@ pub(crate) fn cached_mapping_closed() {
 /// What this process did with IPC so far.
 ///
 /// ```
-/// let s = offload_core::ipc::stats();
+/// let s = offload::ipc::stats();
 /// assert!(s.imports >= s.live_imports);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,7 +116,7 @@ pub struct IpcStats {
 /// Reads the counters.
 ///
 /// ```
-/// println!("{:?}", offload_core::ipc::stats());
+/// println!("{:?}", offload::ipc::stats());
 /// ```
 pub fn stats() -> IpcStats {
     let get = |c: &AtomicUsize| c.load(Ordering::SeqCst);

@@ -172,8 +172,8 @@ impl Live {
 /// A platform that was tried (at `init` or on first use) but did not open, and why.
 ///
 /// ```
-/// let u = offload_core::Unavailable {
-///     backend: offload_core::BackendKind::Cuda,
+/// let u = offload::Unavailable {
+///     backend: offload::BackendKind::Cuda,
 ///     reason: "libcuda.so.1 not found".into(),
 /// };
 /// assert_eq!(u.backend.name(), "cuda");

@@ -102,7 +102,7 @@ pub(crate) fn report_later(result: Result<()>) {
 /// calling `shutdown`, or the exit hook. At most 64 are kept.
 ///
 /// ```
-/// assert!(offload_core::take_unreported_errors().is_empty());
+/// assert!(offload::take_unreported_errors().is_empty());
 /// ```
 pub fn take_unreported_errors() -> Vec<Error> {
     std::mem::take(&mut *lock(&UNREPORTED))

@@ -39,14 +39,14 @@ static ATTEMPTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 /// that uses only the host device leaves every other backend at 0.
 ///
 /// ```
-/// use offload_core::{BackendKind, platform_open_attempts, reference::Offload};
-/// let before = platform_open_attempts(BackendKind::Reference);
+/// use offload::{BackendKind, Offload, platform_open_attempts};
+/// let before = platform_open_attempts(BackendKind::Host);
 /// let rt = Offload::init()?;
-/// assert_eq!(platform_open_attempts(BackendKind::Reference), before);
-/// rt.device(BackendKind::Reference)?;
-/// rt.device(BackendKind::Reference)?;
-/// assert_eq!(platform_open_attempts(BackendKind::Reference), before + 1);
-/// # Ok::<(), offload_core::Error>(())
+/// assert_eq!(platform_open_attempts(BackendKind::Host), before);
+/// rt.device(BackendKind::Host)?;
+/// rt.device(BackendKind::Host)?;
+/// assert_eq!(platform_open_attempts(BackendKind::Host), before + 1);
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub fn platform_open_attempts(kind: BackendKind) -> u64 {
     ATTEMPTS

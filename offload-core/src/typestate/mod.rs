@@ -23,12 +23,12 @@ const EXTENSIONS: &[MakeExtension] = &[crate::ipc::extension, crate::handles::co
 /// A platform of a live runtime.
 ///
 /// ```
-/// # use offload_core::reference::Offload;
+/// # use offload::Offload;
 /// let rt = Offload::init()?;
 /// let p = &rt.platforms()?[0];
-/// assert_eq!(p.backend, offload_core::BackendKind::Reference);
+/// assert_eq!(p.backend, offload::BackendKind::Host);
 /// assert_eq!(p.devices, 1);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -71,15 +71,15 @@ pub struct Shutdown {
 /// fresh state (L2).
 ///
 /// ```standalone_crate
-/// use offload_core::{MemKind, reference::Offload};
+/// use offload::{MemKind, Offload};
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
 /// let buf = dev.alloc(64, MemKind::Device)?;
 /// buf.write(0, &[7; 64])?;
 /// let down = rt.shutdown()?;
 /// assert!(down.was_last());
-/// assert!(matches!(buf.write(0, &[1]), Err(offload_core::Error::ShutDown { .. })));
-/// # Ok::<(), offload_core::Error>(())
+/// assert!(matches!(buf.write(0, &[1]), Err(offload::Error::ShutDown { .. })));
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct Offload<S = Ready, P = NoPlatforms> {
     state: S,
@@ -94,10 +94,10 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// (see [`start`](Self::start)).
     ///
     /// ```standalone_crate
-    /// use offload_core::reference::Offload;
+    /// use offload::Offload;
     /// let rt = Offload::builder().ipc_cache_size(4).start()?;
     /// assert_eq!(rt.config()?.ipc_cache_size, 4);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn builder() -> Self {
         Offload {
@@ -115,10 +115,10 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// `Error::InvalidArgument` (a runtime with no platform at all has nothing to offer).
     ///
     /// ```standalone_crate
-    /// use offload_core::{BackendKind, reference::Offload};
-    /// let rt = Offload::builder().backends([BackendKind::Reference]).start()?;
-    /// assert_eq!(rt.config()?.backends, Some(vec![BackendKind::Reference]));
-    /// # Ok::<(), offload_core::Error>(())
+    /// use offload::{BackendKind, Offload};
+    /// let rt = Offload::builder().backends([BackendKind::Host]).start()?;
+    /// assert_eq!(rt.config()?.backends, Some(vec![BackendKind::Host]));
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn backends(mut self, kinds: impl IntoIterator<Item = BackendKind>) -> Self {
         let mut list: Vec<BackendKind> = Vec::new();
@@ -134,9 +134,9 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// Sets the IPC cache capacity (like `OFFLOAD_IPC_CACHE_SIZE`; 0 disables the cache).
     ///
     /// ```standalone_crate
-    /// let rt = offload_core::reference::Offload::builder().ipc_cache_size(0).start()?;
+    /// let rt = offload::Offload::builder().ipc_cache_size(0).start()?;
     /// assert_eq!(rt.config()?.ipc_cache_size, 0);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn ipc_cache_size(mut self, entries: usize) -> Self {
         self.state.set.ipc_cache_size = Some(entries);
@@ -147,9 +147,9 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// memory is quarantined (like `OFFLOAD_IPC_UNMAP_TIMEOUT_MS`; I3).
     ///
     /// ```standalone_crate
-    /// let rt = offload_core::reference::Offload::builder().ipc_unmap_timeout_ms(250).start()?;
+    /// let rt = offload::Offload::builder().ipc_unmap_timeout_ms(250).start()?;
     /// assert_eq!(rt.config()?.ipc_unmap_timeout_ms, 250);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn ipc_unmap_timeout_ms(mut self, ms: u64) -> Self {
         self.state.set.ipc_unmap_timeout_ms = Some(ms);
@@ -159,9 +159,10 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// Sets how many CPU devices the host backend exposes (like `OFFLOAD_HOST_DEVICES`).
     ///
     /// ```standalone_crate
-    /// let rt = offload_core::reference::Offload::builder().host_devices(3).start()?;
+    /// use offload::{BackendKind, Offload};
+    /// let rt = Offload::builder().backends([BackendKind::Host]).host_devices(3).start()?;
     /// assert_eq!(rt.devices()?.len(), 3);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn host_devices(mut self, count: usize) -> Self {
         self.state.set.host_devices = Some(count);
@@ -172,9 +173,9 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// `OFFLOAD_CACHE_DIR`); `None` disables the disk cache (like `OFFLOAD_CACHE=0`).
     ///
     /// ```
-    /// let rt = offload_core::reference::Offload::builder().compile_cache(None).start()?;
+    /// let rt = offload::Offload::builder().compile_cache(None).start()?;
     /// assert_eq!(rt.config()?.compile_cache, None);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn compile_cache(mut self, dir: Option<std::path::PathBuf>) -> Self {
         self.state.set.compile_cache = Some(dir);
@@ -222,10 +223,12 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// failure to open fails `start`.
     ///
     /// ```
-    /// use offload_core::{Offload, PlatformEntry, reference::Reference};
-    /// let rt: Offload = Offload::builder().platform(PlatformEntry::of::<Reference>()).start()?;
+    /// use offload::Offload;
+    /// // No built-in backend; the host platform added as a plugin would be
+    /// // (`offload::plugin::PlatformEntry`).
+    /// let rt = Offload::builder().backends([]).platform(offload::host::platform()).start()?;
     /// assert_eq!(rt.devices()?.len(), 1);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn platform(mut self, entry: PlatformEntry) -> Self {
         self.state.extra.push(entry);
@@ -245,7 +248,7 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// runtime down first, or ask for what [`Offload::config`] shows.
     ///
     /// ```standalone_crate
-    /// use offload_core::{BackendKind, Error, reference::Offload};
+    /// use offload::{BackendKind, Error, Offload};
     /// let first = Offload::builder().host_devices(2).start()?;
     /// // Asking for nothing explicit, or for what is in force, shares the live runtime.
     /// let shared = Offload::builder().start()?;
@@ -258,7 +261,7 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// // An empty backend list with no added platform would have no devices.
     /// assert!(Offload::builder().backends([]).start().is_err());
     /// # drop((shared, same));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn start(self) -> Result<Offload<Ready, P>> {
         if self.state.set.backends.as_ref().is_some_and(Vec::is_empty)
@@ -305,11 +308,11 @@ impl<P: Platforms> Offload<Ready, P> {
     /// initialisation.
     ///
     /// ```standalone_crate
-    /// use offload_core::reference::Offload;
+    /// use offload::Offload;
     /// let a = Offload::init()?;
     /// let b = Offload::init()?;
     /// assert_eq!(a.generation(), b.generation());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn init() -> Result<Self> {
         Offload::<Uninit, P>::builder().start()
@@ -324,14 +327,15 @@ impl<P: Platforms> Offload<Ready, P> {
     /// [`backends`](Offload::backends)); or it is not compiled into this build.
     ///
     /// ```
-    /// use offload_core::{BackendKind, Error, reference::Offload};
-    /// let rt = Offload::init()?;
-    /// let dev = rt.device(BackendKind::Reference)?;
-    /// assert_eq!(dev.backend(), BackendKind::Reference);
+    /// use offload::{BackendKind, Error, Offload};
+    /// let rt = Offload::builder().backends([BackendKind::Host]).start()?;
+    /// let dev = rt.device(BackendKind::Host)?;
+    /// assert_eq!(dev.backend(), BackendKind::Host);
     /// let e = rt.device(BackendKind::Cuda).unwrap_err();
     /// assert!(matches!(e, Error::Unsupported { backend: BackendKind::Cuda, .. }));
-    /// assert!(e.to_string().contains("not compiled into this build"), "{e}");
-    /// # Ok::<(), offload_core::Error>(())
+    /// // Why: here not among the backends in force, or not compiled into this build.
+    /// assert!(e.to_string().contains("no cuda device: cuda is not"), "{e}");
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn device(&self, kind: BackendKind) -> Result<Device> {
         // Only the platforms of `kind` are opened (each once per generation).
@@ -392,11 +396,11 @@ impl<P> Offload<Ready, P> {
     /// yet (once per generation; [`device`](Offload::device) opens only the one asked for).
     ///
     /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
+    /// let rt = offload::Offload::init()?;
     /// for dev in rt.devices()? {
     ///     println!("{}: {}", dev.backend(), dev.info()?.name);
     /// }
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn devices(&self) -> Result<Vec<Device>> {
         let generation = &self.state.generation;
@@ -411,9 +415,11 @@ impl<P> Offload<Ready, P> {
     /// tried yet, like [`devices`](Offload::devices).
     ///
     /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
-    /// assert_eq!(rt.platforms()?.len(), 1);
-    /// # Ok::<(), offload_core::Error>(())
+    /// use offload::{BackendKind, Offload};
+    /// let rt = Offload::builder().backends([BackendKind::Host]).start()?;
+    /// let platforms = rt.platforms()?;
+    /// assert_eq!((platforms.len(), platforms[0].backend), (1, BackendKind::Host));
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn platforms(&self) -> Result<Vec<PlatformInfo>> {
         self.live_call(|live, generation| {
@@ -429,12 +435,12 @@ impl<P> Offload<Ready, P> {
     /// [`backends`](Offload::backends)) opens there.
     ///
     /// ```
-    /// use offload_core::{BackendKind, PlatformEntry, reference::Offload};
+    /// use offload::{BackendKind, Offload};
     /// let rt = Offload::init()?;
     /// assert!(rt.opened_platforms()?.is_empty());
-    /// rt.device(BackendKind::Reference)?;
-    /// assert_eq!(rt.opened_platforms()?[0].backend, BackendKind::Reference);
-    /// # Ok::<(), offload_core::Error>(())
+    /// rt.device(BackendKind::Host)?;
+    /// assert_eq!(rt.opened_platforms()?[0].backend, BackendKind::Host);
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn opened_platforms(&self) -> Result<Vec<PlatformInfo>> {
         self.live_call(|live, _| platform_infos(live))
@@ -444,9 +450,16 @@ impl<P> Offload<Ready, P> {
     /// Tries every platform not tried yet, like [`devices`](Offload::devices).
     ///
     /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
-    /// assert!(rt.unavailable()?.is_empty());
-    /// # Ok::<(), offload_core::Error>(())
+    /// use offload::{BackendKind, Offload};
+    /// let rt = Offload::init()?;
+    /// let (open, missing) = (rt.platforms()?, rt.unavailable()?);
+    /// for u in &missing {
+    ///     println!("{}: {}", u.backend, u.reason);
+    ///     assert!(open.iter().all(|p| p.backend != u.backend));
+    /// }
+    /// // The host backend needs no driver.
+    /// assert!(missing.iter().all(|u| u.backend != BackendKind::Host));
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn unavailable(&self) -> Result<Vec<Unavailable>> {
         self.live_call(|live, generation| {
@@ -462,9 +475,9 @@ impl<P> Offload<Ready, P> {
     /// A later `start` that asks for other settings fails; ask for these instead.
     ///
     /// ```standalone_crate
-    /// let rt = offload_core::reference::Offload::init()?;
+    /// let rt = offload::Offload::init()?;
     /// assert_eq!(rt.config()?.host_devices, 1);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn config(&self) -> Result<Config> {
         self.live_call(|_, g| g.config.clone())
@@ -475,11 +488,11 @@ impl<P> Offload<Ready, P> {
     /// sender-side cache (see [`crate::ipc`]). Closed by dropping it or at shutdown.
     ///
     /// ```
-    /// use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// use offload::Offload;
+    /// let rt = Offload::init()?;
     /// let endpoint = rt.ipc_endpoint()?;
     /// println!("peers connect to {}", endpoint.name());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn ipc_endpoint(&self) -> Result<crate::ipc::IpcEndpoint> {
         crate::ipc::IpcEndpoint::bind(&self.state.generation)
@@ -489,12 +502,12 @@ impl<P> Offload<Ready, P> {
     /// shutdown.
     ///
     /// ```standalone_crate
-    /// use offload_core::reference::Offload;
+    /// use offload::Offload;
     /// let first = Offload::init()?;
     /// let n = first.generation();
     /// first.shutdown()?;
     /// assert_ne!(Offload::init()?.generation(), n);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn generation(&self) -> u64 {
         self.state.generation.id
@@ -509,12 +522,12 @@ impl<P> Offload<Ready, P> {
     /// call deinitialised the runtime. `?` turns a `ShutdownError` into its [`Error`].
     ///
     /// ```standalone_crate
-    /// use offload_core::reference::Offload;
+    /// use offload::Offload;
     /// let a = Offload::init()?;
     /// let b = a.clone();
     /// assert!(!a.shutdown()?.was_last());
     /// assert!(b.shutdown()?.was_last());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn shutdown(mut self) -> Result<Offload<Shutdown, P>, ShutdownError<P>> {
         self.state.holds = false;
@@ -564,9 +577,9 @@ impl<P> Offload<Shutdown, P> {
     /// Whether this shutdown was the last reference and deinitialised the runtime.
     ///
     /// ```standalone_crate
-    /// let rt = offload_core::reference::Offload::init()?;
+    /// let rt = offload::Offload::init()?;
     /// assert!(rt.shutdown()?.was_last());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn was_last(&self) -> bool {
         self.state.last
@@ -575,10 +588,10 @@ impl<P> Offload<Shutdown, P> {
     /// The generation this reference belonged to.
     ///
     /// ```
-    /// let rt = offload_core::reference::Offload::init()?;
+    /// let rt = offload::Offload::init()?;
     /// let n = rt.generation();
     /// assert_eq!(rt.shutdown()?.generation(), n);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn generation(&self) -> u64 {
         self.state.generation
@@ -610,10 +623,10 @@ impl<S: std::fmt::Debug, P> std::fmt::Debug for Offload<S, P> {
 /// `rt.shutdown()?` works in a function returning [`crate::Result`].
 ///
 /// ```standalone_crate
-/// use offload_core::{Error, Program, reference::{Offload, fixture_image}};
+/// use offload::{Error, Offload, Program};
 /// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
-/// let _module = Program::new(fixture_image())
+/// let _module = Program::new(offload::host::fixtures::KERNELS)
 ///     .on_teardown(|_| Err("cannot flush the log".into()))
 ///     .load(&dev)?;
 /// match rt.shutdown() {
@@ -627,7 +640,7 @@ impl<S: std::fmt::Debug, P> std::fmt::Debug for Offload<S, P> {
 ///         assert!(error.to_string().contains("cannot flush the log"));
 ///     }
 /// }
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct ShutdownError<P = NoPlatforms> {
     down: Offload<Shutdown, P>,
@@ -639,12 +652,12 @@ impl<P> ShutdownError<P> {
     /// step ran, whatever failed).
     ///
     /// ```standalone_crate
-    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
-    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// # let _m = Program::new(offload::host::fixtures::KERNELS).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
     /// let e = rt.shutdown().unwrap_err();
     /// assert!(e.was_last());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn was_last(&self) -> bool {
         self.down.was_last()
@@ -653,12 +666,12 @@ impl<P> ShutdownError<P> {
     /// The generation the reference belonged to.
     ///
     /// ```standalone_crate
-    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
-    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// # let _m = Program::new(offload::host::fixtures::KERNELS).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
     /// let n = rt.generation();
     /// assert_eq!(rt.shutdown().unwrap_err().generation(), n);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn generation(&self) -> u64 {
         self.down.generation()
@@ -667,12 +680,12 @@ impl<P> ShutdownError<P> {
     /// The error as one value: the only one, or `Error::Multiple` of all of them.
     ///
     /// ```standalone_crate
-    /// # use offload_core::{Error, Program, reference::{Offload, fixture_image}};
+    /// # use offload::{Error, Offload, Program};
     /// # let rt = Offload::init()?;
-    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// # let _m = Program::new(offload::host::fixtures::KERNELS).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
     /// let e = rt.shutdown().unwrap_err();
     /// assert!(matches!(e.error(), Error::Callback { callback: "on_teardown", .. }));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn error(&self) -> &Error {
         &self.error
@@ -681,15 +694,15 @@ impl<P> ShutdownError<P> {
     /// Every error, one per failed step (an `Error::Multiple` is flattened).
     ///
     /// ```standalone_crate
-    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
-    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// # let _m = Program::new(offload::host::fixtures::KERNELS).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
     /// let e = rt.shutdown().unwrap_err();
     /// for error in e.errors() {
     ///     eprintln!("shutdown step failed: {error}");
     /// }
     /// assert_eq!(e.errors().count(), 1);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn errors(&self) -> impl Iterator<Item = &Error> {
         self.error.iter()
@@ -698,13 +711,13 @@ impl<P> ShutdownError<P> {
     /// The shut-down runtime and the error.
     ///
     /// ```standalone_crate
-    /// # use offload_core::{Program, reference::{Offload, fixture_image}};
+    /// # use offload::{Offload, Program};
     /// # let rt = Offload::init()?;
-    /// # let _m = Program::new(fixture_image()).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
+    /// # let _m = Program::new(offload::host::fixtures::KERNELS).on_teardown(|_| Err("no".into())).load(&rt.devices()?[0])?;
     /// let (down, error) = rt.shutdown().unwrap_err().into_parts();
     /// assert!(down.was_last());
     /// assert!(error.to_string().contains("on_teardown"));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn into_parts(self) -> (Offload<Shutdown, P>, Error) {
         (self.down, self.error)

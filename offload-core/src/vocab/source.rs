@@ -8,7 +8,7 @@ use std::sync::Arc;
 /// A source language a backend may compile.
 ///
 /// ```
-/// assert_eq!(offload_core::Language::Wgsl.to_string(), "WGSL");
+/// assert_eq!(offload::Language::Wgsl.to_string(), "WGSL");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -25,7 +25,7 @@ impl Language {
     /// Its name in messages and cache keys.
     ///
     /// ```
-    /// assert_eq!(offload_core::Language::Cuda.name(), "CUDA");
+    /// assert_eq!(offload::Language::Cuda.name(), "CUDA");
     /// ```
     pub const fn name(self) -> &'static str {
         match self {
@@ -45,7 +45,7 @@ impl fmt::Display for Language {
 /// Program source text in one language, with compiler options.
 ///
 /// ```
-/// use offload_core::{Language, Source};
+/// use offload::{Language, Source};
 /// let s = Source::c("/* ... */").option("-DN=4");
 /// assert_eq!(s.language(), Language::C);
 /// assert_eq!(s.options(), ["-DN=4"]);
@@ -61,7 +61,7 @@ impl Source {
     /// Source in `language`.
     ///
     /// ```
-    /// let s = offload_core::Source::new(offload_core::Language::Wgsl, "@compute @workgroup_size(1) fn main() {}");
+    /// let s = offload::Source::new(offload::Language::Wgsl, "@compute @workgroup_size(1) fn main() {}");
     /// assert!(s.text().starts_with("@compute"));
     /// ```
     pub fn new(language: Language, text: impl Into<String>) -> Source {
@@ -75,7 +75,7 @@ impl Source {
     /// WGSL source (Vulkan).
     ///
     /// ```
-    /// assert_eq!(offload_core::Source::wgsl("").language(), offload_core::Language::Wgsl);
+    /// assert_eq!(offload::Source::wgsl("").language(), offload::Language::Wgsl);
     /// ```
     pub fn wgsl(text: impl Into<String>) -> Source {
         Source::new(Language::Wgsl, text)
@@ -84,7 +84,7 @@ impl Source {
     /// C source (host), with `offload_host.h` on the include path.
     ///
     /// ```
-    /// assert_eq!(offload_core::Source::c("").language(), offload_core::Language::C);
+    /// assert_eq!(offload::Source::c("").language(), offload::Language::C);
     /// ```
     pub fn c(text: impl Into<String>) -> Source {
         Source::new(Language::C, text)
@@ -93,7 +93,7 @@ impl Source {
     /// CUDA C++ source (CUDA, through nvrtc).
     ///
     /// ```
-    /// assert_eq!(offload_core::Source::cuda("").language(), offload_core::Language::Cuda);
+    /// assert_eq!(offload::Source::cuda("").language(), offload::Language::Cuda);
     /// ```
     pub fn cuda(text: impl Into<String>) -> Source {
         Source::new(Language::Cuda, text)
@@ -102,7 +102,7 @@ impl Source {
     /// Adds a compiler option (passed as one argument: `-DN=4`, `-O3`, `--use_fast_math`).
     ///
     /// ```
-    /// assert_eq!(offload_core::Source::c("").option("-O3").options().len(), 1);
+    /// assert_eq!(offload::Source::c("").option("-O3").options().len(), 1);
     /// ```
     pub fn option(mut self, option: impl Into<String>) -> Source {
         self.options.push(option.into());
@@ -112,7 +112,7 @@ impl Source {
     /// The language.
     ///
     /// ```
-    /// assert_eq!(offload_core::Source::c("x").language(), offload_core::Language::C);
+    /// assert_eq!(offload::Source::c("x").language(), offload::Language::C);
     /// ```
     pub fn language(&self) -> Language {
         self.language
@@ -121,7 +121,7 @@ impl Source {
     /// The text.
     ///
     /// ```
-    /// assert_eq!(offload_core::Source::c("int x;").text(), "int x;");
+    /// assert_eq!(offload::Source::c("int x;").text(), "int x;");
     /// ```
     pub fn text(&self) -> &str {
         &self.text
@@ -130,7 +130,7 @@ impl Source {
     /// The compiler options, in order.
     ///
     /// ```
-    /// assert!(offload_core::Source::c("").options().is_empty());
+    /// assert!(offload::Source::c("").options().is_empty());
     /// ```
     pub fn options(&self) -> &[String] {
         &self.options
@@ -140,7 +140,7 @@ impl Source {
 /// What a device's compiler for one language is: everything that changes its output.
 ///
 /// ```
-/// let id = offload_core::CompilerId::new("naga 28.0", "spirv-1.3");
+/// let id = offload::CompilerId::new("naga 28.0", "spirv-1.3");
 /// assert_eq!(id.target, "spirv-1.3");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -156,7 +156,7 @@ impl CompilerId {
     /// A compiler identity and target.
     ///
     /// ```
-    /// let id = offload_core::CompilerId::new("cc 12", "x86_64-linux-gnu");
+    /// let id = offload::CompilerId::new("cc 12", "x86_64-linux-gnu");
     /// assert_eq!(id.identity, "cc 12");
     /// ```
     pub fn new(identity: impl Into<String>, target: impl Into<String>) -> CompilerId {

@@ -7,7 +7,7 @@ use std::fmt;
 /// Which driver family a platform belongs to.
 ///
 /// ```
-/// use offload_core::BackendKind;
+/// use offload::BackendKind;
 /// assert_eq!(BackendKind::Host.to_string(), "host");
 /// assert_eq!("ze".parse::<BackendKind>().unwrap(), BackendKind::Ze);
 /// assert!("metal".parse::<BackendKind>().is_err());
@@ -34,7 +34,7 @@ impl BackendKind {
     /// The backends a user can name in `OFFLOAD_BACKENDS`, in discovery order.
     ///
     /// ```
-    /// assert_eq!(offload_core::BackendKind::ALL.len(), 5);
+    /// assert_eq!(offload::BackendKind::ALL.len(), 5);
     /// ```
     pub const ALL: [BackendKind; 5] = [
         BackendKind::Host,
@@ -47,7 +47,7 @@ impl BackendKind {
     /// The lower-case name used in configuration and messages.
     ///
     /// ```
-    /// assert_eq!(offload_core::BackendKind::Cuda.name(), "cuda");
+    /// assert_eq!(offload::BackendKind::Cuda.name(), "cuda");
     /// ```
     pub const fn name(self) -> &'static str {
         match self {
@@ -87,7 +87,7 @@ impl std::str::FromStr for BackendKind {
 /// Where a buffer's memory lives.
 ///
 /// ```
-/// use offload_core::MemKind;
+/// use offload::MemKind;
 /// assert_ne!(MemKind::Device, MemKind::Host);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,7 +109,7 @@ pub enum MemKind {
 /// is `#[non_exhaustive]`, so new properties can be added without breaking anyone).
 ///
 /// ```
-/// use offload_core::{BackendKind, DeviceInfo};
+/// use offload::{BackendKind, DeviceInfo};
 /// let mut info = DeviceInfo::new("cpu0", "example", BackendKind::Host, 1 << 30, 4);
 /// info.max_block_threads = Some(1024);
 /// assert_eq!(info.compute_units, 4);
@@ -154,7 +154,7 @@ impl DeviceInfo {
     /// A device's info with the properties every backend knows; the others `None`.
     ///
     /// ```
-    /// use offload_core::{BackendKind, DeviceInfo};
+    /// use offload::{BackendKind, DeviceInfo};
     /// let info = DeviceInfo::new("gpu", "acme", BackendKind::Vulkan, 1 << 32, 16);
     /// assert_eq!((info.name.as_str(), info.vendor_id), ("gpu", None));
     /// ```
@@ -188,7 +188,7 @@ impl DeviceInfo {
 /// dynamic shared memory each block gets.
 ///
 /// ```
-/// use offload_core::Dims;
+/// use offload::Dims;
 /// let d = Dims::grid([16, 1, 1]).block([64, 1, 1]).shared_memory(256);
 /// assert_eq!(d.blocks(), 16);
 /// assert_eq!(d.threads_per_block(), 64);
@@ -211,7 +211,7 @@ impl Dims {
     /// A grid of `grid` blocks of one thread each; set the block size with [`Dims::block`].
     ///
     /// ```
-    /// assert_eq!(offload_core::Dims::grid([2, 3, 1]).blocks(), 6);
+    /// assert_eq!(offload::Dims::grid([2, 3, 1]).blocks(), 6);
     /// ```
     pub fn grid(grid: [u32; 3]) -> Self {
         Dims {
@@ -229,9 +229,9 @@ impl Dims {
     /// kernel compares its index with `n`). `n == 0` gives an empty grid.
     ///
     /// ```
-    /// let d = offload_core::Dims::for_num_elems(1000);
+    /// let d = offload::Dims::for_num_elems(1000);
     /// assert_eq!((d.grid, d.block), ([4, 1, 1], [256, 1, 1]));
-    /// assert_eq!(offload_core::Dims::for_num_elems(0).blocks(), 0);
+    /// assert_eq!(offload::Dims::for_num_elems(0).blocks(), 0);
     /// ```
     pub fn for_num_elems(n: u32) -> Self {
         Dims::grid([n.div_ceil(Self::BLOCK_1D), 1, 1]).block([Self::BLOCK_1D, 1, 1])
@@ -240,7 +240,7 @@ impl Dims {
     /// Sets the bytes of dynamic shared memory each block gets.
     ///
     /// ```
-    /// let d = offload_core::Dims::grid([1, 1, 1]).shared_memory(1024);
+    /// let d = offload::Dims::grid([1, 1, 1]).shared_memory(1024);
     /// assert_eq!(d.shared_memory, 1024);
     /// ```
     pub fn shared_memory(mut self, bytes: u32) -> Self {
@@ -251,7 +251,7 @@ impl Dims {
     /// Sets the threads per block.
     ///
     /// ```
-    /// let d = offload_core::Dims::grid([1, 1, 1]).block([32, 2, 1]);
+    /// let d = offload::Dims::grid([1, 1, 1]).block([32, 2, 1]);
     /// assert_eq!(d.threads_per_block(), 64);
     /// ```
     pub fn block(mut self, block: [u32; 3]) -> Self {
@@ -262,7 +262,7 @@ impl Dims {
     /// Total blocks (0 if any dimension is 0).
     ///
     /// ```
-    /// assert_eq!(offload_core::Dims::grid([4, 0, 1]).blocks(), 0);
+    /// assert_eq!(offload::Dims::grid([4, 0, 1]).blocks(), 0);
     /// ```
     pub fn blocks(&self) -> u64 {
         self.grid.iter().map(|&g| u64::from(g)).product()
@@ -271,7 +271,7 @@ impl Dims {
     /// Threads in one block.
     ///
     /// ```
-    /// assert_eq!(offload_core::Dims::grid([1, 1, 1]).threads_per_block(), 1);
+    /// assert_eq!(offload::Dims::grid([1, 1, 1]).threads_per_block(), 1);
     /// ```
     pub fn threads_per_block(&self) -> u64 {
         self.block.iter().map(|&b| u64::from(b)).product()
@@ -281,7 +281,7 @@ impl Dims {
 /// The type of a scalar kernel argument or parameter.
 ///
 /// ```
-/// use offload_core::ScalarType;
+/// use offload::ScalarType;
 /// assert_eq!(ScalarType::F32.size(), 4);
 /// assert_eq!(ScalarType::U64.to_string(), "u64");
 /// ```
@@ -314,7 +314,7 @@ impl ScalarType {
     /// Its size in bytes.
     ///
     /// ```
-    /// assert_eq!(offload_core::ScalarType::I16.size(), 2);
+    /// assert_eq!(offload::ScalarType::I16.size(), 2);
     /// ```
     pub const fn size(self) -> usize {
         match self {
@@ -328,7 +328,7 @@ impl ScalarType {
     /// The Rust name of the type (`"f32"`).
     ///
     /// ```
-    /// assert_eq!(offload_core::ScalarType::I8.name(), "i8");
+    /// assert_eq!(offload::ScalarType::I8.name(), "i8");
     /// ```
     pub const fn name(self) -> &'static str {
         match self {
@@ -355,7 +355,7 @@ impl fmt::Display for ScalarType {
 /// What a kernel parameter is, as the kernel's image declares it.
 ///
 /// ```
-/// use offload_core::{ParamKind, ScalarType};
+/// use offload::{ParamKind, ScalarType};
 /// assert_ne!(ParamKind::Buffer, ParamKind::Scalar(4));
 /// assert_eq!(ParamKind::Typed(ScalarType::F32).scalar_size(), Some(4));
 /// assert_eq!(ParamKind::Typed(ScalarType::F32).to_string(), "an f32");
@@ -398,7 +398,7 @@ impl ParamKind {
     /// buffer.
     ///
     /// ```
-    /// use offload_core::ParamKind;
+    /// use offload::ParamKind;
     /// assert_eq!(ParamKind::Buffer.scalar_size(), None);
     /// assert_eq!(ParamKind::Uniform.scalar_size(), None);
     /// assert_eq!(ParamKind::Pod { name: "struct", size: 12, elem: None }.scalar_size(), Some(12));
@@ -469,7 +469,7 @@ impl<B: ?Sized> Copy for KernelArg<'_, B> {}
 /// Address and size of a global variable in a loaded module.
 ///
 /// ```
-/// let g = offload_core::GlobalInfo { address: 0x1000, size: 4 };
+/// let g = offload::GlobalInfo { address: 0x1000, size: 4 };
 /// assert_eq!(g.size, 4);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

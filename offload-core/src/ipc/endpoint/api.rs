@@ -8,8 +8,8 @@ use super::*;
 /// cache and what freeing does.
 ///
 /// ```
-/// use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-/// let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+/// use offload::{MemKind, Offload};
+/// let rt = Offload::init()?;
 /// let dev = rt.devices()?.remove(0);
 /// // Two endpoints of one process stand in for two processes here.
 /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
@@ -22,7 +22,7 @@ use super::*;
 /// let mut out = [0u8; 64];
 /// got.buffer().read(0, &mut out)?;
 /// assert_eq!(out, [5; 64]);
-/// # Ok::<(), offload_core::Error>(())
+/// # Ok::<(), offload::Error>(())
 /// ```
 pub struct IpcEndpoint {
     engine: Arc<Engine>,
@@ -79,11 +79,11 @@ impl IpcEndpoint {
     /// The name peers connect to: the socket's path.
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// let e = rt.ipc_endpoint()?;
     /// assert!(e.name().ends_with(".sock"));
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         self.engine.path.to_str().unwrap_or("")
@@ -92,10 +92,10 @@ impl IpcEndpoint {
     /// The socket's path.
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// assert!(rt.ipc_endpoint()?.path().exists());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn path(&self) -> &Path {
         &self.engine.path
@@ -105,13 +105,13 @@ impl IpcEndpoint {
     /// process or this one). The peer must run as this user (`SO_PEERCRED`).
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
     /// let peer = a.connect(b.name())?;
     /// assert!(a.connect("/nonexistent/offload.sock").is_err());
     /// # let _ = peer;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn connect(&self, name: &str) -> Result<PeerId> {
         const CALL: &str = "IpcEndpoint::connect";
@@ -149,19 +149,19 @@ impl IpcEndpoint {
     /// peer that reads nothing for 30 s is an error); a peer that is gone is `Error::Ipc`.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
     /// let peer = a.connect(b.name())?;
     /// let buf = dev.alloc_exportable(256, MemKind::Device)?;
-    /// let exports = offload_core::ipc::stats().exports;
+    /// let exports = offload::ipc::stats().exports;
     /// for i in 0..10 {
     ///     a.send(peer, &buf, 16 * i, 16, i as u64)?;
     ///     drop(b.recv()?);
     /// }
-    /// assert_eq!(offload_core::ipc::stats().exports - exports, 1);
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert_eq!(offload::ipc::stats().exports - exports, 1);
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn send(
         &self,
@@ -179,15 +179,15 @@ impl IpcEndpoint {
     /// meanwhile.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// # let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
     /// # let peer = a.connect(b.name())?;
     /// # let buf = dev.alloc_exportable(8, MemKind::Device)?;
     /// a.send(peer, &buf, 0, 8, 1)?;
     /// assert_eq!(b.recv()?.buffer().len(), 8);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn recv(&self) -> Result<Received> {
         loop {
@@ -200,11 +200,11 @@ impl IpcEndpoint {
     /// Like [`IpcEndpoint::recv`], giving up after `timeout` (`Ok(None)`).
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// let e = rt.ipc_endpoint()?;
     /// assert!(e.recv_timeout(std::time::Duration::from_millis(1))?.is_none());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<Received>> {
         const CALL: &str = "IpcEndpoint::recv";
@@ -228,8 +228,8 @@ impl IpcEndpoint {
     /// gone or `timeout` passes first.
     ///
     /// ```
-    /// # use offload_core::{MemKind, PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::{MemKind, Offload};
+    /// # let rt = Offload::init()?;
     /// # let dev = rt.devices()?.remove(0);
     /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
     /// let peer = a.connect(b.name())?;
@@ -238,7 +238,7 @@ impl IpcEndpoint {
     /// drop(b.recv()?); // the receiver is done with it
     /// a.wait_answered(peer, std::time::Duration::from_secs(1))?;
     /// buf.write(0, &[1; 8])?; // no view of it is alive any more
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn wait_answered(&self, peer: PeerId, timeout: Duration) -> Result<()> {
         const CALL: &str = "IpcEndpoint::wait_answered";
@@ -272,10 +272,10 @@ impl IpcEndpoint {
     /// then idles calls it to answer its peers.
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// rt.ipc_endpoint()?.poll()?;
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn poll(&self) -> Result<()> {
         self.engine.check_open("IpcEndpoint::poll")?;
@@ -286,12 +286,12 @@ impl IpcEndpoint {
     /// The peers connected now, by id, with their process ids.
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// let (a, b) = (rt.ipc_endpoint()?, rt.ipc_endpoint()?);
     /// let peer = a.connect(b.name())?;
     /// assert_eq!(a.peers(), vec![(peer, std::process::id())]);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn peers(&self) -> Vec<(PeerId, u32)> {
         lock(&self.engine.state)
@@ -305,10 +305,10 @@ impl IpcEndpoint {
     /// Mappings of peers' memory this endpoint holds now (as a receiver).
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// assert_eq!(rt.ipc_endpoint()?.mappings(), 0);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn mappings(&self) -> usize {
         lock(&self.engine.state)
@@ -322,10 +322,10 @@ impl IpcEndpoint {
     /// `Config::ipc_cache_size`.
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// assert_eq!(rt.ipc_endpoint()?.cache_entries(), 0);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn cache_entries(&self) -> usize {
         lock(&self.engine.shared.cache).len()
@@ -336,13 +336,13 @@ impl IpcEndpoint {
     /// connections and the socket go. Dropping the endpoint does the same.
     ///
     /// ```
-    /// # use offload_core::{PlatformEntry, reference::{Offload, Reference}};
-    /// # let rt = Offload::builder().backends([]).platform(PlatformEntry::with_ipc::<Reference>()).start()?;
+    /// # use offload::Offload;
+    /// # let rt = Offload::init()?;
     /// let e = rt.ipc_endpoint()?;
     /// let path = e.path().to_owned();
     /// e.close()?;
     /// assert!(!path.exists());
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn close(self) -> Result<()> {
         let result = self.engine.generation.with_live(|live| {

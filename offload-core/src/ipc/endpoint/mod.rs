@@ -262,7 +262,7 @@ impl Received {
     /// Who sent it.
     ///
     /// ```
-    /// fn from(r: &offload_core::ipc::Received) -> offload_core::ipc::PeerId {
+    /// fn from(r: &offload::ipc::Received) -> offload::ipc::PeerId {
     ///     r.peer()
     /// }
     /// ```
@@ -273,7 +273,7 @@ impl Received {
     /// The sender's tag.
     ///
     /// ```
-    /// fn tag(r: &offload_core::ipc::Received) -> u64 {
+    /// fn tag(r: &offload::ipc::Received) -> u64 {
     ///     r.tag()
     /// }
     /// ```
@@ -285,7 +285,7 @@ impl Received {
     /// answer `Error::InvalidIpcHandle` once the sender unmapped the memory.
     ///
     /// ```
-    /// fn len(r: &offload_core::ipc::Received) -> usize {
+    /// fn len(r: &offload::ipc::Received) -> usize {
     ///     r.buffer().len()
     /// }
     /// ```
@@ -296,7 +296,7 @@ impl Received {
     /// The view, to keep.
     ///
     /// ```
-    /// fn keep(r: offload_core::ipc::Received) -> offload_core::Buffer {
+    /// fn keep(r: offload::ipc::Received) -> offload::Buffer {
     ///     r.into_buffer()
     /// }
     /// ```

@@ -327,15 +327,16 @@ impl Program {
     /// shutdown abandons compiles still queued and waits for the running ones (L2).
     ///
     /// ```
-    /// use offload_core::{Error, Program, Source, reference::Offload};
+    /// use offload::{BackendKind, Offload, Program, Source};
     /// let rt = Offload::builder().compile_threads(2).start()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// let p = Program::from_source(Source::c("void f(void) {}"));
-    /// p.compile_in_background(&dev)?; // returns at once
+    /// let cpu = rt.device(BackendKind::Host)?;
+    /// let p = Program::from_source(Source::c(
+    ///     "#include \"offload_host.h\"\nOFFLOAD_KERNEL(nothing, \"\") { (void)launch; }\n",
+    /// ));
+    /// p.compile_in_background(&cpu)?; // returns at once
     /// // ... the application goes on; then the load waits for the compile and reports it.
-    /// // (The reference backend compiles nothing; the host backend compiles C.)
-    /// assert!(matches!(p.load(&dev), Err(Error::Unsupported { .. })));
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert_eq!(p.load(&cpu)?.kernels()?, ["nothing"]);
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn compile_in_background(&self, device: &Device) -> Result<()> {
         schedule(self, device).map_err(|e| e.on("Program::compile_in_background", device))
@@ -349,18 +350,18 @@ impl Program {
     /// running, and for a program from source not compiled there yet.
     ///
     /// ```
-    /// use offload_core::{Program, Source, reference::{self, Offload}};
+    /// use offload::{BackendKind, Offload, Program, Source};
     /// let rt = Offload::init()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// assert!(Program::new(reference::fixture_image()).compile_finished(&dev));
-    /// let p = Program::from_source(Source::c("void f(void) {}"));
-    /// assert!(!p.compile_finished(&dev), "never compiled there");
-    /// p.compile_in_background(&dev)?;
-    /// while !p.compile_finished(&dev) {
+    /// let cpu = rt.device(BackendKind::Host)?;
+    /// assert!(Program::new(offload::host::fixtures::KERNELS).compile_finished(&cpu));
+    /// let p = Program::from_source(Source::c("not C"));
+    /// assert!(!p.compile_finished(&cpu), "never compiled there");
+    /// p.compile_in_background(&cpu)?;
+    /// while !p.compile_finished(&cpu) {
     ///     std::thread::yield_now(); // or do something useful
     /// }
-    /// assert!(p.load(&dev).is_err(), "the reference backend compiles no C");
-    /// # Ok::<(), offload_core::Error>(())
+    /// assert!(p.load(&cpu).is_err(), "the compile failed: load reports it, with the log");
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn compile_finished(&self, device: &Device) -> bool {
         if self.inner.source.is_none() {

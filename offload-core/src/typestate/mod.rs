@@ -190,14 +190,14 @@ impl<P: Platforms> Offload<Uninit, P> {
     ///
     /// ```
     /// let path = std::env::temp_dir().join("offload-builder-{pid}.json");
-    /// let rt = offload_core::reference::Offload::builder().trace(&path).start()?;
+    /// let rt = offload::Offload::builder().trace(&path).start()?;
     /// assert_eq!(rt.config()?.trace, Some(path));
     /// rt.shutdown()?; // writes offload-builder-<pid>.json
     /// let written = std::env::temp_dir().join(format!("offload-builder-{}.json", std::process::id()));
     /// let json = std::fs::read_to_string(&written).expect("the trace");
     /// assert!(json.contains(r#""name":"init""#) && json.contains(r#""name":"shutdown""#));
     /// # std::fs::remove_file(&written).ok();
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.state.set.trace = Some(path.into());
@@ -210,9 +210,9 @@ impl<P: Platforms> Offload<Uninit, P> {
     /// compiles need them and are joined by the shutdown (L2).
     ///
     /// ```standalone_crate
-    /// let rt = offload_core::reference::Offload::builder().compile_threads(2).start()?;
+    /// let rt = offload::Offload::builder().compile_threads(2).start()?;
     /// assert_eq!(rt.config()?.compile_threads, 2);
-    /// # Ok::<(), offload_core::Error>(())
+    /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn compile_threads(mut self, threads: usize) -> Self {
         self.state.set.compile_threads = Some(threads);

@@ -12,6 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod common;
+
+use common::{put_kernel as kernel, thread_names};
 use offload::{BackendKind, Dims, Error, Offload, Program, Source, compile_stats};
 
 /// The variable that makes a `case_*` test do its work (it is a child then).
@@ -49,22 +52,6 @@ fn run_case(name: &str, vars: &[(&str, &str)], limit: Duration) -> String {
     stdout
 }
 
-/// A C kernel writing `value` into the first `n` u32s; `tag` makes its text (so its
-/// compile key) unique.
-fn kernel(tag: &str, value: u32) -> Source {
-    Source::c(format!(
-        "#include \"offload_host.h\"\n/* {tag} */\n\
-         OFFLOAD_KERNEL(put, \"bI\") {{\n\
-             uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);\n\
-             uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);\n\
-             for (uint32_t t = 0; t < launch->block[0]; t++) {{\n\
-                 uint64_t i = OFFLOAD_INDEX_X(t);\n\
-                 if (i < n) buf[i] = {value}u;\n\
-             }}\n\
-         }}\n"
-    ))
-}
-
 fn unique(what: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -99,15 +86,6 @@ fn wait_finished(program: &Program, dev: &offload::Device) {
 /// The threads of this process.
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
-}
-
-/// The names of this process's threads.
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_string())
-        .collect()
 }
 
 /// Waits (at most a second) until this process has `count` threads: `pthread_join`

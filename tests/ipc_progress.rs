@@ -7,6 +7,7 @@
 mod common;
 
 use common::ipc::{device, kinds, memfd_mappings};
+use common::thread_names;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -381,15 +382,6 @@ fn an_unmap_waits_for_the_kernel_queued_on_the_view() {
         child.finish();
         sender.finish();
     }
-}
-
-/// The names of this process's threads.
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_string())
-        .collect()
 }
 
 /// L2 with I5: the progress thread starts with the first endpoint, and the shutdown joins

@@ -5,6 +5,8 @@
 //! is the real one, tested under `mpiexec`). This file is its own process: the hook is
 //! process-wide.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -36,19 +38,9 @@ impl SharedCache for Remembers {
     }
 }
 
+/// The `put` program writing `value`, its text this process's own.
 fn source(value: u32) -> Source {
-    Source::c(format!(
-        "#include \"offload_host.h\"\n/* shared cache test {} */\n\
-         OFFLOAD_KERNEL(put, \"bI\") {{\n\
-             uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);\n\
-             uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);\n\
-             for (uint32_t t = 0; t < launch->block[0]; t++) {{\n\
-                 uint64_t i = OFFLOAD_INDEX_X(t);\n\
-                 if (i < n) buf[i] = {value};\n\
-             }}\n\
-         }}\n",
-        std::process::id()
-    ))
+    common::put_kernel(&format!("shared cache test {}", std::process::id()), value)
 }
 
 fn runs(rt: &Offload, source: Source, value: u32) -> Result<()> {

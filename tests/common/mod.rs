@@ -77,3 +77,31 @@ pub fn result(stdout: &str) -> &str {
         .find_map(|l| l.split_once("RESULT ").map(|(_, rest)| rest))
         .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"))
 }
+
+/// A C program whose kernel `put(buf, n)` writes `value` into the first `n` u32s; `tag`
+/// makes its text (so its compile key) its own.
+pub fn put_kernel(tag: &str, value: u32) -> offload::Source {
+    offload::Source::c(format!(
+        "#include \"offload_host.h\"\n/* {tag} */\n\
+         OFFLOAD_KERNEL(put, \"bI\") {{\n\
+             uint32_t *buf = OFFLOAD_BUFFER(uint32_t, 0);\n\
+             uint32_t n = OFFLOAD_SCALAR(uint32_t, 1);\n\
+             for (uint32_t t = 0; t < launch->block[0]; t++) {{\n\
+                 uint64_t i = OFFLOAD_INDEX_X(t);\n\
+                 if (i < n) buf[i] = {value}u;\n\
+             }}\n\
+         }}\n"
+    ))
+}
+
+/// The names of this process's threads (from /proc).
+pub fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .map(|n| n.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -52,6 +52,10 @@ mod error;
 pub mod hal;
 mod handles;
 pub mod ipc;
+/// The model check (only with `--cfg offload_model`; run by `scripts/model.sh`).
+#[cfg(offload_model)]
+#[doc(hidden)]
+pub mod model;
 pub mod reference;
 mod runtime;
 mod select;

@@ -47,12 +47,13 @@
 //! The module uses nothing else of the crate: the runtime arms it at `start`
 //! (`typestate`) and calls [`write`] at the end of a teardown (`runtime::lifecycle`).
 
+use crate::sync::statics;
+use crate::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use tracing::field::{Field, Visit};
@@ -70,27 +71,29 @@ use tracing_subscriber::layer::{Context, Layer};
 /// ```
 pub const MAX_EVENTS: usize = 100_000;
 
-/// Whether a traced runtime is live (spans are recorded only then).
-static ON: AtomicBool = AtomicBool::new(false);
-/// Whether [`layer()`] was added to a subscriber, or offload's own subscriber installed.
-static COLLECTING: AtomicBool = AtomicBool::new(false);
-/// Whether the global subscriber is offload's own.
-static OWN: AtomicBool = AtomicBool::new(false);
-/// Whether the warning about a global subscriber without the layer was given.
-static WARNED: AtomicBool = AtomicBool::new(false);
-static RECORDER: Mutex<Recorder> = Mutex::new(Recorder {
-    epoch: None,
-    open: BTreeMap::new(),
-    events: Vec::new(),
-    dropped: 0,
-    dirty: false,
-});
-static NEXT_TID: AtomicU64 = AtomicU64::new(1);
-/// Spans in `Recorder::open` (changed under its lock): enter, exit and close return at once
-/// when it is 0, so a layer in an application that traces nothing costs one load per call.
-static OPEN: AtomicUsize = AtomicUsize::new(0);
+statics! {
+    /// Whether a traced runtime is live (spans are recorded only then).
+    static ON: AtomicBool = AtomicBool::new(false);
+    /// Whether [`layer()`] was added to a subscriber, or offload's own subscriber installed.
+    static COLLECTING: AtomicBool = AtomicBool::new(false);
+    /// Whether the global subscriber is offload's own.
+    static OWN: AtomicBool = AtomicBool::new(false);
+    /// Whether the warning about a global subscriber without the layer was given.
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    static RECORDER: Mutex<Recorder> = Mutex::new(Recorder {
+        epoch: None,
+        open: BTreeMap::new(),
+        events: Vec::new(),
+        dropped: 0,
+        dirty: false,
+    });
+    static NEXT_TID: AtomicU64 = AtomicU64::new(1);
+    /// Spans in `Recorder::open` (changed under its lock): enter, exit and close return at once
+    /// when it is 0, so a layer in an application that traces nothing costs one load per call.
+    static OPEN: AtomicUsize = AtomicUsize::new(0);
+}
 
-std::thread_local! {
+crate::sync::thread_local! {
     /// This thread's number in the trace (0: not given yet). A const-initialised `Cell`
     /// has no destructor, so it pins no `dlclose`d library (L2).
     static TID: Cell<u64> = const { Cell::new(0) };

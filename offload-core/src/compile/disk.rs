@@ -19,12 +19,13 @@
 //! Every failure here is silent to the caller (a cache miss): the cache can only save a
 //! compile, never fail a load.
 
+use crate::sync::Arc;
+use crate::sync::statics;
+use crate::sync::{AtomicU64, Ordering};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
@@ -39,7 +40,9 @@ const TEMP_PREFIX: &str = ".tmp-";
 /// Temporary files older than this belong to a process that died mid-write.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+statics! {
+    static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+}
 
 /// The cache in one directory.
 pub(crate) struct Cache<'a> {

@@ -13,9 +13,10 @@ mod shared;
 
 pub use shared::{CompileKey, SharedCache, set_shared_cache};
 
+use crate::sync::statics;
+use crate::sync::{Arc, Mutex};
+use crate::sync::{AtomicU64, Ordering};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
@@ -38,16 +39,18 @@ pub(crate) struct Compiled {
     slots: Mutex<HashMap<Key, Slot>>,
 }
 
-static COMPILES: AtomicU64 = AtomicU64::new(0);
-static FAILED: AtomicU64 = AtomicU64::new(0);
-static MEMORY_HITS: AtomicU64 = AtomicU64::new(0);
-pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
-pub(crate) static DISK_WRITES: AtomicU64 = AtomicU64::new(0);
-pub(crate) static CORRUPT: AtomicU64 = AtomicU64::new(0);
-pub(crate) static EVICTED: AtomicU64 = AtomicU64::new(0);
-static SHARED_HITS: AtomicU64 = AtomicU64::new(0);
-static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
-static MOST_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+statics! {
+    static COMPILES: AtomicU64 = AtomicU64::new(0);
+    static FAILED: AtomicU64 = AtomicU64::new(0);
+    static MEMORY_HITS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static DISK_WRITES: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static CORRUPT: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static EVICTED: AtomicU64 = AtomicU64::new(0);
+    static SHARED_HITS: AtomicU64 = AtomicU64::new(0);
+    static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+    static MOST_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+}
 
 /// What the compile cache did in this process since it started.
 ///

@@ -7,8 +7,9 @@
 //! too. Whatever it answers is only a faster way to the image the local compile would
 //! make: the key names every input of the compile, so an answer for the key is the image.
 
+use crate::sync::statics;
+use crate::sync::{Arc, RwLock};
 use std::fmt;
-use std::sync::{Arc, RwLock};
 
 use crate::error::Result;
 use crate::sync::{read, write};
@@ -97,7 +98,9 @@ pub trait SharedCache: Send + Sync {
     ) -> Result<Vec<u8>>;
 }
 
-static SHARED: RwLock<Option<Arc<dyn SharedCache>>> = RwLock::new(None);
+statics! {
+    static SHARED: RwLock<Option<Arc<dyn SharedCache>>> = RwLock::new(None);
+}
 
 /// Installs the process's shared compile cache (`None` removes it) and returns the one it
 /// replaces. Compiles already asking the old one finish with it.

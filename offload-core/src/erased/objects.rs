@@ -8,9 +8,9 @@
 //! one type-id comparison each; a failed downcast means two backends' objects were mixed
 //! up and is `Error::InvalidArgument`, never a panic.
 
+use crate::sync::{Arc, OnceLock};
 use std::any::Any;
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::{Error, Result};

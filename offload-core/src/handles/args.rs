@@ -2,8 +2,8 @@
 //! a launch's arguments against the kernel's declared parameters — count, kinds, sizes,
 //! element types, and that every buffer is live and on the launch's device.
 
+use crate::sync::Arc;
 use std::fmt;
-use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::hal::{ParamKind, ScalarType};

@@ -17,8 +17,8 @@
 //! for a free one), waits for a running one, and returns the error of one that failed:
 //! the compiler's own `Error::Compile`, log and all. This module runs no user code.
 
+use crate::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use super::program::{Program, ProgramInner};
 use crate::compile::Compiled;
@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::hal::{BackendKind, Source};
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Extension};
-use crate::sync::lock;
+use crate::sync::{JoinHandle, lock, spawn};
 
 /// Where one (program, device)'s compile stands.
 #[derive(Debug)]
@@ -199,7 +199,7 @@ struct PoolState {
     queue: VecDeque<Job>,
     /// Threads waiting for work.
     idle: usize,
-    threads: Vec<offload_thread::Thread>,
+    threads: Vec<JoinHandle>,
     /// Set by `stop`: nothing is queued from then on.
     stopped: bool,
 }
@@ -229,7 +229,7 @@ impl CompilePool {
         state.queue.push_back(job);
         if state.idle < state.queue.len() && state.threads.len() < self.size {
             let shared = self.shared.clone();
-            match offload_thread::spawn("offload-compile", move || work(&shared)) {
+            match spawn("offload-compile", move || work(&shared)) {
                 Ok(thread) => state.threads.push(thread),
                 Err(e) => {
                     tracing::debug!(target: "offload::compile", error = %e, "no compile thread started: the first load compiles");

@@ -11,9 +11,10 @@
 //! dropped, and whose calls answer `Error::InvalidIpcHandle` once the sending process
 //! unmapped the memory (I3).
 
+use crate::sync::statics;
+use crate::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
 use crate::erased::DynBuffer;
 use crate::error::{Error, Result};
@@ -25,10 +26,12 @@ use crate::sync::{read, write};
 /// Bytes a copy between two devices stages through host memory at a time.
 pub const STAGING_CHUNK: usize = 8 << 20;
 
-/// Source of allocation ids: unique among the allocations of this process, never reused
-/// (const-initialised, so it starts over with the library; the IPC process token tells
-/// loads apart).
-static NEXT_ALLOCATION: AtomicU64 = AtomicU64::new(1);
+statics! {
+    /// Source of allocation ids: unique among the allocations of this process, never reused
+    /// (const-initialised, so it starts over with the library; the IPC process token tells
+    /// loads apart).
+    static NEXT_ALLOCATION: AtomicU64 = AtomicU64::new(1);
+}
 
 /// The live part of a buffer: its backend allocation, with its platform.
 pub(crate) struct Allocation {

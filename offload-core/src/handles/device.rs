@@ -1,7 +1,7 @@
 //! [`Device`]: a device of a live runtime, and the calls that make objects on it.
 
+use crate::sync::Arc;
 use std::fmt;
-use std::sync::Arc;
 
 use crate::error::Result;
 use crate::hal::{BackendKind, DeviceInfo, MemKind};

@@ -1,8 +1,8 @@
 //! [`Event`]: a point in a queue's work, with a timestamp — wait for it, ask whether it
 //! completed, measure the time between two, make another queue wait for it.
 
+use crate::sync::Arc;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::erased::DynEvent;

@@ -1,8 +1,8 @@
 //! [`Kernel`]: a kernel of a loaded module, with its declared parameters; it keeps its
 //! module loaded while it lives.
 
+use crate::sync::Arc;
 use std::fmt;
-use std::sync::Arc;
 
 use super::module::*;
 use crate::hal::ParamKind;

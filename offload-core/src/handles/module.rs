@@ -2,10 +2,10 @@
 //! (kernels, phase, setup and teardown callbacks run as user code, L6), and its release —
 //! unload after the teardown callback, exactly once (P3).
 
+use crate::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 
 use super::kernel::*;
 use super::program::*;
@@ -65,7 +65,7 @@ pub(super) enum Phase {
     Done,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// The module whose callbacks this thread is running (its address), so a callback that
     /// unloads or drops its own module does not wait for itself. A const-initialised `Cell`
     /// with no destructor: it registers nothing that would pin a `dlclose`d library (L2).

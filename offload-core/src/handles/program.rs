@@ -16,11 +16,12 @@
 //! live in the generation, so a handle that outlives them gets a typed error, never a
 //! dangling driver object.
 
+use crate::sync::statics;
+use crate::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 
 use super::background::{Tasks, image_for_load};
 use super::module::*;
@@ -37,9 +38,11 @@ pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
 pub(super) type Callback =
     Arc<dyn Fn(&Module) -> std::result::Result<(), CallbackError> + Send + Sync>;
 
-/// Process-wide source of program and module ids (const-initialised, so it starts over
-/// with the library; ids only need to be unique among live objects).
-pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+statics! {
+    /// Process-wide source of program and module ids (const-initialised, so it starts over
+    /// with the library; ids only need to be unique among live objects).
+    pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+}
 
 pub(super) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)

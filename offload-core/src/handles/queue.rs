@@ -14,9 +14,9 @@
 //! of it, gets `InvalidArgument` at once (it would wait for itself); a queue dropped inside
 //! its own host function is released on a helper thread once the function returned.
 
+use crate::sync::{Arc, RwLock, RwLockWriteGuard};
 use smallvec::SmallVec;
 use std::fmt;
-use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use crate::erased::{DynBuffer, DynEvent, DynQueue};
 use crate::error::{Error, Result};
@@ -140,7 +140,7 @@ pub struct Queue {
     key: ResourceKey,
     entry: Arc<Entry<dyn DynQueue>>,
     /// What the queue's host functions panicked with, for its next `sync`.
-    panics: Arc<std::sync::Mutex<Vec<String>>>,
+    panics: Arc<crate::sync::Mutex<Vec<String>>>,
 }
 
 /// A host function as offload hands it to a backend (L6): running it, and dropping it if it
@@ -151,7 +151,7 @@ struct HostFn {
     f: Option<Box<dyn FnOnce() + Send>>,
     /// (generation id, queue id).
     queue: (u64, u64),
-    panics: Arc<std::sync::Mutex<Vec<String>>>,
+    panics: Arc<crate::sync::Mutex<Vec<String>>>,
 }
 
 impl HostFn {

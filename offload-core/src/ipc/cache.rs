@@ -252,7 +252,7 @@ impl Cache {
             "evicted a cache entry"
         );
         slot.generation = slot.generation.wrapping_add(1);
-        super::stats::EVICTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        super::stats::EVICTIONS.fetch_add(1, crate::sync::Ordering::Relaxed);
         unmaps
     }
 

@@ -37,8 +37,9 @@ pub mod wire;
 
 pub use endpoint::{IpcEndpoint, Received};
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Arc;
+use crate::sync::statics;
+use crate::sync::{AtomicU64, Ordering};
 
 pub use handle::{IpcHandle, MAX_HANDLE_BYTES, backend_code};
 pub use stats::{IpcStats, stats};
@@ -49,10 +50,12 @@ use crate::handles::BufferEntry;
 use crate::runtime::generation::{Extension, Generation, ResourceKey};
 use crate::sync::lock;
 
-/// This process's token, part of every allocation's identity in a handle: allocation ids
-/// restart when a library embedding offload is loaded again, the token does not repeat.
-/// Const-initialised (0 = not drawn yet).
-static TOKEN: AtomicU64 = AtomicU64::new(0);
+statics! {
+    /// This process's token, part of every allocation's identity in a handle: allocation ids
+    /// restart when a library embedding offload is loaded again, the token does not repeat.
+    /// Const-initialised (0 = not drawn yet).
+    static TOKEN: AtomicU64 = AtomicU64::new(0);
+}
 
 pub(crate) fn process_token() -> u64 {
     let token = TOKEN.load(Ordering::Relaxed);

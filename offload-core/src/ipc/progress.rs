@@ -19,13 +19,11 @@
 //! for it. It is a plain pthread (`offload-thread`): `std::thread` would pin a library
 //! embedding offload that is `dlclose`d later (L2).
 
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use crate::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use offload_thread::Thread;
-
 use crate::runtime::generation::Generation;
-use crate::sync::lock;
+use crate::sync::{JoinHandle, lock, spawn, wait_timeout};
 
 /// How often the thread looks at endpoints nobody else drives. An idle receiver answers an
 /// unmap within about two ticks.
@@ -41,7 +39,7 @@ struct Control {
 #[derive(Default)]
 pub(crate) struct Progress {
     control: Arc<Control>,
-    thread: Mutex<Option<Thread>>,
+    thread: Mutex<Option<JoinHandle>>,
 }
 
 impl Progress {
@@ -55,7 +53,7 @@ impl Progress {
         }
         let control = self.control.clone();
         let weak = Arc::downgrade(generation);
-        match offload_thread::spawn("offload-ipc-progress", move || run(&control, &weak)) {
+        match spawn("offload-ipc-progress", move || run(&control, &weak)) {
             Ok(handle) => *thread = Some(handle),
             Err(e) => tracing::warn!(
                 target: "offload::ipc",
@@ -87,10 +85,7 @@ fn run(control: &Control, generation: &Weak<Generation>) {
             if *stopped {
                 return;
             }
-            let (stopped, _) = control
-                .wake
-                .wait_timeout(stopped, TICK)
-                .unwrap_or_else(|e| e.into_inner());
+            let (stopped, _) = wait_timeout(&control.wake, stopped, TICK);
             if *stopped {
                 return;
             }

@@ -8,8 +8,8 @@
 //! takes one off; the last one releases the memory. Shutdown releases what is left (the
 //! generation's teardown frees every listed allocation). Counted in [`super::stats`].
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use crate::sync::Ordering;
+use crate::sync::{Arc, Mutex};
 
 use crate::handles::BufferEntry;
 use crate::ipc::cache::PeerRef;

@@ -3,11 +3,12 @@
 //! with `SCM_RIGHTS`. Everything here is safe code over rustix; nothing here knows the
 //! messages.
 
+use crate::sync::statics;
+use crate::sync::{AtomicU64, Ordering};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{FileType, Mode};
 use rustix::net::{
@@ -17,8 +18,10 @@ use rustix::net::{
 
 use crate::ipc::wire::{MAX_FDS, MAX_MESSAGE};
 
-/// Numbers the sockets of this process (const-initialised).
-static NEXT_SOCKET: AtomicU64 = AtomicU64::new(1);
+statics! {
+    /// Numbers the sockets of this process (const-initialised).
+    static NEXT_SOCKET: AtomicU64 = AtomicU64::new(1);
+}
 
 /// The directory endpoints' sockets live in: `$XDG_RUNTIME_DIR/offload-ipc` where that is
 /// set, else `<temp dir>/offload-ipc-<uid>`, created 0700. An existing one must be a real

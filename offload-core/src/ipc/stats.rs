@@ -2,27 +2,30 @@
 //! one import per peer, no mapping held longer than the contract allows, every bad message
 //! counted). Const-initialised; they start over with the library.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::statics;
+use crate::sync::{AtomicUsize, Ordering};
 
-pub(crate) static EXPORTS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static IMPORTS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static LIVE_IMPORTS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static MAX_LIVE_IMPORTS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static CACHED_MAPPINGS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static MAX_CACHED_MAPPINGS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static CACHE_HITS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static CACHE_MISSES: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static ONE_SHOTS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static EVICTIONS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static UNMAPS_SENT: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static UNMAPS_ACKED: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static UNMAPS_RECEIVED: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static REJECTED: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static PEERS_REFUSED: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static QUARANTINED: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static QUARANTINED_BYTES: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static QUARANTINES: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static QUARANTINE_RELEASES: AtomicUsize = AtomicUsize::new(0);
+statics! {
+    pub(crate) static EXPORTS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static IMPORTS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static LIVE_IMPORTS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static MAX_LIVE_IMPORTS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static CACHED_MAPPINGS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static MAX_CACHED_MAPPINGS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static CACHE_HITS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static CACHE_MISSES: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static ONE_SHOTS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static EVICTIONS: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static UNMAPS_SENT: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static UNMAPS_ACKED: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static UNMAPS_RECEIVED: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static REJECTED: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static PEERS_REFUSED: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static QUARANTINED: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static QUARANTINED_BYTES: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static QUARANTINES: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static QUARANTINE_RELEASES: AtomicUsize = AtomicUsize::new(0);
+}
 
 /// An allocation of `bytes` went into quarantine.
 pub(crate) fn quarantined(bytes: usize) {

@@ -22,9 +22,10 @@
 
 mod queue;
 
+use crate::sync::statics;
+use crate::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
@@ -106,14 +107,18 @@ pub struct RefBuffer {
     exportable: Option<u64>,
 }
 
-/// The exportable allocations of this process, by id: the reference backend shares memory
-/// only within one process (an import looks its id up here), so a handle from another
-/// process, or a forged one, is `InvalidIpcHandle`.
-static EXPORTABLE: Mutex<Vec<(u64, Weak<Bytes>)>> = Mutex::new(Vec::new());
+statics! {
+    /// The exportable allocations of this process, by id: the reference backend shares memory
+    /// only within one process (an import looks its id up here), so a handle from another
+    /// process, or a forged one, is `InvalidIpcHandle`.
+    static EXPORTABLE: Mutex<Vec<(u64, Weak<Bytes>)>> = Mutex::new(Vec::new());
+}
 
 /// A reference allocation's bytes.
 type Bytes = RwLock<Vec<u8>>;
-static NEXT_EXPORTABLE: AtomicU64 = AtomicU64::new(1);
+statics! {
+    static NEXT_EXPORTABLE: AtomicU64 = AtomicU64::new(1);
+}
 
 fn invalid_handle(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {

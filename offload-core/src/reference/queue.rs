@@ -5,9 +5,9 @@
 //! reason, and [`Unordered`](super::Unordered), which skips the last step, shows that the
 //! suite catches a backend that breaks them.
 
+use crate::sync::{Arc, Mutex, OnceLock, Weak};
+use crate::sync::{AtomicBool, Ordering};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use crate::sync::lock;

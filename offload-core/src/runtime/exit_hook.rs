@@ -10,21 +10,24 @@
 //! the only `unsafe` in the core.
 #![allow(unsafe_code)]
 
-use std::ffi::c_int;
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::statics;
+use crate::sync::{AtomicU32, Ordering};
 
 use crate::hal::BackendKind;
 
+#[cfg(not(offload_model))]
 unsafe extern "C" {
-    fn atexit(callback: extern "C" fn()) -> c_int;
+    fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
 }
 
+#[cfg(not(offload_model))]
 extern "C" fn on_exit() {
     // A panic must not cross the C boundary; the runtime's locks are poison-tolerant.
     let _ = std::panic::catch_unwind(crate::runtime::lifecycle::shutdown_at_exit);
 }
 
 /// Registers the hook; false if the C library refused (out of memory).
+#[cfg(not(offload_model))]
 pub(crate) fn register() -> bool {
     // SAFETY: `atexit` takes a plain `extern "C" fn()` with no captured state; `on_exit`
     // lives in this object, and glibc unregisters it when this object is unloaded (see the
@@ -32,9 +35,18 @@ pub(crate) fn register() -> bool {
     unsafe { atexit(on_exit) == 0 }
 }
 
-/// The backends after whose first opening (since this library was loaded) the hook was
-/// registered again: one bit per [`BackendKind`].
-static AFTER_OPEN: AtomicU32 = AtomicU32::new(0);
+/// The model check registers nothing: its scenarios run the hook's body,
+/// `lifecycle::shutdown_at_exit`, themselves.
+#[cfg(offload_model)]
+pub(crate) fn register() -> bool {
+    true
+}
+
+statics! {
+    /// The backends after whose first opening (since this library was loaded) the hook was
+    /// registered again: one bit per [`BackendKind`].
+    static AFTER_OPEN: AtomicU32 = AtomicU32::new(0);
+}
 
 /// Registers the hook again after a platform of `kind` opened for the first time since this
 /// library was loaded: platforms open lazily, after the hook of the generation's start, and a

@@ -9,8 +9,8 @@
 //! generation gets `Error::ShutDown` from then on. This module knows the handles only
 //! through [`Resource`]; it never calls a backend except through the erased family.
 
+use crate::sync::Arc;
 use std::cell::Cell;
-use std::sync::Arc;
 
 use slotmap::SlotMap;
 
@@ -19,9 +19,8 @@ use crate::erased::{DynDevice, PlatformEntry};
 use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::runtime::platforms::PlatformSlot;
-use crate::runtime::sync::{
-    AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, backoff, lock, read, thread_local,
-    write,
+use crate::sync::{
+    AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, backoff, lock, read, write,
 };
 
 slotmap::new_key_type! {
@@ -186,7 +185,7 @@ pub struct Unavailable {
     pub reason: String,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// The loads in flight on this thread: (generation id, how many), so that a teardown
     /// started inside one of them (a setup callback gave back the last reference) does not
     /// wait for itself. A const-initialised `Cell` with no destructor: it registers nothing
@@ -236,7 +235,7 @@ pub(crate) struct Generation {
     extensions: Box<[Box<dyn Extension>]>,
     /// Every device with its backend, in platform order, once every platform was tried:
     /// `Offload::devices` then lists them without taking the state's lock.
-    listed: std::sync::OnceLock<Box<[(DeviceKey, BackendKind)]>>,
+    listed: crate::sync::OnceLock<Box<[(DeviceKey, BackendKind)]>>,
 }
 
 impl Generation {
@@ -296,7 +295,7 @@ impl Generation {
             loads: AtomicUsize::new(0),
             setup_order: AtomicU64::new(0),
             extensions,
-            listed: std::sync::OnceLock::new(),
+            listed: crate::sync::OnceLock::new(),
         })
     }
 
@@ -400,7 +399,7 @@ impl Generation {
         // counted ones, setups included (P3), except those of this very thread: a setup
         // callback that gave back the last reference tears down from inside its load,
         // which cannot end before this does (waiting for it hung; found by the model
-        // check, tests/model.rs). Rare and short, so a sleep loop will do.
+        // check, `src/model/`). Rare and short, so a sleep loop will do.
         self.closing.store(true, Ordering::SeqCst);
         let own = LOADING.with(|l| match l.get() {
             (id, n) if id == self.id => n,

@@ -15,7 +15,7 @@
 //! released: it runs user code — `on_teardown` callbacks, host functions still queued,
 //! and the `on_setup` of loads in flight, which it waits for — and that code may call
 //! `init`, `clone` or drop a runtime of its own. Under the mutex that deadlocked (found by
-//! the model check, `tests/model.rs`; regression tests there and in
+//! the model check, `src/model/`; regression scenarios there and in
 //! `tests/model_regressions.rs`). An `init` meanwhile waits for the teardown to finish
 //! before it starts a fresh generation, so an object of generation N is refused whenever
 //! N+1 runs (L2, L3) — unless it is called from that user code (on a thread that is
@@ -38,8 +38,8 @@
 //! a thread-local destructor on every thread that loads, and such a destructor pins a
 //! `dlclose`d library until that thread exits (measured; L2 forbids it).
 
+use crate::sync::Arc;
 use std::cell::Cell;
-use std::sync::Arc;
 
 use crate::config::{Config, Overrides};
 use crate::erased::PlatformEntry;
@@ -47,9 +47,7 @@ use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::runtime::generation::{Generation, MakeExtension, loading_here};
 use crate::runtime::reentry;
-use crate::runtime::sync::{
-    Condvar, JoinHandle, Mutex, Ordering, finished, join, lock, spawn, statics, thread_local, wait,
-};
+use crate::sync::{Condvar, JoinHandle, Mutex, Ordering, lock, spawn, statics, wait};
 
 /// The process-wide lifecycle state. Const-initialised; starts over whenever the library
 /// that contains it is loaded again (L2).
@@ -227,7 +225,7 @@ fn conflict(generation: u64, mismatches: &[String]) -> Error {
     )
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// Teardowns running on this thread. A const-initialised `Cell` with no destructor:
     /// it registers nothing that would pin a `dlclose`d library (L2).
     static TEARING_DOWN_HERE: Cell<usize> = const { Cell::new(0) };
@@ -300,7 +298,7 @@ impl Drop for TearingDown {
 fn finished_helpers(state: &mut Lifecycle) -> Vec<JoinHandle> {
     let (done, running) = std::mem::take(&mut state.helpers)
         .into_iter()
-        .partition(finished);
+        .partition(JoinHandle::is_finished);
     state.helpers = running;
     done
 }
@@ -308,8 +306,8 @@ fn finished_helpers(state: &mut Lifecycle) -> Vec<JoinHandle> {
 /// Joins the helper threads that have finished, and tears down the generations whose
 /// helper could not start (with the lock released meanwhile). Returns the lock.
 fn reap(
-    mut state: crate::runtime::sync::MutexGuard<'static, Lifecycle>,
-) -> crate::runtime::sync::MutexGuard<'static, Lifecycle> {
+    mut state: crate::sync::MutexGuard<'static, Lifecycle>,
+) -> crate::sync::MutexGuard<'static, Lifecycle> {
     let done = finished_helpers(&mut state);
     let pending = std::mem::take(&mut state.pending);
     if done.is_empty() && pending.is_empty() {
@@ -321,7 +319,7 @@ fn reap(
         .collect();
     drop(state);
     for helper in done {
-        join(helper);
+        helper.join();
     }
     for (generation, tearing_down) in pending.iter().zip(tearing) {
         report_later(tearing_down.run(generation));
@@ -355,7 +353,7 @@ pub(crate) fn run_later(name: &str, f: impl FnOnce() + Send + 'static) -> bool {
                 finished_helpers(&mut state)
             };
             for finished in done {
-                join(finished);
+                finished.join();
             }
             true
         }
@@ -466,7 +464,7 @@ pub(crate) fn settle_once() -> bool {
         let helpers = std::mem::take(&mut state.helpers);
         drop(state);
         for helper in helpers {
-            join(helper);
+            helper.join();
         }
         true
     } else {

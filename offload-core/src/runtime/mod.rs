@@ -9,4 +9,3 @@ pub(crate) mod generation;
 pub(crate) mod lifecycle;
 pub(crate) mod platforms;
 pub(crate) mod reentry;
-pub(crate) mod sync;

@@ -17,21 +17,24 @@
 //! ([`PlatformSlot::opened`], one per device call) reads it without a lock. Opening runs
 //! with the generation's state held for reading, so teardown (which takes it for writing)
 //! waits for an open in flight and never deinitialises a platform half opened. The mutex
-//! comes from `runtime::sync`, so the model check schedules concurrent opens.
+//! comes from `crate::sync`, so the model check schedules concurrent opens.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use crate::sync::statics;
+use crate::sync::{Arc, OnceLock};
+use crate::sync::{AtomicU64, Ordering};
 
 use crate::config::Config;
 use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
 use crate::error::Result;
 use crate::hal::BackendKind;
 use crate::runtime::generation::Unavailable;
-use crate::runtime::sync::{Mutex, lock};
+use crate::sync::{Mutex, lock};
 
-/// How many times this process tried to open a platform of each backend, indexed by
-/// `BackendKind as usize` (a diagnostic: see [`platform_open_attempts`]).
-static ATTEMPTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+statics! {
+    /// How many times this process tried to open a platform of each backend, indexed by
+    /// `BackendKind as usize` (a diagnostic: see [`platform_open_attempts`]).
+    static ATTEMPTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+}
 
 /// How many times this process (this copy of offload) has tried to open a platform of
 /// backend `kind`, successfully or not: at most once per runtime generation, and only when

@@ -20,9 +20,7 @@
 
 use std::cell::Cell;
 
-use crate::runtime::sync::thread_local;
-
-thread_local! {
+crate::sync::thread_local! {
     /// How many levels of user code offload is running on this thread.
     static DEPTH: Cell<usize> = const { Cell::new(0) };
     /// The queue whose host function this thread runs: (generation id, queue id), or

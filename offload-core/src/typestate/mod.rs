@@ -4,8 +4,8 @@
 //! generations through the process-wide lifecycle (`runtime::lifecycle`, L1, L2) and hands
 //! out the handles below it.
 
+use crate::sync::Arc;
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 use crate::config::{Config, Overrides, list};
 use crate::erased::{NoPlatforms, PlatformEntry, Platforms};

@@ -2,8 +2,8 @@
 //! and the [`CompilerId`] a device reports — everything that changes a compiler's output,
 //! which the compile cache keys on.
 
+use crate::sync::Arc;
 use std::fmt;
-use std::sync::Arc;
 
 /// A source language a backend may compile.
 ///

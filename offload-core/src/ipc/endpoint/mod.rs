@@ -20,12 +20,13 @@
 //! `receive` (deliveries become views), `shared` (the generation's IPC state). This file
 //! holds what they share: the engine, its peers, pending sends and deliveries.
 
+use crate::sync::statics;
+use crate::sync::{Arc, Condvar, Mutex, Weak};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -51,8 +52,10 @@ mod shared;
 pub use api::IpcEndpoint;
 pub(crate) use shared::Shared;
 
-/// Numbers endpoints within this process (const-initialised).
-static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+statics! {
+    /// Numbers endpoints within this process (const-initialised).
+    static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+}
 
 /// How long a send waits for its peer to take its message (the peer reads whenever it
 /// calls into its endpoint) before it gives up with an error.

@@ -94,7 +94,7 @@ impl Engine {
     /// the peers `poll` found ready; flush; close what died; wake waiters.
     pub(super) fn finish_round(
         &self,
-        turn: std::sync::MutexGuard<'_, ()>,
+        turn: crate::sync::MutexGuard<'_, ()>,
         spun: Option<(PeerId, std::io::Result<Option<socket::Packet>>)>,
         ready: Vec<(PeerId, PollFlags)>,
         flush_all: bool,

@@ -107,8 +107,7 @@ fn round(round: u32) -> Result<(), Error> {
     Ok(())
 }
 
-// `pub`: tests/trace.rs runs it, with a trace, as a module of its own.
-pub fn main() -> Result<(), Error> {
+fn main() -> Result<(), Error> {
     round(1)?;
     round(2)?;
     println!("ok");

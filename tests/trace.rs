@@ -1,5 +1,5 @@
-//! The Chrome time trace (`OFFLOAD_TRACE`, docs/trace.md): the quickstart, run in a child
-//! process with the trace on, writes a file that parses as Chrome trace JSON, named with
+//! The Chrome time trace (`OFFLOAD_TRACE`, docs/trace.md): two rounds of the quickstart's
+//! steps, run in a child process with the trace on, write a file that parses as Chrome trace JSON, named with
 //! the child's pid, holding complete events for init, platform opens, loads, launches,
 //! syncs and shutdown; a runtime never shut down is traced by the exit hook; a file that
 //! cannot be written is a warning, not a failure of the program.
@@ -7,20 +7,47 @@
 
 use std::path::{Path, PathBuf};
 
+use offload::{Arg, Dims, MemKind, Offload, Program};
 use offload_testing::child;
 use serde_json::Value;
 
-#[path = "../examples/quickstart.rs"]
-mod quickstart;
+/// The quickstart's steps, twice: init, allocate, write, load, launch, read back, shut down.
+fn two_rounds() -> offload::Result<()> {
+    for _ in 0..2 {
+        let rt = Offload::init()?;
+        let dev = rt.devices()?.remove(0);
+        let buf = dev.alloc(1024, MemKind::Device)?;
+        buf.write(0, &[0; 1024])?;
+        let add_one = Program::new(offload::host::fixtures::KERNELS)
+            .load(&dev)?
+            .kernel("add_one")?;
+        let queue = dev.queue()?;
+        let words = 256u32;
+        // SAFETY: add_one increments `words` u32s of its buffer argument, and `buf` holds
+        // exactly `words` of them.
+        unsafe {
+            queue.launch(
+                &add_one,
+                Dims::grid([1, 1, 1]).block([256, 1, 1]),
+                &[Arg::buffer(&buf), Arg::scalar(&words)],
+            )
+        }?;
+        let mut back = [0u8; 1024];
+        queue.read(&buf, 0, &mut back)?;
+        assert_eq!(u32::from_ne_bytes(back[..4].try_into().unwrap()), 1);
+        rt.shutdown()?;
+    }
+    Ok(())
+}
 
-/// What a child does, by `TRACE_CHILD`: `quickstart`, or `no_shutdown` (init, a sync, and
+/// What a child does, by `TRACE_CHILD`: `two_rounds`, or `no_shutdown` (init, a sync, and
 /// exit with the runtime still live). Without it, nothing (a plain run of this binary).
 #[test]
 fn trace_child() {
     match std::env::var("TRACE_CHILD").as_deref() {
-        Ok("quickstart") => quickstart::main().expect("the quickstart"),
+        Ok("two_rounds") => two_rounds().expect("two rounds"),
         Ok("no_shutdown") => {
-            let rt = offload::Offload::init().expect("init");
+            let rt = Offload::init().expect("init");
             rt.devices().expect("devices")[0]
                 .queue()
                 .expect("queue")
@@ -110,8 +137,8 @@ fn count(events: &[(String, f64, f64)], name: &str) -> usize {
 }
 
 #[test]
-fn the_quickstart_writes_a_chrome_trace() {
-    let (trace, pid) = traced_child("quickstart");
+fn two_rounds_write_a_chrome_trace() {
+    let (trace, pid) = traced_child("two_rounds");
     let events = complete_events(&trace, pid);
     let names: Vec<&str> = events.iter().map(|(n, ..)| n.as_str()).collect();
     // Two rounds, each written at its shutdown: the file holds both.
@@ -160,7 +187,7 @@ fn a_trace_that_cannot_be_written_is_a_warning_not_a_failure() {
     let out = child::run_test(
         "trace_child",
         &[
-            ("TRACE_CHILD", "quickstart"),
+            ("TRACE_CHILD", "two_rounds"),
             ("OFFLOAD_TRACE", path.to_str().expect("a UTF-8 path")),
         ],
     );

@@ -47,9 +47,9 @@
 //! The module uses nothing else of the crate: the runtime arms it at `start`
 //! (`typestate`) and calls [`write`] at the end of a teardown (`runtime::lifecycle`).
 
-use crate::sync::statics;
-use crate::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, PoisonError, statics,
+};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -19,9 +19,7 @@
 //! Every failure here is silent to the caller (a cache miss): the cache can only save a
 //! compile, never fail a load.
 
-use crate::sync::Arc;
-use crate::sync::statics;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering, statics};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};

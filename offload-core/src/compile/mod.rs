@@ -13,9 +13,7 @@ mod shared;
 
 pub use shared::{CompileKey, SharedCache, set_shared_cache};
 
-use crate::sync::statics;
-use crate::sync::{Arc, Mutex};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, lock, statics};
 use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
@@ -24,7 +22,6 @@ use crate::config::Config;
 use crate::erased::DynDevice;
 use crate::error::Result;
 use crate::hal::{CompilerId, Source};
-use crate::sync::lock;
 
 /// A compile's cache key.
 pub(crate) type Key = [u8; 32];

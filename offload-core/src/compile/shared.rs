@@ -7,12 +7,10 @@
 //! too. Whatever it answers is only a faster way to the image the local compile would
 //! make: the key names every input of the compile, so an answer for the key is the image.
 
-use crate::sync::statics;
-use crate::sync::{Arc, RwLock};
+use crate::sync::{Arc, RwLock, read, statics, write};
 use std::fmt;
 
 use crate::error::Result;
-use crate::sync::{read, write};
 
 use super::{Key, hex};
 

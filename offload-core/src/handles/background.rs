@@ -17,7 +17,7 @@
 //! for a free one), waits for a running one, and returns the error of one that failed:
 //! the compiler's own `Error::Compile`, log and all. This module runs no user code.
 
-use crate::sync::{Arc, Condvar, Mutex, PoisonError};
+use crate::sync::{Arc, Condvar, JoinHandle, Mutex, PoisonError, lock, spawn};
 use std::collections::VecDeque;
 
 use super::program::{Program, ProgramInner};
@@ -28,7 +28,6 @@ use crate::error::{Error, Result};
 use crate::hal::{BackendKind, Source};
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Extension};
-use crate::sync::{JoinHandle, lock, spawn};
 
 /// Where one (program, device)'s compile stands.
 #[derive(Debug)]

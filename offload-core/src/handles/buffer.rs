@@ -11,9 +11,9 @@
 //! dropped, and whose calls answer `Error::InvalidIpcHandle` once the sending process
 //! unmapped the memory (I3).
 
-use crate::sync::statics;
-use crate::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU64, OnceLock, Ordering, RwLock, RwLockWriteGuard, read, statics, write,
+};
 use std::fmt;
 
 use crate::erased::DynBuffer;
@@ -21,7 +21,6 @@ use crate::error::{Error, Result};
 use crate::hal::{BackendKind, MemKind};
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Live, Resource, ResourceKey};
-use crate::sync::{read, write};
 
 /// Bytes a copy between two devices stages through host memory at a time.
 pub const STAGING_CHUNK: usize = 8 << 20;

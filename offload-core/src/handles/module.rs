@@ -2,8 +2,10 @@
 //! (kernels, phase, setup and teardown callbacks run as user code, L6), and its release —
 //! unload after the teardown callback, exactly once (P3).
 
-use crate::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, PoisonError, RwLock, lock,
+    read, write,
+};
 use std::cell::Cell;
 use std::fmt;
 
@@ -14,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::hal::{BackendKind, GlobalInfo, ParamKind};
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
-use crate::sync::{lock, read, write};
 
 /// One kernel the backend resolved in a module.
 pub(crate) struct KernelSlot {

@@ -16,9 +16,10 @@
 //! live in the generation, so a handle that outlives them gets a typed error, never a
 //! dangling driver object.
 
-use crate::sync::statics;
-use crate::sync::{Arc, Condvar, Mutex, RwLock, Weak};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, RwLock, Weak, lock, read,
+    statics, write,
+};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
@@ -30,7 +31,6 @@ use crate::error::{Error, Result};
 use crate::hal::Source;
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Generation, Kind};
-use crate::sync::{lock, read, write};
 
 /// The error a callback returns.
 pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;

@@ -14,7 +14,7 @@
 //! of it, gets `InvalidArgument` at once (it would wait for itself); a queue dropped inside
 //! its own host function is released on a helper thread once the function returned.
 
-use crate::sync::{Arc, RwLock, RwLockWriteGuard};
+use crate::sync::{Arc, RwLock, RwLockWriteGuard, lock, read};
 use smallvec::SmallVec;
 use std::fmt;
 
@@ -27,7 +27,6 @@ use crate::handles::event::Event;
 use crate::handles::{Buffer, Device, Kernel};
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
 use crate::runtime::reentry;
-use crate::sync::{lock, read};
 
 /// A queue or event as its generation lists it: the backend object, until released.
 pub(crate) struct Entry<T: ?Sized> {

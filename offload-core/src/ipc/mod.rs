@@ -37,9 +37,7 @@ pub mod wire;
 
 pub use endpoint::{IpcEndpoint, Received};
 
-use crate::sync::Arc;
-use crate::sync::statics;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering, lock, statics};
 
 pub use handle::{IpcHandle, MAX_HANDLE_BYTES, backend_code};
 pub use stats::{IpcStats, stats};
@@ -48,7 +46,6 @@ use crate::config::Config;
 use crate::handles::BufferEntry;
 
 use crate::runtime::generation::{Extension, Generation, ResourceKey};
-use crate::sync::lock;
 
 statics! {
     /// This process's token, part of every allocation's identity in a handle: allocation ids

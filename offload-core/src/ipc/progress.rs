@@ -19,11 +19,10 @@
 //! for it. It is a plain pthread (`offload-thread`): `std::thread` would pin a library
 //! embedding offload that is `dlclose`d later (L2).
 
-use crate::sync::{Arc, Condvar, Mutex, Weak};
+use crate::sync::{Arc, Condvar, JoinHandle, Mutex, Weak, lock, spawn, wait_timeout};
 use std::time::Duration;
 
 use crate::runtime::generation::Generation;
-use crate::sync::{JoinHandle, lock, spawn, wait_timeout};
 
 /// How often the thread looks at endpoints nobody else drives. An idle receiver answers an
 /// unmap within about two ticks.

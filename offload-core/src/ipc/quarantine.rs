@@ -8,14 +8,12 @@
 //! takes one off; the last one releases the memory. Shutdown releases what is left (the
 //! generation's teardown frees every listed allocation). Counted in [`super::stats`].
 
-use crate::sync::Ordering;
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, Mutex, Ordering, lock};
 
 use crate::handles::BufferEntry;
 use crate::ipc::cache::PeerRef;
 use crate::ipc::stats;
 use crate::runtime::generation::{Generation, ResourceKey};
-use crate::sync::lock;
 
 /// An unmap a quarantined allocation waits for: which peer, which cache entry.
 pub(crate) type Awaited = (PeerRef, u32, u32);

@@ -3,8 +3,7 @@
 //! exported allocation gets the hook that unmaps it from every peer before it is freed.
 //! These calls live with IPC, not with the handles, so the handles need not know IPC.
 
-use crate::sync::Arc;
-use crate::sync::Ordering;
+use crate::sync::{Arc, Ordering};
 
 use crate::erased::DynDevice;
 use crate::error::{Error, Result};

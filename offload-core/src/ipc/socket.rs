@@ -3,8 +3,7 @@
 //! with `SCM_RIGHTS`. Everything here is safe code over rustix; nothing here knows the
 //! messages.
 
-use crate::sync::statics;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, statics};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -2,8 +2,7 @@
 //! one import per peer, no mapping held longer than the contract allows, every bad message
 //! counted). Const-initialised; they start over with the library.
 
-use crate::sync::statics;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering, statics};
 
 statics! {
     pub(crate) static EXPORTS: AtomicUsize = AtomicUsize::new(0);

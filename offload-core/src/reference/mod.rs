@@ -22,9 +22,10 @@
 
 mod queue;
 
-use crate::sync::statics;
-use crate::sync::{Arc, Mutex, OnceLock, RwLock, RwLockWriteGuard, Weak};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    Arc, AtomicU64, AtomicUsize, Mutex, OnceLock, Ordering, RwLock, RwLockWriteGuard, Weak, lock,
+    read, statics, write,
+};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,6 @@ use crate::hal::{
     self, BackendKind, DeviceInfo, Dims, Exported, GlobalInfo, KernelArg, KernelOf, MemKind,
     ParamKind, ScalarType,
 };
-use crate::sync::{lock, read, write};
 
 use queue::{Pending, Queues, Work};
 pub use queue::{RefEvent, RefQueue};

@@ -5,12 +5,9 @@
 //! reason, and [`Unordered`](super::Unordered), which skips the last step, shows that the
 //! suite catches a backend that breaks them.
 
-use crate::sync::{Arc, Mutex, OnceLock, Weak};
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{Arc, AtomicBool, Mutex, OnceLock, Ordering, Weak, lock};
 use std::collections::VecDeque;
 use std::time::Instant;
-
-use crate::sync::lock;
 
 /// One command, checked when it was enqueued.
 pub(crate) type Work = Box<dyn FnOnce() + Send>;

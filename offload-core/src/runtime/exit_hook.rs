@@ -10,8 +10,7 @@
 //! the only `unsafe` in the core.
 #![allow(unsafe_code)]
 
-use crate::sync::statics;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, statics};
 
 use crate::hal::BackendKind;
 

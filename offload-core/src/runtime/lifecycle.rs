@@ -38,7 +38,7 @@
 //! a thread-local destructor on every thread that loads, and such a destructor pins a
 //! `dlclose`d library until that thread exits (measured; L2 forbids it).
 
-use crate::sync::Arc;
+use crate::sync::{Arc, Condvar, JoinHandle, Mutex, Ordering, lock, spawn, statics, wait};
 use std::cell::Cell;
 
 use crate::config::{Config, Overrides};
@@ -47,7 +47,6 @@ use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::runtime::generation::{Generation, MakeExtension, loading_here};
 use crate::runtime::reentry;
-use crate::sync::{Condvar, JoinHandle, Mutex, Ordering, lock, spawn, statics, wait};
 
 /// The process-wide lifecycle state. Const-initialised; starts over whenever the library
 /// that contains it is loaded again (L2).

@@ -19,16 +19,13 @@
 //! waits for an open in flight and never deinitialises a platform half opened. The mutex
 //! comes from `crate::sync`, so the model check schedules concurrent opens.
 
-use crate::sync::statics;
-use crate::sync::{Arc, OnceLock};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Mutex, OnceLock, Ordering, lock, statics};
 
 use crate::config::Config;
 use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
 use crate::error::Result;
 use crate::hal::BackendKind;
 use crate::runtime::generation::Unavailable;
-use crate::sync::{Mutex, lock};
 
 statics! {
     /// How many times this process tried to open a platform of each backend, indexed by

@@ -20,9 +20,9 @@
 //! `receive` (deliveries become views), `shared` (the generation's IPC state). This file
 //! holds what they share: the engine, its peers, pending sends and deliveries.
 
-use crate::sync::statics;
-use crate::sync::{Arc, Condvar, Mutex, Weak};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Weak, lock, statics,
+};
 use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
@@ -41,7 +41,6 @@ use crate::ipc::socket::{self, Sent};
 use crate::ipc::wire::{self, FailCode, Message, ONE_SHOT};
 use crate::ipc::{IpcHandle, PeerId, stats};
 use crate::runtime::generation::{Extension, Generation, Kind, Resource, ResourceKey};
-use crate::sync::lock;
 
 mod api;
 mod receive;

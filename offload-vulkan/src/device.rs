@@ -1,7 +1,7 @@
 //! A device of a Vulkan platform ([`VulkanDevice`]), the handle the platform hands out for
-//! one [`DeviceContext`], and its `hal::Device` impl (memory, programs, making queues;
-//! launches and events are the queue's, queue.rs) and `hal::Ipc` impl (memory shared as
-//! `OPAQUE_FD`s).
+//! one [`DeviceContext`], and its `hal::Device` impl (memory and the host's copies in and
+//! out of it, programs, making queues; launches and events are the queue's, queue.rs) and
+//! `hal::Ipc` impl (memory shared as `OPAQUE_FD`s). The buffers themselves are memory.rs's.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,8 +10,9 @@ use offload_core::hal::{self, CompilerId, Language};
 use offload_core::{BackendKind, DeviceInfo, Error, MemKind, Result};
 
 use crate::context::DeviceContext;
+use crate::error::check_range;
 use crate::info::VulkanDeviceInfo;
-use crate::memory::VulkanBuffer;
+use crate::memory::{PAYLOAD_LEN, PAYLOAD_MAGIC, VulkanBuffer};
 use crate::program::{self, VulkanModule};
 use crate::queue::{VulkanEvent, VulkanQueue};
 use crate::wgsl;
@@ -127,18 +128,78 @@ impl hal::Device for VulkanDevice {
         waited
     }
 
+    /// A `memcpy` out of the mapping where the memory is host-visible; otherwise a copy
+    /// through the device's queue and staging memory (transfer.rs).
     fn read(&self, buffer: &VulkanBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.read(offset, dst)
+        const CALL: &str = "Buffer::read";
+        check_range(CALL, offset, dst.len(), buffer.len)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        buffer.wait_unused(CALL)?;
+        match buffer.raw.mapped {
+            // SAFETY: offset + len <= buffer.len <= the mapped size (checked), so the source
+            // lies inside the mapping, which lives as long as `buffer`; `dst` is a Rust slice
+            // and cannot alias device memory (we never hand out references into it); host
+            // writers need `&mut VulkanBuffer`, every transfer into the buffer finished before
+            // its call returned, and every launch submitted before this call has finished
+            // (waited).
+            Some(ptr) => unsafe {
+                std::ptr::copy_nonoverlapping(ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            },
+            None => buffer
+                .device()
+                .read_staged(buffer.raw.buffer, offset as u64, dst)?,
+        }
+        Ok(())
     }
 
+    /// A `memcpy` into the mapping, or a copy through staging memory.
     fn write(&self, buffer: &mut VulkanBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.write(offset, src)
+        const CALL: &str = "Buffer::write";
+        check_range(CALL, offset, src.len(), buffer.len)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        buffer.wait_unused(CALL)?;
+        match buffer.raw.mapped {
+            // SAFETY: the destination lies inside the mapping (checked); `src` cannot alias
+            // it; `&mut VulkanBuffer` excludes every other access, and no GPU work on the
+            // buffer is pending (transfers complete before they return, launches were
+            // waited for).
+            Some(ptr) => unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.as_ptr().add(offset), src.len())
+            },
+            None => buffer
+                .device()
+                .write_staged(buffer.raw.buffer, offset as u64, src)?,
+        }
+        Ok(())
     }
 
+    /// `memset` on the mapping, or `vkCmdFillBuffer` (transfer.rs).
     fn fill(&self, buffer: &mut VulkanBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        buffer.fill(offset, len, value)
+        const CALL: &str = "Buffer::fill";
+        check_range(CALL, offset, len, buffer.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        buffer.wait_unused(CALL)?;
+        match buffer.raw.mapped {
+            // SAFETY: the range lies inside the mapping (checked); `&mut VulkanBuffer`
+            // excludes every other access.
+            Some(ptr) => unsafe { std::ptr::write_bytes(ptr.as_ptr().add(offset), value, len) },
+            None => buffer.device().fill_on_device(
+                buffer.raw.buffer,
+                offset as u64,
+                len as u64,
+                value,
+            )?,
+        }
+        Ok(())
     }
 
+    /// A `memcpy` between two mappings, or `vkCmdCopyBuffer`.
     fn copy(
         &self,
         src: &VulkanBuffer,
@@ -147,9 +208,43 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        dst.copy_from(dst_offset, src, src_offset, len)
+        const CALL: &str = "Buffer::copy_from";
+        check_range(CALL, src_offset, len, src.len)?;
+        check_range(CALL, dst_offset, len, dst.len)?;
+        if !Arc::ptr_eq(dst.device(), src.device()) {
+            return Err(Error::invalid(
+                CALL,
+                "the source and destination Vulkan buffers are on different devices",
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        src.wait_unused(CALL)?;
+        dst.wait_unused(CALL)?;
+        match (src.raw.mapped, dst.raw.mapped) {
+            // SAFETY: both ranges lie inside their mappings (checked); `dst` is borrowed
+            // mutably and `src` shared, so they are different allocations that cannot
+            // overlap, and nobody else writes either.
+            (Some(s), Some(d)) => unsafe {
+                std::ptr::copy_nonoverlapping(
+                    s.as_ptr().add(src_offset),
+                    d.as_ptr().add(dst_offset),
+                    len,
+                )
+            },
+            _ => dst.device().copy_on_device(
+                src.raw.buffer,
+                src_offset as u64,
+                dst.raw.buffer,
+                dst_offset as u64,
+                len as u64,
+            )?,
+        }
+        Ok(())
     }
 
+    /// A `memmove` on the mapping, or a copy on the device through a scratch range.
     fn copy_within(
         &self,
         buffer: &mut VulkanBuffer,
@@ -157,7 +252,27 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        buffer.copy_within(src_offset, dst_offset, len)
+        const CALL: &str = "Buffer::copy_from";
+        check_range(CALL, src_offset, len, buffer.len)?;
+        check_range(CALL, dst_offset, len, buffer.len)?;
+        if len == 0 || src_offset == dst_offset {
+            return Ok(());
+        }
+        buffer.wait_unused(CALL)?;
+        match buffer.raw.mapped {
+            // SAFETY: both ranges lie inside the mapping (checked); `ptr::copy` allows them
+            // to overlap; `&mut VulkanBuffer` excludes every other access.
+            Some(p) => unsafe {
+                std::ptr::copy(p.as_ptr().add(src_offset), p.as_ptr().add(dst_offset), len)
+            },
+            None => buffer.device().move_on_device(
+                buffer.raw.buffer,
+                src_offset as u64,
+                dst_offset as u64,
+                len as u64,
+            )?,
+        }
+        Ok(())
     }
 
     /// Host-visible memory (always `MemKind::Host`/`Shared`; `Device` where the device's
@@ -214,8 +329,28 @@ impl hal::Ipc for VulkanDevice {
         VulkanBuffer::new(self.context()?.clone(), size, kind, true)
     }
 
+    /// A new `OPAQUE_FD` of the buffer's memory, and a payload of `OFVK`, the memory type
+    /// index (u32) and the `allocationSize` (u64), little-endian, which an `OPAQUE_FD`
+    /// import must repeat (`VulkanBuffer::import` reads it).
     fn export(&self, buffer: &VulkanBuffer) -> Result<hal::Exported> {
-        buffer.export()
+        const CALL: &str = "Buffer::export";
+        if !buffer.exportable {
+            return Err(Error::invalid(
+                CALL,
+                "Vulkan buffer is not exportable (allocate it with alloc_exportable)",
+            ));
+        }
+        let raw = &buffer.raw;
+        let fd = raw.export_fd(buffer.device(), CALL)?;
+        let mut payload = Vec::with_capacity(PAYLOAD_LEN);
+        payload.extend_from_slice(&PAYLOAD_MAGIC);
+        payload.extend_from_slice(&raw.type_index.to_le_bytes());
+        payload.extend_from_slice(&raw.allocation_size.to_le_bytes());
+        Ok(hal::Exported {
+            size: buffer.len as u64,
+            payload,
+            fd: Some(fd),
+        })
     }
 
     fn import(&self, exported: hal::Exported) -> Result<VulkanBuffer> {

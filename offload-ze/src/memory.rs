@@ -1,6 +1,7 @@
 //! Level Zero memory: device (`zeMemAllocDevice`), host (`zeMemAllocHost`) and shared
-//! (`zeMemAllocShared`) allocations of the driver's context, and the host's copies in and
-//! out of them, which go through the device's synchronous immediate command list
+//! (`zeMemAllocShared`) allocations of the driver's context, their ranges and their release.
+//! The host's copies in and out of them are the device's (`hal::Device` in platform.rs):
+//! they go through the device's synchronous immediate command list
 //! (`zeCommandListAppendMemoryCopy` / `...MemoryFill`, each returning once done).
 //!
 //! Queued work on a buffer (Q1) is remembered by queue (`offload_driver::Uses`): a host
@@ -255,110 +256,6 @@ impl ZeBuffer {
         }
     }
 
-    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        let src = self.at(CALL, offset, dst.len())?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: the range lies inside this live allocation (checked); no queued work on it
-        // runs (waited); `dst` is host memory, borrowed for the call.
-        unsafe {
-            self.alloc
-                .device
-                .copy_now(CALL, dst.as_mut_ptr().cast(), src, dst.len())
-        }
-    }
-
-    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        let dst = self.at(CALL, offset, src.len())?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: as in `read`; `&mut self` excludes every other host access.
-        unsafe {
-            self.alloc
-                .device
-                .copy_now(CALL, dst, src.as_ptr().cast(), src.len())
-        }
-    }
-
-    pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
-        const CALL: &str = "Buffer::fill";
-        let dst = self.at(CALL, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.alloc.uses.wait(CALL)?;
-        let device = &self.alloc.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: as in `write`.
-            unsafe {
-                device
-                    .driver()
-                    .append_fill(list, dst, &[value], len, None, &[])
-            }
-        })
-    }
-
-    /// Copies from `src`, another buffer of the same device.
-    pub(crate) fn copy_from(
-        &mut self,
-        dst_offset: usize,
-        src: &ZeBuffer,
-        src_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = src.at(CALL, src_offset, len)?;
-        let to = self.at(CALL, dst_offset, len)?;
-        if !Arc::ptr_eq(&self.alloc.device, &src.alloc.device) {
-            return Err(Error::InvalidArgument {
-                call: CALL,
-                reason: "the ze buffers are on different devices".into(),
-            });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        if Arc::ptr_eq(&self.alloc, &src.alloc) {
-            return self.copy_within(src_offset, dst_offset, len);
-        }
-        src.alloc.uses.wait(CALL)?;
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
-        // work on either runs (waited); they are different allocations, so they do not
-        // overlap.
-        unsafe { self.alloc.device.copy_now(CALL, to, from, len) }
-    }
-
-    /// A copy inside the buffer; overlapping ranges are staged through the host.
-    pub(crate) fn copy_within(
-        &mut self,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = self.at(CALL, src_offset, len)?;
-        let to = self.at(CALL, dst_offset, len)?;
-        if len == 0 || from == to {
-            return Ok(());
-        }
-        if src_offset.abs_diff(dst_offset) < len {
-            let mut staged = vec![0u8; len];
-            self.read(src_offset, &mut staged)?;
-            return self.write(dst_offset, &staged);
-        }
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
-        // (checked above); no queued work on it runs (waited).
-        unsafe { self.alloc.device.copy_now(CALL, to, from, len) }
-    }
-
     /// The bytes in place, for host and shared memory (the host reaches them directly).
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
         const CALL: &str = "Buffer::with_mapped";
@@ -379,15 +276,5 @@ impl ZeBuffer {
         // bytes while the buffer lives; no queued work on it runs (waited), and none can be
         // queued while `&mut self` is borrowed; the host's own copies are synchronous.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr.cast::<u8>(), self.len) })
-    }
-
-    /// Lets go of the memory: freed once no queued work uses it.
-    pub(crate) fn free(self) -> Result<()> {
-        if Arc::strong_count(&self.alloc) == 1 {
-            // The last user: wait here, so a failure is reported (the drop only ignores it).
-            self.alloc.uses.wait("Buffer::free")?;
-        }
-        drop(self);
-        Ok(())
     }
 }

@@ -1,21 +1,20 @@
 //! The Level Zero platform and its devices: the loader opened and initialised, one context
 //! per driver ([`ContextShared`]), a record per device ([`DeviceShared`]) that every object
-//! made on it holds, and the `hal` traits over them, each call delegating to the module that
-//! owns its objects (memory.rs, queue.rs, program.rs, ipc.rs).
+//! made on it holds, and the `hal::Device` and `hal::Ipc` impls over them: the host's
+//! copies in and out of buffers are here; the buffers themselves are memory.rs's, programs
+//! (and their `hal::Program` impl) program.rs's, queues queue.rs's, IPC ipc.rs's.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use offload_core::hal::{self, ImageFormat};
-use offload_core::{
-    BackendKind, Config, DeviceInfo, Error, GlobalInfo, MemKind, ParamKind, Result,
-};
+use offload_core::{BackendKind, Config, DeviceInfo, Error, MemKind, Result};
 use offload_driver::{Failure, LaunchLimits, driver_not_found, no_device};
 
 use crate::ffi::{self, ContextHandle, DeviceHandle, DriverHandle, ListHandle};
 use crate::memory::ZeBuffer;
-use crate::program::{self, ZeKernel, ZeModule};
+use crate::program::{self, ZeModule};
 use crate::queue::{ZeEvent, ZeQueue};
 use crate::{BACKEND, COUNTERS, LIBRARY};
 
@@ -414,22 +413,69 @@ impl hal::Device for ZeDevice {
         ZeBuffer::new(&self.shared, size, kind, false, "Device::alloc")
     }
 
+    /// Lets go of the memory: freed once no queued work uses it.
     fn free(&self, buffer: ZeBuffer) -> Result<()> {
-        buffer.free()
+        if Arc::strong_count(&buffer.alloc) == 1 {
+            // The last user: wait here, so a failure is reported (the drop only ignores it).
+            buffer.alloc.uses.wait("Buffer::free")?;
+        }
+        drop(buffer);
+        Ok(())
     }
 
     fn read(&self, buffer: &ZeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.read(offset, dst)
+        const CALL: &str = "Buffer::read";
+        let src = buffer.at(CALL, offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        buffer.alloc.uses.wait(CALL)?;
+        // SAFETY: the range lies inside this live allocation (checked); no queued work on it
+        // runs (waited); `dst` is host memory, borrowed for the call.
+        unsafe {
+            buffer
+                .alloc
+                .device
+                .copy_now(CALL, dst.as_mut_ptr().cast(), src, dst.len())
+        }
     }
 
     fn write(&self, buffer: &mut ZeBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.write(offset, src)
+        const CALL: &str = "Buffer::write";
+        let dst = buffer.at(CALL, offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        buffer.alloc.uses.wait(CALL)?;
+        // SAFETY: as in `read`; `&mut ZeBuffer` excludes every other host access.
+        unsafe {
+            buffer
+                .alloc
+                .device
+                .copy_now(CALL, dst, src.as_ptr().cast(), src.len())
+        }
     }
 
     fn fill(&self, buffer: &mut ZeBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        buffer.fill(offset, len, value)
+        const CALL: &str = "Buffer::fill";
+        let dst = buffer.at(CALL, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        buffer.alloc.uses.wait(CALL)?;
+        let device = &buffer.alloc.device;
+        device.with_copier(CALL, |list| {
+            // SAFETY: as in `write`.
+            unsafe {
+                device
+                    .driver()
+                    .append_fill(list, dst, &[value], len, None, &[])
+            }
+        })
     }
 
+    /// From another buffer of the same device (a copy inside one allocation, through two
+    /// handles of it, is `copy_within`'s).
     fn copy(
         &self,
         src: &ZeBuffer,
@@ -438,11 +484,52 @@ impl hal::Device for ZeDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        dst.copy_from(dst_offset, src, src_offset, len)
+        const CALL: &str = "Buffer::copy_from";
+        let from = src.at(CALL, src_offset, len)?;
+        let to = dst.at(CALL, dst_offset, len)?;
+        if !Arc::ptr_eq(&dst.alloc.device, &src.alloc.device) {
+            return Err(Error::InvalidArgument {
+                call: CALL,
+                reason: "the ze buffers are on different devices".into(),
+            });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        if Arc::ptr_eq(&dst.alloc, &src.alloc) {
+            return self.copy_within(dst, src_offset, dst_offset, len);
+        }
+        src.alloc.uses.wait(CALL)?;
+        dst.alloc.uses.wait(CALL)?;
+        // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
+        // work on either runs (waited); they are different allocations, so they do not
+        // overlap.
+        unsafe { dst.alloc.device.copy_now(CALL, to, from, len) }
     }
 
-    fn copy_within(&self, buffer: &mut ZeBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        buffer.copy_within(so, d, len)
+    /// Overlapping ranges are staged through the host.
+    fn copy_within(
+        &self,
+        buffer: &mut ZeBuffer,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Buffer::copy_from";
+        let from = buffer.at(CALL, src_offset, len)?;
+        let to = buffer.at(CALL, dst_offset, len)?;
+        if len == 0 || from == to {
+            return Ok(());
+        }
+        if src_offset.abs_diff(dst_offset) < len {
+            let mut staged = vec![0u8; len];
+            self.read(buffer, src_offset, &mut staged)?;
+            return self.write(buffer, dst_offset, &staged);
+        }
+        buffer.alloc.uses.wait(CALL)?;
+        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
+        // (checked above); no queued work on it runs (waited).
+        unsafe { buffer.alloc.device.copy_now(CALL, to, from, len) }
     }
 
     /// Host (`zeMemAllocHost`) and shared (`zeMemAllocShared`) memory; device memory and
@@ -482,44 +569,5 @@ impl hal::Ipc for ZeDevice {
 
     fn import(&self, exported: hal::Exported) -> Result<ZeBuffer> {
         crate::ipc::import(&self.shared, exported)
-    }
-}
-
-impl hal::Program for ZeModule {
-    type Kernel = ZeKernel;
-
-    fn kernel(&self, name: &str) -> Result<ZeKernel> {
-        ZeModule::kernel(self, name)
-    }
-
-    fn params(kernel: &ZeKernel) -> &[ParamKind] {
-        &kernel.params
-    }
-
-    fn kernels(&self) -> Vec<String> {
-        ZeModule::kernels(self)
-    }
-
-    fn globals(&self) -> Vec<String> {
-        ZeModule::globals(self)
-    }
-
-    fn global(&self, name: &str) -> Result<GlobalInfo> {
-        self.global_info(name)
-    }
-
-    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        ZeModule::read_global(self, name, offset, dst)
-    }
-
-    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        ZeModule::write_global(self, name, offset, src)
-    }
-
-    /// Unloads now, or with the last kernel of it, after its queued launches.
-    fn unload(self) -> Result<()> {
-        let waited = self.inner.uses.wait("Module::unload");
-        drop(self);
-        waited
     }
 }

@@ -13,6 +13,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use offload_core::hal;
 use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
 
 use crate::ffi::{KernelHandle, ModuleHandle, sys};
@@ -227,8 +228,40 @@ fn not_found(call: &'static str, name: &str) -> Error {
 }
 
 impl ZeModule {
-    /// Looks a kernel up (`zeKernelCreate`).
-    pub(crate) fn kernel(&self, name: &str) -> Result<ZeKernel> {
+    /// Address and size of a global (`zeModuleGetGlobalPointer`; the size is the smaller of
+    /// the driver's and the reflection's).
+    fn locate_global(
+        &self,
+        call: &'static str,
+        name: &str,
+    ) -> Result<(*mut std::ffi::c_void, usize)> {
+        let inner = &self.inner;
+        let Image::Spirv(module) = &inner.image else {
+            return Err(not_found(call, name));
+        };
+        let Some(known) = module.globals.iter().find(|g| g.name == name) else {
+            return Err(not_found(call, name));
+        };
+        let cname = CString::new(name).map_err(|_| not_found(call, name))?;
+        // SAFETY: the module is live.
+        let (ptr, size) =
+            unsafe { inner.device.driver().global(inner.raw, &cname) }.map_err(|f| {
+                if f.code == i64::from(sys::ZE_RESULT_ERROR_INVALID_GLOBAL_NAME) {
+                    not_found(call, name)
+                } else {
+                    f.into_error(BackendKind::Ze, call)
+                }
+            })?;
+        Ok((ptr, size.min(known.size)))
+    }
+}
+
+/// Kernels (`zeKernelCreate`), the reflected globals (`zeModuleGetGlobalPointer`, read and
+/// written through the device's synchronous command list) and the unload.
+impl hal::Program for ZeModule {
+    type Kernel = ZeKernel;
+
+    fn kernel(&self, name: &str) -> Result<ZeKernel> {
         const CALL: &str = "Module::kernel";
         let inner = &self.inner;
         if !inner.names.iter().any(|n| n == name) {
@@ -262,53 +295,32 @@ impl ZeModule {
         })
     }
 
-    /// The kernels of the module.
-    pub(crate) fn kernels(&self) -> Vec<String> {
+    fn params(kernel: &ZeKernel) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    fn kernels(&self) -> Vec<String> {
         self.inner.names.clone()
     }
 
-    /// The globals the reflection found (none for a native binary).
-    pub(crate) fn globals(&self) -> Vec<String> {
+    fn globals(&self) -> Vec<String> {
         match &self.inner.image {
             Image::Spirv(module) => module.globals.iter().map(|g| g.name.clone()).collect(),
             Image::Native => Vec::new(),
         }
     }
 
-    /// Address and size of a global (`zeModuleGetGlobalPointer`; the size is the smaller of
-    /// the driver's and the reflection's).
-    fn global(&self, call: &'static str, name: &str) -> Result<(*mut std::ffi::c_void, usize)> {
-        let inner = &self.inner;
-        let Image::Spirv(module) = &inner.image else {
-            return Err(not_found(call, name));
-        };
-        let Some(known) = module.globals.iter().find(|g| g.name == name) else {
-            return Err(not_found(call, name));
-        };
-        let cname = CString::new(name).map_err(|_| not_found(call, name))?;
-        // SAFETY: the module is live.
-        let (ptr, size) =
-            unsafe { inner.device.driver().global(inner.raw, &cname) }.map_err(|f| {
-                if f.code == i64::from(sys::ZE_RESULT_ERROR_INVALID_GLOBAL_NAME) {
-                    not_found(call, name)
-                } else {
-                    f.into_error(BackendKind::Ze, call)
-                }
-            })?;
-        Ok((ptr, size.min(known.size)))
-    }
-
-    pub(crate) fn global_info(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size) = self.global("Module::global", name)?;
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        let (address, size) = self.locate_global("Module::global", name)?;
         Ok(GlobalInfo {
             address: address as u64,
             size,
         })
     }
 
-    pub(crate) fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
         const CALL: &str = "Module::read_global";
-        let (address, size) = self.global(CALL, name)?;
+        let (address, size) = self.locate_global(CALL, name)?;
         check(CALL, name, size, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
@@ -325,9 +337,9 @@ impl ZeModule {
         }
     }
 
-    pub(crate) fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
         const CALL: &str = "Module::write_global";
-        let (address, size) = self.global(CALL, name)?;
+        let (address, size) = self.locate_global(CALL, name)?;
         check(CALL, name, size, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
@@ -340,6 +352,13 @@ impl ZeModule {
                 .device
                 .copy_now(CALL, at, src.as_ptr().cast(), src.len())
         }
+    }
+
+    /// Unloads now, or with the last kernel of it, after its queued launches.
+    fn unload(self) -> Result<()> {
+        let waited = self.inner.uses.wait("Module::unload");
+        drop(self);
+        waited
     }
 }
 

@@ -11,6 +11,7 @@
 use std::ffi::CString;
 use std::sync::Arc;
 
+use offload_core::hal;
 use offload_core::{Error, GlobalInfo, ParamKind, Result};
 
 use super::device::DeviceCore;
@@ -171,9 +172,34 @@ fn not_found<A: StreamApi>(call: &'static str, name: &str) -> Error {
 }
 
 impl<A: StreamApi> StreamModule<A> {
-    /// Looks a kernel up.
+    /// Address and size of a global.
     #[allow(unsafe_code)]
-    pub(crate) fn kernel(&self, name: &str) -> Result<StreamKernel<A>> {
+    fn locate_global(&self, call: &'static str, name: &str) -> Result<(u64, usize)> {
+        let inner = &self.inner;
+        if !A::image_globals(&inner.image).iter().any(|g| g == name) {
+            return Err(not_found::<A>(call, name));
+        }
+        let cname = CString::new(name).map_err(|_| not_found::<A>(call, name))?;
+        inner.core.bind(call)?;
+        // SAFETY: the module is live and of the bound device.
+        unsafe { inner.core.api().module_global(inner.raw, &cname) }.map_err(|f| {
+            if f.code == A::NOT_FOUND {
+                not_found::<A>(call, name)
+            } else {
+                f.into_error(A::KIND, call)
+            }
+        })
+    }
+}
+
+/// Kernels (the vendor's function lookup), the image's globals (its module-global
+/// lookup, read and written with the synchronous copies after the module's queued launches)
+/// and the unload.
+impl<A: StreamApi> hal::Program for StreamModule<A> {
+    type Kernel = StreamKernel<A>;
+
+    #[allow(unsafe_code)]
+    fn kernel(&self, name: &str) -> Result<StreamKernel<A>> {
         const CALL: &str = "Module::kernel";
         let inner = &self.inner;
         let params = A::kernel_params(&inner.image, name, CALL)
@@ -191,44 +217,27 @@ impl<A: StreamApi> StreamModule<A> {
         })
     }
 
-    /// The kernels the image declares.
-    pub(crate) fn kernels(&self) -> Vec<String> {
+    fn params(kernel: &StreamKernel<A>) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    fn kernels(&self) -> Vec<String> {
         A::image_kernels(&self.inner.image)
     }
 
-    /// The globals the image declares.
-    pub(crate) fn globals(&self) -> Vec<String> {
+    fn globals(&self) -> Vec<String> {
         A::image_globals(&self.inner.image)
     }
 
-    /// Address and size of a global.
-    #[allow(unsafe_code)]
-    fn global(&self, call: &'static str, name: &str) -> Result<(u64, usize)> {
-        let inner = &self.inner;
-        if !A::image_globals(&inner.image).iter().any(|g| g == name) {
-            return Err(not_found::<A>(call, name));
-        }
-        let cname = CString::new(name).map_err(|_| not_found::<A>(call, name))?;
-        inner.core.bind(call)?;
-        // SAFETY: the module is live and of the bound device.
-        unsafe { inner.core.api().module_global(inner.raw, &cname) }.map_err(|f| {
-            if f.code == A::NOT_FOUND {
-                not_found::<A>(call, name)
-            } else {
-                f.into_error(A::KIND, call)
-            }
-        })
-    }
-
-    pub(crate) fn global_info(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size) = self.global("Module::global", name)?;
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        let (address, size) = self.locate_global("Module::global", name)?;
         Ok(GlobalInfo { address, size })
     }
 
     #[allow(unsafe_code)]
-    pub(crate) fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
         const CALL: &str = "Module::read_global";
-        let (address, size) = self.global(CALL, name)?;
+        let (address, size) = self.locate_global(CALL, name)?;
         check::<A>(CALL, name, size, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
@@ -244,9 +253,9 @@ impl<A: StreamApi> StreamModule<A> {
     }
 
     #[allow(unsafe_code)]
-    pub(crate) fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
         const CALL: &str = "Module::write_global";
-        let (address, size) = self.global(CALL, name)?;
+        let (address, size) = self.locate_global(CALL, name)?;
         check::<A>(CALL, name, size, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
@@ -259,6 +268,13 @@ impl<A: StreamApi> StreamModule<A> {
             .map_err(driver_error::<A>(CALL))?;
         // SAFETY: the synchronous copies' stream is the bound device's own, always live.
         unsafe { core.api().stream_synchronize(None) }.map_err(driver_error::<A>(CALL))
+    }
+
+    /// Unloads now, or with the last kernel of it, after its queued launches.
+    fn unload(self) -> Result<()> {
+        let waited = self.inner.uses.wait("Module::unload");
+        drop(self);
+        waited
     }
 }
 

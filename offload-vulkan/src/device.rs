@@ -113,7 +113,7 @@ impl hal::Device for VulkanDevice {
     fn alloc(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
         if size == 0 {
             return Err(Error::invalid(
-                "Device::alloc",
+                "",
                 "zero-size allocation on a Vulkan device",
             ));
         }
@@ -123,7 +123,7 @@ impl hal::Device for VulkanDevice {
     fn free(&self, buffer: VulkanBuffer) -> Result<()> {
         // Queued work that uses it may still run: submit it and wait, then destroy
         // (dropping waits too, but could only ignore an error).
-        let waited = buffer.wait_unused("Buffer::free");
+        let waited = buffer.wait_unused("");
         drop(buffer);
         waited
     }
@@ -131,12 +131,11 @@ impl hal::Device for VulkanDevice {
     /// A `memcpy` out of the mapping where the memory is host-visible; otherwise a copy
     /// through the device's queue and staging memory (transfer.rs).
     fn read(&self, buffer: &VulkanBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        check_range(CALL, offset, dst.len(), buffer.len)?;
+        check_range("", offset, dst.len(), buffer.len)?;
         if dst.is_empty() {
             return Ok(());
         }
-        buffer.wait_unused(CALL)?;
+        buffer.wait_unused("")?;
         match buffer.raw.mapped {
             // SAFETY: offset + len <= buffer.len <= the mapped size (checked), so the source
             // lies inside the mapping, which lives as long as `buffer`; `dst` is a Rust slice
@@ -156,12 +155,11 @@ impl hal::Device for VulkanDevice {
 
     /// A `memcpy` into the mapping, or a copy through staging memory.
     fn write(&self, buffer: &mut VulkanBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        check_range(CALL, offset, src.len(), buffer.len)?;
+        check_range("", offset, src.len(), buffer.len)?;
         if src.is_empty() {
             return Ok(());
         }
-        buffer.wait_unused(CALL)?;
+        buffer.wait_unused("")?;
         match buffer.raw.mapped {
             // SAFETY: the destination lies inside the mapping (checked); `src` cannot alias
             // it; `&mut VulkanBuffer` excludes every other access, and no GPU work on the
@@ -179,12 +177,11 @@ impl hal::Device for VulkanDevice {
 
     /// `memset` on the mapping, or `vkCmdFillBuffer` (transfer.rs).
     fn fill(&self, buffer: &mut VulkanBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        const CALL: &str = "Buffer::fill";
-        check_range(CALL, offset, len, buffer.len)?;
+        check_range("", offset, len, buffer.len)?;
         if len == 0 {
             return Ok(());
         }
-        buffer.wait_unused(CALL)?;
+        buffer.wait_unused("")?;
         match buffer.raw.mapped {
             // SAFETY: the range lies inside the mapping (checked); `&mut VulkanBuffer`
             // excludes every other access.
@@ -208,20 +205,19 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        check_range(CALL, src_offset, len, src.len)?;
-        check_range(CALL, dst_offset, len, dst.len)?;
+        check_range("", src_offset, len, src.len)?;
+        check_range("", dst_offset, len, dst.len)?;
         if !Arc::ptr_eq(dst.device(), src.device()) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 "the source and destination Vulkan buffers are on different devices",
             ));
         }
         if len == 0 {
             return Ok(());
         }
-        src.wait_unused(CALL)?;
-        dst.wait_unused(CALL)?;
+        src.wait_unused("")?;
+        dst.wait_unused("")?;
         match (src.raw.mapped, dst.raw.mapped) {
             // SAFETY: both ranges lie inside their mappings (checked); `dst` is borrowed
             // mutably and `src` shared, so they are different allocations that cannot
@@ -252,13 +248,12 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        check_range(CALL, src_offset, len, buffer.len)?;
-        check_range(CALL, dst_offset, len, buffer.len)?;
+        check_range("", src_offset, len, buffer.len)?;
+        check_range("", dst_offset, len, buffer.len)?;
         if len == 0 || src_offset == dst_offset {
             return Ok(());
         }
-        buffer.wait_unused(CALL)?;
+        buffer.wait_unused("")?;
         match buffer.raw.mapped {
             // SAFETY: both ranges lie inside the mapping (checked); `ptr::copy` allows them
             // to overlap; `&mut VulkanBuffer` excludes every other access.
@@ -322,7 +317,7 @@ impl hal::Ipc for VulkanDevice {
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
         if size == 0 {
             return Err(Error::invalid(
-                "Device::alloc_exportable",
+                "",
                 "zero-size allocation on a Vulkan device",
             ));
         }
@@ -333,15 +328,14 @@ impl hal::Ipc for VulkanDevice {
     /// index (u32) and the `allocationSize` (u64), little-endian, which an `OPAQUE_FD`
     /// import must repeat (`VulkanBuffer::import` reads it).
     fn export(&self, buffer: &VulkanBuffer) -> Result<hal::Exported> {
-        const CALL: &str = "Buffer::export";
         if !buffer.exportable {
             return Err(Error::invalid(
-                CALL,
+                "",
                 "Vulkan buffer is not exportable (allocate it with alloc_exportable)",
             ));
         }
         let raw = &buffer.raw;
-        let fd = raw.export_fd(buffer.device(), CALL)?;
+        let fd = raw.export_fd(buffer.device(), "")?;
         let mut payload = Vec::with_capacity(PAYLOAD_LEN);
         payload.extend_from_slice(&PAYLOAD_MAGIC);
         payload.extend_from_slice(&raw.type_index.to_le_bytes());

@@ -496,9 +496,9 @@ impl VulkanBuffer {
             _ => Placement::Host,
         };
         let (source, call) = if exportable {
-            (Source::Exportable, "Device::alloc_exportable")
+            (Source::Exportable, "")
         } else {
-            (Source::Fresh, "Device::alloc")
+            (Source::Fresh, "")
         };
         let raw = RawAllocation::new(&device, size as u64, placement, source, call)?;
         Ok(Self::counted(
@@ -508,10 +508,9 @@ impl VulkanBuffer {
 
     /// Maps memory another process exported (the payload is `hal::Ipc::export`'s, device.rs).
     pub(crate) fn import(device: Arc<DeviceContext>, exported: Exported) -> Result<Self> {
-        const CALL: &str = "Device::import";
         let bad = |reason: &str| Error::InvalidIpcHandle {
             backend: Some(BackendKind::Vulkan),
-            call: CALL,
+            call: "",
             reason: reason.into(),
         };
         let Some(fd) = exported.fd else {
@@ -551,7 +550,7 @@ impl VulkanBuffer {
             allocation_size,
         };
         // Imported memory is mapped where it is host-visible, like device memory.
-        let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, CALL)?;
+        let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, "")?;
         Ok(Self::counted(
             device,
             raw,
@@ -669,10 +668,9 @@ impl VulkanBuffer {
     /// The bytes in place, after the queued work that uses them: memory the host maps,
     /// which no other process can map.
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
-        const CALL: &str = "Buffer::with_mapped";
         let unsupported = |reason: &str| Error::Unsupported {
             backend: BackendKind::Vulkan,
-            call: CALL,
+            call: "",
             reason: reason.into(),
         };
         let Some(ptr) = self.raw.mapped else {
@@ -686,7 +684,7 @@ impl VulkanBuffer {
                  read and write instead",
             ));
         }
-        self.wait_unused(CALL)?;
+        self.wait_unused("")?;
         // SAFETY: the mapping covers the whole allocation (at least `len` bytes) for the
         // buffer's life and is host-coherent; `&mut self` excludes every other host access,
         // no GPU work uses the buffer (waited above, and none can be queued while the
@@ -700,7 +698,7 @@ impl Drop for VulkanBuffer {
         // Queued work that uses it may still run: submit and wait for it (`Device::free`
         // waited already and reported an error; here one can only be ignored, after waiting
         // idle).
-        self.usage.wait_or_idle(&self.device, "Buffer::free");
+        self.usage.wait_or_idle(&self.device, "");
         // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
         // transfer that used it completed before its call returned, and every launch that
         // used it has finished (waited above), so no GPU work on it is pending; it is

@@ -49,12 +49,11 @@ unsafe impl Sync for Allocation {}
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        const CALL: &str = "Buffer::free";
         let driver = self.device.driver();
         let context = self.device.context();
         // A wait that fails (a lost device) leaves the memory allocated: freeing it under
         // work that may still run would be worse than the leak.
-        if self.uses.wait(CALL).is_ok() {
+        if self.uses.wait("").is_ok() {
             if let Origin::Made(_) = self.origin {
                 // SAFETY: a live allocation of this context, freed once, here, with no
                 // queued work on it (waited). (A mapping closes with its last user:
@@ -234,7 +233,7 @@ impl ZeBuffer {
         device
             .driver()
             .alloc_id(device.context(), self.alloc.ptr)
-            .map_err(crate::platform::driver_error("Buffer::allocation_id"))
+            .map_err(crate::platform::driver_error(""))
     }
 
     /// The device address of the first byte.
@@ -258,20 +257,19 @@ impl ZeBuffer {
 
     /// The bytes in place, for host and shared memory (the host reaches them directly).
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
-        const CALL: &str = "Buffer::with_mapped";
         if !matches!(
             self.alloc.origin,
             Origin::Made(MemoryKind::Host | MemoryKind::Shared)
         ) {
             return Err(Error::Unsupported {
                 backend: BackendKind::Ze,
-                call: CALL,
+                call: "",
                 reason: "device memory is not host-visible: allocate MemKind::Host or \
                          MemKind::Shared to touch it in place"
                     .into(),
             });
         }
-        self.alloc.uses.wait(CALL)?;
+        self.alloc.uses.wait("")?;
         // SAFETY: host and shared allocations are host-addressable for their whole `len`
         // bytes while the buffer lives; no queued work on it runs (waited), and none can be
         // queued while `&mut self` is borrowed; the host's own copies are synchronous.

@@ -257,7 +257,7 @@ impl hal::Platform for ZePlatform {
             };
             return Err(driver_not_found(BACKEND, LIBRARY, reason));
         }
-        let on_init = driver_error("Offload::init");
+        let on_init = driver_error("");
         let drivers = driver.drivers().map_err(&on_init)?;
         let Some(&first) = drivers.first() else {
             return Err(driver_not_found(BACKEND, LIBRARY, "zeDriverGet: 0 drivers"));
@@ -347,7 +347,7 @@ impl hal::Platform for ZePlatform {
         if leaked > 0 {
             return Err(Error::Driver {
                 backend: BACKEND,
-                call: "Offload::shutdown",
+                call: "",
                 code: leaked as i64,
                 message: format!(
                     "{leaked} Level Zero objects were still alive at deinit (they are freed \
@@ -373,7 +373,7 @@ impl hal::Platform for ZePlatform {
 
 fn info(shared: &DeviceShared) -> Result<DeviceInfo> {
     let driver = shared.driver();
-    let failed = driver_error("Device::info");
+    let failed = driver_error("");
     let description = driver.describe(shared.handle).map_err(&failed)?;
     let mut info = DeviceInfo::new(
         description.name,
@@ -410,61 +410,58 @@ impl hal::Device for ZeDevice {
 
     /// `Device`: `zeMemAllocDevice`; `Host`: `zeMemAllocHost`; `Shared`: `zeMemAllocShared`.
     fn alloc(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, false, "Device::alloc")
+        ZeBuffer::new(&self.shared, size, kind, false, "")
     }
 
     /// Lets go of the memory: freed once no queued work uses it.
     fn free(&self, buffer: ZeBuffer) -> Result<()> {
         if Arc::strong_count(&buffer.alloc) == 1 {
             // The last user: wait here, so a failure is reported (the drop only ignores it).
-            buffer.alloc.uses.wait("Buffer::free")?;
+            buffer.alloc.uses.wait("")?;
         }
         drop(buffer);
         Ok(())
     }
 
     fn read(&self, buffer: &ZeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        let src = buffer.at(CALL, offset, dst.len())?;
+        let src = buffer.at("", offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        buffer.alloc.uses.wait(CALL)?;
+        buffer.alloc.uses.wait("")?;
         // SAFETY: the range lies inside this live allocation (checked); no queued work on it
         // runs (waited); `dst` is host memory, borrowed for the call.
         unsafe {
             buffer
                 .alloc
                 .device
-                .copy_now(CALL, dst.as_mut_ptr().cast(), src, dst.len())
+                .copy_now("", dst.as_mut_ptr().cast(), src, dst.len())
         }
     }
 
     fn write(&self, buffer: &mut ZeBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        let dst = buffer.at(CALL, offset, src.len())?;
+        let dst = buffer.at("", offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        buffer.alloc.uses.wait(CALL)?;
+        buffer.alloc.uses.wait("")?;
         // SAFETY: as in `read`; `&mut ZeBuffer` excludes every other host access.
         unsafe {
             buffer
                 .alloc
                 .device
-                .copy_now(CALL, dst, src.as_ptr().cast(), src.len())
+                .copy_now("", dst, src.as_ptr().cast(), src.len())
         }
     }
 
     fn fill(&self, buffer: &mut ZeBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        const CALL: &str = "Buffer::fill";
-        let dst = buffer.at(CALL, offset, len)?;
+        let dst = buffer.at("", offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        buffer.alloc.uses.wait(CALL)?;
+        buffer.alloc.uses.wait("")?;
         let device = &buffer.alloc.device;
-        device.with_copier(CALL, |list| {
+        device.with_copier("", |list| {
             // SAFETY: as in `write`.
             unsafe {
                 device
@@ -484,12 +481,11 @@ impl hal::Device for ZeDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = src.at(CALL, src_offset, len)?;
-        let to = dst.at(CALL, dst_offset, len)?;
+        let from = src.at("", src_offset, len)?;
+        let to = dst.at("", dst_offset, len)?;
         if !Arc::ptr_eq(&dst.alloc.device, &src.alloc.device) {
             return Err(Error::InvalidArgument {
-                call: CALL,
+                call: "",
                 reason: "the ze buffers are on different devices".into(),
             });
         }
@@ -499,12 +495,12 @@ impl hal::Device for ZeDevice {
         if Arc::ptr_eq(&dst.alloc, &src.alloc) {
             return self.copy_within(dst, src_offset, dst_offset, len);
         }
-        src.alloc.uses.wait(CALL)?;
-        dst.alloc.uses.wait(CALL)?;
+        src.alloc.uses.wait("")?;
+        dst.alloc.uses.wait("")?;
         // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
         // work on either runs (waited); they are different allocations, so they do not
         // overlap.
-        unsafe { dst.alloc.device.copy_now(CALL, to, from, len) }
+        unsafe { dst.alloc.device.copy_now("", to, from, len) }
     }
 
     /// Overlapping ranges are staged through the host.
@@ -515,9 +511,8 @@ impl hal::Device for ZeDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = buffer.at(CALL, src_offset, len)?;
-        let to = buffer.at(CALL, dst_offset, len)?;
+        let from = buffer.at("", src_offset, len)?;
+        let to = buffer.at("", dst_offset, len)?;
         if len == 0 || from == to {
             return Ok(());
         }
@@ -526,10 +521,10 @@ impl hal::Device for ZeDevice {
             self.read(buffer, src_offset, &mut staged)?;
             return self.write(buffer, dst_offset, &staged);
         }
-        buffer.alloc.uses.wait(CALL)?;
+        buffer.alloc.uses.wait("")?;
         // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
         // (checked above); no queued work on it runs (waited).
-        unsafe { buffer.alloc.device.copy_now(CALL, to, from, len) }
+        unsafe { buffer.alloc.device.copy_now("", to, from, len) }
     }
 
     /// Host (`zeMemAllocHost`) and shared (`zeMemAllocShared`) memory; device memory and
@@ -544,7 +539,7 @@ impl hal::Device for ZeDevice {
     }
 
     fn validate(&self, image: &[u8]) -> Result<()> {
-        program::validate(image, "Device::validate").map(drop)
+        program::validate(image, "").map(drop)
     }
 
     fn queue(&self) -> Result<ZeQueue> {
@@ -560,7 +555,7 @@ impl hal::Ipc for ZeDevice {
     }
 
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, true, "Device::alloc_exportable")
+        ZeBuffer::new(&self.shared, size, kind, true, "")
     }
 
     fn export(&self, buffer: &ZeBuffer) -> Result<hal::Exported> {

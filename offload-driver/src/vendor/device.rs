@@ -344,7 +344,7 @@ impl<A: StreamApi> hal::Platform for StreamPlatform<A> {
         if leaked > 0 {
             return Err(Error::Driver {
                 backend: A::KIND,
-                call: "Offload::shutdown",
+                call: "",
                 code: leaked as i64,
                 message: format!(
                     "{leaked} {} objects were still alive at deinit ({})",
@@ -374,7 +374,7 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     /// `Device`: device memory; `Host`: page-locked host memory; `Shared`: managed memory.
     fn alloc(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
-        StreamBuffer::new(&self.core, size, kind, false, "Device::alloc")
+        StreamBuffer::new(&self.core, size, kind, false, "")
     }
 
     /// Lets go of the memory: freed once no buffer and no queued work uses it.
@@ -384,7 +384,7 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         // While a host function runs the release waits for later (its drop keeps it).
         if Arc::strong_count(alloc) == 1 && !alloc.core.host_fn_running() {
             // The last user: wait here, so a failure is reported (the drop only ignores it).
-            alloc.uses.wait("Buffer::free")?;
+            alloc.uses.wait("")?;
         }
         drop(buffer);
         Ok(())
@@ -392,43 +392,38 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     #[allow(unsafe_code)]
     fn read(&self, buffer: &StreamBuffer<A>, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        let src = buffer.at(CALL, offset, dst.len())?;
+        let src = buffer.at("", offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        buffer.quiesce(CALL)?;
+        buffer.quiesce("")?;
         // SAFETY: the range lies inside this live allocation (checked) of the bound
         // device; no queued work on it runs (waited).
-        unsafe { buffer.alloc.core.api().memcpy_dtoh(dst, src) }.map_err(driver_error::<A>(CALL))
+        unsafe { buffer.alloc.core.api().memcpy_dtoh(dst, src) }.map_err(driver_error::<A>(""))
     }
 
     #[allow(unsafe_code)]
     fn write(&self, buffer: &mut StreamBuffer<A>, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        let dst = buffer.at(CALL, offset, src.len())?;
+        let dst = buffer.at("", offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        buffer.quiesce(CALL)?;
+        buffer.quiesce("")?;
         // SAFETY: as in `read`; `&mut StreamBuffer` excludes every other host access.
-        unsafe { buffer.alloc.core.api().memcpy_htod(dst, src) }
-            .map_err(driver_error::<A>(CALL))?;
-        buffer.settle(CALL)
+        unsafe { buffer.alloc.core.api().memcpy_htod(dst, src) }.map_err(driver_error::<A>(""))?;
+        buffer.settle("")
     }
 
     #[allow(unsafe_code)]
     fn fill(&self, buffer: &mut StreamBuffer<A>, offset: usize, len: usize, v: u8) -> Result<()> {
-        const CALL: &str = "Buffer::fill";
-        let dst = buffer.at(CALL, offset, len)?;
+        let dst = buffer.at("", offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        buffer.quiesce(CALL)?;
+        buffer.quiesce("")?;
         // SAFETY: as in `write`.
-        unsafe { buffer.alloc.core.api().memset_d8(dst, v, len) }
-            .map_err(driver_error::<A>(CALL))?;
-        buffer.settle(CALL)
+        unsafe { buffer.alloc.core.api().memset_d8(dst, v, len) }.map_err(driver_error::<A>(""))?;
+        buffer.settle("")
     }
 
     /// From another buffer of the same device.
@@ -441,26 +436,25 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = src.at(CALL, src_offset, len)?;
-        let to = dst.at(CALL, dst_offset, len)?;
+        let from = src.at("", src_offset, len)?;
+        let to = dst.at("", dst_offset, len)?;
         if !Arc::ptr_eq(&dst.alloc.core, &src.alloc.core) {
             return Err(Error::InvalidArgument {
-                call: CALL,
+                call: "",
                 reason: format!("the {} buffers are on different devices", A::WORDS.name),
             });
         }
         if len == 0 {
             return Ok(());
         }
-        src.alloc.uses.wait(CALL)?;
-        dst.quiesce(CALL)?;
+        src.alloc.uses.wait("")?;
+        dst.quiesce("")?;
         // SAFETY: both ranges lie inside live allocations of the bound device (checked);
         // no queued work on either runs (waited); they are different allocations (`&mut
         // dst` and `&src` cannot alias) so the ranges do not overlap.
         unsafe { dst.alloc.core.api().memcpy_dtod(to, from, len) }
-            .map_err(driver_error::<A>(CALL))?;
-        dst.settle(CALL)
+            .map_err(driver_error::<A>(""))?;
+        dst.settle("")
     }
 
     /// Overlapping ranges are staged through the host.
@@ -472,9 +466,8 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = buffer.at(CALL, src_offset, len)?;
-        let to = buffer.at(CALL, dst_offset, len)?;
+        let from = buffer.at("", src_offset, len)?;
+        let to = buffer.at("", dst_offset, len)?;
         if len == 0 || from == to {
             return Ok(());
         }
@@ -483,12 +476,12 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
             self.read(buffer, src_offset, &mut staged)?;
             return self.write(buffer, dst_offset, &staged);
         }
-        buffer.quiesce(CALL)?;
+        buffer.quiesce("")?;
         // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
         // (checked above); no queued work on it runs (waited).
         unsafe { buffer.alloc.core.api().memcpy_dtod(to, from, len) }
-            .map_err(driver_error::<A>(CALL))?;
-        buffer.settle(CALL)
+            .map_err(driver_error::<A>(""))?;
+        buffer.settle("")
     }
 
     /// Pinned (`MemKind::Host`) and managed (`MemKind::Shared`) memory; device memory is
@@ -503,7 +496,7 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
     }
 
     fn validate(&self, image: &[u8]) -> Result<()> {
-        super::program::validate(&self.core, image, "Device::validate").map(drop)
+        super::program::validate(&self.core, image, "").map(drop)
     }
 
     fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
@@ -527,7 +520,7 @@ impl<A: StreamApi> hal::Ipc for StreamDevice<A> {
     }
 
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
-        StreamBuffer::new(&self.core, size, kind, true, "Device::alloc_exportable")
+        StreamBuffer::new(&self.core, size, kind, true, "")
     }
 
     fn export(&self, buffer: &StreamBuffer<A>) -> Result<Exported> {

@@ -68,10 +68,9 @@ impl<A: StreamApi> Allocation<A> {
 impl<A: StreamApi> Drop for Allocation<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        const CALL: &str = "Buffer::free";
         // A wait that fails (a lost device) leaves the memory allocated: freeing it under
         // work that may still run would be worse than the leak.
-        if self.uses.wait(CALL).is_ok() && self.core.bind_to_release(CALL).is_ok() {
+        if self.uses.wait("").is_ok() && self.core.bind_to_release("").is_ok() {
             let api = self.core.api();
             match self.origin {
                 Origin::Device | Origin::Managed => {
@@ -320,22 +319,21 @@ impl<A: StreamApi> StreamBuffer<A> {
     /// after the queued work on them.
     #[allow(unsafe_code)]
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
-        const CALL: &str = "Buffer::with_mapped";
         let base = match self.alloc.origin {
             Origin::Pinned(host) => host.cast::<u8>(),
             Origin::Managed => std::ptr::with_exposed_provenance_mut::<u8>(self.alloc.ptr as usize),
             Origin::Device | Origin::Imported => {
                 return Err(Error::Unsupported {
                     backend: A::KIND,
-                    call: CALL,
+                    call: "",
                     reason: "device memory is not host-visible: allocate MemKind::Host \
                              (pinned) or MemKind::Shared (managed) to touch it in place"
                         .into(),
                 });
             }
         };
-        self.quiesce(CALL)?;
-        self.settle(CALL)?;
+        self.quiesce("")?;
+        self.settle("")?;
         // SAFETY: pinned and managed allocations are host-addressable for their whole `len`
         // bytes while the buffer lives (`StreamApi`'s contract); no queued work on it runs
         // and the synchronous stream is idle (waited), none can be queued while `&mut

@@ -4,7 +4,8 @@
 
 use std::ffi::{CStr, c_char};
 
-use crate::status::{Res, invalid};
+use crate::status::{Fail, Res};
+use offload::Error;
 
 /// An output pointer checked for null.
 pub(crate) struct Out<T>(*mut T);
@@ -21,7 +22,10 @@ impl<T> Out<T> {
 /// `ptr`, checked for null: `InvalidArgument` naming the parameter if it is.
 pub(crate) fn out<T>(call: &'static str, name: &str, ptr: *mut T) -> Res<Out<T>> {
     if ptr.is_null() {
-        return Err(invalid(call, format!("`{name}` is a null pointer")));
+        return Err(Fail::from(Error::invalid(
+            call,
+            format!("`{name}` is a null pointer"),
+        )));
     }
     Ok(Out(ptr))
 }
@@ -40,10 +44,10 @@ pub(crate) unsafe fn bytes<'a>(
         return Ok(&[]);
     }
     if ptr.is_null() {
-        return Err(invalid(
+        return Err(Fail::from(Error::invalid(
             call,
             format!("`{name}` is a null pointer with a length of {len} bytes"),
-        ));
+        )));
     }
     // SAFETY: non-null; the caller promises `len` readable bytes for 'a.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
@@ -63,10 +67,10 @@ pub(crate) unsafe fn bytes_mut<'a>(
         return Ok(&mut []);
     }
     if ptr.is_null() {
-        return Err(invalid(
+        return Err(Fail::from(Error::invalid(
             call,
             format!("`{name}` is a null pointer with a length of {len} bytes"),
-        ));
+        )));
     }
     // SAFETY: non-null; the caller promises `len` writable bytes, not aliased, for 'a.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
@@ -78,12 +82,15 @@ pub(crate) unsafe fn bytes_mut<'a>(
 /// A non-null `ptr` must point to a NUL-terminated string that stays unchanged for `'a`.
 pub(crate) unsafe fn text<'a>(call: &'static str, name: &str, ptr: *const c_char) -> Res<&'a str> {
     if ptr.is_null() {
-        return Err(invalid(call, format!("`{name}` is a null pointer")));
+        return Err(Fail::from(Error::invalid(
+            call,
+            format!("`{name}` is a null pointer"),
+        )));
     }
     // SAFETY: non-null; the caller promises a NUL-terminated string.
     let s = unsafe { CStr::from_ptr(ptr) };
     s.to_str()
-        .map_err(|_| invalid(call, format!("`{name}` is not UTF-8")))
+        .map_err(|_| Fail::from(Error::invalid(call, format!("`{name}` is not UTF-8"))))
 }
 
 /// Copies `s` and a NUL into `buf` (`cap` bytes); stores the bytes needed (NUL included) in
@@ -109,13 +116,13 @@ pub(crate) unsafe fn copy_text(
         return Ok(());
     }
     if buf.is_null() {
-        return Err(invalid(call, "`buf` is a null pointer"));
+        return Err(Fail::from(Error::invalid(call, "`buf` is a null pointer")));
     }
     if cap < want {
-        return Err(invalid(
+        return Err(Fail::from(Error::invalid(
             call,
             format!("`buf` holds {cap} bytes; {want} are needed"),
-        ));
+        )));
     }
     // SAFETY: the caller promises `cap >= want` writable bytes at `buf`, which cannot
     // overlap `s` (this library's own memory).

@@ -13,8 +13,9 @@ use offload::{Buffer, Device, Offload};
 use crate::ffi::{bytes, copy_text, out, text};
 use crate::memory::offload_buffer_t;
 use crate::runtime::{offload_device_t, offload_runtime_t};
-use crate::status::{Res, guard, invalid, offload_status_t};
+use crate::status::{Fail, Res, guard, offload_status_t};
 use crate::table;
+use offload::Error;
 
 /// An IPC endpoint of a runtime.
 #[allow(non_camel_case_types)]
@@ -55,7 +56,12 @@ impl Endpoint {
         let all = self.peers();
         n.checked_sub(1)
             .and_then(|i| all.get(i as usize).copied())
-            .ok_or_else(|| invalid(call, format!("peer {n} is no peer of this endpoint")))
+            .ok_or_else(|| {
+                Fail::from(Error::invalid(
+                    call,
+                    format!("peer {n} is no peer of this endpoint"),
+                ))
+            })
     }
 }
 
@@ -80,16 +86,19 @@ pub unsafe extern "C" fn offload_ipc_export(
         let len = out(CALL, "len", len)?;
         let fd = out(CALL, "fd", fd)?;
         if bytes.is_null() {
-            return Err(invalid(CALL, "`bytes` is a null pointer"));
+            return Err(Fail::from(Error::invalid(
+                CALL,
+                "`bytes` is a null pointer",
+            )));
         }
         let handle = table::get::<Buffer>(CALL, buffer)?.export()?;
         let (data, descriptor) = handle.into_parts();
         if data.len() > cap {
             // `descriptor` is closed by its drop: nothing leaks.
-            return Err(invalid(
+            return Err(Fail::from(Error::invalid(
                 CALL,
                 format!("`bytes` holds {cap} bytes; the handle has {}", data.len()),
-            ));
+            )));
         }
         // SAFETY: the caller promises `cap >= data.len()` writable bytes at `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), bytes, data.len()) };

@@ -7,8 +7,9 @@ use offload::{Buffer, Device, MemKind};
 
 use crate::ffi::{bytes, bytes_mut, out};
 use crate::runtime::offload_device_t;
-use crate::status::{Res, guard, invalid, offload_status_t};
+use crate::status::{Fail, Res, guard, offload_status_t};
 use crate::table;
+use offload::Error;
 
 /// A buffer of device memory.
 #[allow(non_camel_case_types)]
@@ -32,7 +33,12 @@ fn mem_kind(call: &'static str, n: u32) -> Res<MemKind> {
         0 => MemKind::Device,
         1 => MemKind::Host,
         2 => MemKind::Shared,
-        _ => return Err(invalid(call, format!("{n} is no offload_mem_kind_t"))),
+        _ => {
+            return Err(Fail::from(Error::invalid(
+                call,
+                format!("{n} is no offload_mem_kind_t"),
+            )));
+        }
     })
 }
 

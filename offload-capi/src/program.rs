@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_void};
 
 use offload::{
-    Arg, Buffer, CallbackError, Device, Dims, Kernel, Language, Module, ParamKind, Program,
+    Arg, Buffer, CallbackError, Device, Dims, Error, Kernel, Language, Module, ParamKind, Program,
     ScalarType, Source,
 };
 
@@ -13,7 +13,7 @@ use crate::ffi::{bytes, copy_text, out, text};
 use crate::memory::offload_buffer_t;
 use crate::queue::{UserData, offload_queue_t};
 use crate::runtime::offload_device_t;
-use crate::status::{Res, guard, invalid, offload_status_t};
+use crate::status::{Fail, Res, guard, offload_status_t};
 use crate::table;
 
 /// A device-independent program: an image or source, and its callbacks.
@@ -63,7 +63,7 @@ pub unsafe extern "C" fn offload_program_from_image(
         // SAFETY: the caller promises `len` readable bytes; `Program::new` copies them.
         let image = unsafe { bytes(CALL, "image", image, len) }?;
         if image.is_empty() {
-            return Err(invalid(CALL, "the image is empty"));
+            return Err(Fail::from(Error::invalid(CALL, "the image is empty")));
         }
         o.set(table::insert_now(Program::new(image))?);
         Ok(())
@@ -90,7 +90,12 @@ pub unsafe extern "C" fn offload_program_from_source(
             0 => Language::C,
             1 => Language::Wgsl,
             2 => Language::Cuda,
-            n => return Err(invalid(CALL, format!("{n} is no offload_language_t"))),
+            n => {
+                return Err(Fail::from(Error::invalid(
+                    CALL,
+                    format!("{n} is no offload_language_t"),
+                )));
+            }
         };
         o.set(table::insert_now(Program::from_source(Source::new(
             language, text,
@@ -126,7 +131,7 @@ fn add_callback(
 ) -> offload_status_t {
     guard(call, || {
         let Some(f) = f else {
-            return Err(invalid(call, "`f` is a null pointer"));
+            return Err(Fail::from(Error::invalid(call, "`f` is a null pointer")));
         };
         let user = UserData(user_data);
         let p = (*table::get::<Program>(call, program)?).clone();
@@ -265,10 +270,10 @@ pub unsafe extern "C" fn offload_module_kernel_name(
     guard(CALL, || {
         let all = table::get::<Module>(CALL, module)?.kernels()?;
         let Some(name) = all.get(index) else {
-            return Err(invalid(
+            return Err(Fail::from(Error::invalid(
                 CALL,
                 format!("kernel {index} of {}: there is none", all.len()),
-            ));
+            )));
         };
         // SAFETY: as this function's caller promises.
         unsafe { copy_text(CALL, name, buf, cap, needed) }
@@ -416,14 +421,14 @@ pub unsafe extern "C" fn offload_kernel_param(
         let o = out(CALL, "param", param)?;
         let k = table::get::<Kernel>(CALL, kernel)?;
         let Some(p) = k.params().get(index) else {
-            return Err(invalid(
+            return Err(Fail::from(Error::invalid(
                 CALL,
                 format!(
                     "`{}` has {} parameters; there is no parameter {index}",
                     k.name(),
                     k.params().len()
                 ),
-            ));
+            )));
         };
         let handle = size_of::<offload_buffer_t>();
         o.set(match *p {
@@ -496,14 +501,14 @@ fn arg_for<'a>(
         _ => {
             let want = param.scalar_size().unwrap_or(0);
             if data.len() != want {
-                return Err(invalid(
+                return Err(Fail::from(Error::invalid(
                     call,
                     format!(
                         "argument {nth} of `{}` is {param} ({want} bytes); got {} bytes",
                         kernel.name(),
                         data.len()
                     ),
-                ));
+                )));
             }
             Ok(Arg::Pod {
                 bytes: data,
@@ -538,20 +543,20 @@ pub unsafe extern "C" fn offload_queue_launch(
     guard(CALL, || {
         // SAFETY: null or a readable offload_dims_t, as the caller promises.
         let Some(dims) = (unsafe { dims.as_ref() }) else {
-            return Err(invalid(CALL, "`dims` is a null pointer"));
+            return Err(Fail::from(Error::invalid(CALL, "`dims` is a null pointer")));
         };
         if count != 0 && (args.is_null() || sizes.is_null()) {
-            return Err(invalid(
+            return Err(Fail::from(Error::invalid(
                 CALL,
                 format!("`args` or `sizes` is a null pointer with {count} arguments"),
-            ));
+            )));
         }
         let q = table::get::<offload::Queue>(CALL, queue)?;
         let k = table::get::<Kernel>(CALL, kernel)?;
         let params = k.params();
         if params.len() != count {
             let list: Vec<String> = params.iter().map(ToString::to_string).collect();
-            return Err(invalid(
+            return Err(Fail::from(Error::invalid(
                 CALL,
                 format!(
                     "`{}` takes {} argument{} ({}); {count} given",
@@ -560,7 +565,7 @@ pub unsafe extern "C" fn offload_queue_launch(
                     if params.len() == 1 { "" } else { "s" },
                     list.join(", ")
                 ),
-            ));
+            )));
         }
         let mut data: Vec<&[u8]> = Vec::with_capacity(count);
         let mut buffers = Vec::new();
@@ -572,7 +577,7 @@ pub unsafe extern "C" fn offload_queue_launch(
             let bytes = unsafe { bytes(CALL, "args[i]", ptr.cast(), size) }?;
             if matches!(param, ParamKind::Buffer | ParamKind::Uniform) {
                 if size != size_of::<offload_buffer_t>() {
-                    return Err(invalid(
+                    return Err(Fail::from(Error::invalid(
                         CALL,
                         format!(
                             "argument {} of `{}` is {param}: pass a pointer to its \
@@ -581,7 +586,7 @@ pub unsafe extern "C" fn offload_queue_launch(
                             k.name(),
                             size_of::<offload_buffer_t>()
                         ),
-                    ));
+                    )));
                 }
                 let mut h = [0u8; 8];
                 h.copy_from_slice(bytes);

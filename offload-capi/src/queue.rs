@@ -9,8 +9,9 @@ use offload::{Buffer, Device, Event, Queue};
 use crate::ffi::{bytes, bytes_mut, out};
 use crate::memory::offload_buffer_t;
 use crate::runtime::offload_device_t;
-use crate::status::{guard, offload_status_t};
+use crate::status::{Fail, guard, offload_status_t};
 use crate::table;
+use offload::Error;
 
 /// An in-order queue of a device.
 #[allow(non_camel_case_types)]
@@ -198,7 +199,7 @@ pub unsafe extern "C" fn offload_queue_host_fn(
     const CALL: &str = "offload_queue_host_fn";
     guard(CALL, || {
         let Some(f) = f else {
-            return Err(crate::status::invalid(CALL, "`f` is a null pointer"));
+            return Err(Fail::from(Error::invalid(CALL, "`f` is a null pointer")));
         };
         let user = UserData(user_data);
         let q = table::get::<Queue>(CALL, queue)?;

@@ -6,8 +6,9 @@ use std::ffi::c_char;
 use offload::{BackendKind, Device, Offload};
 
 use crate::ffi::{Out, fixed, out};
-use crate::status::{Res, guard, invalid, offload_status_t};
+use crate::status::{Fail, Res, guard, offload_status_t};
 use crate::table;
+use offload::Error;
 
 /// A runtime reference: one per successful `offload_init` or `offload_runtime_retain`,
 /// given back by `offload_shutdown` (L1).
@@ -57,7 +58,12 @@ pub(crate) fn kind_of(call: &'static str, n: u32) -> Res<BackendKind> {
         3 => BackendKind::Hip,
         4 => BackendKind::Ze,
         5 => BackendKind::Reference,
-        _ => return Err(invalid(call, format!("{n} is no offload_backend_t"))),
+        _ => {
+            return Err(Fail::from(Error::invalid(
+                call,
+                format!("{n} is no offload_backend_t"),
+            )));
+        }
     })
 }
 
@@ -123,10 +129,10 @@ pub unsafe extern "C" fn offload_init(
                 let mut b = Offload::builder();
                 if c.set_backends {
                     if c.backends >> 6 != 0 {
-                        return Err(invalid(
+                        return Err(Fail::from(Error::invalid(
                             CALL,
                             format!("backends mask {:#x} has bits of no backend", c.backends),
-                        ));
+                        )));
                     }
                     let kinds: Vec<BackendKind> = (0..6)
                         .filter(|i| c.backends & (1 << i) != 0)
@@ -294,10 +300,10 @@ pub unsafe extern "C" fn offload_platform_info(
         let o = out(CALL, "info", info)?;
         let all = table::get::<Offload>(CALL, runtime)?.platforms()?;
         let Some(p) = all.get(index) else {
-            return Err(invalid(
+            return Err(Fail::from(Error::invalid(
                 CALL,
                 format!("platform {index} of {}: there is none", all.len()),
-            ));
+            )));
         };
         o.set(offload_platform_info_t {
             backend: backend_of(p.backend),
@@ -317,7 +323,10 @@ fn give_devices(
     count: Out<usize>,
 ) -> Res {
     if devices.is_null() && capacity != 0 {
-        return Err(invalid(call, "`devices` is a null pointer"));
+        return Err(Fail::from(Error::invalid(
+            call,
+            "`devices` is a null pointer",
+        )));
     }
     let epoch = table::epoch_of(runtime);
     let n = list.len();

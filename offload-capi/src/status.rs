@@ -106,14 +106,6 @@ impl From<Error> for Fail {
 /// The result of a call's body.
 pub(crate) type Res<T = ()> = Result<T, Fail>;
 
-/// `Error::InvalidArgument` for `call`, in the runtime's words.
-pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Fail {
-    Fail::Offload(Error::InvalidArgument {
-        call,
-        reason: reason.into(),
-    })
-}
-
 /// The status of an error of the Rust runtime.
 fn status_of(e: &Error) -> offload_status_t {
     use offload_status_t::*;
@@ -273,7 +265,12 @@ mod tests {
 
     #[test]
     fn errors_keep_the_runtime_words_and_success_keeps_the_last_error() {
-        let s = guard("c", || Err(invalid("offload_x", "`out` is a null pointer")));
+        let s = guard("c", || {
+            Err(Fail::from(Error::invalid(
+                "offload_x",
+                "`out` is a null pointer",
+            )))
+        });
         assert_eq!(s, offload_status_t::OFFLOAD_ERROR_INVALID_ARGUMENT);
         assert_eq!(
             last(),
@@ -289,7 +286,9 @@ mod tests {
     #[test]
     fn a_long_message_is_cut_at_a_character_boundary() {
         let long = "é".repeat(MESSAGE_BYTES);
-        let _ = guard("c", || Err(invalid("offload_x", long.clone())));
+        let _ = guard("c", || {
+            Err(Fail::from(Error::invalid("offload_x", long.clone())))
+        });
         let got = last();
         assert!(
             got.len() < MESSAGE_BYTES && got.ends_with('…'),

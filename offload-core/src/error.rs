@@ -2,7 +2,9 @@
 //!
 //! Every variant says what went wrong in the user's terms: which backend, which call and
 //! which object. A driver's own status code is kept as data (`Error::Driver::code`), never
-//! only in a message. This module owns no state and must not grow backend-specific types.
+//! only in a message. Backends leave `call` empty (or name their driver's call): the handle
+//! of the user's call fills it in (`Error::in_call`), so the call an error names is the
+//! user's. This module owns no state and must not grow backend-specific types.
 
 use crate::vocab::types::BackendKind;
 
@@ -54,7 +56,7 @@ pub enum Error {
 
     /// A program image that the backend cannot load: corrupt, truncated or for another
     /// machine. `reason` says which check failed.
-    #[error("{backend}: {call}: invalid binary: {reason}")]
+    #[error("{backend}: {}invalid binary: {reason}", at(call))]
     InvalidBinary {
         /// Backend that rejected the image.
         backend: BackendKind,
@@ -65,7 +67,7 @@ pub enum Error {
     },
 
     /// A kernel or global that the module does not contain.
-    #[error("{backend}: {call}: symbol `{symbol}` not found{}", hint_text(.hint))]
+    #[error("{backend}: {}symbol `{symbol}` not found{}", at(call), hint_text(.hint))]
     SymbolNotFound {
         /// Backend of the module.
         backend: BackendKind,
@@ -78,7 +80,10 @@ pub enum Error {
     },
 
     /// The device cannot provide the memory asked for.
-    #[error("{backend}: {call}: out of memory: {requested} bytes requested ({reason})")]
+    #[error(
+        "{backend}: {}out of memory: {requested} bytes requested ({reason})",
+        at(call)
+    )]
     OutOfMemory {
         /// Backend of the device.
         backend: BackendKind,
@@ -92,7 +97,7 @@ pub enum Error {
 
     /// An argument the call cannot accept (a zero size, a range outside a buffer, a buffer
     /// of another device, …). `reason` names the object.
-    #[error("{call}: invalid argument: {reason}")]
+    #[error("{}invalid argument: {reason}", at(call))]
     InvalidArgument {
         /// The offload call that was made.
         call: &'static str,
@@ -101,7 +106,7 @@ pub enum Error {
     },
 
     /// An IPC handle that is malformed, forged, or for another backend or process.
-    #[error("{}{call}: invalid IPC handle: {reason}", backend_prefix(.backend))]
+    #[error("{}{}invalid IPC handle: {reason}", backend_prefix(.backend), at(call))]
     InvalidIpcHandle {
         /// Backend asked to import it, or that its bytes name; `None` for bytes that are no
         /// backend's handle.
@@ -153,7 +158,7 @@ pub enum Error {
     },
 
     /// The backend cannot do this (not built in, or not supported by the device).
-    #[error("{backend}: {call}: unsupported: {reason}")]
+    #[error("{backend}: {}unsupported: {reason}", at(call))]
     Unsupported {
         /// Backend asked.
         backend: BackendKind,
@@ -165,7 +170,7 @@ pub enum Error {
 
     /// An IPC endpoint could not reach a peer, or a peer broke the protocol: the socket's
     /// error, a peer that exited or was disconnected, a wait that ran out of time.
-    #[error("ipc: {call}: {reason}")]
+    #[error("ipc: {}{reason}", at(call))]
     Ipc {
         /// The offload call that was made.
         call: &'static str,
@@ -179,8 +184,9 @@ pub enum Error {
     /// are seen dead, or at shutdown. Nothing is lost and nothing is unsafe: this reports a
     /// peer that is slow, stopped or stuck.
     #[error(
-        "{backend}: {call}: {object} is quarantined: {peers} had not unmapped it after \
-         {timeout_ms} ms; it is released when they answer or exit, or at shutdown"
+        "{backend}: {}{object} is quarantined: {peers} had not unmapped it after \
+         {timeout_ms} ms; it is released when they answer or exit, or at shutdown",
+        at(call)
     )]
     Quarantined {
         /// Backend of the memory.
@@ -197,7 +203,7 @@ pub enum Error {
 
     /// Source did not compile, or its compiler is missing. `log` is the compiler's
     /// diagnostics (or what was looked for and not found).
-    #[error("{backend}: {call}: {language} compile failed: {log}")]
+    #[error("{backend}: {}{language} compile failed: {log}", at(call))]
     Compile {
         /// Backend whose compiler ran.
         backend: BackendKind,
@@ -210,7 +216,7 @@ pub enum Error {
     },
 
     /// The driver returned an error code that maps to no other variant.
-    #[error("{backend}: {call}: driver error {code}: {message}")]
+    #[error("{backend}: {}driver error {code}: {message}", at(call))]
     Driver {
         /// Backend whose driver failed.
         backend: BackendKind,
@@ -260,6 +266,16 @@ fn driver_not_found_text(backend: BackendKind, library: &str, reason: &str) -> S
          leave {backend} out of the backends asked for (OFFLOAD_BACKENDS, \
          `Offload::builder().backends(..)`)"
     )
+}
+
+/// `Buffer::read: `, the call an error names, or nothing where it names none (a backend's
+/// error before the handle of the user's call named it).
+fn at(call: &str) -> String {
+    if call.is_empty() {
+        String::new()
+    } else {
+        format!("{call}: ")
+    }
 }
 
 fn backend_prefix(backend: &Option<BackendKind>) -> String {
@@ -335,30 +351,30 @@ impl Error {
     }
 
     /// Names the call and the object in a `ShutDown` that did not say them yet; any
-    /// other error is returned unchanged.
+    /// other error gets the call where it did not name one ([`Error::in_call`]).
     pub(crate) fn on(self, call: &'static str, object: &dyn std::fmt::Display) -> Self {
         match self {
             Error::ShutDown { call: "", .. } => Error::ShutDown {
                 call,
                 object: object.to_string(),
             },
-            other => other,
+            other => other.in_call(call),
         }
     }
 
-    /// The error as the user's call names it: a backend reports the call it implements
-    /// (`Queue::launch`), which `Queue::run` goes through; `from` is renamed `to`.
-    pub(crate) fn named_as(mut self, from: &'static str, to: &'static str) -> Self {
-        if from != to {
-            self.rename_call(from, to);
-        }
+    /// The error as the user's call names it. Backends leave `call` empty (or name the
+    /// driver's own call, `vkQueueSubmit`): the handle that made the user's call
+    /// (`Buffer::read`, `Queue::run`) knows it and fills it in here, in every error that
+    /// names none, those of an `Error::Multiple` included. A `ShutDown` is named with its
+    /// object by [`Error::on`].
+    pub(crate) fn in_call(mut self, call: &'static str) -> Self {
+        self.fill_call(call);
         self
     }
 
-    fn rename_call(&mut self, from: &'static str, to: &'static str) {
+    fn fill_call(&mut self, to: &'static str) {
         match self {
-            Error::ShutDown { call, .. }
-            | Error::InvalidBinary { call, .. }
+            Error::InvalidBinary { call, .. }
             | Error::SymbolNotFound { call, .. }
             | Error::OutOfMemory { call, .. }
             | Error::InvalidArgument { call, .. }
@@ -368,12 +384,15 @@ impl Error {
             | Error::Quarantined { call, .. }
             | Error::Compile { call, .. }
             | Error::Driver { call, .. } => {
-                if *call == from {
+                if call.is_empty() {
                     *call = to;
                 }
             }
-            Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.rename_call(from, to)),
-            Error::Callback { .. } | Error::DriverNotFound { .. } | Error::NoDevice { .. } => {}
+            Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.fill_call(to)),
+            Error::ShutDown { .. }
+            | Error::Callback { .. }
+            | Error::DriverNotFound { .. }
+            | Error::NoDevice { .. } => {}
         }
     }
 

@@ -86,8 +86,8 @@ pub fn no_device(
 /// ```
 /// use offload_core::BackendKind;
 /// assert_eq!(
-///     offload_driver::memory_unsupported(BackendKind::Cuda, "Device::alloc").to_string(),
-///     "cuda: Device::alloc: unsupported: memory is not implemented for cuda yet"
+///     offload_driver::memory_unsupported(BackendKind::Cuda, "").to_string(),
+///     "cuda: unsupported: memory is not implemented for cuda yet"
 /// );
 /// ```
 pub fn memory_unsupported(kind: BackendKind, call: &'static str) -> Error {
@@ -175,14 +175,15 @@ impl Failure {
         }
     }
 
-    /// The one mapping from a failed driver call to an offload error, for `call`: an
-    /// `Error::Driver` with the code kept as data.
+    /// The one mapping from a failed driver call to an offload error, for `call` (empty in a
+    /// backend: the handle of the user's call names it): an `Error::Driver` with the code
+    /// kept as data.
     ///
     /// ```
     /// use offload_core::{BackendKind, Error};
     /// let f = offload_driver::Failure::new("cuDeviceGetName", 101, "CUDA_ERROR_INVALID_DEVICE");
-    /// let e = f.into_error(BackendKind::Cuda, "Device::info");
-    /// assert!(matches!(e, Error::Driver { code: 101, call: "Device::info", .. }));
+    /// let e = f.into_error(BackendKind::Cuda, "");
+    /// assert!(matches!(e, Error::Driver { code: 101, call: "", .. }));
     /// ```
     pub fn into_error(self, kind: BackendKind, call: &'static str) -> Error {
         Error::Driver {

@@ -227,7 +227,7 @@ impl HostCallback {
         stream: usize,
         number: u64,
     ) -> offload_core::Result<*mut c_void> {
-        let (jobs, thread, busy) = thread.jobs("Queue::enqueue_host_fn")?;
+        let (jobs, thread, busy) = thread.jobs("")?;
         Ok(Box::into_raw(Box::new(HostCallback {
             f,
             failure: failure.clone(),

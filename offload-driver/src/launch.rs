@@ -4,8 +4,6 @@
 
 use offload_core::{Dims, Error, KernelArg, ParamKind, Result};
 
-const CALL: &str = "Queue::launch";
-
 /// The arguments of a launch as the driver takes them: one 8-byte value per parameter (a
 /// buffer's device address, or a scalar's bytes), and the buffers they use.
 pub type Packed<'a, B> = (Vec<[u8; 8]>, Vec<&'a B>);
@@ -40,7 +38,7 @@ pub fn pack_args<'a, B>(
 ) -> Result<Packed<'a, B>> {
     if args.len() != params.len() {
         return Err(Error::invalid(
-            CALL,
+            "",
             format!(
                 "{kernel} takes {} arguments ({params:?}), {} given",
                 params.len(),
@@ -70,7 +68,7 @@ pub fn pack_args<'a, B>(
                     .is_some_and(|end| end <= len(buffer));
                 if !inside {
                     return Err(Error::invalid(
-                        CALL,
+                        "",
                         format!(
                             "argument {i} of {kernel}: bytes {offset}..{} are outside the \
                          {}-byte buffer",
@@ -89,7 +87,7 @@ pub fn pack_args<'a, B>(
             }
             _ => {
                 return Err(Error::invalid(
-                    CALL,
+                    "",
                     format!("argument {i} of {kernel} should be {param:?}"),
                 ));
             }
@@ -131,7 +129,7 @@ pub struct LaunchLimits {
 impl LaunchLimits {
     /// Checks `dims`; `kernel` names the kernel in errors.
     pub fn check(&self, dims: &Dims, kernel: &str) -> Result<()> {
-        let fail = |why: String| Err(Error::invalid(CALL, format!("{kernel}: {why}")));
+        let fail = |why: String| Err(Error::invalid("", format!("{kernel}: {why}")));
         if dims.block.contains(&0) {
             return fail(format!("block {:?} has a zero dimension", dims.block));
         }

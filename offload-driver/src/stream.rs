@@ -32,7 +32,7 @@ pub trait Stream: Send + Sync + 'static {
 /// uses.add(&stream);
 /// uses.add(&stream); // once per stream
 /// assert_eq!(format!("{uses:?}"), "Uses(1)");
-/// uses.wait("Buffer::free")?;
+/// uses.wait("")?;
 /// assert_eq!(format!("{uses:?}"), "Uses(0)");
 /// # Ok::<(), offload_core::Error>(())
 /// ```

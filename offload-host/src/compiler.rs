@@ -28,8 +28,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use offload_core::{BackendKind, CompilerId, Error, Language, Result, Source};
 
-const CALL: &str = "Program::load";
-
 /// The flags every host compile gets, before the user's options (a later `-O` or `-std`
 /// of the user's wins). `-O3`, not `-O2`: GCC 12's `-O2` vectorises only loops whose trip
 /// count it knows to be a multiple of the vector width, which a kernel's block range
@@ -68,7 +66,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn compile_error(log: impl Into<String>) -> Error {
     Error::Compile {
         backend: BackendKind::Host,
-        call: CALL,
+        call: "",
         language: Language::C,
         log: log.into(),
     }
@@ -375,7 +373,7 @@ pub(crate) fn compile(source: &Source, cache: Option<&Path>) -> Result<Vec<u8>> 
     if source.language() != Language::C {
         return Err(Error::Unsupported {
             backend: BackendKind::Host,
-            call: CALL,
+            call: "",
             reason: format!("the host backend compiles C, not {}", source.language()),
         });
     }
@@ -447,7 +445,7 @@ fn log_of(run: &Output, dir: &Path) -> String {
 fn io_error(what: &str, e: &io::Error) -> Error {
     Error::Driver {
         backend: BackendKind::Host,
-        call: CALL,
+        call: "",
         code: i64::from(e.raw_os_error().unwrap_or(0)),
         message: format!("C compile: cannot {what}: {e}"),
     }

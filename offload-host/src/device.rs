@@ -73,13 +73,13 @@ impl hal::Device for HostDevice {
         let memory = self.shared.memory();
         if size as u64 > memory {
             return Err(oom(
-                "Device::alloc",
+                "",
                 size,
                 format!("the host has {memory} bytes of memory"),
             ));
         }
-        let buffer = HostBuffer::new(size)
-            .ok_or_else(|| oom("Device::alloc", size, "the allocator refused".into()))?;
+        let buffer =
+            HostBuffer::new(size).ok_or_else(|| oom("", size, "the allocator refused".into()))?;
         Ok(buffer.counted(self.shared.clone()))
     }
 
@@ -96,19 +96,19 @@ impl hal::Device for HostDevice {
     }
 
     fn read(&self, buffer: &HostBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.mem.check("Buffer::read", offset, dst.len())?;
+        buffer.mem.check("", offset, dst.len())?;
         buffer.mem.uses.wait();
         buffer.mem.read(offset, dst)
     }
 
     fn write(&self, buffer: &mut HostBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.mem.check("Buffer::write", offset, src.len())?;
+        buffer.mem.check("", offset, src.len())?;
         buffer.mem.uses.wait();
         buffer.mem.write(offset, src)
     }
 
     fn fill(&self, buffer: &mut HostBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        buffer.mem.check("Buffer::fill", offset, len)?;
+        buffer.mem.check("", offset, len)?;
         buffer.mem.uses.wait();
         buffer.mem.fill(offset, len, &[value])
     }
@@ -121,16 +121,16 @@ impl hal::Device for HostDevice {
         d: usize,
         len: usize,
     ) -> Result<()> {
-        src.mem.check("Buffer::copy_from", so, len)?;
-        dst.mem.check("Buffer::copy_from", d, len)?;
+        src.mem.check("", so, len)?;
+        dst.mem.check("", d, len)?;
         src.mem.uses.wait();
         dst.mem.uses.wait();
         dst.mem.copy_from(d, &src.mem, so, len)
     }
 
     fn copy_within(&self, buffer: &mut HostBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        buffer.mem.check("Buffer::copy_from", so, len)?;
-        buffer.mem.check("Buffer::copy_from", d, len)?;
+        buffer.mem.check("", so, len)?;
+        buffer.mem.check("", d, len)?;
         buffer.mem.uses.wait();
         buffer.mem.copy_from(d, &buffer.mem, so, len)
     }
@@ -160,7 +160,7 @@ impl hal::Device for HostDevice {
     fn with_mapped(&self, buffer: &mut HostBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         let bytes = buffer.exclusive_bytes().ok_or_else(|| Error::Unsupported {
             backend: BackendKind::Host,
-            call: "Buffer::with_mapped",
+            call: "",
             reason: "the buffer's memory is shared with other processes (IPC): copy \
                      it with read and write instead"
                 .into(),
@@ -187,29 +187,27 @@ impl hal::Ipc for HostDevice {
     }
 
     fn alloc_exportable(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
-        const CALL: &str = "Device::alloc_exportable";
         let memory = self.shared.memory();
         if size as u64 > memory {
             return Err(oom(
-                CALL,
+                "",
                 size,
                 format!("the host has {memory} bytes of memory"),
             ));
         }
         let buffer = HostBuffer::exportable(size)
-            .map_err(|e| oom(CALL, size, format!("memfd_create/ftruncate/mmap: {e}")))?;
+            .map_err(|e| oom("", size, format!("memfd_create/ftruncate/mmap: {e}")))?;
         Ok(buffer.counted(self.shared.clone()))
     }
 
     fn export(&self, buffer: &HostBuffer) -> Result<hal::Exported> {
-        const CALL: &str = "Buffer::export";
         let fd = buffer.memfd().ok_or_else(|| Error::InvalidArgument {
-            call: CALL,
+            call: "",
             reason: "host buffer is not exportable (allocate it with alloc_exportable)".into(),
         })?;
         let fd = fd.try_clone().map_err(|e| Error::Driver {
             backend: BackendKind::Host,
-            call: CALL,
+            call: "",
             code: i64::from(e.raw_os_error().unwrap_or(0)),
             message: format!("dup of the buffer's memfd: {e}"),
         })?;
@@ -223,7 +221,7 @@ impl hal::Ipc for HostDevice {
     fn import(&self, exported: hal::Exported) -> Result<HostBuffer> {
         let bad = |reason: &str| Error::InvalidIpcHandle {
             backend: Some(BackendKind::Host),
-            call: "Device::import",
+            call: "",
             reason: reason.into(),
         };
         let Some(fd) = exported.fd else {

@@ -127,7 +127,7 @@ impl HostBuffer {
     pub(crate) fn import(fd: OwnedFd, size: usize) -> Result<HostBuffer> {
         let bad = |reason: String| Error::InvalidIpcHandle {
             backend: Some(BackendKind::Host),
-            call: "Device::import",
+            call: "",
             reason,
         };
         let stat = rustix::fs::fstat(&fd).map_err(|e| bad(format!("fstat: {e}")))?;
@@ -149,7 +149,7 @@ impl HostBuffer {
         }
         let ptr = map_shared(&fd, size).map_err(|e| Error::OutOfMemory {
             backend: BackendKind::Host,
-            call: "Device::import",
+            call: "",
             requested: size as u64,
             reason: format!("mmap: {e}"),
         })?;
@@ -246,7 +246,7 @@ impl Memory {
     }
 
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.check("Buffer::read", offset, dst.len())?;
+        self.check("", offset, dst.len())?;
         // SAFETY: offset + dst.len() <= len (checked), so the source range lies inside our
         // allocation; `dst` is a Rust slice, which cannot alias our allocation (no reference
         // to it is ever handed out).
@@ -261,7 +261,7 @@ impl Memory {
     }
 
     pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.check("Buffer::write", offset, src.len())?;
+        self.check("", offset, src.len())?;
         // SAFETY: the destination range lies inside our allocation (checked); `src` cannot
         // alias it (see `read`).
         unsafe {
@@ -273,10 +273,10 @@ impl Memory {
     /// Fills `len` bytes at `offset` with `pattern` repeated (`len` a multiple of its
     /// length, which is not zero).
     pub(crate) fn fill(&self, offset: usize, len: usize, pattern: &[u8]) -> Result<()> {
-        self.check("Buffer::fill", offset, len)?;
+        self.check("", offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::InvalidArgument {
-                call: "Queue::fill",
+                call: "",
                 reason: format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
                     pattern.len()
@@ -311,8 +311,8 @@ impl Memory {
     /// Copies `len` bytes from `src` at `so` to `self` at `d`; the two may be the same
     /// allocation, with overlapping ranges.
     pub(crate) fn copy_from(&self, d: usize, src: &Memory, so: usize, len: usize) -> Result<()> {
-        src.check("Queue::copy", so, len)?;
-        self.check("Queue::copy", d, len)?;
+        src.check("", so, len)?;
+        self.check("", d, len)?;
         // SAFETY: both ranges lie inside their allocations (checked); `ptr::copy` allows
         // them to overlap (when `src` is `self`).
         unsafe { std::ptr::copy(src.ptr.as_ptr().add(so), self.ptr.as_ptr().add(d), len) };

@@ -153,7 +153,7 @@ impl hal::Platform for HostPlatform {
             0 => Ok(()),
             n => Err(Error::Driver {
                 backend: BackendKind::Host,
-                call: "Offload::shutdown",
+                call: "",
                 code: n as i64,
                 message: format!("{n} host allocations were still live at deinit"),
             }),

@@ -93,7 +93,7 @@ impl std::fmt::Debug for HostKernel {
 fn invalid(reason: impl Into<String>) -> Error {
     Error::InvalidBinary {
         backend: BackendKind::Host,
-        call: "Program::load",
+        call: "",
         reason: reason.into(),
     }
 }
@@ -122,7 +122,7 @@ pub(crate) fn validate(image: &[u8]) -> Result<()> {
         .map(drop)
         .map_err(|reason| Error::InvalidBinary {
             backend: BackendKind::Host,
-            call: "Device::validate",
+            call: "",
             reason,
         })
 }
@@ -130,10 +130,10 @@ pub(crate) fn validate(image: &[u8]) -> Result<()> {
 pub(crate) fn load(image: &[u8]) -> Result<HostModule> {
     let parsed = elf::validate(image).map_err(invalid)?;
     let fd = rustix::fs::memfd_create("offload-module", rustix::fs::MemfdFlags::CLOEXEC)
-        .map_err(|e| io("Program::load", "memfd_create", e))?;
+        .map_err(|e| io("", "memfd_create", e))?;
     let mut file = File::from(fd);
     file.write_all(image)
-        .map_err(|e| io("Program::load", "writing the memfd", e))?;
+        .map_err(|e| io("", "writing the memfd", e))?;
     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
     let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
     // SAFETY: the image was validated as a shared object for this machine whose headers and
@@ -217,19 +217,18 @@ impl hal::Program for HostModule {
     type Kernel = HostKernel;
 
     fn kernel(&self, name: &str) -> Result<HostKernel> {
-        const CALL: &str = "Module::kernel";
         let loaded = &self.loaded;
         loaded
             .image
             .symbol(name)
             .filter(|s| s.kind == SymbolKind::Function)
-            .ok_or_else(|| not_found(CALL, name))?;
+            .ok_or_else(|| not_found("", name))?;
         let params_symbol = format!("{PARAMS_PREFIX}{name}");
         let declared = loaded
-            .data(CALL, &params_symbol)
+            .data("", &params_symbol)
             .map_err(|_| Error::SymbolNotFound {
                 backend: BackendKind::Host,
-                call: CALL,
+                call: "",
                 symbol: name.to_string(),
                 hint: format!(
                     "the image exports a function `{name}` but not `{params_symbol}`, its \
@@ -238,7 +237,7 @@ impl hal::Program for HostModule {
                 ),
             })?;
         let params = parse_params(name, declared)?;
-        let address = loaded.address(CALL, name)?;
+        let address = loaded.address("", name)?;
         // SAFETY: the symbol is a function (ELF type STT_FUNC) exported under the host
         // kernel ABI, which the image declares by exporting `offload_params_<name>`.
         let function = unsafe { std::mem::transmute::<*mut c_void, KernelFn>(address) };
@@ -281,7 +280,7 @@ impl hal::Program for HostModule {
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size, _) = self.writable_global("Module::global", name)?;
+        let (address, size, _) = self.writable_global("", name)?;
         Ok(GlobalInfo {
             address: address as u64,
             size,
@@ -289,9 +288,8 @@ impl hal::Program for HostModule {
     }
 
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Module::read_global";
-        let (address, size, _) = self.writable_global(CALL, name)?;
-        check(CALL, name, size, offset, dst.len())?;
+        let (address, size, _) = self.writable_global("", name)?;
+        check("", name, size, offset, dst.len())?;
         self.loaded.uses.wait();
         // SAFETY: the range lies inside the symbol's `size` bytes (checked), which stay mapped
         // while the module is loaded (`&self`).
@@ -300,15 +298,14 @@ impl hal::Program for HostModule {
     }
 
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Module::write_global";
-        let (address, size, writable) = self.writable_global(CALL, name)?;
+        let (address, size, writable) = self.writable_global("", name)?;
         if !writable {
             return Err(Error::InvalidArgument {
-                call: CALL,
+                call: "",
                 reason: format!("host global `{name}` is read-only (const data)"),
             });
         }
-        check(CALL, name, size, offset, src.len())?;
+        check("", name, size, offset, src.len())?;
         self.loaded.uses.wait();
         // SAFETY: the range lies inside the symbol's bytes (checked), in a writable section
         // (checked), mapped while the module is loaded.

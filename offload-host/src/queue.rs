@@ -47,7 +47,7 @@ impl HostEvent {
         self.stream.wait(self.ticket);
         self.time.get().copied().ok_or_else(|| Error::Driver {
             backend: BackendKind::Host,
-            call: "Event::elapsed_since",
+            call: "",
             code: -1,
             message: "the event completed without a time (its queue was destroyed first)".into(),
         })
@@ -62,7 +62,7 @@ impl hal::Queue<HostDevice> for HostQueue {
             drop(self);
             return Ok(());
         }
-        let result = self.stream.core.sync("Queue::destroy");
+        let result = self.stream.core.sync("");
         drop(self);
         result
     }
@@ -74,10 +74,9 @@ impl hal::Queue<HostDevice> for HostQueue {
         dims: &Dims,
         args: &[KernelArg<'_, HostBuffer>],
     ) -> Result<()> {
-        const CALL: &str = "Queue::launch";
         if dims.shared_memory > program::MAX_SHARED_MEMORY {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "{} bytes of shared memory per block; the host allows {} \
                      (DeviceInfo::shared_memory)",
@@ -89,7 +88,7 @@ impl hal::Queue<HostDevice> for HostQueue {
         // Checked again here: the raw API is safe too, and native code trusts these.
         if args.len() != kernel.params.len() {
             return Err(Error::InvalidArgument {
-                call: CALL,
+                call: "",
                 reason: format!(
                     "host kernel takes {} arguments, {} given",
                     kernel.params.len(),
@@ -114,7 +113,7 @@ impl hal::Queue<HostDevice> for HostQueue {
                     },
                     ParamKind::Buffer,
                 ) => {
-                    buffer.mem.check(CALL, *offset, *len)?;
+                    buffer.mem.check("", *offset, *len)?;
                     let address = buffer.mem.as_ptr() as usize + offset;
                     value.copy_from_slice(&address.to_ne_bytes());
                     memory.push(buffer.mem.clone());
@@ -126,7 +125,7 @@ impl hal::Queue<HostDevice> for HostQueue {
                 }
                 _ => {
                     return Err(Error::InvalidArgument {
-                        call: CALL,
+                        call: "",
                         reason: format!("host kernel argument {i} should be {param:?}"),
                     });
                 }
@@ -136,7 +135,7 @@ impl hal::Queue<HostDevice> for HostQueue {
         let core = &self.stream.core;
         let uses: Vec<Arc<memory::Memory>> = memory.clone();
         let ticket = core.enqueue(
-            CALL,
+            "",
             stream::Command::Launch {
                 function: kernel.function,
                 values,
@@ -153,12 +152,11 @@ impl hal::Queue<HostDevice> for HostQueue {
     }
 
     fn enqueue_write(&self, buffer: &HostBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        const CALL: &str = "Queue::write";
-        buffer.mem.check(CALL, offset, data.len())?;
+        buffer.mem.check("", offset, data.len())?;
         let core = &self.stream.core;
         let memory = buffer.mem.clone();
         let ticket = core.enqueue(
-            CALL,
+            "",
             stream::Command::Write {
                 memory,
                 offset,
@@ -176,11 +174,10 @@ impl hal::Queue<HostDevice> for HostQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        const CALL: &str = "Queue::fill";
-        buffer.mem.check(CALL, offset, len)?;
+        buffer.mem.check("", offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
                     pattern.len()
@@ -189,7 +186,7 @@ impl hal::Queue<HostDevice> for HostQueue {
         }
         let core = &self.stream.core;
         let ticket = core.enqueue(
-            CALL,
+            "",
             stream::Command::Fill {
                 memory: buffer.mem.clone(),
                 offset,
@@ -209,12 +206,11 @@ impl hal::Queue<HostDevice> for HostQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Queue::copy";
-        src.mem.check(CALL, src_offset, len)?;
-        dst.mem.check(CALL, dst_offset, len)?;
+        src.mem.check("", src_offset, len)?;
+        dst.mem.check("", dst_offset, len)?;
         let core = &self.stream.core;
         let ticket = core.enqueue(
-            CALL,
+            "",
             stream::Command::Copy {
                 src: src.mem.clone(),
                 src_offset,
@@ -231,12 +227,12 @@ impl hal::Queue<HostDevice> for HostQueue {
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         self.stream
             .core
-            .enqueue("Queue::enqueue_host_fn", stream::Command::HostFn(f))
+            .enqueue("", stream::Command::HostFn(f))
             .map(drop)
     }
 
     fn sync(&self) -> Result<()> {
-        self.stream.core.sync("Queue::sync")
+        self.stream.core.sync("")
     }
 
     fn is_idle(&self) -> Result<bool> {
@@ -253,7 +249,7 @@ impl hal::Queue<HostDevice> for HostQueue {
             let _ = time.set(Instant::now());
             last
         } else {
-            core.enqueue("Queue::record", stream::Command::Record(time.clone()))?
+            core.enqueue("", stream::Command::Record(time.clone()))?
         };
         Ok(HostEvent {
             stream: core.clone(),
@@ -268,7 +264,7 @@ impl hal::Queue<HostDevice> for HostQueue {
             return Ok(()); // in order, or already done
         }
         core.enqueue(
-            "Queue::wait",
+            "",
             stream::Command::Wait {
                 stream: event.stream.clone(),
                 ticket: event.ticket,

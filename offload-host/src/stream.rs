@@ -297,7 +297,7 @@ impl StreamCore {
         match lock(&self.inner).failure.take() {
             None => Ok(()),
             Some(failure) => Err(Error::Callback {
-                callback: "Queue::enqueue_host_fn",
+                callback: offload_core::hal::HOST_FN_CALLBACK,
                 source: failure.into(),
             }),
         }

@@ -28,7 +28,7 @@ use crate::module::{Constant, Context, Module, Type, value::*};
 /// ```
 /// use offload_core::{ParamKind, ScalarType};
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "Program::load").unwrap();
+/// let module = offload_spirv::kernels(&image, "").unwrap();
 /// let fill = module.kernels.iter().find(|k| k.name == "fill").unwrap();
 /// assert_eq!(fill.params, [ParamKind::Buffer, ParamKind::Typed(ScalarType::U32), ParamKind::Typed(ScalarType::U32)]);
 /// ```
@@ -44,7 +44,7 @@ pub struct KernelEntry {
 ///
 /// ```
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "Program::load").unwrap();
+/// let module = offload_spirv::kernels(&image, "").unwrap();
 /// assert_eq!(module.globals, [offload_spirv::GlobalVar { name: "g".into(), size: 4 }]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub struct GlobalVar {
 ///
 /// ```
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "Program::load").unwrap();
+/// let module = offload_spirv::kernels(&image, "").unwrap();
 /// assert_eq!(module.version, (1, 4));
 /// assert_eq!(module.kernels.len(), 4);
 /// ```
@@ -74,8 +74,8 @@ pub struct KernelModule {
 }
 
 /// Validates an OpenCL-flavour SPIR-V module (Kernel capability, Physical64 addressing,
-/// OpenCL memory model) and reflects its Kernel entry points. `call` names the user's
-/// call in errors (e.g. "Program::load").
+/// OpenCL memory model) and reflects its Kernel entry points. `call` is the call errors
+/// name: empty from a backend, whose error the handle of the user's call names.
 ///
 /// Errors are `Error::InvalidBinary` of [`BackendKind::Ze`] with the reason;
 /// [`kernels_for`] names another backend.
@@ -83,13 +83,13 @@ pub struct KernelModule {
 /// ```
 /// use offload_core::{Error, ParamKind, ScalarType};
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "Program::load").unwrap();
+/// let module = offload_spirv::kernels(&image, "").unwrap();
 /// let names: Vec<_> = module.kernels.iter().map(|k| k.name.as_str()).collect();
 /// assert_eq!(names, ["add_one", "fill", "noop", "read_global"]);
 /// assert_eq!(module.kernels[0].params, [ParamKind::Buffer, ParamKind::Typed(ScalarType::U32)]);
 ///
 /// // Not SPIR-V: rejected with the reason.
-/// let err = offload_spirv::kernels(b"\x7fELF\x02\x01\x01\0", "Program::load").unwrap_err();
+/// let err = offload_spirv::kernels(b"\x7fELF\x02\x01\x01\0", "").unwrap_err();
 /// assert!(matches!(err, Error::InvalidBinary { .. }));
 /// assert!(err.to_string().contains("magic"), "{err}");
 /// ```

@@ -11,12 +11,12 @@
 //!   its exported globals.
 //!
 //! Every error is `offload_core::Error::InvalidBinary` with the reason, naming the backend
-//! and call the caller gave; nothing here panics on any input, and nothing here talks to a
-//! driver.
+//! and call the caller gave (a backend gives none: the handle of the user's call names it);
+//! nothing here panics on any input, and nothing here talks to a driver.
 //!
 //! ```
 //! let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-//! let module = offload_spirv::kernels(&image, "Program::load").unwrap();
+//! let module = offload_spirv::kernels(&image, "").unwrap();
 //! assert!(module.kernels.iter().any(|k| k.name == "add_one"));
 //! ```
 #![deny(unsafe_code)]

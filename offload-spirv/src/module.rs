@@ -131,7 +131,7 @@ impl std::fmt::Display for Version {
 ///
 /// ```
 /// use offload_core::{BackendKind, Error};
-/// let ctx = offload_spirv::Context { backend: BackendKind::Ze, call: "Program::load" };
+/// let ctx = offload_spirv::Context { backend: BackendKind::Ze, call: "" };
 /// let Error::InvalidBinary { backend, reason, .. } = ctx.err("no kernels") else { panic!() };
 /// assert_eq!((backend, reason.as_str()), (BackendKind::Ze, "SPIR-V: no kernels"));
 /// ```
@@ -139,7 +139,7 @@ impl std::fmt::Display for Version {
 pub struct Context {
     /// The backend whose `InvalidBinary` errors this reader returns.
     pub backend: BackendKind,
-    /// The offload call that was made.
+    /// The call errors name: empty from a backend (the handle of the user's call names it).
     pub call: &'static str,
 }
 

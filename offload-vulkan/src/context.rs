@@ -111,7 +111,7 @@ impl DeviceContext {
         // timeline feature is chained only where the device is 1.2+ and reports it, the
         // extension named only where the device lists it.
         let raw = unsafe { instance.raw.create_device(physical, &create, None) }
-            .map_err(|e| map_vk_err(At::new("Offload::init", "vkCreateDevice"), e))?;
+            .map_err(|e| map_vk_err(At::new("", "vkCreateDevice"), e))?;
         crate::stats::LIVE_DEVICES.fetch_add(1, Ordering::SeqCst);
         // SAFETY: the device was just created with one queue of this family.
         let queue = unsafe { raw.get_device_queue(info.compute_queue_family, 0) };

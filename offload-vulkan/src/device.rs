@@ -1,7 +1,7 @@
 //! A device of a Vulkan platform ([`VulkanDevice`]), the handle the platform hands out for
-//! one [`DeviceContext`], and its `hal::Device` impl (memory, programs, making queues;
-//! launches and events are the queue's, queue.rs) and `hal::Ipc` impl (memory shared as
-//! `OPAQUE_FD`s).
+//! one [`DeviceContext`], and its `hal::Device` impl (memory and the host's copies in and
+//! out of it, programs, making queues; launches and events are the queue's, queue.rs) and
+//! `hal::Ipc` impl (memory shared as `OPAQUE_FD`s). The buffers themselves are memory.rs's.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,8 +10,9 @@ use offload_core::hal::{self, CompilerId, Language};
 use offload_core::{BackendKind, DeviceInfo, Error, MemKind, Result};
 
 use crate::context::DeviceContext;
+use crate::error::check_range;
 use crate::info::VulkanDeviceInfo;
-use crate::memory::VulkanBuffer;
+use crate::memory::{PAYLOAD_LEN, PAYLOAD_MAGIC, VulkanBuffer};
 use crate::program::{self, VulkanModule};
 use crate::queue::{VulkanEvent, VulkanQueue};
 use crate::wgsl;
@@ -112,7 +113,7 @@ impl hal::Device for VulkanDevice {
     fn alloc(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
         if size == 0 {
             return Err(Error::invalid(
-                "Device::alloc",
+                "",
                 "zero-size allocation on a Vulkan device",
             ));
         }
@@ -122,23 +123,80 @@ impl hal::Device for VulkanDevice {
     fn free(&self, buffer: VulkanBuffer) -> Result<()> {
         // Queued work that uses it may still run: submit it and wait, then destroy
         // (dropping waits too, but could only ignore an error).
-        let waited = buffer.wait_unused("Buffer::free");
+        let waited = buffer.wait_unused("");
         drop(buffer);
         waited
     }
 
+    /// A `memcpy` out of the mapping where the memory is host-visible; otherwise a copy
+    /// through the device's queue and staging memory (transfer.rs).
     fn read(&self, buffer: &VulkanBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.read(offset, dst)
+        check_range("", offset, dst.len(), buffer.len)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        buffer.wait_unused("")?;
+        match buffer.raw.mapped {
+            // SAFETY: offset + len <= buffer.len <= the mapped size (checked), so the source
+            // lies inside the mapping, which lives as long as `buffer`; `dst` is a Rust slice
+            // and cannot alias device memory (we never hand out references into it); host
+            // writers need `&mut VulkanBuffer`, every transfer into the buffer finished before
+            // its call returned, and every launch submitted before this call has finished
+            // (waited).
+            Some(ptr) => unsafe {
+                std::ptr::copy_nonoverlapping(ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            },
+            None => buffer
+                .device()
+                .read_staged(buffer.raw.buffer, offset as u64, dst)?,
+        }
+        Ok(())
     }
 
+    /// A `memcpy` into the mapping, or a copy through staging memory.
     fn write(&self, buffer: &mut VulkanBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.write(offset, src)
+        check_range("", offset, src.len(), buffer.len)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        buffer.wait_unused("")?;
+        match buffer.raw.mapped {
+            // SAFETY: the destination lies inside the mapping (checked); `src` cannot alias
+            // it; `&mut VulkanBuffer` excludes every other access, and no GPU work on the
+            // buffer is pending (transfers complete before they return, launches were
+            // waited for).
+            Some(ptr) => unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.as_ptr().add(offset), src.len())
+            },
+            None => buffer
+                .device()
+                .write_staged(buffer.raw.buffer, offset as u64, src)?,
+        }
+        Ok(())
     }
 
+    /// `memset` on the mapping, or `vkCmdFillBuffer` (transfer.rs).
     fn fill(&self, buffer: &mut VulkanBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        buffer.fill(offset, len, value)
+        check_range("", offset, len, buffer.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        buffer.wait_unused("")?;
+        match buffer.raw.mapped {
+            // SAFETY: the range lies inside the mapping (checked); `&mut VulkanBuffer`
+            // excludes every other access.
+            Some(ptr) => unsafe { std::ptr::write_bytes(ptr.as_ptr().add(offset), value, len) },
+            None => buffer.device().fill_on_device(
+                buffer.raw.buffer,
+                offset as u64,
+                len as u64,
+                value,
+            )?,
+        }
+        Ok(())
     }
 
+    /// A `memcpy` between two mappings, or `vkCmdCopyBuffer`.
     fn copy(
         &self,
         src: &VulkanBuffer,
@@ -147,9 +205,42 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        dst.copy_from(dst_offset, src, src_offset, len)
+        check_range("", src_offset, len, src.len)?;
+        check_range("", dst_offset, len, dst.len)?;
+        if !Arc::ptr_eq(dst.device(), src.device()) {
+            return Err(Error::invalid(
+                "",
+                "the source and destination Vulkan buffers are on different devices",
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        src.wait_unused("")?;
+        dst.wait_unused("")?;
+        match (src.raw.mapped, dst.raw.mapped) {
+            // SAFETY: both ranges lie inside their mappings (checked); `dst` is borrowed
+            // mutably and `src` shared, so they are different allocations that cannot
+            // overlap, and nobody else writes either.
+            (Some(s), Some(d)) => unsafe {
+                std::ptr::copy_nonoverlapping(
+                    s.as_ptr().add(src_offset),
+                    d.as_ptr().add(dst_offset),
+                    len,
+                )
+            },
+            _ => dst.device().copy_on_device(
+                src.raw.buffer,
+                src_offset as u64,
+                dst.raw.buffer,
+                dst_offset as u64,
+                len as u64,
+            )?,
+        }
+        Ok(())
     }
 
+    /// A `memmove` on the mapping, or a copy on the device through a scratch range.
     fn copy_within(
         &self,
         buffer: &mut VulkanBuffer,
@@ -157,7 +248,26 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        buffer.copy_within(src_offset, dst_offset, len)
+        check_range("", src_offset, len, buffer.len)?;
+        check_range("", dst_offset, len, buffer.len)?;
+        if len == 0 || src_offset == dst_offset {
+            return Ok(());
+        }
+        buffer.wait_unused("")?;
+        match buffer.raw.mapped {
+            // SAFETY: both ranges lie inside the mapping (checked); `ptr::copy` allows them
+            // to overlap; `&mut VulkanBuffer` excludes every other access.
+            Some(p) => unsafe {
+                std::ptr::copy(p.as_ptr().add(src_offset), p.as_ptr().add(dst_offset), len)
+            },
+            None => buffer.device().move_on_device(
+                buffer.raw.buffer,
+                src_offset as u64,
+                dst_offset as u64,
+                len as u64,
+            )?,
+        }
+        Ok(())
     }
 
     /// Host-visible memory (always `MemKind::Host`/`Shared`; `Device` where the device's
@@ -207,15 +317,34 @@ impl hal::Ipc for VulkanDevice {
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<VulkanBuffer> {
         if size == 0 {
             return Err(Error::invalid(
-                "Device::alloc_exportable",
+                "",
                 "zero-size allocation on a Vulkan device",
             ));
         }
         VulkanBuffer::new(self.context()?.clone(), size, kind, true)
     }
 
+    /// A new `OPAQUE_FD` of the buffer's memory, and a payload of `OFVK`, the memory type
+    /// index (u32) and the `allocationSize` (u64), little-endian, which an `OPAQUE_FD`
+    /// import must repeat (`VulkanBuffer::import` reads it).
     fn export(&self, buffer: &VulkanBuffer) -> Result<hal::Exported> {
-        buffer.export()
+        if !buffer.exportable {
+            return Err(Error::invalid(
+                "",
+                "Vulkan buffer is not exportable (allocate it with alloc_exportable)",
+            ));
+        }
+        let raw = &buffer.raw;
+        let fd = raw.export_fd(buffer.device(), "")?;
+        let mut payload = Vec::with_capacity(PAYLOAD_LEN);
+        payload.extend_from_slice(&PAYLOAD_MAGIC);
+        payload.extend_from_slice(&raw.type_index.to_le_bytes());
+        payload.extend_from_slice(&raw.allocation_size.to_le_bytes());
+        Ok(hal::Exported {
+            size: buffer.len as u64,
+            payload,
+            fd: Some(fd),
+        })
     }
 
     fn import(&self, exported: hal::Exported) -> Result<VulkanBuffer> {

@@ -1,10 +1,11 @@
 //! Device memory: one `VkBuffer` bound to its own (dedicated) `VkDeviceMemory` per
-//! allocation, and the copies in and out of it.
+//! allocation ([`VulkanBuffer`]): making, importing, mapping and destroying it. The copies in
+//! and out of it are the device's (`hal::Device` in device.rs).
 //!
 //! Where the memory is host-visible and host-coherent it is mapped once, for its whole
 //! life, and every copy is a `memcpy`; otherwise copies go through the device's queue
 //! ([`crate::transfer`]). Impossible sizes are refused with `Error::OutOfMemory` before the
-//! driver is asked. Every method checks its ranges itself, whatever the caller checked: the
+//! driver is asked. Every access checks its ranges itself, whatever the caller checked: the
 //! trait is safe, so the backend must be sound on its own.
 
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -16,7 +17,7 @@ use ash::vk;
 use offload_core::{BackendKind, Error, MemKind, Result, hal::Exported};
 
 use crate::context::DeviceContext;
-use crate::error::{At, check_range, map_vk_err, out_of_memory};
+use crate::error::{At, map_vk_err, out_of_memory};
 use crate::usage::Usage;
 
 /// What an allocation is for; decides its memory type.
@@ -117,8 +118,8 @@ fn close_if_still(fd: std::os::fd::RawFd, identity: Option<(u64, u64)>) {
 }
 
 /// The first bytes of a Vulkan export payload, and its length.
-const PAYLOAD_MAGIC: [u8; 4] = *b"OFVK";
-const PAYLOAD_LEN: usize = 16;
+pub(crate) const PAYLOAD_MAGIC: [u8; 4] = *b"OFVK";
+pub(crate) const PAYLOAD_LEN: usize = 16;
 
 /// A `VkBuffer` with its own bound memory, mapped when it can be. Destroyed only by
 /// [`RawAllocation::destroy`]; the owner decides when.
@@ -458,11 +459,11 @@ impl RawAllocation {
 /// ```
 #[derive(Debug)]
 pub struct VulkanBuffer {
-    raw: RawAllocation,
-    len: usize,
+    pub(crate) raw: RawAllocation,
+    pub(crate) len: usize,
     kind: MemKind,
     /// Whether it may be exported (made by `alloc_exportable`; never an import).
-    exportable: bool,
+    pub(crate) exportable: bool,
     /// Whether another process may map its memory (exportable, or imported).
     shared: bool,
     device: Arc<DeviceContext>,
@@ -495,9 +496,9 @@ impl VulkanBuffer {
             _ => Placement::Host,
         };
         let (source, call) = if exportable {
-            (Source::Exportable, "Device::alloc_exportable")
+            (Source::Exportable, "")
         } else {
-            (Source::Fresh, "Device::alloc")
+            (Source::Fresh, "")
         };
         let raw = RawAllocation::new(&device, size as u64, placement, source, call)?;
         Ok(Self::counted(
@@ -505,12 +506,11 @@ impl VulkanBuffer {
         ))
     }
 
-    /// Maps memory another process exported (see [`VulkanBuffer::export`] for the payload).
+    /// Maps memory another process exported (the payload is `hal::Ipc::export`'s, device.rs).
     pub(crate) fn import(device: Arc<DeviceContext>, exported: Exported) -> Result<Self> {
-        const CALL: &str = "Device::import";
         let bad = |reason: &str| Error::InvalidIpcHandle {
             backend: Some(BackendKind::Vulkan),
-            call: CALL,
+            call: "",
             reason: reason.into(),
         };
         let Some(fd) = exported.fd else {
@@ -550,7 +550,7 @@ impl VulkanBuffer {
             allocation_size,
         };
         // Imported memory is mapped where it is host-visible, like device memory.
-        let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, CALL)?;
+        let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, "")?;
         Ok(Self::counted(
             device,
             raw,
@@ -580,29 +580,6 @@ impl VulkanBuffer {
             device,
             usage: Arc::default(),
         }
-    }
-
-    /// What another process needs to import this (exportable) buffer: a new `OPAQUE_FD` of
-    /// its memory, and a payload of `OFVK`, the memory type index (u32) and the
-    /// `allocationSize` (u64), little-endian, which an `OPAQUE_FD` import must repeat.
-    pub(crate) fn export(&self) -> Result<Exported> {
-        const CALL: &str = "Buffer::export";
-        if !self.exportable {
-            return Err(Error::invalid(
-                CALL,
-                "Vulkan buffer is not exportable (allocate it with alloc_exportable)",
-            ));
-        }
-        let fd = self.raw.export_fd(&self.device, CALL)?;
-        let mut payload = Vec::with_capacity(PAYLOAD_LEN);
-        payload.extend_from_slice(&PAYLOAD_MAGIC);
-        payload.extend_from_slice(&self.raw.type_index.to_le_bytes());
-        payload.extend_from_slice(&self.raw.allocation_size.to_le_bytes());
-        Ok(Exported {
-            size: self.len as u64,
-            payload,
-            fd: Some(fd),
-        })
     }
 
     pub(crate) fn device(&self) -> &Arc<DeviceContext> {
@@ -691,10 +668,9 @@ impl VulkanBuffer {
     /// The bytes in place, after the queued work that uses them: memory the host maps,
     /// which no other process can map.
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
-        const CALL: &str = "Buffer::with_mapped";
         let unsupported = |reason: &str| Error::Unsupported {
             backend: BackendKind::Vulkan,
-            call: CALL,
+            call: "",
             reason: reason.into(),
         };
         let Some(ptr) = self.raw.mapped else {
@@ -708,146 +684,12 @@ impl VulkanBuffer {
                  read and write instead",
             ));
         }
-        self.wait_unused(CALL)?;
+        self.wait_unused("")?;
         // SAFETY: the mapping covers the whole allocation (at least `len` bytes) for the
         // buffer's life and is host-coherent; `&mut self` excludes every other host access,
         // no GPU work uses the buffer (waited above, and none can be queued while the
         // borrow lives), and no other process maps it (not exportable, not imported).
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), self.len) })
-    }
-
-    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        check_range(CALL, offset, dst.len(), self.len)?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.wait_unused(CALL)?;
-        match self.raw.mapped {
-            // SAFETY: offset + len <= self.len <= the mapped size (checked), so the source
-            // lies inside the mapping, which lives as long as `self`; `dst` is a Rust slice and
-            // cannot alias device memory (we never hand out references into it); host writers
-            // need `&mut self`, every transfer into this buffer finished before its call
-            // returned, and every launch submitted before this call has finished (waited).
-            Some(ptr) => unsafe {
-                std::ptr::copy_nonoverlapping(ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
-            },
-            None => self
-                .device
-                .read_staged(self.raw.buffer, offset as u64, dst)?,
-        }
-        Ok(())
-    }
-
-    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        check_range(CALL, offset, src.len(), self.len)?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.wait_unused(CALL)?;
-        match self.raw.mapped {
-            // SAFETY: the destination lies inside the mapping (checked); `src` cannot alias
-            // it; `&mut self` excludes every other access, and no GPU work on the buffer is
-            // pending (transfers complete before they return, launches were waited for).
-            Some(ptr) => unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.as_ptr().add(offset), src.len())
-            },
-            None => self
-                .device
-                .write_staged(self.raw.buffer, offset as u64, src)?,
-        }
-        Ok(())
-    }
-
-    pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
-        check_range("Buffer::fill", offset, len, self.len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.wait_unused("Buffer::fill")?;
-        match self.raw.mapped {
-            // SAFETY: the range lies inside the mapping (checked); `&mut self` excludes every
-            // other access.
-            Some(ptr) => unsafe { std::ptr::write_bytes(ptr.as_ptr().add(offset), value, len) },
-            None => {
-                self.device
-                    .fill_on_device(self.raw.buffer, offset as u64, len as u64, value)?
-            }
-        }
-        Ok(())
-    }
-
-    pub(crate) fn copy_from(
-        &mut self,
-        dst_offset: usize,
-        src: &VulkanBuffer,
-        src_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        check_range(CALL, src_offset, len, src.len)?;
-        check_range(CALL, dst_offset, len, self.len)?;
-        if !Arc::ptr_eq(&self.device, &src.device) {
-            return Err(Error::invalid(
-                CALL,
-                "the source and destination Vulkan buffers are on different devices",
-            ));
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        src.wait_unused(CALL)?;
-        self.wait_unused(CALL)?;
-        match (src.raw.mapped, self.raw.mapped) {
-            // SAFETY: both ranges lie inside their mappings (checked); `self` is borrowed
-            // mutably and `src` shared, so they are different allocations that cannot overlap,
-            // and nobody else writes either.
-            (Some(s), Some(d)) => unsafe {
-                std::ptr::copy_nonoverlapping(
-                    s.as_ptr().add(src_offset),
-                    d.as_ptr().add(dst_offset),
-                    len,
-                )
-            },
-            _ => self.device.copy_on_device(
-                src.raw.buffer,
-                src_offset as u64,
-                self.raw.buffer,
-                dst_offset as u64,
-                len as u64,
-            )?,
-        }
-        Ok(())
-    }
-
-    pub(crate) fn copy_within(
-        &mut self,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        check_range(CALL, src_offset, len, self.len)?;
-        check_range(CALL, dst_offset, len, self.len)?;
-        if len == 0 || src_offset == dst_offset {
-            return Ok(());
-        }
-        self.wait_unused(CALL)?;
-        match self.raw.mapped {
-            // SAFETY: both ranges lie inside the mapping (checked); `ptr::copy` allows them to
-            // overlap; `&mut self` excludes every other access.
-            Some(p) => unsafe {
-                std::ptr::copy(p.as_ptr().add(src_offset), p.as_ptr().add(dst_offset), len)
-            },
-            None => self.device.move_on_device(
-                self.raw.buffer,
-                src_offset as u64,
-                dst_offset as u64,
-                len as u64,
-            )?,
-        }
-        Ok(())
     }
 }
 
@@ -856,7 +698,7 @@ impl Drop for VulkanBuffer {
         // Queued work that uses it may still run: submit and wait for it (`Device::free`
         // waited already and reported an error; here one can only be ignored, after waiting
         // idle).
-        self.usage.wait_or_idle(&self.device, "Buffer::free");
+        self.usage.wait_or_idle(&self.device, "");
         // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
         // transfer that used it completed before its call returned, and every launch that
         // used it has finished (waited above), so no GPU work on it is pending; it is

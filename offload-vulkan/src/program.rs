@@ -565,19 +565,13 @@ fn destroy_shader_module(device: &DeviceContext, shader: vk::ShaderModule) {
 
 /// Validates and reflects `image` for `device` as `load` does, without loading it.
 pub(crate) fn validate(device: &DeviceContext, image: &[u8]) -> Result<()> {
-    spirv::reflect(
-        image,
-        SpirvVersion::for_vulkan(device.api),
-        "Device::validate",
-    )
-    .map(drop)
+    spirv::reflect(image, SpirvVersion::for_vulkan(device.api), "").map(drop)
 }
 
 /// Validates `image` for `device` and loads it.
 pub(crate) fn load(device: Arc<DeviceContext>, image: &[u8]) -> Result<VulkanModule> {
-    const CALL: &str = "Program::load";
-    let reflection = spirv::reflect(image, SpirvVersion::for_vulkan(device.api), CALL)?;
-    let shader = create_shader_module(&device, &reflection.words, CALL)?;
+    let reflection = spirv::reflect(image, SpirvVersion::for_vulkan(device.api), "")?;
+    let shader = create_shader_module(&device, &reflection.words, "")?;
     let entries = reflection
         .entry_points
         .iter()
@@ -597,7 +591,6 @@ pub(crate) fn load(device: Arc<DeviceContext>, image: &[u8]) -> Result<VulkanMod
 
 /// Looks up entry point `name` and makes its objects (once per entry point).
 pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> {
-    const CALL: &str = "Module::kernel";
     let inner = &module.inner;
     let Some(entry) = inner
         .reflection
@@ -607,7 +600,7 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
     else {
         return Err(Error::SymbolNotFound {
             backend: BackendKind::Vulkan,
-            call: CALL,
+            call: "",
             symbol: name.to_string(),
             hint: String::new(),
         });
@@ -615,7 +608,7 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
     let e = &inner.reflection.entry_points[entry];
     let unsupported = |reason: String| Error::Unsupported {
         backend: BackendKind::Vulkan,
-        call: CALL,
+        call: "",
         reason: format!("entry point `{name}`: {reason}"),
     };
     if let Some(reason) = &e.unsupported {
@@ -630,11 +623,11 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
     }
     let mut objects = inner.lock_entry(entry);
     if objects.is_none() {
-        *objects = Some(inner.make_entry(entry, CALL)?);
+        *objects = Some(inner.make_entry(entry, "")?);
     }
     let Some(o) = objects.as_ref() else {
         return Err(Error::invalid(
-            CALL,
+            "",
             "the vulkan module lost its entry point objects",
         ));
     };
@@ -652,7 +645,7 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
 /// still live, then when the last one goes).
 pub(crate) fn unload(module: VulkanModule) -> Result<()> {
     let inner = &module.inner;
-    let waited = inner.usage.wait(&inner.device, "Module::unload");
+    let waited = inner.usage.wait(&inner.device, "");
     drop(module);
     waited
 }
@@ -660,7 +653,7 @@ pub(crate) fn unload(module: VulkanModule) -> Result<()> {
 impl Drop for ModuleInner {
     fn drop(&mut self) {
         // Batches that use it hold it, so by now they have run: this returns at once.
-        self.usage.wait_or_idle(&self.device, "Module::unload");
+        self.usage.wait_or_idle(&self.device, "");
         let dev = &self.device.raw;
         for entry in &mut self.entries {
             let objects = entry
@@ -722,15 +715,15 @@ impl hal::Program for VulkanModule {
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
-        Err(no_global("Module::global", name))
+        Err(no_global("", name))
     }
 
     fn read_global(&self, name: &str, _: usize, _: &mut [u8]) -> Result<()> {
-        Err(no_global("Module::read_global", name))
+        Err(no_global("", name))
     }
 
     fn write_global(&self, name: &str, _: usize, _: &[u8]) -> Result<()> {
-        Err(no_global("Module::write_global", name))
+        Err(no_global("", name))
     }
 
     fn unload(self) -> Result<()> {

@@ -188,7 +188,7 @@ impl VulkanEvent {
 impl Drop for VulkanEvent {
     fn drop(&mut self) {
         if let Some(pool) = self.query.take() {
-            let _ = self.device.wait_for_or_idle(self.value, "Event::drop");
+            let _ = self.device.wait_for_or_idle(self.value, "");
             // SAFETY: the submission that writes the query has finished (waited above).
             unsafe { self.device.raw.destroy_query_pool(pool, None) };
         }
@@ -423,14 +423,13 @@ impl QueueShared {
 impl VulkanQueue {
     /// Creates a queue (a command pool) on `device`.
     pub(crate) fn new(device: Arc<DeviceContext>) -> Result<VulkanQueue> {
-        const CALL: &str = "Device::queue";
-        device.timeline(CALL)?;
+        device.timeline("")?;
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(device.queue_family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: the device is live and the family is the one its queue was made from.
         let pool = unsafe { device.raw.create_command_pool(&info, None) }
-            .map_err(|e| map_vk_err(At::new(CALL, "vkCreateCommandPool"), e))?;
+            .map_err(|e| map_vk_err(At::new("", "vkCreateCommandPool"), e))?;
         crate::stats::LIVE_QUEUES.fetch_add(1, Ordering::SeqCst);
         Ok(VulkanQueue {
             shared: Arc::new(QueueShared {
@@ -497,19 +496,18 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         dims: &Dims,
         args: &[KernelArg<'_, VulkanBuffer>],
     ) -> Result<()> {
-        const CALL: &str = "Queue::launch";
         let device = &self.shared.device;
         let entry = kernel.entry_point();
         let name = &entry.name;
         if !Arc::ptr_eq(&kernel.module.device, device) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!("vulkan kernel `{name}` is loaded on another device than the queue"),
             ));
         }
         if args.len() != kernel.params.len() {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "vulkan kernel `{name}` takes {} arguments ({:?}), {} given",
                     kernel.params.len(),
@@ -554,7 +552,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 (KernelArg::Buffer(b), ParamKind::Buffer | ParamKind::Uniform) => {
                     if !Arc::ptr_eq(b.device(), device) {
                         return Err(Error::invalid(
-                            CALL,
+                            "",
                             format!(
                                 "argument {nth} of vulkan kernel `{name}`: the buffer is on \
                                  another device"
@@ -563,7 +561,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                     }
                     if b.len() as u64 > u64::from(limit) {
                         return Err(Error::invalid(
-                            CALL,
+                            "",
                             format!(
                                 "argument {nth} of vulkan kernel `{name}`: a buffer of {} bytes \
                                  cannot be bound whole as {param}; the device binds at most {} \
@@ -613,7 +611,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                     };
                     if let Some(problem) = problem {
                         return Err(Error::invalid(
-                            CALL,
+                            "",
                             format!("argument {nth} of vulkan kernel `{name}`: {problem}"),
                         ));
                     }
@@ -623,14 +621,14 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 (KernelArg::Scalar(bytes), p) if p.scalar_size() == Some(bytes.len()) => {
                     let Some(leaf) = leaves.next() else {
                         return Err(Error::invalid(
-                            CALL,
+                            "",
                             "more scalars than push-constant members",
                         ));
                     };
                     let at = leaf.offset as usize;
                     let Some(dst) = push.get_mut(at..at + bytes.len()) else {
                         return Err(Error::invalid(
-                            CALL,
+                            "",
                             "a push-constant member outside the block",
                         ));
                     };
@@ -638,7 +636,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 }
                 _ => {
                     return Err(Error::invalid(
-                        CALL,
+                        "",
                         format!("argument {nth} of vulkan kernel `{name}` should be {param}"),
                     ));
                 }
@@ -648,7 +646,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         if dims.shared_memory > 0 {
             return Err(Error::Unsupported {
                 backend: BackendKind::Vulkan,
-                call: CALL,
+                call: "",
                 reason: format!(
                     "vulkan kernel `{name}`: dynamic shared memory ({} bytes): a Vulkan compute \
                      shader declares its workgroup memory with a fixed size",
@@ -656,7 +654,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 ),
             });
         }
-        let pipeline = kernel.pipeline_for(dims.block, CALL)?;
+        let pipeline = kernel.pipeline_for(dims.block, "")?;
         if dims.grid.contains(&0) {
             return Ok(()); // no workgroups: nothing to run
         }
@@ -691,7 +689,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         };
         let buffers = bound().map(|(b, ..)| b);
         self.shared
-            .record_using(CALL, buffers, Some(&kernel.module), |batch, cb| {
+            .record_using("", buffers, Some(&kernel.module), |batch, cb| {
                 // Only what differs from the launch before it in this batch is recorded: the
                 // pipeline, the descriptor set (written earlier in the batch with the same
                 // bindings, or fresh), the push constants (see `Bound`).
@@ -710,7 +708,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                         None => {
                             let uniforms = entry.uniform.iter().filter(|&&u| u).count() as u32;
                             let count = [entry.bindings.len() as u32 - uniforms, uniforms];
-                            let set = batch.descriptor_set(device, layout, count, CALL)?;
+                            let set = batch.descriptor_set(device, layout, count, "")?;
                             // SAFETY: the set is fresh; `launch` checked every buffer
                             // and range it describes.
                             unsafe { write_set(dev, set, described()) };
@@ -760,16 +758,15 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
     /// Records a write of `data` into `buffer` at `offset`: inside the command buffer when
     /// it is small and 4-byte aligned, through staging memory otherwise.
     fn enqueue_write(&self, buffer: &VulkanBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        const CALL: &str = "Queue::write";
-        self.check_device(CALL, &[buffer])?;
-        check_range(CALL, offset, data.len(), buffer.len())?;
+        self.check_device("", &[buffer])?;
+        check_range("", offset, data.len(), buffer.len())?;
         if data.is_empty() {
             return Ok(());
         }
         let device = &self.shared.device;
         let dev = &device.raw;
         if offset % 4 == 0 && data.len() % 4 == 0 && data.len() <= INLINE_WRITE {
-            return self.shared.record(CALL, &[buffer], None, |_, cb| {
+            return self.shared.record("", &[buffer], None, |_, cb| {
                 // SAFETY: the command buffer is recording; the range lies inside the buffer
                 // (checked), is 4-byte aligned and at most 65536 bytes; the buffer was made
                 // with TRANSFER_DST.
@@ -782,14 +779,14 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
             data.len() as u64,
             Placement::Staging,
             Source::Fresh,
-            CALL,
+            "",
         )?;
         let Some(ptr) = staging.mapped else {
             // SAFETY: never used by any command.
             unsafe { staging.destroy(dev) };
             device.allocations.fetch_sub(1, Ordering::SeqCst);
             return Err(Error::invalid(
-                CALL,
+                "",
                 "the device's staging memory is not mappable",
             ));
         };
@@ -798,7 +795,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len()) };
         let source = staging.buffer;
         let mut staging = Some(staging);
-        let recorded = self.shared.record(CALL, &[buffer], None, |batch, cb| {
+        let recorded = self.shared.record("", &[buffer], None, |batch, cb| {
             let region = vk::BufferCopy::default()
                 .src_offset(0)
                 .dst_offset(offset as u64)
@@ -830,12 +827,11 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        const CALL: &str = "Queue::fill";
-        self.check_device(CALL, &[buffer])?;
-        check_range(CALL, offset, len, buffer.len())?;
+        self.check_device("", &[buffer])?;
+        check_range("", offset, len, buffer.len())?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
                     pattern.len()
@@ -858,7 +854,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         match word {
             Some(word) if offset % 4 == 0 && len % 4 == 0 => {
                 let dev = &self.shared.device.raw;
-                self.shared.record(CALL, &[buffer], None, |_, cb| {
+                self.shared.record("", &[buffer], None, |_, cb| {
                     // SAFETY: the command buffer is recording; the range lies inside the
                     // buffer (checked) and is 4-byte aligned; TRANSFER_DST usage.
                     unsafe {
@@ -884,14 +880,13 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Queue::copy";
-        self.check_device(CALL, &[src, dst])?;
-        check_range(CALL, src_offset, len, src.len())?;
-        check_range(CALL, dst_offset, len, dst.len())?;
+        self.check_device("", &[src, dst])?;
+        check_range("", src_offset, len, src.len())?;
+        check_range("", dst_offset, len, dst.len())?;
         let same = src.vk_buffer() == dst.vk_buffer();
         if same && src_offset.abs_diff(dst_offset) < len {
             return Err(Error::invalid(
-                CALL,
+                "",
                 "the source and destination ranges of one vulkan buffer overlap",
             ));
         }
@@ -900,7 +895,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         }
         let dev = &self.shared.device.raw;
         let buffers: &[&VulkanBuffer] = if same { &[src] } else { &[src, dst] };
-        self.shared.record(CALL, buffers, None, |_, cb| {
+        self.shared.record("", buffers, None, |_, cb| {
             let region = vk::BufferCopy::default()
                 .src_offset(src_offset as u64)
                 .dst_offset(dst_offset as u64)
@@ -916,11 +911,10 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
     /// on the calling thread, so work enqueued after it comes after it. (Blocking: a
     /// `VkQueue` has no host callbacks; see docs/backends.md.)
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
-        const CALL: &str = "Queue::enqueue_host_fn";
-        self.sync_as(CALL)?;
+        self.sync_as("")?;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
             Error::Callback {
-                callback: CALL,
+                callback: offload_core::hal::HOST_FN_CALLBACK,
                 source: format!(
                     "the host function panicked: {}",
                     offload_core::hal::panic_text(&*payload)
@@ -932,27 +926,25 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
 
     /// Submits, then waits for everything enqueued on this queue.
     fn sync(&self) -> Result<()> {
-        self.sync_as("Queue::sync")
+        self.sync_as("")
     }
 
     /// Submits, then says whether everything enqueued has finished.
     fn is_idle(&self) -> Result<bool> {
-        const CALL: &str = "Queue::is_idle";
-        self.shared.flush(CALL)?;
+        self.shared.flush("")?;
         self.shared
             .device
-            .is_complete(self.shared.last.load(Ordering::Acquire), CALL)
+            .is_complete(self.shared.last.load(Ordering::Acquire), "")
     }
 
     /// Records an event after the work enqueued so far, and submits it.
     fn record(&self) -> Result<VulkanEvent> {
-        const CALL: &str = "Queue::record";
         let device = &self.shared.device;
         let dev = &device.raw;
         if device.limits.timestamp_valid_bits == 0 {
             // No timestamps on this queue: the event is the queue's last value.
             let mut inner = self.shared.lock();
-            self.shared.submit(&mut inner, CALL)?;
+            self.shared.submit(&mut inner, "")?;
             crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
             return Ok(VulkanEvent {
                 device: device.clone(),
@@ -966,8 +958,8 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
             .query_count(1);
         // SAFETY: the device is live; `info` lives across the call.
         let pool = unsafe { dev.create_query_pool(&info, None) }
-            .map_err(|e| map_vk_err(At::new(CALL, "vkCreateQueryPool"), e))?;
-        let submitted = self.shared.record(CALL, &[], None, |_, cb| {
+            .map_err(|e| map_vk_err(At::new("", "vkCreateQueryPool"), e))?;
+        let submitted = self.shared.record("", &[], None, |_, cb| {
             // SAFETY: the command buffer is recording; the pool is live with one query, which
             // is reset before it is written; the queue family has timestamp bits.
             unsafe {
@@ -976,7 +968,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
             }
             Ok(())
         });
-        let submitted = submitted.and_then(|()| self.shared.flush(CALL));
+        let submitted = submitted.and_then(|()| self.shared.flush(""));
         match submitted {
             Ok(()) => {
                 crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
@@ -1001,7 +993,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
     fn wait_event(&self, event: &VulkanEvent) -> Result<()> {
         if !Arc::ptr_eq(&event.device, &self.shared.device) {
             return Err(Error::invalid(
-                "Queue::wait",
+                "",
                 "the vulkan event is of another device than the queue",
             ));
         }
@@ -1029,7 +1021,7 @@ fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usi
     }
     let binding = entry.bindings.get(j).copied().unwrap_or(0);
     Err(Error::invalid(
-        "Queue::launch",
+        "",
         format!(
             "argument {arg} of vulkan kernel `{}`: {len} bytes bound to binding {binding}, \
              which needs at least {min} (its fixed members and one element of its runtime \
@@ -1040,13 +1032,7 @@ fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usi
 }
 
 fn check_dims(dims: &Dims, limits: &crate::info::Limits, name: &str) -> Result<()> {
-    const CALL: &str = "Queue::launch";
-    let fail = |why: String| {
-        Err(Error::invalid(
-            CALL,
-            format!("vulkan kernel `{name}`: {why}"),
-        ))
-    };
+    let fail = |why: String| Err(Error::invalid("", format!("vulkan kernel `{name}`: {why}")));
     if dims.block.contains(&0) {
         return fail(format!("block {:?} has a zero dimension", dims.block));
     }
@@ -1076,7 +1062,7 @@ fn check_dims(dims: &Dims, limits: &crate::info::Limits, name: &str) -> Result<(
 impl Drop for VulkanQueue {
     fn drop(&mut self) {
         // Submit what is recorded: dropping a queue drains it (L4).
-        let _ = self.shared.flush("Queue::drop");
+        let _ = self.shared.flush("");
     }
 }
 
@@ -1092,9 +1078,7 @@ impl Drop for QueueShared {
             // SAFETY: never submitted.
             unsafe { open.batch.destroy(&self.device) };
         }
-        let _ = self
-            .device
-            .wait_for_or_idle(*self.last.get_mut(), "Queue::drop");
+        let _ = self.device.wait_for_or_idle(*self.last.get_mut(), "");
         for b in inner.idle.drain(..).chain(inner.in_flight.drain(..)) {
             // SAFETY: every submission of the queue finished (waited above).
             unsafe { b.destroy(&self.device) };
@@ -1175,19 +1159,18 @@ impl hal::Event for VulkanEvent {
     /// Elapsed device time from `start` to this event (both completed first).
     fn elapsed_since(&self, start: &VulkanEvent) -> Result<Duration> {
         let end = self;
-        const CALL: &str = "Event::elapsed_since";
         if !Arc::ptr_eq(&start.device, &end.device) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 "the vulkan events are of different devices",
             ));
         }
-        start.complete(CALL)?;
-        end.complete(CALL)?;
+        start.complete("")?;
+        end.complete("")?;
         let limits = &end.device.limits;
         match (start.query, end.query) {
             (Some(a), Some(b)) => {
-                let (t0, t1) = (start.ticks(a, CALL)?, end.ticks(b, CALL)?);
+                let (t0, t1) = (start.ticks(a, "")?, end.ticks(b, "")?);
                 let ticks = match limits.timestamp_valid_bits {
                     64.. => t1.saturating_sub(t0),
                     bits => t1.wrapping_sub(t0) & ((1u64 << bits) - 1),
@@ -1207,19 +1190,19 @@ impl hal::Event for VulkanEvent {
 
     /// Waits for the event.
     fn sync(&self) -> Result<()> {
-        self.complete("Event::sync")
+        self.complete("")
     }
 
     /// Waits for the event's submission, then destroys it.
     fn destroy(self) -> Result<()> {
-        let waited = self.device.wait_for(self.value, "Event::drop");
+        let waited = self.device.wait_for(self.value, "");
         drop(self);
         waited
     }
 
     /// Whether the event has completed, without waiting.
     fn is_complete(&self) -> Result<bool> {
-        let done = self.device.is_complete(self.value, "Event::is_complete")?;
+        let done = self.device.is_complete(self.value, "")?;
         if done {
             self.observed.get_or_init(Instant::now);
         }

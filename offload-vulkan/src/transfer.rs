@@ -299,16 +299,15 @@ impl DeviceContext {
         offset: u64,
         dst: &mut [u8],
     ) -> Result<()> {
-        const CALL: &str = "Buffer::read";
         let mut state = self.lock_queue();
-        let staging = self.staging(&mut state.transfer, CALL)?;
+        let staging = self.staging(&mut state.transfer, "")?;
         let mut done = 0;
         while done < dst.len() {
             let n = chunk(dst.len(), done, &staging);
             let op = copy(buffer, offset + done as u64, staging.buffer, 0, n as u64);
             // SAFETY: `buffer` is a live buffer of this device (its owner borrows it for this
             // call) and the caller checked the range; staging holds `n` bytes.
-            unsafe { self.submit(&mut state, CALL, &[op])? };
+            unsafe { self.submit(&mut state, "", &[op])? };
             // SAFETY: the copy into staging finished (fence) and was made host-visible (the
             // closing barrier); staging holds at least `n` bytes, and `dst` is a Rust slice
             // that cannot alias it; the queue mutex keeps other transfers out of staging.
@@ -320,9 +319,8 @@ impl DeviceContext {
 
     /// Writes `src` at `offset` of `buffer` through staging memory.
     pub(crate) fn write_staged(&self, buffer: vk::Buffer, offset: u64, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
         let mut state = self.lock_queue();
-        let staging = self.staging(&mut state.transfer, CALL)?;
+        let staging = self.staging(&mut state.transfer, "")?;
         let mut done = 0;
         while done < src.len() {
             let n = chunk(src.len(), done, &staging);
@@ -332,7 +330,7 @@ impl DeviceContext {
             let op = copy(staging.buffer, 0, buffer, offset + done as u64, n as u64);
             // SAFETY: as in `read_staged`; host writes to coherent memory before the submit
             // are visible to it.
-            unsafe { self.submit(&mut state, CALL, &[op])? };
+            unsafe { self.submit(&mut state, "", &[op])? };
             done += n;
         }
         Ok(())
@@ -347,7 +345,6 @@ impl DeviceContext {
         size: u64,
         value: u8,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::fill";
         let end = offset + size;
         let aligned_start = offset.next_multiple_of(4);
         let aligned_end = end - end % 4;
@@ -369,7 +366,7 @@ impl DeviceContext {
         }
         edges.retain(|&(_, n)| n > 0);
         if !edges.is_empty() {
-            let staging = self.staging(&mut state.transfer, CALL)?;
+            let staging = self.staging(&mut state.transfer, "")?;
             // SAFETY: staging holds at least 8 bytes and no transfer uses it now.
             unsafe { std::ptr::write_bytes(staging.ptr, value, 8) };
             for (at, n) in edges {
@@ -379,7 +376,7 @@ impl DeviceContext {
         // SAFETY: `buffer` is live (borrowed by the caller), the caller checked the range, the
         // fill is 4-byte aligned, the edges (< 8 bytes each) come from staging and are disjoint
         // from the filled words.
-        unsafe { self.submit(&mut state, CALL, &ops) }
+        unsafe { self.submit(&mut state, "", &ops) }
     }
 
     /// Copies `size` bytes between two different buffers of this device.
@@ -395,7 +392,7 @@ impl DeviceContext {
         let op = copy(src, src_offset, dst, dst_offset, size);
         // SAFETY: both buffers are live buffers of this device (their owners borrow them,
         // one mutably, so they are different buffers and cannot overlap), ranges checked.
-        unsafe { self.submit(&mut state, "Buffer::copy_from", &[op]) }
+        unsafe { self.submit(&mut state, "", &[op]) }
     }
 
     /// Copies `size` bytes inside one buffer with memmove semantics: directly when the
@@ -408,16 +405,15 @@ impl DeviceContext {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
         let mut state = self.lock_queue();
         let overlap = src_offset < dst_offset + size && dst_offset < src_offset + size;
         if !overlap {
             let op = copy(buffer, src_offset, buffer, dst_offset, size);
             // SAFETY: the buffer is live (borrowed mutably by the caller), ranges checked and
             // disjoint.
-            return unsafe { self.submit(&mut state, CALL, &[op]) };
+            return unsafe { self.submit(&mut state, "", &[op]) };
         }
-        let staging = self.staging(&mut state.transfer, CALL)?;
+        let staging = self.staging(&mut state.transfer, "")?;
         let mut ops = Vec::new();
         let chunks = size.div_ceil(staging.size);
         for i in 0..chunks {
@@ -437,6 +433,6 @@ impl DeviceContext {
         // SAFETY: the buffer is live, ranges checked; each copy goes between the buffer and
         // staging (different buffers), `n` <= the staging size, and barriers order every
         // use of staging and of the buffer against the next.
-        unsafe { self.submit(&mut state, CALL, &ops) }
+        unsafe { self.submit(&mut state, "", &ops) }
     }
 }

@@ -102,7 +102,7 @@ mod with_naga {
     fn error(log: String) -> Error {
         Error::Compile {
             backend: BackendKind::Vulkan,
-            call: "Program::load",
+            call: "",
             language: Language::Wgsl,
             log,
         }
@@ -144,7 +144,7 @@ mod with_naga {
         if source.language() != Language::Wgsl {
             return Err(Error::Unsupported {
                 backend: BackendKind::Vulkan,
-                call: "Program::load",
+                call: "",
                 reason: format!(
                     "the Vulkan backend compiles WGSL, not {}",
                     source.language()

@@ -61,7 +61,7 @@ impl Drop for Mapping {
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {
         backend: Some(BackendKind::Ze),
-        call: "Device::import",
+        call: "",
         reason: reason.into(),
     }
 }
@@ -74,10 +74,9 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 /// What another process needs to map `buffer`: the payload and a descriptor of the memory.
 pub(crate) fn export(buffer: &ZeBuffer) -> Result<Exported> {
-    const CALL: &str = "Buffer::export";
     if !buffer.exportable || buffer.alloc.origin != Origin::Made(MemoryKind::Device) {
         return Err(Error::InvalidArgument {
-            call: CALL,
+            call: "",
             reason: "ze buffer is not exportable (allocate it with alloc_exportable)".into(),
         });
     }
@@ -85,9 +84,9 @@ pub(crate) fn export(buffer: &ZeBuffer) -> Result<Exported> {
     let driver = device.driver();
     let context = device.context();
     let ptr = buffer.alloc.ptr;
-    let id = driver.alloc_id(context, ptr).map_err(driver_error(CALL))?;
+    let id = driver.alloc_id(context, ptr).map_err(driver_error(""))?;
     // SAFETY: `ptr` is the base of this live device allocation of the context.
-    let mut handle = unsafe { driver.ipc_get(context, ptr) }.map_err(driver_error(CALL))?;
+    let mut handle = unsafe { driver.ipc_get(context, ptr) }.map_err(driver_error(""))?;
     let raw = u64_at(&handle.data, FD_BYTES.start);
     let duplicated = i32::try_from(raw)
         .ok()
@@ -99,13 +98,13 @@ pub(crate) fn export(buffer: &ZeBuffer) -> Result<Exported> {
     let put = driver
         .ipc_put(context, handle)
         .transpose()
-        .map_err(driver_error(CALL));
+        .map_err(driver_error(""));
     let fd: OwnedFd = match duplicated {
         Some(Ok(fd)) => fd,
         Some(Err(e)) => {
             return Err(Error::Driver {
                 backend: BackendKind::Ze,
-                call: CALL,
+                call: "",
                 code: i64::from(e.raw_os_error().unwrap_or(0)),
                 message: format!("cannot duplicate the IPC handle's descriptor {raw}: {e}"),
             });
@@ -113,7 +112,7 @@ pub(crate) fn export(buffer: &ZeBuffer) -> Result<Exported> {
         None => {
             return Err(Error::Driver {
                 backend: BackendKind::Ze,
-                call: CALL,
+                call: "",
                 code: 0,
                 message: format!(
                     "zeMemGetIpcHandle gave {raw} where a file descriptor was expected"
@@ -140,7 +139,6 @@ pub(crate) fn export(buffer: &ZeBuffer) -> Result<Exported> {
 /// Maps memory another process (or this one) exported; the descriptor is closed whatever
 /// happens.
 pub(crate) fn import(device: &Arc<DeviceShared>, exported: Exported) -> Result<ZeBuffer> {
-    const CALL: &str = "Device::import";
     let Exported { size, payload, fd } = exported;
     let Some(fd) = fd else {
         return Err(bad("a Level Zero handle travels with its file descriptor"));
@@ -191,7 +189,7 @@ pub(crate) fn import(device: &Arc<DeviceShared>, exported: Exported) -> Result<Z
             sys::ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY,
         ];
         if out_of_memory.iter().any(|&c| i64::from(c) == f.code) {
-            f.into_error(BackendKind::Ze, CALL)
+            f.into_error(BackendKind::Ze, "")
         } else {
             bad(format!("the driver refused it: {}", f.message()))
         }

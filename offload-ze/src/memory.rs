@@ -1,6 +1,7 @@
 //! Level Zero memory: device (`zeMemAllocDevice`), host (`zeMemAllocHost`) and shared
-//! (`zeMemAllocShared`) allocations of the driver's context, and the host's copies in and
-//! out of them, which go through the device's synchronous immediate command list
+//! (`zeMemAllocShared`) allocations of the driver's context, their ranges and their release.
+//! The host's copies in and out of them are the device's (`hal::Device` in platform.rs):
+//! they go through the device's synchronous immediate command list
 //! (`zeCommandListAppendMemoryCopy` / `...MemoryFill`, each returning once done).
 //!
 //! Queued work on a buffer (Q1) is remembered by queue (`offload_driver::Uses`): a host
@@ -48,12 +49,11 @@ unsafe impl Sync for Allocation {}
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        const CALL: &str = "Buffer::free";
         let driver = self.device.driver();
         let context = self.device.context();
         // A wait that fails (a lost device) leaves the memory allocated: freeing it under
         // work that may still run would be worse than the leak.
-        if self.uses.wait(CALL).is_ok() {
+        if self.uses.wait("").is_ok() {
             if let Origin::Made(_) = self.origin {
                 // SAFETY: a live allocation of this context, freed once, here, with no
                 // queued work on it (waited). (A mapping closes with its last user:
@@ -233,7 +233,7 @@ impl ZeBuffer {
         device
             .driver()
             .alloc_id(device.context(), self.alloc.ptr)
-            .map_err(crate::platform::driver_error("Buffer::allocation_id"))
+            .map_err(crate::platform::driver_error(""))
     }
 
     /// The device address of the first byte.
@@ -255,139 +255,24 @@ impl ZeBuffer {
         }
     }
 
-    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        let src = self.at(CALL, offset, dst.len())?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: the range lies inside this live allocation (checked); no queued work on it
-        // runs (waited); `dst` is host memory, borrowed for the call.
-        unsafe {
-            self.alloc
-                .device
-                .copy_now(CALL, dst.as_mut_ptr().cast(), src, dst.len())
-        }
-    }
-
-    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        let dst = self.at(CALL, offset, src.len())?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: as in `read`; `&mut self` excludes every other host access.
-        unsafe {
-            self.alloc
-                .device
-                .copy_now(CALL, dst, src.as_ptr().cast(), src.len())
-        }
-    }
-
-    pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
-        const CALL: &str = "Buffer::fill";
-        let dst = self.at(CALL, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.alloc.uses.wait(CALL)?;
-        let device = &self.alloc.device;
-        device.with_copier(CALL, |list| {
-            // SAFETY: as in `write`.
-            unsafe {
-                device
-                    .driver()
-                    .append_fill(list, dst, &[value], len, None, &[])
-            }
-        })
-    }
-
-    /// Copies from `src`, another buffer of the same device.
-    pub(crate) fn copy_from(
-        &mut self,
-        dst_offset: usize,
-        src: &ZeBuffer,
-        src_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = src.at(CALL, src_offset, len)?;
-        let to = self.at(CALL, dst_offset, len)?;
-        if !Arc::ptr_eq(&self.alloc.device, &src.alloc.device) {
-            return Err(Error::InvalidArgument {
-                call: CALL,
-                reason: "the ze buffers are on different devices".into(),
-            });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        if Arc::ptr_eq(&self.alloc, &src.alloc) {
-            return self.copy_within(src_offset, dst_offset, len);
-        }
-        src.alloc.uses.wait(CALL)?;
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
-        // work on either runs (waited); they are different allocations, so they do not
-        // overlap.
-        unsafe { self.alloc.device.copy_now(CALL, to, from, len) }
-    }
-
-    /// A copy inside the buffer; overlapping ranges are staged through the host.
-    pub(crate) fn copy_within(
-        &mut self,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = self.at(CALL, src_offset, len)?;
-        let to = self.at(CALL, dst_offset, len)?;
-        if len == 0 || from == to {
-            return Ok(());
-        }
-        if src_offset.abs_diff(dst_offset) < len {
-            let mut staged = vec![0u8; len];
-            self.read(src_offset, &mut staged)?;
-            return self.write(dst_offset, &staged);
-        }
-        self.alloc.uses.wait(CALL)?;
-        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
-        // (checked above); no queued work on it runs (waited).
-        unsafe { self.alloc.device.copy_now(CALL, to, from, len) }
-    }
-
     /// The bytes in place, for host and shared memory (the host reaches them directly).
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
-        const CALL: &str = "Buffer::with_mapped";
         if !matches!(
             self.alloc.origin,
             Origin::Made(MemoryKind::Host | MemoryKind::Shared)
         ) {
             return Err(Error::Unsupported {
                 backend: BackendKind::Ze,
-                call: CALL,
+                call: "",
                 reason: "device memory is not host-visible: allocate MemKind::Host or \
                          MemKind::Shared to touch it in place"
                     .into(),
             });
         }
-        self.alloc.uses.wait(CALL)?;
+        self.alloc.uses.wait("")?;
         // SAFETY: host and shared allocations are host-addressable for their whole `len`
         // bytes while the buffer lives; no queued work on it runs (waited), and none can be
         // queued while `&mut self` is borrowed; the host's own copies are synchronous.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr.cast::<u8>(), self.len) })
-    }
-
-    /// Lets go of the memory: freed once no queued work uses it.
-    pub(crate) fn free(self) -> Result<()> {
-        if Arc::strong_count(&self.alloc) == 1 {
-            // The last user: wait here, so a failure is reported (the drop only ignores it).
-            self.alloc.uses.wait("Buffer::free")?;
-        }
-        drop(self);
-        Ok(())
     }
 }

@@ -1,21 +1,20 @@
 //! The Level Zero platform and its devices: the loader opened and initialised, one context
 //! per driver ([`ContextShared`]), a record per device ([`DeviceShared`]) that every object
-//! made on it holds, and the `hal` traits over them, each call delegating to the module that
-//! owns its objects (memory.rs, queue.rs, program.rs, ipc.rs).
+//! made on it holds, and the `hal::Device` and `hal::Ipc` impls over them: the host's
+//! copies in and out of buffers are here; the buffers themselves are memory.rs's, programs
+//! (and their `hal::Program` impl) program.rs's, queues queue.rs's, IPC ipc.rs's.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use offload_core::hal::{self, ImageFormat};
-use offload_core::{
-    BackendKind, Config, DeviceInfo, Error, GlobalInfo, MemKind, ParamKind, Result,
-};
+use offload_core::{BackendKind, Config, DeviceInfo, Error, MemKind, Result};
 use offload_driver::{Failure, LaunchLimits, driver_not_found, no_device};
 
 use crate::ffi::{self, ContextHandle, DeviceHandle, DriverHandle, ListHandle};
 use crate::memory::ZeBuffer;
-use crate::program::{self, ZeKernel, ZeModule};
+use crate::program::{self, ZeModule};
 use crate::queue::{ZeEvent, ZeQueue};
 use crate::{BACKEND, COUNTERS, LIBRARY};
 
@@ -258,7 +257,7 @@ impl hal::Platform for ZePlatform {
             };
             return Err(driver_not_found(BACKEND, LIBRARY, reason));
         }
-        let on_init = driver_error("Offload::init");
+        let on_init = driver_error("");
         let drivers = driver.drivers().map_err(&on_init)?;
         let Some(&first) = drivers.first() else {
             return Err(driver_not_found(BACKEND, LIBRARY, "zeDriverGet: 0 drivers"));
@@ -348,7 +347,7 @@ impl hal::Platform for ZePlatform {
         if leaked > 0 {
             return Err(Error::Driver {
                 backend: BACKEND,
-                call: "Offload::shutdown",
+                call: "",
                 code: leaked as i64,
                 message: format!(
                     "{leaked} Level Zero objects were still alive at deinit (they are freed \
@@ -374,7 +373,7 @@ impl hal::Platform for ZePlatform {
 
 fn info(shared: &DeviceShared) -> Result<DeviceInfo> {
     let driver = shared.driver();
-    let failed = driver_error("Device::info");
+    let failed = driver_error("");
     let description = driver.describe(shared.handle).map_err(&failed)?;
     let mut info = DeviceInfo::new(
         description.name,
@@ -411,25 +410,69 @@ impl hal::Device for ZeDevice {
 
     /// `Device`: `zeMemAllocDevice`; `Host`: `zeMemAllocHost`; `Shared`: `zeMemAllocShared`.
     fn alloc(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, false, "Device::alloc")
+        ZeBuffer::new(&self.shared, size, kind, false, "")
     }
 
+    /// Lets go of the memory: freed once no queued work uses it.
     fn free(&self, buffer: ZeBuffer) -> Result<()> {
-        buffer.free()
+        if Arc::strong_count(&buffer.alloc) == 1 {
+            // The last user: wait here, so a failure is reported (the drop only ignores it).
+            buffer.alloc.uses.wait("")?;
+        }
+        drop(buffer);
+        Ok(())
     }
 
     fn read(&self, buffer: &ZeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.read(offset, dst)
+        let src = buffer.at("", offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        buffer.alloc.uses.wait("")?;
+        // SAFETY: the range lies inside this live allocation (checked); no queued work on it
+        // runs (waited); `dst` is host memory, borrowed for the call.
+        unsafe {
+            buffer
+                .alloc
+                .device
+                .copy_now("", dst.as_mut_ptr().cast(), src, dst.len())
+        }
     }
 
     fn write(&self, buffer: &mut ZeBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.write(offset, src)
+        let dst = buffer.at("", offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        buffer.alloc.uses.wait("")?;
+        // SAFETY: as in `read`; `&mut ZeBuffer` excludes every other host access.
+        unsafe {
+            buffer
+                .alloc
+                .device
+                .copy_now("", dst, src.as_ptr().cast(), src.len())
+        }
     }
 
     fn fill(&self, buffer: &mut ZeBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        buffer.fill(offset, len, value)
+        let dst = buffer.at("", offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        buffer.alloc.uses.wait("")?;
+        let device = &buffer.alloc.device;
+        device.with_copier("", |list| {
+            // SAFETY: as in `write`.
+            unsafe {
+                device
+                    .driver()
+                    .append_fill(list, dst, &[value], len, None, &[])
+            }
+        })
     }
 
+    /// From another buffer of the same device (a copy inside one allocation, through two
+    /// handles of it, is `copy_within`'s).
     fn copy(
         &self,
         src: &ZeBuffer,
@@ -438,11 +481,50 @@ impl hal::Device for ZeDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        dst.copy_from(dst_offset, src, src_offset, len)
+        let from = src.at("", src_offset, len)?;
+        let to = dst.at("", dst_offset, len)?;
+        if !Arc::ptr_eq(&dst.alloc.device, &src.alloc.device) {
+            return Err(Error::InvalidArgument {
+                call: "",
+                reason: "the ze buffers are on different devices".into(),
+            });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        if Arc::ptr_eq(&dst.alloc, &src.alloc) {
+            return self.copy_within(dst, src_offset, dst_offset, len);
+        }
+        src.alloc.uses.wait("")?;
+        dst.alloc.uses.wait("")?;
+        // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
+        // work on either runs (waited); they are different allocations, so they do not
+        // overlap.
+        unsafe { dst.alloc.device.copy_now("", to, from, len) }
     }
 
-    fn copy_within(&self, buffer: &mut ZeBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        buffer.copy_within(so, d, len)
+    /// Overlapping ranges are staged through the host.
+    fn copy_within(
+        &self,
+        buffer: &mut ZeBuffer,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let from = buffer.at("", src_offset, len)?;
+        let to = buffer.at("", dst_offset, len)?;
+        if len == 0 || from == to {
+            return Ok(());
+        }
+        if src_offset.abs_diff(dst_offset) < len {
+            let mut staged = vec![0u8; len];
+            self.read(buffer, src_offset, &mut staged)?;
+            return self.write(buffer, dst_offset, &staged);
+        }
+        buffer.alloc.uses.wait("")?;
+        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
+        // (checked above); no queued work on it runs (waited).
+        unsafe { buffer.alloc.device.copy_now("", to, from, len) }
     }
 
     /// Host (`zeMemAllocHost`) and shared (`zeMemAllocShared`) memory; device memory and
@@ -457,7 +539,7 @@ impl hal::Device for ZeDevice {
     }
 
     fn validate(&self, image: &[u8]) -> Result<()> {
-        program::validate(image, "Device::validate").map(drop)
+        program::validate(image, "").map(drop)
     }
 
     fn queue(&self) -> Result<ZeQueue> {
@@ -473,7 +555,7 @@ impl hal::Ipc for ZeDevice {
     }
 
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, true, "Device::alloc_exportable")
+        ZeBuffer::new(&self.shared, size, kind, true, "")
     }
 
     fn export(&self, buffer: &ZeBuffer) -> Result<hal::Exported> {
@@ -482,44 +564,5 @@ impl hal::Ipc for ZeDevice {
 
     fn import(&self, exported: hal::Exported) -> Result<ZeBuffer> {
         crate::ipc::import(&self.shared, exported)
-    }
-}
-
-impl hal::Program for ZeModule {
-    type Kernel = ZeKernel;
-
-    fn kernel(&self, name: &str) -> Result<ZeKernel> {
-        ZeModule::kernel(self, name)
-    }
-
-    fn params(kernel: &ZeKernel) -> &[ParamKind] {
-        &kernel.params
-    }
-
-    fn kernels(&self) -> Vec<String> {
-        ZeModule::kernels(self)
-    }
-
-    fn globals(&self) -> Vec<String> {
-        ZeModule::globals(self)
-    }
-
-    fn global(&self, name: &str) -> Result<GlobalInfo> {
-        self.global_info(name)
-    }
-
-    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        ZeModule::read_global(self, name, offset, dst)
-    }
-
-    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        ZeModule::write_global(self, name, offset, src)
-    }
-
-    /// Unloads now, or with the last kernel of it, after its queued launches.
-    fn unload(self) -> Result<()> {
-        let waited = self.inner.uses.wait("Module::unload");
-        drop(self);
-        waited
     }
 }

@@ -13,6 +13,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use offload_core::hal;
 use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
 
 use crate::ffi::{KernelHandle, ModuleHandle, sys};
@@ -54,7 +55,7 @@ unsafe impl Sync for ModuleInner {}
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        if self.uses.wait("Module::unload").is_ok() && !self.kernel_left.load(Ordering::SeqCst) {
+        if self.uses.wait("").is_ok() && !self.kernel_left.load(Ordering::SeqCst) {
             // SAFETY: the module is live, destroyed once, here; no queued launch uses it
             // (waited) and no kernel of it is left (they hold this).
             let _ = unsafe { self.device.driver().module_destroy(self.raw) };
@@ -107,7 +108,7 @@ impl ZeKernel {
 
 impl Drop for ZeKernel {
     fn drop(&mut self) {
-        if self.uses.wait("Kernel::drop").is_ok() {
+        if self.uses.wait("").is_ok() {
             let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
             // SAFETY: the kernel is live, destroyed once, here, before its module (which
             // this holds); no queued launch of it is pending (waited).
@@ -170,20 +171,19 @@ pub(crate) fn validate(image: &[u8], call: &'static str) -> Result<Image> {
 
 /// Validates and loads `image`.
 pub(crate) fn load(device: &Arc<DeviceShared>, image: &[u8]) -> Result<ZeModule> {
-    const CALL: &str = "Program::load";
-    let read = validate(image, CALL)?;
+    let read = validate(image, "")?;
     let native = matches!(read, Image::Native);
     let driver = device.driver();
     // SAFETY: the image was validated as a module of that format (above); it lives across
     // the call (the driver copies what it keeps).
     let built = unsafe { driver.module_create(device.context(), device.handle, image, native) }
-        .map_err(driver_error(CALL))?;
+        .map_err(driver_error(""))?;
     let raw = match built {
         Ok(raw) => raw,
         Err((failure, log)) => {
             let log = log.trim();
             return Err(invalid_binary(
-                CALL,
+                "",
                 if log.is_empty() {
                     format!("the driver could not build it: {failure}")
                 } else {
@@ -200,7 +200,7 @@ pub(crate) fn load(device: &Arc<DeviceShared>, image: &[u8]) -> Result<ZeModule>
             Err(e) => {
                 // SAFETY: made just above, no kernel of it.
                 let _ = unsafe { driver.module_destroy(raw) };
-                return Err(e.into_error(BackendKind::Ze, CALL));
+                return Err(e.into_error(BackendKind::Ze, ""));
             }
         },
     };
@@ -227,57 +227,13 @@ fn not_found(call: &'static str, name: &str) -> Error {
 }
 
 impl ZeModule {
-    /// Looks a kernel up (`zeKernelCreate`).
-    pub(crate) fn kernel(&self, name: &str) -> Result<ZeKernel> {
-        const CALL: &str = "Module::kernel";
-        let inner = &self.inner;
-        if !inner.names.iter().any(|n| n == name) {
-            return Err(not_found(CALL, name));
-        }
-        let params = match &inner.image {
-            Image::Spirv(module) => module
-                .kernels
-                .iter()
-                .find(|k| k.name == name)
-                .map(|k| k.params.clone())
-                .unwrap_or_default(),
-            Image::Native => Vec::new(),
-        };
-        let cname = CString::new(name).map_err(|_| not_found(CALL, name))?;
-        // SAFETY: the module is live (this handle holds it).
-        let raw =
-            unsafe { inner.device.driver().kernel_create(inner.raw, &cname) }.map_err(|f| {
-                if f.code == i64::from(sys::ZE_RESULT_ERROR_INVALID_KERNEL_NAME) {
-                    not_found(CALL, name)
-                } else {
-                    f.into_error(BackendKind::Ze, CALL)
-                }
-            })?;
-        Ok(ZeKernel {
-            module: inner.clone(),
-            raw: Mutex::new(raw),
-            params,
-            name: name.to_string(),
-            uses: Uses::default(),
-        })
-    }
-
-    /// The kernels of the module.
-    pub(crate) fn kernels(&self) -> Vec<String> {
-        self.inner.names.clone()
-    }
-
-    /// The globals the reflection found (none for a native binary).
-    pub(crate) fn globals(&self) -> Vec<String> {
-        match &self.inner.image {
-            Image::Spirv(module) => module.globals.iter().map(|g| g.name.clone()).collect(),
-            Image::Native => Vec::new(),
-        }
-    }
-
     /// Address and size of a global (`zeModuleGetGlobalPointer`; the size is the smaller of
     /// the driver's and the reflection's).
-    fn global(&self, call: &'static str, name: &str) -> Result<(*mut std::ffi::c_void, usize)> {
+    fn locate_global(
+        &self,
+        call: &'static str,
+        name: &str,
+    ) -> Result<(*mut std::ffi::c_void, usize)> {
         let inner = &self.inner;
         let Image::Spirv(module) = &inner.image else {
             return Err(not_found(call, name));
@@ -297,23 +253,76 @@ impl ZeModule {
             })?;
         Ok((ptr, size.min(known.size)))
     }
+}
 
-    pub(crate) fn global_info(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size) = self.global("Module::global", name)?;
+/// Kernels (`zeKernelCreate`), the reflected globals (`zeModuleGetGlobalPointer`, read and
+/// written through the device's synchronous command list) and the unload.
+impl hal::Program for ZeModule {
+    type Kernel = ZeKernel;
+
+    fn kernel(&self, name: &str) -> Result<ZeKernel> {
+        let inner = &self.inner;
+        if !inner.names.iter().any(|n| n == name) {
+            return Err(not_found("", name));
+        }
+        let params = match &inner.image {
+            Image::Spirv(module) => module
+                .kernels
+                .iter()
+                .find(|k| k.name == name)
+                .map(|k| k.params.clone())
+                .unwrap_or_default(),
+            Image::Native => Vec::new(),
+        };
+        let cname = CString::new(name).map_err(|_| not_found("", name))?;
+        // SAFETY: the module is live (this handle holds it).
+        let raw =
+            unsafe { inner.device.driver().kernel_create(inner.raw, &cname) }.map_err(|f| {
+                if f.code == i64::from(sys::ZE_RESULT_ERROR_INVALID_KERNEL_NAME) {
+                    not_found("", name)
+                } else {
+                    f.into_error(BackendKind::Ze, "")
+                }
+            })?;
+        Ok(ZeKernel {
+            module: inner.clone(),
+            raw: Mutex::new(raw),
+            params,
+            name: name.to_string(),
+            uses: Uses::default(),
+        })
+    }
+
+    fn params(kernel: &ZeKernel) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        self.inner.names.clone()
+    }
+
+    fn globals(&self) -> Vec<String> {
+        match &self.inner.image {
+            Image::Spirv(module) => module.globals.iter().map(|g| g.name.clone()).collect(),
+            Image::Native => Vec::new(),
+        }
+    }
+
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        let (address, size) = self.locate_global("", name)?;
         Ok(GlobalInfo {
             address: address as u64,
             size,
         })
     }
 
-    pub(crate) fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Module::read_global";
-        let (address, size) = self.global(CALL, name)?;
-        check(CALL, name, size, offset, dst.len())?;
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let (address, size) = self.locate_global("", name)?;
+        check("", name, size, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait(CALL)?;
+        self.inner.uses.wait("")?;
         let at = address.cast::<u8>().wrapping_add(offset).cast();
         // SAFETY: the range lies inside the global (checked against its size), memory of the
         // live module; no queued launch of the module runs (waited); `dst` is host memory,
@@ -321,25 +330,31 @@ impl ZeModule {
         unsafe {
             self.inner
                 .device
-                .copy_now(CALL, dst.as_mut_ptr().cast(), at, dst.len())
+                .copy_now("", dst.as_mut_ptr().cast(), at, dst.len())
         }
     }
 
-    pub(crate) fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Module::write_global";
-        let (address, size) = self.global(CALL, name)?;
-        check(CALL, name, size, offset, src.len())?;
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        let (address, size) = self.locate_global("", name)?;
+        check("", name, size, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait(CALL)?;
+        self.inner.uses.wait("")?;
         let at = address.cast::<u8>().wrapping_add(offset).cast();
         // SAFETY: as in `read_global`.
         unsafe {
             self.inner
                 .device
-                .copy_now(CALL, at, src.as_ptr().cast(), src.len())
+                .copy_now("", at, src.as_ptr().cast(), src.len())
         }
+    }
+
+    /// Unloads now, or with the last kernel of it, after its queued launches.
+    fn unload(self) -> Result<()> {
+        let waited = self.inner.uses.wait("");
+        drop(self);
+        waited
     }
 }
 

@@ -227,15 +227,14 @@ impl offload_driver::Stream for QueueShared {
 
 impl Drop for QueueShared {
     fn drop(&mut self) {
-        const CALL: &str = "Queue::destroy";
         let mut state =
             std::mem::take(self.state.get_mut().unwrap_or_else(PoisonError::into_inner));
         // A drain that fails once (a reset refused) is tried again before the queue is
         // given up.
         let settle = |state: &mut State| {
             let held = state.held.clone();
-            self.wait_all(state.last, &held, CALL)
-                .and_then(|()| self.recycle(state, CALL))
+            self.wait_all(state.last, &held, "")
+                .and_then(|()| self.recycle(state, ""))
                 .is_ok()
         };
         let drained = settle(&mut state) || settle(&mut state);
@@ -339,17 +338,16 @@ fn run_host_fn(
     f: HostFn,
     failure: HostFailure,
 ) {
-    const CALL: &str = "Queue::enqueue_host_fn";
     let driver = device.driver();
     let waited = wait_for(driver, after);
     if let Err(e) = waited {
-        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, CALL));
+        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, ""));
     } else {
         let panic = PanicText::default();
         offload_driver::run_marked(at, number, f, &panic);
         if let Some(message) = lock(&panic).take() {
             lock(&failure).get_or_insert(Error::Callback {
-                callback: CALL,
+                callback: offload_core::hal::HOST_FN_CALLBACK,
                 source: message.into(),
             });
         }
@@ -364,16 +362,15 @@ fn run_host_fn(
         }
     }
     if let Some(e) = last {
-        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, CALL));
+        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, ""));
     }
 }
 
 impl ZeQueue {
     /// An asynchronous immediate command list and its events on `device`.
     pub(crate) fn new(device: &Arc<DeviceShared>) -> Result<ZeQueue> {
-        const CALL: &str = "Device::queue";
         let driver = device.driver();
-        let failed = driver_error(CALL);
+        let failed = driver_error("");
         let list = driver
             .list_create(device.context(), device.handle, false)
             .map_err(&failed)?;
@@ -450,11 +447,10 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         dims: &Dims,
         args: &[KernelArg<'_, ZeBuffer>],
     ) -> Result<()> {
-        const CALL: &str = "Queue::launch";
         let name = &kernel.name;
         if !Arc::ptr_eq(&kernel.module.device, self.device()) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!("ze kernel `{name}` is loaded on another device than the queue"),
             ));
         }
@@ -469,12 +465,12 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         if dims.shared_memory > 0 {
             return Err(Error::Unsupported {
                 backend: BackendKind::Ze,
-                call: CALL,
+                call: "",
                 reason: "dynamic work-group memory is not offered on Level Zero".into(),
             });
         }
         self.device().limits.check(dims, &kernel_name)?;
-        self.check(CALL, &buffers)?;
+        self.check("", &buffers)?;
         if dims.blocks() == 0 {
             return Ok(()); // no groups: nothing to run
         }
@@ -490,15 +486,15 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         unsafe {
             driver
                 .set_group_size(*raw, dims.block)
-                .map_err(driver_error(CALL))?;
+                .map_err(driver_error(""))?;
             for (i, (value, param)) in values.iter().zip(&kernel.params).enumerate() {
                 let size = param.scalar_size().unwrap_or(8);
                 driver
                     .set_argument(*raw, i as u32, &value[..size])
-                    .map_err(driver_error(CALL))?;
+                    .map_err(driver_error(""))?;
             }
         }
-        self.shared.append(CALL, None, |list, signal, waits| {
+        self.shared.append("", None, |list, signal, waits| {
             // SAFETY: as above; the list is used under the queue's lock.
             unsafe { driver.append_launch(list, *raw, dims.grid, Some(signal), waits) }
         })?;
@@ -513,16 +509,15 @@ impl hal::Queue<ZeDevice> for ZeQueue {
 
     /// Queues a copy of `data` into `buffer` at `offset`.
     fn enqueue_write(&self, buffer: &ZeBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        const CALL: &str = "Queue::write";
-        let dst = buffer.at(CALL, offset, data.len())?;
-        self.check(CALL, &[buffer])?;
+        let dst = buffer.at("", offset, data.len())?;
+        self.check("", &[buffer])?;
         if data.is_empty() {
             return Ok(());
         }
         let driver = self.device().driver();
         let src = data.as_ptr();
         let len = data.len();
-        self.shared.append(CALL, None, |list, signal, waits| {
+        self.shared.append("", None, |list, signal, waits| {
             // SAFETY: the range lies inside the live allocation (checked), kept alive by
             // its `uses`; `data` is kept by the queue until the list has passed the copy (a
             // Vec's heap bytes do not move when the Vec is moved into the list).
@@ -542,18 +537,17 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        const CALL: &str = "Queue::fill";
-        let dst = buffer.at(CALL, offset, len)?;
+        let dst = buffer.at("", offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
                     pattern.len()
                 ),
             ));
         }
-        self.check(CALL, &[buffer])?;
+        self.check("", &[buffer])?;
         if len == 0 {
             return Ok(());
         }
@@ -562,7 +556,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
             return self.enqueue_write(buffer, offset, expanded);
         }
         let driver = self.device().driver();
-        self.shared.append(CALL, None, |list, signal, waits| {
+        self.shared.append("", None, |list, signal, waits| {
             // SAFETY: the range lies inside the live allocation (checked), kept alive by
             // its `uses`; the driver copies the pattern during the call.
             unsafe { driver.append_fill(list, dst, pattern, len, Some(signal), waits) }
@@ -580,18 +574,17 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Queue::copy";
-        let from = src.at(CALL, src_offset, len)?;
-        let to = dst.at(CALL, dst_offset, len)?;
+        let from = src.at("", src_offset, len)?;
+        let to = dst.at("", dst_offset, len)?;
         if (from as usize).abs_diff(to as usize) < len {
-            return Err(Error::invalid(CALL, "the ranges of one ze buffer overlap"));
+            return Err(Error::invalid("", "the ranges of one ze buffer overlap"));
         }
-        self.check(CALL, &[src, dst])?;
+        self.check("", &[src, dst])?;
         if len == 0 {
             return Ok(());
         }
         let driver = self.device().driver();
-        self.shared.append(CALL, None, |list, signal, waits| {
+        self.shared.append("", None, |list, signal, waits| {
             // SAFETY: both ranges lie inside live allocations (checked), kept alive by
             // their `uses`, and do not overlap (checked).
             unsafe { driver.append_copy(list, to, from, len, Some(signal), waits) }
@@ -603,19 +596,18 @@ impl hal::Queue<ZeDevice> for ZeQueue {
 
     /// Queues a host function on a thread of the queue (see the module's docs).
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
-        const CALL: &str = "Queue::enqueue_host_fn";
         let driver = self.device().driver();
         let shared = &self.shared;
         // Two events: A after the work so far, B the gate the later work waits for.
-        let mut state = shared.with_free(2, CALL)?;
+        let mut state = shared.with_free(2, "")?;
         let (Some(after), Some(gate)) = (state.free.pop(), state.free.pop()) else {
-            return Err(driver_error(CALL)(Failure::new(CALL, 0, "no free event")));
+            return Err(driver_error("")(Failure::new("", 0, "no free event")));
         };
         let waits: Vec<EventHandle> = state.last.into_iter().collect();
         // SAFETY: the list is used under the queue's lock; the events are live and reset.
         if let Err(e) = unsafe { driver.append_barrier(shared.list, Some(after), &waits) } {
             state.free.extend([gate, after]);
-            return Err(e.into_error(BackendKind::Ze, CALL));
+            return Err(e.into_error(BackendKind::Ze, ""));
         }
         state.used.extend([after, gate]);
         let number = shared.count(&mut state);
@@ -636,7 +628,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
                 // nothing may wait on it: the queue goes on after `after`.
                 state.last = Some(after);
                 Err(Error::Callback {
-                    callback: CALL,
+                    callback: offload_core::hal::HOST_FN_CALLBACK,
                     source: format!("cannot start the host function's thread: {e}").into(),
                 })
             }
@@ -645,8 +637,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
 
     /// Waits for the queue; reports (once) a host function's panic.
     fn sync(&self) -> Result<()> {
-        const CALL: &str = "Queue::sync";
-        offload_driver::Stream::synchronize(&*self.shared, CALL)?;
+        offload_driver::Stream::synchronize(&*self.shared, "")?;
         match lock(&self.shared.failure).take() {
             None => Ok(()),
             Some(failure) => Err(failure),
@@ -655,7 +646,6 @@ impl hal::Queue<ZeDevice> for ZeQueue {
 
     /// Whether the last command appended has run (`zeEventQueryStatus`).
     fn is_idle(&self) -> Result<bool> {
-        const CALL: &str = "Queue::is_idle";
         let state = lock(&self.shared.state);
         let Some(last) = state.last else {
             return Ok(true);
@@ -663,15 +653,14 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         self.device()
             .driver()
             .event_done(last)
-            .map_err(driver_error(CALL))
+            .map_err(driver_error(""))
     }
 
     /// Records an event after the work enqueued so far.
     fn record(&self) -> Result<ZeEvent> {
-        const CALL: &str = "Queue::record";
         let device = self.device();
         let driver = device.driver();
-        let failed = driver_error(CALL);
+        let failed = driver_error("");
         let pool = driver
             .pool_create(device.context(), device.handle, 1, true)
             .map_err(&failed)?;
@@ -709,16 +698,15 @@ impl hal::Queue<ZeDevice> for ZeQueue {
 
     /// Makes the queue's later work wait for `event`.
     fn wait_event(&self, event: &ZeEvent) -> Result<()> {
-        const CALL: &str = "Queue::wait";
         if !Arc::ptr_eq(&event.inner.device, self.device()) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 "the ze event is of another device than the queue",
             ));
         }
         let driver = self.device().driver();
         self.shared
-            .append(CALL, Some(event.inner.raw), |list, signal, waits| {
+            .append("", Some(event.inner.raw), |list, signal, waits| {
                 // SAFETY: the list is used under the queue's lock; the events are live, and
                 // the other one stays alive until this queue has passed the barrier (held).
                 unsafe { driver.append_barrier(list, Some(signal), waits) }
@@ -742,7 +730,7 @@ impl hal::Event for ZeEvent {
         device
             .driver()
             .event_wait(self.inner.raw)
-            .map_err(driver_error("Event::sync"))
+            .map_err(driver_error(""))
     }
 
     /// `zeEventQueryStatus`.
@@ -751,24 +739,20 @@ impl hal::Event for ZeEvent {
         device
             .driver()
             .event_done(self.inner.raw)
-            .map_err(driver_error("Event::is_complete"))
+            .map_err(driver_error(""))
     }
 
     /// Device time from `start` to `self`, both waited for first: the difference of their
     /// global end timestamps.
     fn elapsed_since(&self, start: &ZeEvent) -> Result<Duration> {
-        const CALL: &str = "Event::elapsed_since";
         let device = &self.inner.device;
         if !Arc::ptr_eq(device, &start.inner.device) {
-            return Err(Error::invalid(
-                CALL,
-                "the ze events are of different devices",
-            ));
+            return Err(Error::invalid("", "the ze events are of different devices"));
         }
         start.sync()?;
         self.sync()?;
         let driver = device.driver();
-        let failed = driver_error(CALL);
+        let failed = driver_error("");
         let [_, begin] = driver.event_timestamps(start.inner.raw).map_err(&failed)?;
         let [_, end] = driver.event_timestamps(self.inner.raw).map_err(&failed)?;
         let ticks = end.saturating_sub(begin);

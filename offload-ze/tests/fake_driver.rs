@@ -127,7 +127,7 @@ fn other_failures_are_driver_errors_with_the_code() {
     let result = FAKE.run(&dir, "open", &[("FAKE_ZE_PROPS_RESULT", "1879048193")]);
     assert!(
         result.contains(
-            "devices=[error Driver { backend: Ze, call: \"Device::info\", code: 1879048193, \
+            "devices=[error Driver { backend: Ze, call: \"\", code: 1879048193, \
              message: \"zeDeviceGetProperties: ZE_RESULT_ERROR_DEVICE_LOST (0x70000001)\" }; "
         ),
         "{result}"

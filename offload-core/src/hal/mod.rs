@@ -51,3 +51,8 @@ pub type KernelOf<D> = <<D as Device>::Program as Program>::Kernel;
 
 /// A host function enqueued on a queue ([`Queue::enqueue_host_fn`]).
 pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
+
+/// The callback a host function is, as `Error::Callback` names it when a backend reports its
+/// failure: the user's call that enqueued it. (Backends name no user call anywhere else:
+/// they leave an error's `call` empty, and the handle of the user's call fills it in.)
+pub const HOST_FN_CALLBACK: &str = "Queue::enqueue_host_fn";

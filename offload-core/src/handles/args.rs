@@ -419,12 +419,12 @@ impl<'a> Arg<'a> {
 }
 
 pub(super) fn check_args(
+    call: &'static str,
     kernel: &Kernel,
     args: &[Arg<'_>],
     device: &DeviceKey,
     generation: &Arc<Generation>,
 ) -> Result<()> {
-    const CALL: &str = "Queue::launch";
     let params = kernel.params();
     let name = kernel.name();
     if params.len() != args.len() {
@@ -439,7 +439,7 @@ pub(super) fn check_args(
             ""
         };
         return Err(Error::invalid(
-            CALL,
+            call,
             format!(
                 "`{name}` takes {} argument{} ({}); {} given{hint}",
                 params.len(),
@@ -455,7 +455,7 @@ pub(super) fn check_args(
         match (param, arg.buffer_of()) {
             (ParamKind::Buffer, Some(_)) if uniform_arg => {
                 return Err(Error::invalid(
-                    CALL,
+                    call,
                     format!(
                         "argument {nth} of `{name}` is a (storage) buffer; got {arg:?}: pass \
                          it as a buffer (`Arg::buffer`, or `&buffer` in `args!`)"
@@ -464,7 +464,7 @@ pub(super) fn check_args(
             }
             (ParamKind::Uniform, Some(_)) if !uniform_arg => {
                 return Err(Error::invalid(
-                    CALL,
+                    call,
                     format!(
                         "argument {nth} of `{name}` is a uniform buffer; got {arg:?}: pass it \
                          as one with `Arg::uniform(&buffer)`"
@@ -477,12 +477,12 @@ pub(super) fn check_args(
                 }
                 if b.device_key() != *device {
                     return Err(Error::invalid(
-                        CALL,
+                        call,
                         format!("argument {nth} of `{name}`: {b} is on another device"),
                     ));
                 }
                 if let Some((offset, len)) = arg.byte_range() {
-                    b.check_range(CALL, offset, len).map_err(|e| match e {
+                    b.check_range(call, offset, len).map_err(|e| match e {
                         Error::InvalidArgument { call, reason } => Error::InvalidArgument {
                             call,
                             reason: format!("argument {nth} of `{name}`: {reason}"),
@@ -491,7 +491,7 @@ pub(super) fn check_args(
                     })?;
                     if len == 0 {
                         return Err(Error::invalid(
-                            CALL,
+                            call,
                             format!("argument {nth} of `{name}`: an empty range of {b}"),
                         ));
                     }
@@ -499,7 +499,7 @@ pub(super) fn check_args(
             }
             (ParamKind::Buffer | ParamKind::Uniform, None) => {
                 return Err(Error::invalid(
-                    CALL,
+                    call,
                     format!("argument {nth} of `{name}` is {param}; got {arg:?}"),
                 ));
             }
@@ -513,14 +513,14 @@ pub(super) fn check_args(
                         _ => format!("{arg:?}"),
                     };
                     return Err(Error::invalid(
-                        CALL,
+                        call,
                         format!("argument {nth} of `{name}` is {value}; got {got}"),
                     ));
                 }
             }
             (value, Some(_)) => {
                 return Err(Error::invalid(
-                    CALL,
+                    call,
                     format!("argument {nth} of `{name}` is {value}; got {arg:?}"),
                 ));
             }

@@ -84,7 +84,7 @@ impl BufferEntry {
                 if let Some(closed) = self.after_free.get() {
                     closed();
                 }
-                a.raw.free()
+                a.raw.free().map_err(|e| e.in_call("Buffer::free"))
             }
             None => Ok(()),
         }
@@ -463,9 +463,13 @@ impl Buffer {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        self.with_raw(CALL, |raw| {
-            let at = self.check_range(CALL, offset, dst.len())?;
+        self.read_as("Buffer::read", offset, dst)
+    }
+
+    /// [`Buffer::read`] for the user's `call` (a typed buffer's or a view's read).
+    pub(crate) fn read_as(&self, call: &'static str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.with_raw(call, |raw| {
+            let at = self.check_range(call, offset, dst.len())?;
             raw.read(at, dst)
         })
     }
@@ -481,9 +485,13 @@ impl Buffer {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        self.with_raw_mut(CALL, |raw| {
-            let at = self.check_range(CALL, offset, src.len())?;
+        self.write_as("Buffer::write", offset, src)
+    }
+
+    /// [`Buffer::write`] for the user's `call` (a typed buffer's or a view's write).
+    pub(crate) fn write_as(&self, call: &'static str, offset: usize, src: &[u8]) -> Result<()> {
+        self.with_raw_mut(call, |raw| {
+            let at = self.check_range(call, offset, src.len())?;
             raw.write(at, src)
         })
     }

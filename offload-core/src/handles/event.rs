@@ -52,7 +52,7 @@ impl Event {
                 ),
             ));
         }
-        self.entry.with(|e| e.sync())
+        self.entry.with("Event::sync", |e| e.sync())
     }
 
     /// Whether the work before the event has finished, without waiting.
@@ -66,7 +66,7 @@ impl Event {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_complete(&self) -> Result<bool> {
-        self.entry.with(|e| e.is_complete())
+        self.entry.with("Event::is_complete", |e| e.is_complete())
     }
 
     /// The id of the queue the event was recorded on ([`Queue::id`](crate::Queue::id)).
@@ -92,8 +92,9 @@ impl Event {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
-        start.entry.with(|s| {
-            self.entry.with(|e| {
+        const CALL: &str = "Event::elapsed_since";
+        start.entry.with(CALL, |s| {
+            self.entry.with(CALL, |e| {
                 if start.entry.device != self.entry.device
                     || !Arc::ptr_eq(&start.generation, &self.generation)
                 {

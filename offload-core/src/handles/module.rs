@@ -197,7 +197,7 @@ impl ModuleEntry {
         match write(&self.state).take() {
             Some(loaded) => {
                 drop(loaded.kernels);
-                loaded.raw.unload()
+                loaded.raw.unload().map_err(|e| e.in_call("Module::unload"))
             }
             None => Ok(()),
         }

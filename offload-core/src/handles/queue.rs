@@ -50,13 +50,15 @@ impl<T: ?Sized> Entry<T> {
         })
     }
 
-    pub(super) fn with<R>(&self, f: impl FnOnce(&T) -> Result<R>) -> Result<R> {
+    /// Runs `f` on the backend object for the user's `call`, which names the errors that
+    /// name no call ([`Error::in_call`]).
+    pub(super) fn with<R>(&self, call: &'static str, f: impl FnOnce(&T) -> Result<R>) -> Result<R> {
         let guard = read(&self.state);
         let raw = guard.as_ref().ok_or_else(|| Error::ShutDown {
             call: "",
             object: self.to_string(),
         })?;
-        f(raw)
+        f(raw).map_err(|e| e.in_call(call))
     }
 }
 
@@ -81,19 +83,21 @@ impl Resource for Entry<dyn DynQueue> {
     /// L4's first step: drain.
     fn prepare(self: Arc<Self>, _generation: &Arc<Generation>) -> Result<()> {
         match read(&self.state).as_ref() {
-            Some(queue) => queue.sync(),
+            Some(queue) => queue.sync().map_err(|e| e.in_call("Queue::sync")),
             None => Ok(()),
         }
     }
 
     fn release(self: Arc<Self>) -> Result<()> {
-        self.take().map_or(Ok(()), |queue| queue.destroy())
+        let destroyed = self.take().map_or(Ok(()), |queue| queue.destroy());
+        destroyed.map_err(|e| e.in_call("Queue::drop"))
     }
 }
 
 impl Resource for Entry<dyn DynEvent> {
     fn release(self: Arc<Self>) -> Result<()> {
-        self.take().map_or(Ok(()), |event| event.destroy())
+        let destroyed = self.take().map_or(Ok(()), |event| event.destroy());
+        destroyed.map_err(|e| e.in_call("Event::drop"))
     }
 }
 
@@ -333,7 +337,7 @@ impl Queue {
                 .entered();
         let module = kernel.module();
         self.entry
-            .with(|queue| {
+            .with(call, |queue| {
                 module.with_loaded(call, |loaded| {
                     if !Arc::ptr_eq(module.generation(), &self.generation) {
                         return Err(Error::shut_down());
@@ -344,7 +348,7 @@ impl Queue {
                             format!("{kernel:?} is on another device than {self}"),
                         ));
                     }
-                    check_args(kernel, args, &self.entry.device, &self.generation)?;
+                    check_args(call, kernel, args, &self.entry.device, &self.generation)?;
                     // Lock every distinct buffer once, exclusively, in address order.
                     // On the stack for up to 8 arguments (no allocation per launch).
                     let mut buffers: SmallVec<[&Buffer; 8]> =
@@ -399,7 +403,7 @@ impl Queue {
                     unsafe { queue.launch(&*raw_kernel.raw, &dims, &raw_args) }
                 })
             })
-            .map_err(|e| e.on(call, kernel).named_as("Queue::launch", call))
+            .map_err(|e| e.on(call, kernel))
     }
 
     /// Waits until all work enqueued so far has finished.
@@ -422,7 +426,7 @@ impl Queue {
         }
         let _span =
             tracing::debug_span!(target: "offload::launch", "sync", queue = self.id()).entered();
-        self.entry.with(|q| q.sync())?;
+        self.entry.with("Queue::sync", |q| q.sync())?;
         let panics = std::mem::take(&mut *lock(&self.panics));
         if panics.is_empty() {
             return Ok(());
@@ -592,8 +596,9 @@ impl Queue {
             queue: (self.generation.id, self.id()),
             panics: self.panics.clone(),
         };
-        self.entry
-            .with(|q| q.enqueue_host_fn(Box::new(move || wrapped.run())))
+        self.entry.with("Queue::enqueue_host_fn", |q| {
+            q.enqueue_host_fn(Box::new(move || wrapped.run()))
+        })
     }
 
     /// Whether all work enqueued so far has finished, without waiting.
@@ -606,7 +611,7 @@ impl Queue {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn is_idle(&self) -> Result<bool> {
-        self.entry.with(|q| q.is_idle())
+        self.entry.with("Queue::is_idle", |q| q.is_idle())
     }
 
     /// A number that identifies this queue among the live queues of its runtime; an
@@ -638,7 +643,7 @@ impl Queue {
         for (buffer, offset, len) in ranges {
             at.push(buffer.check_range(call, *offset, *len)?);
         }
-        self.entry.with(|q| {
+        self.entry.with(call, |q| {
             let mut order: Vec<&Buffer> = ranges.iter().map(|r| r.0).collect();
             order.sort_by_key(|b| b.entry_ptr());
             order.dedup_by_key(|b| b.entry_ptr());
@@ -685,7 +690,7 @@ impl Queue {
         // The generation is held across (locks in the order generation, then object, as
         // everywhere): teardown cannot release its events before this one is listed.
         self.generation.with_live(|live| {
-            let raw = self.entry.with(|q| q.record())?;
+            let raw = self.entry.with("Queue::record", |q| q.record())?;
             let entry = Entry::new(self.entry.device, self.entry.backend, "event", raw);
             let (key, entry) = live.register(Kind::Event, |_| entry)?;
             Ok(Event {
@@ -709,8 +714,8 @@ impl Queue {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn wait(&self, event: &Event) -> Result<()> {
-        self.entry.with(|q| {
-            event.entry.with(|e| {
+        self.entry.with("Queue::wait", |q| {
+            event.entry.with("Queue::wait", |e| {
                 if event.entry.device != self.entry.device {
                     return Err(Error::invalid(
                         "Queue::wait",

@@ -263,9 +263,7 @@ impl<T: Pod> TypedBuffer<T> {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        self.whole()
-            .to_vec()
-            .map_err(|e| e.named_as("BufferView::to_vec", "TypedBuffer::to_vec"))
+        self.whole().to_vec_as("TypedBuffer::to_vec")
     }
 
     /// Copies elements starting at `start` into `dst`.
@@ -282,9 +280,7 @@ impl<T: Pod> TypedBuffer<T> {
     pub fn read(&self, start: usize, dst: &mut [T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::read";
         let (at, _) = element_bytes::<T>(CALL, &self.buffer, start, dst.len())?;
-        self.buffer
-            .read(at, bytemuck::cast_slice_mut(dst))
-            .map_err(|e| e.named_as("Buffer::read", CALL))
+        self.buffer.read_as(CALL, at, bytemuck::cast_slice_mut(dst))
     }
 
     /// Copies `src` into the buffer starting at element `start`.
@@ -300,9 +296,7 @@ impl<T: Pod> TypedBuffer<T> {
     pub fn write(&self, start: usize, src: &[T]) -> Result<()> {
         const CALL: &str = "TypedBuffer::write";
         let (at, _) = element_bytes::<T>(CALL, &self.buffer, start, src.len())?;
-        self.buffer
-            .write(at, bytemuck::cast_slice(src))
-            .map_err(|e| e.named_as("Buffer::write", CALL))
+        self.buffer.write_as(CALL, at, bytemuck::cast_slice(src))
     }
 
     /// A view of the elements in `range` (checked here: a range outside the buffer is
@@ -391,12 +385,15 @@ impl<T: Pod> BufferView<'_, T> {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        const CALL: &str = "BufferView::to_vec";
-        let (offset, _) = self.byte_range(CALL)?;
+        self.to_vec_as("BufferView::to_vec")
+    }
+
+    /// [`BufferView::to_vec`] for the user's `call` (a typed buffer's `to_vec`).
+    pub(crate) fn to_vec_as(&self, call: &'static str) -> Result<Vec<T>> {
+        let (offset, _) = self.byte_range(call)?;
         let mut out = vec![T::zeroed(); self.len];
         self.buffer
-            .read(offset, bytemuck::cast_slice_mut(&mut out))
-            .map_err(|e| e.named_as("Buffer::read", CALL))?;
+            .read_as(call, offset, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
     }
 
@@ -426,8 +423,7 @@ impl<T: Pod> BufferView<'_, T> {
             ));
         }
         self.buffer
-            .write(offset, bytemuck::cast_slice(src))
-            .map_err(|e| e.named_as("Buffer::write", CALL))
+            .write_as(CALL, offset, bytemuck::cast_slice(src))
     }
 
     /// The view as a kernel argument (also `Arg::from(&view)`, or `&view` in `args!`).

@@ -125,7 +125,10 @@ pub(crate) fn import_entry(
         let (size, offset, len) = (handle.size(), handle.offset(), handle.len());
         let size = usize::try_from(size).map_err(|_| bad(format!("size {size}")))?;
         let (offset, len) = (offset as usize, len as usize);
-        let raw = raw_device.clone().import(handle.into_exported())?;
+        let raw = raw_device
+            .clone()
+            .import(handle.into_exported())
+            .map_err(|e| e.in_call(CALL))?;
         stats::opened();
         let (key, entry) =
             BufferEntry::register(live, device, size, MemKind::Device, Origin::Imported, raw)?;

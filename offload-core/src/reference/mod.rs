@@ -123,7 +123,7 @@ statics! {
 fn invalid_handle(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {
         backend: Some(BackendKind::Reference),
-        call: "Device::import",
+        call: "",
         reason: reason.into(),
     }
 }
@@ -188,7 +188,7 @@ impl hal::Platform for Reference {
             0 => Ok(()),
             n => Err(Error::Driver {
                 backend: BackendKind::Reference,
-                call: "Offload::shutdown",
+                call: "",
                 code: n as i64,
                 message: format!("{n} allocations were never freed"),
             }),
@@ -225,7 +225,7 @@ impl hal::Device for RefDevice {
         if size as u64 > DEVICE_MEMORY {
             return Err(Error::OutOfMemory {
                 backend: BackendKind::Reference,
-                call: "Device::alloc",
+                call: "",
                 requested: size as u64,
                 reason: format!("the device has {DEVICE_MEMORY} bytes"),
             });
@@ -235,7 +235,7 @@ impl hal::Device for RefDevice {
             .try_reserve_exact(size)
             .map_err(|e| Error::OutOfMemory {
                 backend: BackendKind::Reference,
-                call: "Device::alloc",
+                call: "",
                 requested: size as u64,
                 reason: e.to_string(),
             })?;
@@ -258,7 +258,7 @@ impl hal::Device for RefDevice {
     fn read(&self, buffer: &RefBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.host_access();
         let bytes = read(&buffer.bytes);
-        let r = range("Buffer::read", bytes.len(), offset, dst.len())?;
+        let r = range("", bytes.len(), offset, dst.len())?;
         dst.copy_from_slice(&bytes[r]);
         Ok(())
     }
@@ -266,7 +266,7 @@ impl hal::Device for RefDevice {
     fn write(&self, buffer: &mut RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
         self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let r = range("Buffer::write", bytes.len(), offset, src.len())?;
+        let r = range("", bytes.len(), offset, src.len())?;
         bytes[r].copy_from_slice(src);
         Ok(())
     }
@@ -274,7 +274,7 @@ impl hal::Device for RefDevice {
     fn fill(&self, buffer: &mut RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
         self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let r = range("Buffer::fill", bytes.len(), offset, len)?;
+        let r = range("", bytes.len(), offset, len)?;
         bytes[r].fill(value);
         Ok(())
     }
@@ -294,8 +294,8 @@ impl hal::Device for RefDevice {
         }
         let src = read(&src.bytes);
         let mut dst = bytes_mut(dst);
-        let s = range("Buffer::copy_from", src.len(), so, len)?;
-        let t = range("Buffer::copy_from", dst.len(), d, len)?;
+        let s = range("", src.len(), so, len)?;
+        let t = range("", dst.len(), d, len)?;
         dst[t].copy_from_slice(&src[s]);
         Ok(())
     }
@@ -303,8 +303,8 @@ impl hal::Device for RefDevice {
     fn copy_within(&self, buffer: &mut RefBuffer, so: usize, d: usize, len: usize) -> Result<()> {
         self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let s = range("Buffer::copy_from", bytes.len(), so, len)?;
-        range("Buffer::copy_from", bytes.len(), d, len)?;
+        let s = range("", bytes.len(), so, len)?;
+        range("", bytes.len(), d, len)?;
         bytes.copy_within(s, d);
         Ok(())
     }
@@ -358,7 +358,7 @@ impl hal::Queue<RefDevice> for RefQueue {
     }
 
     fn enqueue_write(&self, buffer: &RefBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        let r = range("Queue::write", buffer.len(), offset, data.len())?;
+        let r = range("", buffer.len(), offset, data.len())?;
         let bytes = buffer.bytes.clone();
         self.pending
             .push(Box::new(move || write(&bytes)[r].copy_from_slice(&data)));
@@ -372,10 +372,10 @@ impl hal::Queue<RefDevice> for RefQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        let r = range("Queue::fill", buffer.len(), offset, len)?;
+        let r = range("", buffer.len(), offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
-                "Queue::fill",
+                "",
                 "the pattern's length must divide the length filled",
             ));
         }
@@ -396,8 +396,8 @@ impl hal::Queue<RefDevice> for RefQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let s = range("Queue::copy", src.len(), src_offset, len)?;
-        let t = range("Queue::copy", dst.len(), dst_offset, len)?;
+        let s = range("", src.len(), src_offset, len)?;
+        let t = range("", dst.len(), dst_offset, len)?;
         let (from, to) = (src.bytes.clone(), dst.bytes.clone());
         self.pending.push(Box::new(move || {
             if Arc::ptr_eq(&from, &to) {
@@ -483,7 +483,7 @@ impl hal::Ipc for RefDevice {
     fn export(&self, buffer: &RefBuffer) -> Result<Exported> {
         let id = buffer.exportable.ok_or_else(|| {
             Error::invalid(
-                "Buffer::export",
+                "",
                 "reference buffer was not allocated exportable (Device::alloc_exportable)",
             )
         })?;
@@ -603,7 +603,7 @@ pub struct RefKernel {
 fn invalid_binary(reason: impl Into<String>) -> Error {
     Error::InvalidBinary {
         backend: BackendKind::Reference,
-        call: "Program::load",
+        call: "",
         reason: reason.into(),
     }
 }
@@ -662,7 +662,7 @@ impl hal::Program for RefModule {
 
     fn kernel(&self, name: &str) -> Result<RefKernel> {
         if !self.kernels.iter().any(|k| k == name) {
-            return Err(symbol("Module::kernel", name));
+            return Err(symbol("", name));
         }
         let params = KERNELS
             .iter()
@@ -691,9 +691,7 @@ impl hal::Program for RefModule {
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
         let globals = lock(&self.globals);
-        let g = globals
-            .get(name)
-            .ok_or_else(|| symbol("Module::global", name))?;
+        let g = globals.get(name).ok_or_else(|| symbol("", name))?;
         Ok(GlobalInfo {
             address: g.as_ptr() as u64,
             size: g.len(),
@@ -703,10 +701,8 @@ impl hal::Program for RefModule {
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.host_access();
         let globals = lock(&self.globals);
-        let g = globals
-            .get(name)
-            .ok_or_else(|| symbol("Module::read_global", name))?;
-        let r = range("Module::read_global", g.len(), offset, dst.len())?;
+        let g = globals.get(name).ok_or_else(|| symbol("", name))?;
+        let r = range("", g.len(), offset, dst.len())?;
         dst.copy_from_slice(&g[r]);
         Ok(())
     }
@@ -714,10 +710,8 @@ impl hal::Program for RefModule {
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
         self.host_access();
         let mut globals = lock(&self.globals);
-        let g = globals
-            .get_mut(name)
-            .ok_or_else(|| symbol("Module::write_global", name))?;
-        let r = range("Module::write_global", g.len(), offset, src.len())?;
+        let g = globals.get_mut(name).ok_or_else(|| symbol("", name))?;
+        let r = range("", g.len(), offset, src.len())?;
         g[r].copy_from_slice(src);
         Ok(())
     }
@@ -732,17 +726,14 @@ fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -
     if dims.shared_memory > 0 {
         return Err(Error::Unsupported {
             backend: BackendKind::Reference,
-            call: "Queue::launch",
+            call: "",
             reason: "the reference kernels use no dynamic shared memory".into(),
         });
     }
     let threads = u64::from(dims.grid[0]) * u64::from(dims.block[0]);
     let scalar = |i: usize| match args.get(i) {
         Some(KernelArg::Scalar(b)) if b.len() == 4 => Ok(u32_at(b)),
-        _ => Err(Error::invalid(
-            "Queue::launch",
-            format!("argument {i} is not a u32"),
-        )),
+        _ => Err(Error::invalid("", format!("argument {i} is not a u32"))),
     };
     let buffer = |i: usize| match args.get(i) {
         Some(KernelArg::Buffer(b)) => Ok((b.bytes.clone(), 0..usize::MAX)),
@@ -751,10 +742,7 @@ fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -
             offset,
             len,
         }) => Ok((buffer.bytes.clone(), *offset..offset + len)),
-        _ => Err(Error::invalid(
-            "Queue::launch",
-            format!("argument {i} is not a buffer"),
-        )),
+        _ => Err(Error::invalid("", format!("argument {i} is not a buffer"))),
     };
     match kernel.name.as_str() {
         "noop" => Ok(Box::new(|| {})),
@@ -788,7 +776,7 @@ fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -
                 bytes[..n].copy_from_slice(&g[..n]);
             }))
         }
-        other => Err(symbol("Queue::launch", other)),
+        other => Err(symbol("", other)),
     }
 }
 

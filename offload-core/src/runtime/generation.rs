@@ -269,7 +269,8 @@ impl Generation {
                         .into_iter()
                         .rev()
                         .filter_map(PlatformSlot::into_open)
-                        .filter_map(|p| p.raw.deinit().err()),
+                        .filter_map(|p| p.raw.deinit().err())
+                        .map(|e| e.in_call("Offload::shutdown")),
                 );
                 return Err(Error::join(errors).err().unwrap_or_else(Error::shut_down));
             }
@@ -461,7 +462,13 @@ impl Generation {
             platform.devices.clear();
         }
         for platform in opened.iter().rev() {
-            errors.extend(platform.raw.deinit().err());
+            errors.extend(
+                platform
+                    .raw
+                    .deinit()
+                    .err()
+                    .map(|e| e.in_call("Offload::shutdown")),
+            );
         }
         drop(opened);
         errors.append(&mut lock(&self.deferred));

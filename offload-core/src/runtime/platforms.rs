@@ -154,14 +154,17 @@ impl PlatformSlot {
         if let Some(n) = ATTEMPTS.get(kind as usize) {
             n.fetch_add(1, Ordering::Relaxed);
         }
-        let raw = self.entry.open(config).inspect_err(|e| {
-            tracing::info!(
-                target: "offload::init",
-                backend = %kind,
-                reason = %e,
-                "platform unavailable"
-            );
-        })?;
+        let opened = self.entry.open(config);
+        let raw = opened
+            .map_err(|e| e.in_call("Offload::init"))
+            .inspect_err(|e| {
+                tracing::info!(
+                    target: "offload::init",
+                    backend = %kind,
+                    reason = %e,
+                    "platform unavailable"
+                );
+            })?;
         let devices = raw.devices();
         let name = raw.name();
         tracing::info!(

@@ -1,8 +1,9 @@
 //! Devices of a stream-based vendor API: the record every object made on a device holds
 //! ([`DeviceCore`]: the API, the vendor's context, the launch limits, the count of live
 //! objects, the IPC mappings and exportable allocations), the platform over them
-//! ([`StreamPlatform`]) and the `hal` traits, each call delegating to the module that owns
-//! its objects (memory.rs, queue.rs, program.rs, ipc.rs).
+//! ([`StreamPlatform`]) and its `hal::Platform`, `hal::Device` and `hal::Ipc` impls: the
+//! host's copies in and out of buffers are here; the buffers themselves are memory.rs's,
+//! modules (and their `hal::Program` impl) program.rs's, queues queue.rs's, IPC ipc.rs's.
 //!
 //! Every buffer, module, queue and event holds its device's record (an `Arc`), so the
 //! vendor's release of the device ([`StreamApi::release`]: CUDA's primary context) can
@@ -15,13 +16,12 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use offload_core::hal::{self, Exported};
 use offload_core::{
-    BackendKind, CompilerId, Config, DeviceInfo, Error, GlobalInfo, Language, MemKind, ParamKind,
-    Result, Source,
+    BackendKind, CompilerId, Config, DeviceInfo, Error, Language, MemKind, Result, Source,
 };
 
 use super::ipc::Mapping;
 use super::memory::Allocation;
-use super::{StreamApi, StreamBuffer, StreamEvent, StreamKernel, StreamModule, StreamQueue};
+use super::{StreamApi, StreamBuffer, StreamEvent, StreamModule, StreamQueue, driver_error};
 use crate::{Failure, LaunchLimits};
 
 /// One device: the API, the vendor's context of it, its launch limits, and the count of
@@ -344,7 +344,7 @@ impl<A: StreamApi> hal::Platform for StreamPlatform<A> {
         if leaked > 0 {
             return Err(Error::Driver {
                 backend: A::KIND,
-                call: "Offload::shutdown",
+                call: "",
                 code: leaked as i64,
                 message: format!(
                     "{leaked} {} objects were still alive at deinit ({})",
@@ -374,25 +374,60 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     /// `Device`: device memory; `Host`: page-locked host memory; `Shared`: managed memory.
     fn alloc(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
-        StreamBuffer::new(&self.core, size, kind, false, "Device::alloc")
+        StreamBuffer::new(&self.core, size, kind, false, "")
     }
 
+    /// Lets go of the memory: freed once no buffer and no queued work uses it.
     fn free(&self, buffer: StreamBuffer<A>) -> Result<()> {
-        buffer.free()
+        let alloc = &buffer.alloc;
+        alloc.core.settle();
+        // While a host function runs the release waits for later (its drop keeps it).
+        if Arc::strong_count(alloc) == 1 && !alloc.core.host_fn_running() {
+            // The last user: wait here, so a failure is reported (the drop only ignores it).
+            alloc.uses.wait("")?;
+        }
+        drop(buffer);
+        Ok(())
     }
 
+    #[allow(unsafe_code)]
     fn read(&self, buffer: &StreamBuffer<A>, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.read(offset, dst)
+        let src = buffer.at("", offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        buffer.quiesce("")?;
+        // SAFETY: the range lies inside this live allocation (checked) of the bound
+        // device; no queued work on it runs (waited).
+        unsafe { buffer.alloc.core.api().memcpy_dtoh(dst, src) }.map_err(driver_error::<A>(""))
     }
 
+    #[allow(unsafe_code)]
     fn write(&self, buffer: &mut StreamBuffer<A>, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.write(offset, src)
+        let dst = buffer.at("", offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        buffer.quiesce("")?;
+        // SAFETY: as in `read`; `&mut StreamBuffer` excludes every other host access.
+        unsafe { buffer.alloc.core.api().memcpy_htod(dst, src) }.map_err(driver_error::<A>(""))?;
+        buffer.settle("")
     }
 
+    #[allow(unsafe_code)]
     fn fill(&self, buffer: &mut StreamBuffer<A>, offset: usize, len: usize, v: u8) -> Result<()> {
-        buffer.fill(offset, len, v)
+        let dst = buffer.at("", offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        buffer.quiesce("")?;
+        // SAFETY: as in `write`.
+        unsafe { buffer.alloc.core.api().memset_d8(dst, v, len) }.map_err(driver_error::<A>(""))?;
+        buffer.settle("")
     }
 
+    /// From another buffer of the same device.
+    #[allow(unsafe_code)]
     fn copy(
         &self,
         src: &StreamBuffer<A>,
@@ -401,11 +436,52 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        dst.copy_from(dst_offset, src, src_offset, len)
+        let from = src.at("", src_offset, len)?;
+        let to = dst.at("", dst_offset, len)?;
+        if !Arc::ptr_eq(&dst.alloc.core, &src.alloc.core) {
+            return Err(Error::InvalidArgument {
+                call: "",
+                reason: format!("the {} buffers are on different devices", A::WORDS.name),
+            });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        src.alloc.uses.wait("")?;
+        dst.quiesce("")?;
+        // SAFETY: both ranges lie inside live allocations of the bound device (checked);
+        // no queued work on either runs (waited); they are different allocations (`&mut
+        // dst` and `&src` cannot alias) so the ranges do not overlap.
+        unsafe { dst.alloc.core.api().memcpy_dtod(to, from, len) }
+            .map_err(driver_error::<A>(""))?;
+        dst.settle("")
     }
 
-    fn copy_within(&self, b: &mut StreamBuffer<A>, so: usize, d: usize, len: usize) -> Result<()> {
-        b.copy_within(so, d, len)
+    /// Overlapping ranges are staged through the host.
+    #[allow(unsafe_code)]
+    fn copy_within(
+        &self,
+        buffer: &mut StreamBuffer<A>,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let from = buffer.at("", src_offset, len)?;
+        let to = buffer.at("", dst_offset, len)?;
+        if len == 0 || from == to {
+            return Ok(());
+        }
+        if src_offset.abs_diff(dst_offset) < len {
+            let mut staged = vec![0u8; len];
+            self.read(buffer, src_offset, &mut staged)?;
+            return self.write(buffer, dst_offset, &staged);
+        }
+        buffer.quiesce("")?;
+        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
+        // (checked above); no queued work on it runs (waited).
+        unsafe { buffer.alloc.core.api().memcpy_dtod(to, from, len) }
+            .map_err(driver_error::<A>(""))?;
+        buffer.settle("")
     }
 
     /// Pinned (`MemKind::Host`) and managed (`MemKind::Shared`) memory; device memory is
@@ -420,7 +496,7 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
     }
 
     fn validate(&self, image: &[u8]) -> Result<()> {
-        super::program::validate(&self.core, image, "Device::validate").map(drop)
+        super::program::validate(&self.core, image, "").map(drop)
     }
 
     fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
@@ -444,7 +520,7 @@ impl<A: StreamApi> hal::Ipc for StreamDevice<A> {
     }
 
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
-        StreamBuffer::new(&self.core, size, kind, true, "Device::alloc_exportable")
+        StreamBuffer::new(&self.core, size, kind, true, "")
     }
 
     fn export(&self, buffer: &StreamBuffer<A>) -> Result<Exported> {
@@ -453,44 +529,5 @@ impl<A: StreamApi> hal::Ipc for StreamDevice<A> {
 
     fn import(&self, exported: Exported) -> Result<StreamBuffer<A>> {
         super::ipc::import(&self.core, exported)
-    }
-}
-
-impl<A: StreamApi> hal::Program for StreamModule<A> {
-    type Kernel = StreamKernel<A>;
-
-    fn kernel(&self, name: &str) -> Result<StreamKernel<A>> {
-        StreamModule::kernel(self, name)
-    }
-
-    fn params(kernel: &StreamKernel<A>) -> &[ParamKind] {
-        &kernel.params
-    }
-
-    fn kernels(&self) -> Vec<String> {
-        StreamModule::kernels(self)
-    }
-
-    fn globals(&self) -> Vec<String> {
-        StreamModule::globals(self)
-    }
-
-    fn global(&self, name: &str) -> Result<GlobalInfo> {
-        self.global_info(name)
-    }
-
-    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        StreamModule::read_global(self, name, offset, dst)
-    }
-
-    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        StreamModule::write_global(self, name, offset, src)
-    }
-
-    /// Unloads now, or with the last kernel of it, after its queued launches.
-    fn unload(self) -> Result<()> {
-        let waited = self.inner.uses.wait("Module::unload");
-        drop(self);
-        waited
     }
 }

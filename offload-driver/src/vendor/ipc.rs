@@ -62,7 +62,7 @@ impl<A: StreamApi> Mapping<A> {
 
 impl<A: StreamApi> Drop for Mapping<A> {
     fn drop(&mut self) {
-        let _ = self.close("Buffer::free");
+        let _ = self.close("");
     }
 }
 
@@ -73,7 +73,7 @@ fn payload_len<A: StreamApi>() -> usize {
 fn bad<A: StreamApi>(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {
         backend: Some(A::KIND),
-        call: "Device::import",
+        call: "",
         reason: reason.into(),
     }
 }
@@ -99,10 +99,9 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 /// What another process needs to open `buffer`.
 #[allow(unsafe_code)]
 pub(crate) fn export<A: StreamApi>(buffer: &StreamBuffer<A>) -> Result<Exported> {
-    const CALL: &str = "Buffer::export";
     if !buffer.exportable || !matches!(buffer.alloc.origin, Origin::Device) {
         return Err(Error::InvalidArgument {
-            call: CALL,
+            call: "",
             reason: format!(
                 "{} buffer is not exportable (allocate it with alloc_exportable)",
                 A::WORDS.name
@@ -110,13 +109,13 @@ pub(crate) fn export<A: StreamApi>(buffer: &StreamBuffer<A>) -> Result<Exported>
         });
     }
     let core = buffer.core();
-    core.bind(CALL)?;
+    core.bind("")?;
     let ptr = buffer.ptr();
     // SAFETY: `ptr` is the base of this live device allocation of the bound device.
     let handle = unsafe { core.api().ipc_get(ptr) }
-        .ok_or_else(|| unsupported::<A>(CALL))?
-        .map_err(driver_error::<A>(CALL))?;
-    let id = core.api().ipc_identity(ptr, buffer.len(), CALL)?;
+        .ok_or_else(|| unsupported::<A>(""))?
+        .map_err(driver_error::<A>(""))?;
+    let id = core.api().ipc_identity(ptr, buffer.len(), "")?;
     let mut payload = Vec::with_capacity(payload_len::<A>());
     payload.extend_from_slice(&A::IPC_MAGIC);
     payload.extend_from_slice(&[VERSION, 0, 0, 0]);
@@ -139,7 +138,6 @@ pub(crate) fn import<A: StreamApi>(
     core: &Arc<DeviceCore<A>>,
     exported: Exported,
 ) -> Result<StreamBuffer<A>> {
-    const CALL: &str = "Device::import";
     let title = A::WORDS.title;
     if exported.fd.is_some() {
         return Err(bad::<A>(format!(
@@ -184,22 +182,22 @@ pub(crate) fn import<A: StreamApi>(
     if let Some(m) = open.iter().find(same) {
         return Ok(StreamBuffer::imported(core, m.clone(), size));
     }
-    core.bind(CALL)?;
+    core.bind("")?;
     let api = core.api();
-    let mut opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>(CALL))?;
+    let mut opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>(""))?;
     if matches!(&opened, Err(f) if Some(f.code) == A::ALREADY_MAPPED) {
         let (pid, base, len, id) = exporter;
         for stale in open.iter().filter(|m| {
             let (p, b, l, i) = m.exporter;
             p == pid && i != id && b < base + len && base < b + l
         }) {
-            stale.close(CALL)?;
+            stale.close("")?;
         }
-        opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>(CALL))?;
+        opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>(""))?;
     }
     let ptr = opened.map_err(|f| {
         if f.code == A::OUT_OF_MEMORY {
-            f.into_error(A::KIND, CALL)
+            f.into_error(A::KIND, "")
         } else {
             bad::<A>(format!(
                 "the {} refused it: {}",

@@ -1,5 +1,6 @@
 //! Memory of a stream-based vendor API: device, page-locked host, managed and imported IPC
-//! memory ([`StreamBuffer`]), and the host's copies in and out of it.
+//! memory ([`StreamBuffer`]), its ranges and its release. The host's copies in and out of it
+//! are the device's (`hal::Device` in device.rs), on the terms below.
 //!
 //! Queued work on a buffer (Q1) is remembered by stream ([`Uses`](crate::Uses)): a host
 //! access, a free or an export first synchronises the streams that used the buffer
@@ -67,10 +68,9 @@ impl<A: StreamApi> Allocation<A> {
 impl<A: StreamApi> Drop for Allocation<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        const CALL: &str = "Buffer::free";
         // A wait that fails (a lost device) leaves the memory allocated: freeing it under
         // work that may still run would be worse than the leak.
-        if self.uses.wait(CALL).is_ok() && self.core.bind_to_release(CALL).is_ok() {
+        if self.uses.wait("").is_ok() && self.core.bind_to_release("").is_ok() {
             let api = self.core.api();
             match self.origin {
                 Origin::Device | Origin::Managed => {
@@ -303,153 +303,42 @@ impl<A: StreamApi> StreamBuffer<A> {
     }
 
     /// Binds the device and waits for the queued work on the buffer.
-    fn quiesce(&self, call: &'static str) -> Result<()> {
+    pub(crate) fn quiesce(&self, call: &'static str) -> Result<()> {
         self.alloc.uses.wait(call)?;
         self.alloc.core.bind(call)
     }
 
     /// Waits for the stream the synchronous copies and fills run on.
     #[allow(unsafe_code)]
-    fn settle(&self, call: &'static str) -> Result<()> {
+    pub(crate) fn settle(&self, call: &'static str) -> Result<()> {
         // SAFETY: that stream is the bound device's own, always live.
         unsafe { self.alloc.core.api().stream_synchronize(None) }.map_err(driver_error::<A>(call))
-    }
-
-    #[allow(unsafe_code)]
-    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Buffer::read";
-        let src = self.at(CALL, offset, dst.len())?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.quiesce(CALL)?;
-        // SAFETY: the range lies inside this live allocation (checked) of the bound
-        // device; no queued work on it runs (waited).
-        unsafe { self.alloc.core.api().memcpy_dtoh(dst, src) }.map_err(driver_error::<A>(CALL))
-    }
-
-    #[allow(unsafe_code)]
-    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Buffer::write";
-        let dst = self.at(CALL, offset, src.len())?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.quiesce(CALL)?;
-        // SAFETY: as in `read`; `&mut self` excludes every other host access.
-        unsafe { self.alloc.core.api().memcpy_htod(dst, src) }.map_err(driver_error::<A>(CALL))?;
-        self.settle(CALL)
-    }
-
-    #[allow(unsafe_code)]
-    pub(crate) fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
-        const CALL: &str = "Buffer::fill";
-        let dst = self.at(CALL, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.quiesce(CALL)?;
-        // SAFETY: as in `write`.
-        unsafe { self.alloc.core.api().memset_d8(dst, value, len) }
-            .map_err(driver_error::<A>(CALL))?;
-        self.settle(CALL)
-    }
-
-    /// Copies from `src`, another buffer of the same device.
-    #[allow(unsafe_code)]
-    pub(crate) fn copy_from(
-        &mut self,
-        dst_offset: usize,
-        src: &StreamBuffer<A>,
-        src_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = src.at(CALL, src_offset, len)?;
-        let to = self.at(CALL, dst_offset, len)?;
-        if !Arc::ptr_eq(&self.alloc.core, &src.alloc.core) {
-            return Err(Error::InvalidArgument {
-                call: CALL,
-                reason: format!("the {} buffers are on different devices", A::WORDS.name),
-            });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        src.alloc.uses.wait(CALL)?;
-        self.quiesce(CALL)?;
-        // SAFETY: both ranges lie inside live allocations of the bound device (checked);
-        // no queued work on either runs (waited); they are different allocations (`&mut
-        // self` and `&src` cannot alias) so the ranges do not overlap.
-        unsafe { self.alloc.core.api().memcpy_dtod(to, from, len) }
-            .map_err(driver_error::<A>(CALL))?;
-        self.settle(CALL)
-    }
-
-    /// A copy inside the buffer; overlapping ranges are staged through the host.
-    #[allow(unsafe_code)]
-    pub(crate) fn copy_within(
-        &mut self,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        const CALL: &str = "Buffer::copy_from";
-        let from = self.at(CALL, src_offset, len)?;
-        let to = self.at(CALL, dst_offset, len)?;
-        if len == 0 || from == to {
-            return Ok(());
-        }
-        if src_offset.abs_diff(dst_offset) < len {
-            let mut staged = vec![0u8; len];
-            self.read(src_offset, &mut staged)?;
-            return self.write(dst_offset, &staged);
-        }
-        self.quiesce(CALL)?;
-        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
-        // (checked above); no queued work on it runs (waited).
-        unsafe { self.alloc.core.api().memcpy_dtod(to, from, len) }
-            .map_err(driver_error::<A>(CALL))?;
-        self.settle(CALL)
     }
 
     /// The bytes in place, for pinned and managed memory (the host reaches them directly),
     /// after the queued work on them.
     #[allow(unsafe_code)]
     pub(crate) fn mapped_bytes(&mut self) -> Result<&mut [u8]> {
-        const CALL: &str = "Buffer::with_mapped";
         let base = match self.alloc.origin {
             Origin::Pinned(host) => host.cast::<u8>(),
             Origin::Managed => std::ptr::with_exposed_provenance_mut::<u8>(self.alloc.ptr as usize),
             Origin::Device | Origin::Imported => {
                 return Err(Error::Unsupported {
                     backend: A::KIND,
-                    call: CALL,
+                    call: "",
                     reason: "device memory is not host-visible: allocate MemKind::Host \
                              (pinned) or MemKind::Shared (managed) to touch it in place"
                         .into(),
                 });
             }
         };
-        self.quiesce(CALL)?;
-        self.settle(CALL)?;
+        self.quiesce("")?;
+        self.settle("")?;
         // SAFETY: pinned and managed allocations are host-addressable for their whole `len`
         // bytes while the buffer lives (`StreamApi`'s contract); no queued work on it runs
         // and the synchronous stream is idle (waited), none can be queued while `&mut
         // self` is borrowed, and no other process maps it (not exportable: exportable
         // memory is `Origin::Device`).
         Ok(unsafe { std::slice::from_raw_parts_mut(base, self.len) })
-    }
-
-    /// Lets go of the memory: freed once no buffer and no queued work uses it.
-    pub(crate) fn free(self) -> Result<()> {
-        self.alloc.core.settle();
-        // While a host function runs the release waits for later (its drop keeps it).
-        if Arc::strong_count(&self.alloc) == 1 && !self.alloc.core.host_fn_running() {
-            // The last user: wait here, so a failure is reported (the drop only ignores it).
-            self.alloc.uses.wait("Buffer::free")?;
-        }
-        drop(self);
-        Ok(())
     }
 }

@@ -192,7 +192,7 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
     fn compile(&self, context: &Self::Context, source: &Source) -> Result<Vec<u8>> {
         let _ = context;
         Err(Error::invalid(
-            "Program::load",
+            "",
             format!("this device has no {} compiler", source.language()),
         ))
     }

@@ -11,6 +11,7 @@
 use std::ffi::CString;
 use std::sync::Arc;
 
+use offload_core::hal;
 use offload_core::{Error, GlobalInfo, ParamKind, Result};
 
 use super::device::DeviceCore;
@@ -38,9 +39,8 @@ unsafe impl<A: StreamApi> Sync for ModuleInner<A> {}
 impl<A: StreamApi> Drop for ModuleInner<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        const CALL: &str = "Module::unload";
-        let waited = self.uses.wait(CALL);
-        if waited.is_ok() && self.core.bind_to_release(CALL).is_ok() {
+        let waited = self.uses.wait("");
+        if waited.is_ok() && self.core.bind_to_release("").is_ok() {
             // SAFETY: the module is live and of the bound device, unloaded once, here; no
             // queued launch uses it (waited) and no kernel of it is left (they hold this).
             let _ = unsafe { self.core.api().module_unload(self.raw) };
@@ -141,14 +141,13 @@ pub(crate) fn load<A: StreamApi>(
     core: &Arc<DeviceCore<A>>,
     image: &[u8],
 ) -> Result<StreamModule<A>> {
-    const CALL: &str = "Program::load";
     core.settle();
-    let inspected = validate(core, image, CALL)?;
-    let bytes = A::module_bytes(image, &inspected).map_err(|r| invalid_binary::<A>(CALL, r))?;
-    core.bind(CALL)?;
+    let inspected = validate(core, image, "")?;
+    let bytes = A::module_bytes(image, &inspected).map_err(|r| invalid_binary::<A>("", r))?;
+    core.bind("")?;
     // SAFETY: the bytes are `module_bytes` of this very inspection, and the module keeps
     // them until it is unloaded (`_bytes`).
-    let raw = unsafe { core.api().module_load(&bytes, &inspected, CALL) }?;
+    let raw = unsafe { core.api().module_load(&bytes, &inspected, "") }?;
     core.made();
     Ok(StreamModule {
         inner: Arc::new(ModuleInner {
@@ -171,39 +170,9 @@ fn not_found<A: StreamApi>(call: &'static str, name: &str) -> Error {
 }
 
 impl<A: StreamApi> StreamModule<A> {
-    /// Looks a kernel up.
-    #[allow(unsafe_code)]
-    pub(crate) fn kernel(&self, name: &str) -> Result<StreamKernel<A>> {
-        const CALL: &str = "Module::kernel";
-        let inner = &self.inner;
-        let params = A::kernel_params(&inner.image, name, CALL)
-            .ok_or_else(|| not_found::<A>(CALL, name))??;
-        let cname = CString::new(name).map_err(|_| not_found::<A>(CALL, name))?;
-        inner.core.bind(CALL)?;
-        // SAFETY: the module is live (this handle holds it) and of the bound device.
-        let function = unsafe { inner.core.api().module_function(inner.raw, &cname) }
-            .map_err(driver_error::<A>(CALL))?;
-        Ok(StreamKernel {
-            module: inner.clone(),
-            function,
-            params,
-            name: name.to_string(),
-        })
-    }
-
-    /// The kernels the image declares.
-    pub(crate) fn kernels(&self) -> Vec<String> {
-        A::image_kernels(&self.inner.image)
-    }
-
-    /// The globals the image declares.
-    pub(crate) fn globals(&self) -> Vec<String> {
-        A::image_globals(&self.inner.image)
-    }
-
     /// Address and size of a global.
     #[allow(unsafe_code)]
-    fn global(&self, call: &'static str, name: &str) -> Result<(u64, usize)> {
+    fn locate_global(&self, call: &'static str, name: &str) -> Result<(u64, usize)> {
         let inner = &self.inner;
         if !A::image_globals(&inner.image).iter().any(|g| g == name) {
             return Err(not_found::<A>(call, name));
@@ -219,46 +188,88 @@ impl<A: StreamApi> StreamModule<A> {
             }
         })
     }
+}
 
-    pub(crate) fn global_info(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size) = self.global("Module::global", name)?;
+/// Kernels (the vendor's function lookup), the image's globals (its module-global
+/// lookup, read and written with the synchronous copies after the module's queued launches)
+/// and the unload.
+impl<A: StreamApi> hal::Program for StreamModule<A> {
+    type Kernel = StreamKernel<A>;
+
+    #[allow(unsafe_code)]
+    fn kernel(&self, name: &str) -> Result<StreamKernel<A>> {
+        let inner = &self.inner;
+        let params =
+            A::kernel_params(&inner.image, name, "").ok_or_else(|| not_found::<A>("", name))??;
+        let cname = CString::new(name).map_err(|_| not_found::<A>("", name))?;
+        inner.core.bind("")?;
+        // SAFETY: the module is live (this handle holds it) and of the bound device.
+        let function = unsafe { inner.core.api().module_function(inner.raw, &cname) }
+            .map_err(driver_error::<A>(""))?;
+        Ok(StreamKernel {
+            module: inner.clone(),
+            function,
+            params,
+            name: name.to_string(),
+        })
+    }
+
+    fn params(kernel: &StreamKernel<A>) -> &[ParamKind] {
+        &kernel.params
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        A::image_kernels(&self.inner.image)
+    }
+
+    fn globals(&self) -> Vec<String> {
+        A::image_globals(&self.inner.image)
+    }
+
+    fn global(&self, name: &str) -> Result<GlobalInfo> {
+        let (address, size) = self.locate_global("", name)?;
         Ok(GlobalInfo { address, size })
     }
 
     #[allow(unsafe_code)]
-    pub(crate) fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        const CALL: &str = "Module::read_global";
-        let (address, size) = self.global(CALL, name)?;
-        check::<A>(CALL, name, size, offset, dst.len())?;
+    fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let (address, size) = self.locate_global("", name)?;
+        check::<A>("", name, size, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait(CALL)?;
+        self.inner.uses.wait("")?;
         let core = &self.inner.core;
-        core.bind(CALL)?;
+        core.bind("")?;
         // SAFETY: the range lies inside the global (checked against the vendor's size), a
         // live allocation of the module, which this handle holds; no queued launch of the
         // module runs (waited).
         unsafe { core.api().memcpy_dtoh(dst, address + offset as u64) }
-            .map_err(driver_error::<A>(CALL))
+            .map_err(driver_error::<A>(""))
     }
 
     #[allow(unsafe_code)]
-    pub(crate) fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        const CALL: &str = "Module::write_global";
-        let (address, size) = self.global(CALL, name)?;
-        check::<A>(CALL, name, size, offset, src.len())?;
+    fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
+        let (address, size) = self.locate_global("", name)?;
+        check::<A>("", name, size, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait(CALL)?;
+        self.inner.uses.wait("")?;
         let core = &self.inner.core;
-        core.bind(CALL)?;
+        core.bind("")?;
         // SAFETY: as in `read_global`.
         unsafe { core.api().memcpy_htod(address + offset as u64, src) }
-            .map_err(driver_error::<A>(CALL))?;
+            .map_err(driver_error::<A>(""))?;
         // SAFETY: the synchronous copies' stream is the bound device's own, always live.
-        unsafe { core.api().stream_synchronize(None) }.map_err(driver_error::<A>(CALL))
+        unsafe { core.api().stream_synchronize(None) }.map_err(driver_error::<A>(""))
+    }
+
+    /// Unloads now, or with the last kernel of it, after its queued launches.
+    fn unload(self) -> Result<()> {
+        let waited = self.inner.uses.wait("");
+        drop(self);
+        waited
     }
 }
 

@@ -106,8 +106,7 @@ impl<A: StreamApi> crate::Stream for QueueShared<A> {
 impl<A: StreamApi> Drop for QueueShared<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        const CALL: &str = "Queue::destroy";
-        if self.core.bind_to_release(CALL).is_ok() {
+        if self.core.bind_to_release("").is_ok() {
             let api = self.core.api();
             // SAFETY: the stream is live and of the bound device; it is destroyed once,
             // here, after its work (waited for first: the kept bytes go after).
@@ -167,7 +166,7 @@ impl<A: StreamApi> std::fmt::Debug for StreamEvent<A> {
 impl<A: StreamApi> Drop for StreamEvent<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        if self.core.bind_to_release("Event::destroy").is_ok() {
+        if self.core.bind_to_release("").is_ok() {
             // SAFETY: the event is live and of the bound device, destroyed once, here; the
             // vendor defers the release of an event still pending.
             let _ = unsafe { self.core.api().event_destroy(self.raw) };
@@ -179,12 +178,8 @@ impl<A: StreamApi> Drop for StreamEvent<A> {
 impl<A: StreamApi> StreamQueue<A> {
     /// A non-blocking stream on `core`'s device.
     pub(crate) fn new(core: &Arc<DeviceCore<A>>) -> Result<StreamQueue<A>> {
-        const CALL: &str = "Device::queue";
-        core.bind(CALL)?;
-        let stream = core
-            .api()
-            .stream_create()
-            .map_err(driver_error::<A>(CALL))?;
+        core.bind("")?;
+        let stream = core.api().stream_create().map_err(driver_error::<A>(""))?;
         core.made();
         Ok(StreamQueue {
             shared: Arc::new(QueueShared {
@@ -229,11 +224,10 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         dims: &Dims,
         args: &[KernelArg<'_, StreamBuffer<A>>],
     ) -> Result<()> {
-        const CALL: &str = "Queue::launch";
         let name = &kernel.name;
         if !Arc::ptr_eq(&kernel.module.core, &self.shared.core) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "{} kernel `{name}` is loaded on another device than the queue",
                     A::WORDS.name
@@ -249,7 +243,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
             StreamBuffer::len,
         )?;
         self.shared.core.limits().check(dims, &kernel_name)?;
-        let api = self.bind(CALL, &buffers)?;
+        let api = self.bind("", &buffers)?;
         if dims.blocks() == 0 {
             return Ok(()); // no blocks: nothing to run
         }
@@ -272,7 +266,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
                 &mut pointers,
             )
         }
-        .map_err(driver_error::<A>(CALL))?;
+        .map_err(driver_error::<A>(""))?;
         self.shared.count();
         for b in buffers {
             b.uses().add(&self.shared);
@@ -284,9 +278,8 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// Queues a copy of `data` into `buffer` at `offset`.
     #[allow(unsafe_code)]
     fn enqueue_write(&self, buffer: &StreamBuffer<A>, offset: usize, data: Vec<u8>) -> Result<()> {
-        const CALL: &str = "Queue::write";
-        let dst = buffer.at(CALL, offset, data.len())?;
-        let api = self.bind(CALL, &[buffer])?;
+        let dst = buffer.at("", offset, data.len())?;
+        let api = self.bind("", &[buffer])?;
         if data.is_empty() {
             return Ok(());
         }
@@ -296,7 +289,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         // to have passed the copy (a sync), and a Vec's heap bytes do not move when the
         // Vec is moved into the list.
         unsafe { api.memcpy_htod_async(dst, &data, self.shared.stream) }
-            .map_err(driver_error::<A>(CALL))?;
+            .map_err(driver_error::<A>(""))?;
         self.shared.count();
         kept.push(data);
         drop(kept);
@@ -315,18 +308,17 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        const CALL: &str = "Queue::fill";
-        let dst = buffer.at(CALL, offset, len)?;
+        let dst = buffer.at("", offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "a {}-byte pattern cannot fill {len} bytes exactly",
                     pattern.len()
                 ),
             ));
         }
-        let api = self.bind(CALL, &[buffer])?;
+        let api = self.bind("", &[buffer])?;
         if len == 0 {
             return Ok(());
         }
@@ -344,7 +336,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         // of the bound device, kept alive by its `uses`; `dst` is aligned to the word size
         // (checked above).
         unsafe { api.memset_async(dst, word, len / size, self.shared.stream) }
-            .map_err(driver_error::<A>(CALL))?;
+            .map_err(driver_error::<A>(""))?;
         self.shared.count();
         buffer.uses().add(&self.shared);
         Ok(())
@@ -360,16 +352,15 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        const CALL: &str = "Queue::copy";
-        let from = src.at(CALL, src_offset, len)?;
-        let to = dst.at(CALL, dst_offset, len)?;
+        let from = src.at("", src_offset, len)?;
+        let to = dst.at("", dst_offset, len)?;
         if from.abs_diff(to) < len as u64 && Arc::ptr_eq(&src.alloc, &dst.alloc) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!("the ranges of one {} buffer overlap", A::WORDS.name),
             ));
         }
-        let api = self.bind(CALL, &[src, dst])?;
+        let api = self.bind("", &[src, dst])?;
         if len == 0 {
             return Ok(());
         }
@@ -377,7 +368,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         // kept alive by their `uses`, and do not overlap (checked, for one buffer; two
         // buffers are two allocations).
         unsafe { api.memcpy_dtod_async(to, from, len, self.shared.stream) }
-            .map_err(driver_error::<A>(CALL))?;
+            .map_err(driver_error::<A>(""))?;
         self.shared.count();
         src.uses().add(&self.shared);
         dst.uses().add(&self.shared);
@@ -388,8 +379,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// launch, the stream is synced and `f` runs on the caller's thread).
     #[allow(unsafe_code)]
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
-        const CALL: &str = "Queue::enqueue_host_fn";
-        let api = self.bind(CALL, &[])?;
+        let api = self.bind("", &[])?;
         let shared = &self.shared;
         // Numbered before the launch: the function may run before the launch returns.
         let number = shared.count();
@@ -404,19 +394,19 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
             Some(Err(failure)) => {
                 // SAFETY: not handed to the vendor: the box is still ours.
                 drop(unsafe { HostCallback::take_back(callback) });
-                Err(failure.into_error(A::KIND, CALL))
+                Err(failure.into_error(A::KIND, ""))
             }
             None => {
                 // SAFETY: as above.
                 let f = unsafe { HostCallback::take_back(callback) };
-                self.synchronize(CALL)?;
+                self.synchronize("")?;
                 // Its own panic only: an earlier function's stays for the next sync.
                 let failure = HostFailure::default();
                 crate::run_marked(at, number, f, &failure);
                 match lock(&failure).take() {
                     None => Ok(()),
                     Some(failure) => Err(Error::Callback {
-                        callback: CALL,
+                        callback: offload_core::hal::HOST_FN_CALLBACK,
                         source: failure.into(),
                     }),
                 }
@@ -426,12 +416,11 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
 
     /// Waits for the stream; reports (once) a host function's panic.
     fn sync(&self) -> Result<()> {
-        const CALL: &str = "Queue::sync";
-        self.synchronize(CALL)?;
+        self.synchronize("")?;
         match lock(&self.shared.failure).take() {
             None => Ok(()),
             Some(failure) => Err(Error::Callback {
-                callback: "Queue::enqueue_host_fn",
+                callback: offload_core::hal::HOST_FN_CALLBACK,
                 source: failure.into(),
             }),
         }
@@ -440,12 +429,11 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// Whether the stream is idle (`cuStreamQuery`, `hipStreamQuery`).
     #[allow(unsafe_code)]
     fn is_idle(&self) -> Result<bool> {
-        const CALL: &str = "Queue::is_idle";
-        let api = self.bind(CALL, &[])?;
+        let api = self.bind("", &[])?;
         let passed = lock(&self.shared.kept).end();
         // SAFETY: the stream is live and of the bound device.
         let idle =
-            unsafe { api.stream_query(self.shared.stream) }.map_err(driver_error::<A>(CALL))?;
+            unsafe { api.stream_query(self.shared.stream) }.map_err(driver_error::<A>(""))?;
         if idle {
             lock(&self.shared.kept).release_before(passed);
         }
@@ -455,9 +443,8 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// Records an event after the work enqueued so far.
     #[allow(unsafe_code)]
     fn record(&self) -> Result<StreamEvent<A>> {
-        const CALL: &str = "Queue::record";
-        let api = self.bind(CALL, &[])?;
-        let raw = api.event_create().map_err(driver_error::<A>(CALL))?;
+        let api = self.bind("", &[])?;
+        let raw = api.event_create().map_err(driver_error::<A>(""))?;
         let core = &self.shared.core;
         core.made();
         let event = StreamEvent {
@@ -465,7 +452,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
             raw,
         };
         // SAFETY: both are live objects of the bound device.
-        unsafe { api.event_record(raw, self.shared.stream) }.map_err(driver_error::<A>(CALL))?;
+        unsafe { api.event_record(raw, self.shared.stream) }.map_err(driver_error::<A>(""))?;
         self.shared.count();
         Ok(event)
     }
@@ -473,20 +460,19 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// Makes the stream's later work wait for `event`.
     #[allow(unsafe_code)]
     fn wait_event(&self, event: &StreamEvent<A>) -> Result<()> {
-        const CALL: &str = "Queue::wait";
         if !Arc::ptr_eq(&event.core, &self.shared.core) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!(
                     "the {} event is of another device than the queue",
                     A::WORDS.name
                 ),
             ));
         }
-        let api = self.bind(CALL, &[])?;
+        let api = self.bind("", &[])?;
         // SAFETY: both are live objects of the bound device.
         unsafe { api.stream_wait_event(self.shared.stream, event.raw) }
-            .map_err(driver_error::<A>(CALL))?;
+            .map_err(driver_error::<A>(""))?;
         self.shared.count();
         Ok(())
     }
@@ -503,29 +489,26 @@ impl<A: StreamApi> hal::Event for StreamEvent<A> {
     /// Waits for the event.
     #[allow(unsafe_code)]
     fn sync(&self) -> Result<()> {
-        const CALL: &str = "Event::sync";
-        self.core.bind(CALL)?;
+        self.core.bind("")?;
         self.core.settle();
         // SAFETY: the event is live and of the bound device.
-        unsafe { self.core.api().event_synchronize(self.raw) }.map_err(driver_error::<A>(CALL))
+        unsafe { self.core.api().event_synchronize(self.raw) }.map_err(driver_error::<A>(""))
     }
 
     /// Whether the work before the event has finished.
     #[allow(unsafe_code)]
     fn is_complete(&self) -> Result<bool> {
-        const CALL: &str = "Event::is_complete";
-        self.core.bind(CALL)?;
+        self.core.bind("")?;
         // SAFETY: as above.
-        unsafe { self.core.api().event_query(self.raw) }.map_err(driver_error::<A>(CALL))
+        unsafe { self.core.api().event_query(self.raw) }.map_err(driver_error::<A>(""))
     }
 
     /// Device time from `start` to `self`, both waited for first.
     #[allow(unsafe_code)]
     fn elapsed_since(&self, start: &StreamEvent<A>) -> Result<Duration> {
-        const CALL: &str = "Event::elapsed_since";
         if !Arc::ptr_eq(&self.core, &start.core) {
             return Err(Error::invalid(
-                CALL,
+                "",
                 format!("the {} events are of different devices", A::WORDS.name),
             ));
         }
@@ -533,7 +516,7 @@ impl<A: StreamApi> hal::Event for StreamEvent<A> {
         self.sync()?;
         // SAFETY: both are live, completed (waited) events of the bound device.
         let ms = unsafe { self.core.api().event_elapsed(start.raw, self.raw) }
-            .map_err(driver_error::<A>(CALL))?;
+            .map_err(driver_error::<A>(""))?;
         Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
     }
 

@@ -5,11 +5,12 @@
 //! so does an example of those documents that it did not run. A second test checks that
 //! every chapter is also a doctest of the library (src/lib.rs includes it).
 //!
-//! It builds in its own target directory (`user-crate` beside this build's `tmp`, so
-//! `target/user-crate` by default), so it never waits for the lock of the build running
-//! it, and with its lock file seeded from the workspace's, so it uses the versions (and
-//! the downloaded sources) the workspace uses. Cold, that build takes a few minutes; it
-//! runs where all features are on, as in CI (`cargo test --workspace --all-features`).
+//! It builds in the workspace's target directory (cargo releases that directory's lock
+//! before it runs the tests), with its lock file seeded from the workspace's and the
+//! workspace's debug profile, so it uses the versions (and the downloaded sources) the
+//! workspace uses and finds the third-party crates the workspace's build already compiled:
+//! only offload's own crates, with the user crate's features, are built again. It runs
+//! where all features are on, as in CI (`cargo test --workspace --all-features`).
 #![cfg(all(feature = "fixtures", feature = "vulkan", feature = "wgsl"))]
 
 use std::path::Path;
@@ -24,15 +25,14 @@ fn user_crate_builds_and_runs() {
         .expect("copy Cargo.lock into tests/user-crate");
     let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
-        .expect("the target directory")
-        .join("user-crate");
+        .expect("the target directory");
 
     let mut cargo = Command::new(env!("CARGO"));
     cargo
         .current_dir(&dir)
         .args(["run", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target);
+        .env("CARGO_TARGET_DIR", target);
     // What cargo set for this test describes this package, not the user crate.
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();

@@ -63,6 +63,12 @@ offload = { package = "offload-rt", version = "$version", features = ["fixtures"
 
 [patch.crates-io]
 $patches
+# The workspace's debug profile, so the third-party crates its build compiled are reused.
+[profile.dev]
+debug = "line-tables-only"
+
+[profile.dev.package."*"]
+debug = false
 TOML
 cat > "$work/user/src/main.rs" <<'RS'
 // The launches chapter's first example (docs/launches.md) needs the `fixtures` kernels: they must build from the package.

@@ -47,10 +47,10 @@ impl std::fmt::Debug for HostDevice {
     }
 }
 
-fn oom(call: &'static str, requested: usize, reason: String) -> Error {
+fn oom(requested: usize, reason: String) -> Error {
     Error::OutOfMemory {
         backend: BackendKind::Host,
-        call,
+        call: "",
         requested: requested as u64,
         reason,
     }
@@ -72,14 +72,10 @@ impl hal::Device for HostDevice {
     fn alloc(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
         let memory = self.shared.memory();
         if size as u64 > memory {
-            return Err(oom(
-                "",
-                size,
-                format!("the host has {memory} bytes of memory"),
-            ));
+            return Err(oom(size, format!("the host has {memory} bytes of memory")));
         }
         let buffer =
-            HostBuffer::new(size).ok_or_else(|| oom("", size, "the allocator refused".into()))?;
+            HostBuffer::new(size).ok_or_else(|| oom(size, "the allocator refused".into()))?;
         Ok(buffer.counted(self.shared.clone()))
     }
 
@@ -96,19 +92,19 @@ impl hal::Device for HostDevice {
     }
 
     fn read(&self, buffer: &HostBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        buffer.mem.check("", offset, dst.len())?;
+        buffer.mem.check(offset, dst.len())?;
         buffer.mem.uses.wait();
         buffer.mem.read(offset, dst)
     }
 
     fn write(&self, buffer: &mut HostBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        buffer.mem.check("", offset, src.len())?;
+        buffer.mem.check(offset, src.len())?;
         buffer.mem.uses.wait();
         buffer.mem.write(offset, src)
     }
 
     fn fill(&self, buffer: &mut HostBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        buffer.mem.check("", offset, len)?;
+        buffer.mem.check(offset, len)?;
         buffer.mem.uses.wait();
         buffer.mem.fill(offset, len, &[value])
     }
@@ -121,16 +117,16 @@ impl hal::Device for HostDevice {
         d: usize,
         len: usize,
     ) -> Result<()> {
-        src.mem.check("", so, len)?;
-        dst.mem.check("", d, len)?;
+        src.mem.check(so, len)?;
+        dst.mem.check(d, len)?;
         src.mem.uses.wait();
         dst.mem.uses.wait();
         dst.mem.copy_from(d, &src.mem, so, len)
     }
 
     fn copy_within(&self, buffer: &mut HostBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        buffer.mem.check("", so, len)?;
-        buffer.mem.check("", d, len)?;
+        buffer.mem.check(so, len)?;
+        buffer.mem.check(d, len)?;
         buffer.mem.uses.wait();
         buffer.mem.copy_from(d, &buffer.mem, so, len)
     }
@@ -189,14 +185,10 @@ impl hal::Ipc for HostDevice {
     fn alloc_exportable(&self, size: usize, _kind: MemKind) -> Result<HostBuffer> {
         let memory = self.shared.memory();
         if size as u64 > memory {
-            return Err(oom(
-                "",
-                size,
-                format!("the host has {memory} bytes of memory"),
-            ));
+            return Err(oom(size, format!("the host has {memory} bytes of memory")));
         }
         let buffer = HostBuffer::exportable(size)
-            .map_err(|e| oom("", size, format!("memfd_create/ftruncate/mmap: {e}")))?;
+            .map_err(|e| oom(size, format!("memfd_create/ftruncate/mmap: {e}")))?;
         Ok(buffer.counted(self.shared.clone()))
     }
 

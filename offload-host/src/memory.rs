@@ -66,9 +66,9 @@ pub struct HostBuffer {
     pub(crate) mem: Arc<Memory>,
 }
 
-fn out_of_range(call: &'static str, offset: usize, len: usize, size: usize) -> Error {
+fn out_of_range(offset: usize, len: usize, size: usize) -> Error {
     Error::InvalidArgument {
-        call,
+        call: "",
         reason: format!(
             "host buffer: range {offset}..{} is outside its {size} bytes",
             offset as u128 + len as u128
@@ -238,15 +238,15 @@ impl Memory {
     }
 
     /// Checks that `offset..offset + len` lies inside the allocation.
-    pub(crate) fn check(&self, call: &'static str, offset: usize, len: usize) -> Result<()> {
+    pub(crate) fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(out_of_range(call, offset, len, self.len)),
+            _ => Err(out_of_range(offset, len, self.len)),
         }
     }
 
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.check("", offset, dst.len())?;
+        self.check(offset, dst.len())?;
         // SAFETY: offset + dst.len() <= len (checked), so the source range lies inside our
         // allocation; `dst` is a Rust slice, which cannot alias our allocation (no reference
         // to it is ever handed out).
@@ -261,7 +261,7 @@ impl Memory {
     }
 
     pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.check("", offset, src.len())?;
+        self.check(offset, src.len())?;
         // SAFETY: the destination range lies inside our allocation (checked); `src` cannot
         // alias it (see `read`).
         unsafe {
@@ -273,7 +273,7 @@ impl Memory {
     /// Fills `len` bytes at `offset` with `pattern` repeated (`len` a multiple of its
     /// length, which is not zero).
     pub(crate) fn fill(&self, offset: usize, len: usize, pattern: &[u8]) -> Result<()> {
-        self.check("", offset, len)?;
+        self.check(offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::InvalidArgument {
                 call: "",
@@ -311,8 +311,8 @@ impl Memory {
     /// Copies `len` bytes from `src` at `so` to `self` at `d`; the two may be the same
     /// allocation, with overlapping ranges.
     pub(crate) fn copy_from(&self, d: usize, src: &Memory, so: usize, len: usize) -> Result<()> {
-        src.check("", so, len)?;
-        self.check("", d, len)?;
+        src.check(so, len)?;
+        self.check(d, len)?;
         // SAFETY: both ranges lie inside their allocations (checked); `ptr::copy` allows
         // them to overlap (when `src` is `self`).
         unsafe { std::ptr::copy(src.ptr.as_ptr().add(so), self.ptr.as_ptr().add(d), len) };

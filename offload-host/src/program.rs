@@ -98,19 +98,19 @@ fn invalid(reason: impl Into<String>) -> Error {
     }
 }
 
-fn not_found(call: &'static str, symbol: &str) -> Error {
+fn not_found(symbol: &str) -> Error {
     Error::SymbolNotFound {
         backend: BackendKind::Host,
-        call,
+        call: "",
         symbol: symbol.to_string(),
         hint: String::new(),
     }
 }
 
-fn io(call: &'static str, what: &str, e: impl std::fmt::Display) -> Error {
+fn io(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Driver {
         backend: BackendKind::Host,
-        call,
+        call: "",
         code: -1,
         message: format!("{what}: {e}"),
     }
@@ -130,10 +130,10 @@ pub(crate) fn validate(image: &[u8]) -> Result<()> {
 pub(crate) fn load(image: &[u8]) -> Result<HostModule> {
     let parsed = elf::validate(image).map_err(invalid)?;
     let fd = rustix::fs::memfd_create("offload-module", rustix::fs::MemfdFlags::CLOEXEC)
-        .map_err(|e| io("", "memfd_create", e))?;
+        .map_err(|e| io("memfd_create", e))?;
     let mut file = File::from(fd);
     file.write_all(image)
-        .map_err(|e| io("", "writing the memfd", e))?;
+        .map_err(|e| io("writing the memfd", e))?;
     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
     let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
     // SAFETY: the image was validated as a shared object for this machine whose headers and
@@ -155,27 +155,27 @@ pub(crate) fn load(image: &[u8]) -> Result<HostModule> {
 
 impl Loaded {
     /// Address of a defined symbol.
-    fn address(&self, call: &'static str, name: &str) -> Result<*mut c_void> {
+    fn address(&self, name: &str) -> Result<*mut c_void> {
         let mut cname = name.as_bytes().to_vec();
         if cname.contains(&0) {
-            return Err(not_found(call, name));
+            return Err(not_found(name));
         }
         cname.push(0);
         // SAFETY: we only take the symbol's address (as a raw pointer type); nothing is
         // called or read through it here.
-        let symbol = unsafe { self.library.get::<*mut c_void>(&cname) }
-            .map_err(|_| not_found(call, name))?;
+        let symbol =
+            unsafe { self.library.get::<*mut c_void>(&cname) }.map_err(|_| not_found(name))?;
         Ok(*symbol)
     }
 
     /// Bytes of a read-only data symbol, e.g. a kernel's parameter string.
-    fn data(&self, call: &'static str, name: &str) -> Result<&[u8]> {
+    fn data(&self, name: &str) -> Result<&[u8]> {
         let symbol = self
             .image
             .symbol(name)
             .filter(|s| s.kind == SymbolKind::Object)
-            .ok_or_else(|| not_found(call, name))?;
-        let address = self.address(call, name)?;
+            .ok_or_else(|| not_found(name))?;
+        let address = self.address(name)?;
         let len = usize::try_from(symbol.size)
             .map_err(|_| invalid(format!("symbol `{name}` is too large")))?;
         // SAFETY: the ELF symbol table says `name` is a data object of `len` bytes, and the
@@ -222,10 +222,10 @@ impl hal::Program for HostModule {
             .image
             .symbol(name)
             .filter(|s| s.kind == SymbolKind::Function)
-            .ok_or_else(|| not_found("", name))?;
+            .ok_or_else(|| not_found(name))?;
         let params_symbol = format!("{PARAMS_PREFIX}{name}");
         let declared = loaded
-            .data("", &params_symbol)
+            .data(&params_symbol)
             .map_err(|_| Error::SymbolNotFound {
                 backend: BackendKind::Host,
                 call: "",
@@ -237,7 +237,7 @@ impl hal::Program for HostModule {
                 ),
             })?;
         let params = parse_params(name, declared)?;
-        let address = loaded.address("", name)?;
+        let address = loaded.address(name)?;
         // SAFETY: the symbol is a function (ELF type STT_FUNC) exported under the host
         // kernel ABI, which the image declares by exporting `offload_params_<name>`.
         let function = unsafe { std::mem::transmute::<*mut c_void, KernelFn>(address) };
@@ -280,7 +280,7 @@ impl hal::Program for HostModule {
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size, _) = self.writable_global("", name)?;
+        let (address, size, _) = self.writable_global(name)?;
         Ok(GlobalInfo {
             address: address as u64,
             size,
@@ -288,8 +288,8 @@ impl hal::Program for HostModule {
     }
 
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let (address, size, _) = self.writable_global("", name)?;
-        check("", name, size, offset, dst.len())?;
+        let (address, size, _) = self.writable_global(name)?;
+        check(name, size, offset, dst.len())?;
         self.loaded.uses.wait();
         // SAFETY: the range lies inside the symbol's `size` bytes (checked), which stay mapped
         // while the module is loaded (`&self`).
@@ -298,14 +298,14 @@ impl hal::Program for HostModule {
     }
 
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        let (address, size, writable) = self.writable_global("", name)?;
+        let (address, size, writable) = self.writable_global(name)?;
         if !writable {
             return Err(Error::InvalidArgument {
                 call: "",
                 reason: format!("host global `{name}` is read-only (const data)"),
             });
         }
-        check("", name, size, offset, src.len())?;
+        check(name, size, offset, src.len())?;
         self.loaded.uses.wait();
         // SAFETY: the range lies inside the symbol's bytes (checked), in a writable section
         // (checked), mapped while the module is loaded.
@@ -321,27 +321,23 @@ impl hal::Program for HostModule {
 }
 
 impl HostModule {
-    fn writable_global(&self, call: &'static str, name: &str) -> Result<(*mut u8, usize, bool)> {
+    fn writable_global(&self, name: &str) -> Result<(*mut u8, usize, bool)> {
         let symbol = self
             .loaded
             .image
             .symbol(name)
             .filter(|s| s.kind == SymbolKind::Object)
-            .ok_or_else(|| not_found(call, name))?;
-        let size = usize::try_from(symbol.size).map_err(|_| not_found(call, name))?;
-        Ok((
-            self.loaded.address(call, name)?.cast(),
-            size,
-            symbol.writable,
-        ))
+            .ok_or_else(|| not_found(name))?;
+        let size = usize::try_from(symbol.size).map_err(|_| not_found(name))?;
+        Ok((self.loaded.address(name)?.cast(), size, symbol.writable))
     }
 }
 
-fn check(call: &'static str, name: &str, size: usize, offset: usize, len: usize) -> Result<()> {
+fn check(name: &str, size: usize, offset: usize, len: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(Error::InvalidArgument {
-            call,
+            call: "",
             reason: format!(
                 "range {offset}..+{len} is outside host global `{name}` ({size} bytes)"
             ),

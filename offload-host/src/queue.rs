@@ -62,7 +62,7 @@ impl hal::Queue<HostDevice> for HostQueue {
             drop(self);
             return Ok(());
         }
-        let result = self.stream.core.sync("");
+        let result = self.stream.core.sync();
         drop(self);
         result
     }
@@ -113,7 +113,7 @@ impl hal::Queue<HostDevice> for HostQueue {
                     },
                     ParamKind::Buffer,
                 ) => {
-                    buffer.mem.check("", *offset, *len)?;
+                    buffer.mem.check(*offset, *len)?;
                     let address = buffer.mem.as_ptr() as usize + offset;
                     value.copy_from_slice(&address.to_ne_bytes());
                     memory.push(buffer.mem.clone());
@@ -134,16 +134,13 @@ impl hal::Queue<HostDevice> for HostQueue {
         }
         let core = &self.stream.core;
         let uses: Vec<Arc<memory::Memory>> = memory.clone();
-        let ticket = core.enqueue(
-            "",
-            stream::Command::Launch {
-                function: kernel.function,
-                values,
-                dims: *dims,
-                memory,
-                code: kernel.loaded.clone(),
-            },
-        )?;
+        let ticket = core.enqueue(stream::Command::Launch {
+            function: kernel.function,
+            values,
+            dims: *dims,
+            memory,
+            code: kernel.loaded.clone(),
+        })?;
         for m in &uses {
             m.uses.add(core, ticket);
         }
@@ -152,17 +149,14 @@ impl hal::Queue<HostDevice> for HostQueue {
     }
 
     fn enqueue_write(&self, buffer: &HostBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        buffer.mem.check("", offset, data.len())?;
+        buffer.mem.check(offset, data.len())?;
         let core = &self.stream.core;
         let memory = buffer.mem.clone();
-        let ticket = core.enqueue(
-            "",
-            stream::Command::Write {
-                memory,
-                offset,
-                data,
-            },
-        )?;
+        let ticket = core.enqueue(stream::Command::Write {
+            memory,
+            offset,
+            data,
+        })?;
         buffer.mem.uses.add(core, ticket);
         Ok(())
     }
@@ -174,7 +168,7 @@ impl hal::Queue<HostDevice> for HostQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        buffer.mem.check("", offset, len)?;
+        buffer.mem.check(offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
                 "",
@@ -185,15 +179,12 @@ impl hal::Queue<HostDevice> for HostQueue {
             ));
         }
         let core = &self.stream.core;
-        let ticket = core.enqueue(
-            "",
-            stream::Command::Fill {
-                memory: buffer.mem.clone(),
-                offset,
-                len,
-                pattern: pattern.to_vec(),
-            },
-        )?;
+        let ticket = core.enqueue(stream::Command::Fill {
+            memory: buffer.mem.clone(),
+            offset,
+            len,
+            pattern: pattern.to_vec(),
+        })?;
         buffer.mem.uses.add(core, ticket);
         Ok(())
     }
@@ -206,19 +197,16 @@ impl hal::Queue<HostDevice> for HostQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        src.mem.check("", src_offset, len)?;
-        dst.mem.check("", dst_offset, len)?;
+        src.mem.check(src_offset, len)?;
+        dst.mem.check(dst_offset, len)?;
         let core = &self.stream.core;
-        let ticket = core.enqueue(
-            "",
-            stream::Command::Copy {
-                src: src.mem.clone(),
-                src_offset,
-                dst: dst.mem.clone(),
-                dst_offset,
-                len,
-            },
-        )?;
+        let ticket = core.enqueue(stream::Command::Copy {
+            src: src.mem.clone(),
+            src_offset,
+            dst: dst.mem.clone(),
+            dst_offset,
+            len,
+        })?;
         src.mem.uses.add(core, ticket);
         dst.mem.uses.add(core, ticket);
         Ok(())
@@ -227,12 +215,12 @@ impl hal::Queue<HostDevice> for HostQueue {
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         self.stream
             .core
-            .enqueue("", stream::Command::HostFn(f))
+            .enqueue(stream::Command::HostFn(f))
             .map(drop)
     }
 
     fn sync(&self) -> Result<()> {
-        self.stream.core.sync("")
+        self.stream.core.sync()
     }
 
     fn is_idle(&self) -> Result<bool> {
@@ -249,7 +237,7 @@ impl hal::Queue<HostDevice> for HostQueue {
             let _ = time.set(Instant::now());
             last
         } else {
-            core.enqueue("", stream::Command::Record(time.clone()))?
+            core.enqueue(stream::Command::Record(time.clone()))?
         };
         Ok(HostEvent {
             stream: core.clone(),
@@ -263,13 +251,10 @@ impl hal::Queue<HostDevice> for HostQueue {
         if Arc::ptr_eq(core, &event.stream) || event.stream.reached(event.ticket) {
             return Ok(()); // in order, or already done
         }
-        core.enqueue(
-            "",
-            stream::Command::Wait {
-                stream: event.stream.clone(),
-                ticket: event.ticket,
-            },
-        )
+        core.enqueue(stream::Command::Wait {
+            stream: event.stream.clone(),
+            ticket: event.ticket,
+        })
         .map(drop)
     }
 }

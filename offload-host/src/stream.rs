@@ -145,9 +145,8 @@ pub(crate) static MOST_QUEUED: AtomicU64 = AtomicU64::new(0);
 
 impl StreamCore {
     /// Pushes `command`; returns its ticket (the count of commands pushed with it).
-    /// `call` names the user's call in the error if the executor cannot be started.
     /// Waits while [`MAX_QUEUED`] commands are unfinished (backpressure).
-    pub(crate) fn enqueue(self: &Arc<Self>, call: &'static str, command: Command) -> Result<u64> {
+    pub(crate) fn enqueue(self: &Arc<Self>, command: Command) -> Result<u64> {
         let pushed = self.enqueued.load(Ordering::SeqCst);
         if pushed.saturating_sub(self.completed.load(Ordering::SeqCst)) >= MAX_QUEUED
             && !self.on_runner()
@@ -157,12 +156,12 @@ impl StreamCore {
         }
         let mut inner = lock(&self.inner);
         if inner.shutdown {
-            return Err(Error::invalid(call, "the host queue was destroyed"));
+            return Err(Error::invalid("", "the host queue was destroyed"));
         }
         if inner.thread.is_none() {
             inner.thread = Some(spawn_executor(self).ok_or_else(|| Error::Driver {
                 backend: BackendKind::Host,
-                call,
+                call: "",
                 code: -1,
                 message: "pthread_create refused the queue's executor thread".into(),
             })?);
@@ -286,10 +285,10 @@ impl StreamCore {
     /// Waits for everything pushed so far; reports (once) what went wrong in a command
     /// since the last sync. From one of this stream's host functions it is an error: the
     /// function would wait for itself.
-    pub(crate) fn sync(&self, call: &'static str) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         if self.on_runner() && !self.reached(self.last()) {
             return Err(Error::invalid(
-                call,
+                "",
                 "a host function cannot wait for its own queue (it would wait for itself)",
             ));
         }

@@ -155,7 +155,6 @@ impl Batch {
         device: &DeviceContext,
         layout: vk::DescriptorSetLayout,
         count: [u32; 2],
-        call: &'static str,
     ) -> Result<vk::DescriptorSet> {
         let dev = &device.raw;
         let fits = |p: &Pool| {
@@ -180,7 +179,7 @@ impl Batch {
                     .pool_sizes(&sizes);
                 // SAFETY: the device is live; `info` lives across the call.
                 let raw = unsafe { dev.create_descriptor_pool(&info, None) }
-                    .map_err(|e| map_vk_err(At::new(call, "vkCreateDescriptorPool"), e))?;
+                    .map_err(|e| map_vk_err(At::new("vkCreateDescriptorPool"), e))?;
                 self.pools.push(Pool {
                     raw,
                     sets_left: POOL_SETS,
@@ -199,13 +198,13 @@ impl Batch {
         // uniform-buffer descriptors left (counted), and only this batch (behind its
         // queue's lock) uses it.
         let sets = unsafe { dev.allocate_descriptor_sets(&info) }
-            .map_err(|e| map_vk_err(At::new(call, "vkAllocateDescriptorSets"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkAllocateDescriptorSets"), e))?;
         pool.sets_left -= 1;
         pool.descriptors_left[0] -= count[0];
         pool.descriptors_left[1] -= count[1];
         sets.first().copied().ok_or_else(|| {
             map_vk_err(
-                At::new(call, "vkAllocateDescriptorSets"),
+                At::new("vkAllocateDescriptorSets"),
                 vk::Result::ERROR_UNKNOWN,
             )
         })

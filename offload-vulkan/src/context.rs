@@ -111,7 +111,7 @@ impl DeviceContext {
         // timeline feature is chained only where the device is 1.2+ and reports it, the
         // extension named only where the device lists it.
         let raw = unsafe { instance.raw.create_device(physical, &create, None) }
-            .map_err(|e| map_vk_err(At::new("", "vkCreateDevice"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkCreateDevice"), e))?;
         crate::stats::LIVE_DEVICES.fetch_add(1, Ordering::SeqCst);
         // SAFETY: the device was just created with one queue of this family.
         let queue = unsafe { raw.get_device_queue(info.compute_queue_family, 0) };
@@ -158,12 +158,12 @@ impl DeviceContext {
     }
 
     /// Waits until the device has finished everything submitted to it.
-    pub(crate) fn wait_idle(&self, call: &'static str) -> Result<()> {
+    pub(crate) fn wait_idle(&self) -> Result<()> {
         // `vkDeviceWaitIdle` needs every queue of the device externally synchronised.
         let _queue = self.lock_queue();
         // SAFETY: the device is live (we hold `self`); its only queue is locked.
         unsafe { self.raw.device_wait_idle() }
-            .map_err(|e| map_vk_err(At::new(call, "vkDeviceWaitIdle"), e))
+            .map_err(|e| map_vk_err(At::new("vkDeviceWaitIdle"), e))
     }
 }
 
@@ -174,14 +174,14 @@ impl DeviceContext {
 
     /// The device's timeline semaphore, made at first use. A device without timeline
     /// semaphores is `Error::Unsupported` (its memory still works).
-    pub(crate) fn timeline(&self, call: &'static str) -> Result<vk::Semaphore> {
+    pub(crate) fn timeline(&self) -> Result<vk::Semaphore> {
         if let Some(s) = self.timeline.get() {
             return Ok(*s);
         }
         if !self.timeline_semaphores {
             return Err(offload_core::Error::Unsupported {
                 backend: offload_core::BackendKind::Vulkan,
-                call,
+                call: "",
                 reason: "the device has no timeline semaphores (Vulkan 1.2), which offload's \
                          Vulkan queues, events and programs need"
                     .into(),
@@ -198,12 +198,12 @@ impl DeviceContext {
         // SAFETY: the device is live and has the timeline feature enabled; `info` lives across
         // the call; the semaphore is destroyed once, in `Drop`.
         let made = unsafe { self.raw.create_semaphore(&info, None) }
-            .map_err(|e| map_vk_err(At::new(call, "vkCreateSemaphore"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkCreateSemaphore"), e))?;
         Ok(*self.timeline.get_or_init(|| made))
     }
 
     /// The device's pipeline cache, made at first use.
-    pub(crate) fn pipeline_cache(&self, call: &'static str) -> Result<vk::PipelineCache> {
+    pub(crate) fn pipeline_cache(&self) -> Result<vk::PipelineCache> {
         if let Some(c) = self.pipeline_cache.get() {
             return Ok(*c);
         }
@@ -217,7 +217,7 @@ impl DeviceContext {
             self.raw
                 .create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
         }
-        .map_err(|e| map_vk_err(At::new(call, "vkCreatePipelineCache"), e))?;
+        .map_err(|e| map_vk_err(At::new("vkCreatePipelineCache"), e))?;
         Ok(*self.pipeline_cache.get_or_init(|| made))
     }
 
@@ -232,9 +232,8 @@ impl DeviceContext {
         &self,
         commands: &[vk::CommandBuffer],
         wait: u64,
-        call: &'static str,
     ) -> Result<u64> {
-        let timeline = self.timeline(call)?;
+        let timeline = self.timeline()?;
         let mut state = self.lock_queue();
         let value = state.submitted + 1;
         let signal = [value];
@@ -261,31 +260,31 @@ impl DeviceContext {
             self.raw
                 .queue_submit(state.queue, &batch, vk::Fence::null())
         }
-        .map_err(|e| map_vk_err(At::new(call, "vkQueueSubmit"), e))?;
+        .map_err(|e| map_vk_err(At::new("vkQueueSubmit"), e))?;
         state.submitted = value;
         Ok(value)
     }
 
     /// Whether everything submitted up to timeline value `value` has finished.
-    pub(crate) fn is_complete(&self, value: u64, call: &'static str) -> Result<bool> {
+    pub(crate) fn is_complete(&self, value: u64) -> Result<bool> {
         if value <= self.completed.load(Ordering::Acquire) {
             return Ok(true);
         }
-        let timeline = self.timeline(call)?;
+        let timeline = self.timeline()?;
         // SAFETY: the semaphore is a live timeline semaphore of this device.
         let now = unsafe { self.raw.get_semaphore_counter_value(timeline) }
-            .map_err(|e| map_vk_err(At::new(call, "vkGetSemaphoreCounterValue"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkGetSemaphoreCounterValue"), e))?;
         self.completed.fetch_max(now, Ordering::AcqRel);
         Ok(value <= now)
     }
 
     /// Waits until everything submitted up to timeline value `value` has finished (0 and
     /// values already reached return at once, without a driver call).
-    pub(crate) fn wait_for(&self, value: u64, call: &'static str) -> Result<()> {
+    pub(crate) fn wait_for(&self, value: u64) -> Result<()> {
         if value <= self.completed.load(Ordering::Acquire) {
             return Ok(());
         }
-        let timeline = self.timeline(call)?;
+        let timeline = self.timeline()?;
         let semaphores = [timeline];
         let values = [value];
         let info = vk::SemaphoreWaitInfo::default()
@@ -295,16 +294,16 @@ impl DeviceContext {
         // handed to a submission (callers only wait for values they were given), so the wait
         // ends; `info` lives across the call. Kernels may run for any time: no timeout.
         unsafe { self.raw.wait_semaphores(&info, u64::MAX) }
-            .map_err(|e| map_vk_err(At::new(call, "vkWaitSemaphores"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkWaitSemaphores"), e))?;
         self.completed.fetch_max(value, Ordering::AcqRel);
         Ok(())
     }
 
     /// `wait_for`, and if that fails (device lost), the whole device idle: for `Drop`s, which
     /// must not destroy objects the device may still use.
-    pub(crate) fn wait_for_or_idle(&self, value: u64, call: &'static str) -> Result<()> {
-        self.wait_for(value, call).inspect_err(|_| {
-            let _ = self.wait_idle(call);
+    pub(crate) fn wait_for_or_idle(&self, value: u64) -> Result<()> {
+        self.wait_for(value).inspect_err(|_| {
+            let _ = self.wait_idle();
         })
     }
 }

@@ -123,7 +123,7 @@ impl hal::Device for VulkanDevice {
     fn free(&self, buffer: VulkanBuffer) -> Result<()> {
         // Queued work that uses it may still run: submit it and wait, then destroy
         // (dropping waits too, but could only ignore an error).
-        let waited = buffer.wait_unused("");
+        let waited = buffer.wait_unused();
         drop(buffer);
         waited
     }
@@ -131,11 +131,11 @@ impl hal::Device for VulkanDevice {
     /// A `memcpy` out of the mapping where the memory is host-visible; otherwise a copy
     /// through the device's queue and staging memory (transfer.rs).
     fn read(&self, buffer: &VulkanBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        check_range("", offset, dst.len(), buffer.len)?;
+        check_range(offset, dst.len(), buffer.len)?;
         if dst.is_empty() {
             return Ok(());
         }
-        buffer.wait_unused("")?;
+        buffer.wait_unused()?;
         match buffer.raw.mapped {
             // SAFETY: offset + len <= buffer.len <= the mapped size (checked), so the source
             // lies inside the mapping, which lives as long as `buffer`; `dst` is a Rust slice
@@ -155,11 +155,11 @@ impl hal::Device for VulkanDevice {
 
     /// A `memcpy` into the mapping, or a copy through staging memory.
     fn write(&self, buffer: &mut VulkanBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        check_range("", offset, src.len(), buffer.len)?;
+        check_range(offset, src.len(), buffer.len)?;
         if src.is_empty() {
             return Ok(());
         }
-        buffer.wait_unused("")?;
+        buffer.wait_unused()?;
         match buffer.raw.mapped {
             // SAFETY: the destination lies inside the mapping (checked); `src` cannot alias
             // it; `&mut VulkanBuffer` excludes every other access, and no GPU work on the
@@ -177,11 +177,11 @@ impl hal::Device for VulkanDevice {
 
     /// `memset` on the mapping, or `vkCmdFillBuffer` (transfer.rs).
     fn fill(&self, buffer: &mut VulkanBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        check_range("", offset, len, buffer.len)?;
+        check_range(offset, len, buffer.len)?;
         if len == 0 {
             return Ok(());
         }
-        buffer.wait_unused("")?;
+        buffer.wait_unused()?;
         match buffer.raw.mapped {
             // SAFETY: the range lies inside the mapping (checked); `&mut VulkanBuffer`
             // excludes every other access.
@@ -205,8 +205,8 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        check_range("", src_offset, len, src.len)?;
-        check_range("", dst_offset, len, dst.len)?;
+        check_range(src_offset, len, src.len)?;
+        check_range(dst_offset, len, dst.len)?;
         if !Arc::ptr_eq(dst.device(), src.device()) {
             return Err(Error::invalid(
                 "",
@@ -216,8 +216,8 @@ impl hal::Device for VulkanDevice {
         if len == 0 {
             return Ok(());
         }
-        src.wait_unused("")?;
-        dst.wait_unused("")?;
+        src.wait_unused()?;
+        dst.wait_unused()?;
         match (src.raw.mapped, dst.raw.mapped) {
             // SAFETY: both ranges lie inside their mappings (checked); `dst` is borrowed
             // mutably and `src` shared, so they are different allocations that cannot
@@ -248,12 +248,12 @@ impl hal::Device for VulkanDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        check_range("", src_offset, len, buffer.len)?;
-        check_range("", dst_offset, len, buffer.len)?;
+        check_range(src_offset, len, buffer.len)?;
+        check_range(dst_offset, len, buffer.len)?;
         if len == 0 || src_offset == dst_offset {
             return Ok(());
         }
-        buffer.wait_unused("")?;
+        buffer.wait_unused()?;
         match buffer.raw.mapped {
             // SAFETY: both ranges lie inside the mapping (checked); `ptr::copy` allows them
             // to overlap; `&mut VulkanBuffer` excludes every other access.
@@ -335,7 +335,7 @@ impl hal::Ipc for VulkanDevice {
             ));
         }
         let raw = &buffer.raw;
-        let fd = raw.export_fd(buffer.device(), "")?;
+        let fd = raw.export_fd(buffer.device())?;
         let mut payload = Vec::with_capacity(PAYLOAD_LEN);
         payload.extend_from_slice(&PAYLOAD_MAGIC);
         payload.extend_from_slice(&raw.type_index.to_le_bytes());

@@ -14,8 +14,6 @@ pub(crate) const LOADER: &str = "libvulkan.so.1";
 /// What was being done when Vulkan failed.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct At {
-    /// The offload call that was made (`Device::alloc`, `Buffer::read`, …).
-    pub call: &'static str,
     /// The Vulkan function that failed (`vkAllocateMemory`, …).
     pub function: &'static str,
     /// Bytes the call asked for, where memory was asked for (0 otherwise).
@@ -23,9 +21,8 @@ pub(crate) struct At {
 }
 
 impl At {
-    pub(crate) const fn new(call: &'static str, function: &'static str) -> Self {
+    pub(crate) const fn new(function: &'static str) -> Self {
         At {
-            call,
             function,
             requested: 0,
         }
@@ -48,14 +45,14 @@ pub(crate) fn map_vk_err(at: At, result: vk::Result) -> Error {
         vk::Result::ERROR_OUT_OF_HOST_MEMORY | vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => {
             Error::OutOfMemory {
                 backend: BackendKind::Vulkan,
-                call: at.call,
+                call: "",
                 requested: at.requested,
                 reason: format!("{} returned {}", at.function, code_name(result)),
             }
         }
         other => Error::Driver {
             backend: BackendKind::Vulkan,
-            call: at.call,
+            call: "",
             code: i64::from(other.as_raw()),
             message: format!("{} (from {})", code_name(other), at.function),
         },
@@ -63,10 +60,10 @@ pub(crate) fn map_vk_err(at: At, result: vk::Result) -> Error {
 }
 
 /// An allocation the device cannot satisfy, found before asking the driver.
-pub(crate) fn out_of_memory(call: &'static str, requested: u64, reason: String) -> Error {
+pub(crate) fn out_of_memory(requested: u64, reason: String) -> Error {
     Error::OutOfMemory {
         backend: BackendKind::Vulkan,
-        call,
+        call: "",
         requested,
         reason,
     }
@@ -82,16 +79,11 @@ pub(crate) fn driver_not_found(reason: impl Into<String>) -> Error {
 }
 
 /// Checks that `offset..offset + len` lies inside `size` bytes.
-pub(crate) fn check_range(
-    call: &'static str,
-    offset: usize,
-    len: usize,
-    size: usize,
-) -> offload_core::Result<()> {
+pub(crate) fn check_range(offset: usize, len: usize, size: usize) -> offload_core::Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(Error::invalid(
-            call,
+            "",
             format!(
                 "vulkan buffer: range {offset}..{} is outside its {size} bytes",
                 offset as u128 + len as u128
@@ -106,7 +98,7 @@ mod tests {
 
     #[test]
     fn oom_codes_map_to_out_of_memory() {
-        let at = At::new("", "vkAllocateMemory").bytes(64);
+        let at = At::new("vkAllocateMemory").bytes(64);
         for code in [
             vk::Result::ERROR_OUT_OF_HOST_MEMORY,
             vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
@@ -125,7 +117,7 @@ mod tests {
 
     #[test]
     fn other_codes_keep_the_raw_code_and_its_name() {
-        let at = At::new("", "vkQueueSubmit");
+        let at = At::new("vkQueueSubmit");
         match map_vk_err(at, vk::Result::ERROR_DEVICE_LOST) {
             Error::Driver {
                 code,
@@ -143,8 +135,8 @@ mod tests {
 
     #[test]
     fn ranges() {
-        assert!(check_range("t", 0, 4, 4).is_ok());
-        assert!(check_range("t", 1, 4, 4).is_err());
-        assert!(check_range("t", usize::MAX, 2, 4).is_err());
+        assert!(check_range(0, 4, 4).is_ok());
+        assert!(check_range(1, 4, 4).is_err());
+        assert!(check_range(usize::MAX, 2, 4).is_err());
     }
 }

@@ -105,7 +105,7 @@ impl Instance {
             Ok(Some(v)) => v,
             Ok(None) => vk::API_VERSION_1_0,
             Err(e) => {
-                return Err(map_vk_err(At::new("", "vkEnumerateInstanceVersion"), e));
+                return Err(map_vk_err(At::new("vkEnumerateInstanceVersion"), e));
             }
         };
         // Asking a 1.0 loader for more than 1.0 is VK_ERROR_INCOMPATIBLE_DRIVER.
@@ -164,7 +164,7 @@ impl Instance {
                 "the Vulkan loader found no driver (ICD) for this machine; install one, e.g. \
                  Mesa's lavapipe (`apt-get install mesa-vulkan-drivers`)",
             ),
-            other => map_vk_err(At::new("", "vkCreateInstance"), other),
+            other => map_vk_err(At::new("vkCreateInstance"), other),
         })?;
         crate::stats::LIVE_INSTANCES.fetch_add(1, Ordering::SeqCst);
         let mut messenger = None;

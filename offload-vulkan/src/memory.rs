@@ -142,11 +142,10 @@ impl RawAllocation {
         size: u64,
         placement: Placement,
         source: Source,
-        call: &'static str,
     ) -> Result<RawAllocation> {
-        let at = |function| At::new(call, function).bytes(size);
+        let at = |function| At::new(function).bytes(size);
         if size == 0 {
-            return Err(Error::invalid(call, "zero-size Vulkan allocation"));
+            return Err(Error::invalid("", "zero-size Vulkan allocation"));
         }
         // Refuse what the device can never satisfy before asking the driver.
         let limits = device.limits;
@@ -164,7 +163,6 @@ impl RawAllocation {
         ];
         if let Some((max, what)) = too_big.iter().find(|(max, _)| size > *max) {
             return Err(out_of_memory(
-                call,
                 size,
                 format!("the device allows at most {max} bytes ({what})"),
             ));
@@ -173,7 +171,6 @@ impl RawAllocation {
         if count >= limits.max_allocation_count {
             device.allocations.fetch_sub(1, Ordering::SeqCst);
             return Err(out_of_memory(
-                call,
                 size,
                 format!(
                     "the device allows {} memory allocations at once (maxMemoryAllocationCount)",
@@ -184,7 +181,7 @@ impl RawAllocation {
         if !matches!(source, Source::Fresh) && device.external_fd.is_none() {
             return Err(Error::Unsupported {
                 backend: BackendKind::Vulkan,
-                call,
+                call: "",
                 reason: "the device has no VK_KHR_external_memory_fd: it cannot share memory \
                          with other processes"
                     .into(),
@@ -192,7 +189,7 @@ impl RawAllocation {
         }
         // SAFETY: `create` cleans up everything it made when it fails (and closes an
         // imported fd the driver did not take), and we give the count back then.
-        let made = unsafe { Self::create(device, size, placement, source, call, at) };
+        let made = unsafe { Self::create(device, size, placement, source, at) };
         if made.is_err() {
             device.allocations.fetch_sub(1, Ordering::SeqCst);
         }
@@ -207,7 +204,6 @@ impl RawAllocation {
         size: u64,
         placement: Placement,
         source: Source,
-        call: &'static str,
         at: impl Fn(&'static str) -> At,
     ) -> Result<RawAllocation> {
         let dev = &device.raw;
@@ -255,7 +251,7 @@ impl RawAllocation {
                     destroy_buffer();
                     return Err(Error::InvalidIpcHandle {
                         backend: Some(BackendKind::Vulkan),
-                        call,
+                        call: "",
                         reason: format!(
                             "memory type {type_index} and size {allocation_size} cannot back a \
                              {size}-byte buffer on this device (it needs one of types {:#b}, \
@@ -273,7 +269,7 @@ impl RawAllocation {
                     destroy_buffer();
                     return Err(Error::Unsupported {
                         backend: BackendKind::Vulkan,
-                        call,
+                        call: "",
                         reason: format!(
                             "the device has no memory type suitable for {placement:?} memory"
                         ),
@@ -287,7 +283,6 @@ impl RawAllocation {
         if needs.size > heap.size {
             destroy_buffer();
             return Err(out_of_memory(
-                call,
                 size,
                 format!(
                     "{} bytes needed, the memory heap has {} bytes",
@@ -310,7 +305,7 @@ impl RawAllocation {
                     destroy_buffer();
                     return Err(Error::Driver {
                         backend: BackendKind::Vulkan,
-                        call,
+                        call: "",
                         code: i64::from(e.raw_os_error().unwrap_or(0)),
                         message: format!("dup of the imported fd: {e}"),
                     });
@@ -353,7 +348,7 @@ impl RawAllocation {
                 return Err(match (raw_fd, e) {
                     (Some(_), Error::Driver { message, .. }) => Error::InvalidIpcHandle {
                         backend: Some(BackendKind::Vulkan),
-                        call,
+                        call: "",
                         reason: format!("the driver refused to import the memory: {message}"),
                     },
                     (_, e) => e,
@@ -407,9 +402,9 @@ impl RawAllocation {
     }
 
     /// A new `OPAQUE_FD` of this (exportable) allocation's memory.
-    pub(crate) fn export_fd(&self, device: &DeviceContext, call: &'static str) -> Result<OwnedFd> {
+    pub(crate) fn export_fd(&self, device: &DeviceContext) -> Result<OwnedFd> {
         let Some(external) = device.external_fd.as_ref() else {
-            return Err(Error::invalid(call, "the device cannot export memory"));
+            return Err(Error::invalid("", "the device cannot export memory"));
         };
         let info = vk::MemoryGetFdInfoKHR::default()
             .memory(self.memory)
@@ -418,7 +413,7 @@ impl RawAllocation {
         // naming OPAQUE_FD (callers only export exportable allocations); the fd returned is a
         // new one, which we own.
         let fd = unsafe { external.get_memory_fd(&info) }
-            .map_err(|e| map_vk_err(At::new(call, "vkGetMemoryFdKHR"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkGetMemoryFdKHR"), e))?;
         // SAFETY: a successful vkGetMemoryFdKHR returns a new fd owned by the caller.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
@@ -495,12 +490,12 @@ impl VulkanBuffer {
             MemKind::Device => Placement::Device,
             _ => Placement::Host,
         };
-        let (source, call) = if exportable {
-            (Source::Exportable, "")
+        let source = if exportable {
+            Source::Exportable
         } else {
-            (Source::Fresh, "")
+            Source::Fresh
         };
-        let raw = RawAllocation::new(&device, size as u64, placement, source, call)?;
+        let raw = RawAllocation::new(&device, size as u64, placement, source)?;
         Ok(Self::counted(
             device, raw, size, kind, exportable, exportable,
         ))
@@ -550,7 +545,7 @@ impl VulkanBuffer {
             allocation_size,
         };
         // Imported memory is mapped where it is host-visible, like device memory.
-        let raw = RawAllocation::new(&device, size as u64, Placement::Device, source, "")?;
+        let raw = RawAllocation::new(&device, size as u64, Placement::Device, source)?;
         Ok(Self::counted(
             device,
             raw,
@@ -596,8 +591,8 @@ impl VulkanBuffer {
     }
 
     /// Submits the queued work that uses this buffer and waits until none runs any more.
-    pub(crate) fn wait_unused(&self, call: &'static str) -> Result<()> {
-        self.usage.wait(&self.device, call)
+    pub(crate) fn wait_unused(&self) -> Result<()> {
+        self.usage.wait(&self.device)
     }
 
     /// Size in bytes.
@@ -684,7 +679,7 @@ impl VulkanBuffer {
                  read and write instead",
             ));
         }
-        self.wait_unused("")?;
+        self.wait_unused()?;
         // SAFETY: the mapping covers the whole allocation (at least `len` bytes) for the
         // buffer's life and is host-coherent; `&mut self` excludes every other host access,
         // no GPU work uses the buffer (waited above, and none can be queued while the
@@ -698,7 +693,7 @@ impl Drop for VulkanBuffer {
         // Queued work that uses it may still run: submit and wait for it (`Device::free`
         // waited already and reported an error; here one can only be ignored, after waiting
         // idle).
-        self.usage.wait_or_idle(&self.device, "");
+        self.usage.wait_or_idle(&self.device);
         // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
         // transfer that used it completed before its call returned, and every launch that
         // used it has finished (waited above), so no GPU work on it is pending; it is

@@ -85,7 +85,7 @@ impl VulkanPlatform {
         let validating = instance.validating;
         // SAFETY: the instance is live.
         let physical = unsafe { instance.raw.enumerate_physical_devices() }
-            .map_err(|e| map_vk_err(At::new("", "vkEnumeratePhysicalDevices"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkEnumeratePhysicalDevices"), e))?;
         let found = physical.len();
         let live_buffers = Arc::new(AtomicUsize::new(0));
         let mut infos = Vec::new();
@@ -210,7 +210,7 @@ impl hal::Platform for VulkanPlatform {
         let mut errors = Vec::new();
         for device in &live.devices {
             device.deinitialised.store(true, Ordering::SeqCst);
-            if let Err(e) = device.wait_idle("") {
+            if let Err(e) = device.wait_idle() {
                 errors.push(e);
             }
         }

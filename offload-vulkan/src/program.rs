@@ -256,7 +256,7 @@ impl VulkanKernel {
     /// The pipeline that runs `block` threads per workgroup: the kernel's own for the
     /// declared size, otherwise a specialised or patched one, made once per size. The size
     /// is already checked against the device's limits.
-    pub(crate) fn pipeline_for(&self, block: [u32; 3], call: &'static str) -> Result<vk::Pipeline> {
+    pub(crate) fn pipeline_for(&self, block: [u32; 3]) -> Result<vk::Pipeline> {
         let entry = self.entry_point();
         let declared = entry.workgroup.declared();
         if block == declared {
@@ -264,7 +264,7 @@ impl VulkanKernel {
         }
         let refuse = |why: &str| {
             Err(Error::invalid(
-                call,
+                "",
                 format!(
                     "vulkan kernel `{}` declares workgroup size {declared:?}, the launch asks \
                      for blocks of {block:?}: {why}",
@@ -328,25 +328,23 @@ impl VulkanKernel {
         let mut objects = self.module.lock_entry(self.entry);
         let Some(objects) = objects.as_mut() else {
             return Err(Error::invalid(
-                call,
+                "",
                 "the vulkan kernel's module was unloaded",
             ));
         };
         if let Some(v) = objects.variants.get(&block) {
             return Ok(v.pipeline);
         }
-        let variant = self
-            .module
-            .make_variant(self.entry, block, self.layout, call)?;
+        let variant = self.module.make_variant(self.entry, block, self.layout)?;
         objects.variants.insert(block, variant);
         Ok(variant.pipeline)
     }
 }
 
-fn entry_name(name: &str, call: &'static str) -> Result<CString> {
+fn entry_name(name: &str) -> Result<CString> {
     CString::new(name).map_err(|_| Error::InvalidBinary {
         backend: BackendKind::Vulkan,
-        call,
+        call: "",
         reason: format!("entry point name {name:?} contains a NUL byte"),
     })
 }
@@ -367,10 +365,9 @@ impl ModuleInner {
         entry: usize,
         layout: vk::PipelineLayout,
         specialization: Option<&vk::SpecializationInfo<'_>>,
-        call: &'static str,
     ) -> Result<vk::Pipeline> {
-        let name = entry_name(&self.reflection.entry_points[entry].name, call)?;
-        let cache = self.device.pipeline_cache(call)?;
+        let name = entry_name(&self.reflection.entry_points[entry].name)?;
+        let cache = self.device.pipeline_cache()?;
         let mut stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(shader)
@@ -397,7 +394,7 @@ impl ModuleInner {
                     unsafe { self.device.raw.destroy_pipeline(p, None) };
                 }
                 Err(map_vk_err(
-                    At::new(call, "vkCreateComputePipelines"),
+                    At::new("vkCreateComputePipelines"),
                     vk::Result::ERROR_UNKNOWN,
                 ))
             }
@@ -406,7 +403,7 @@ impl ModuleInner {
                     // SAFETY: made by the failed call, never used.
                     unsafe { self.device.raw.destroy_pipeline(p, None) };
                 }
-                Err(map_vk_err(At::new(call, "vkCreateComputePipelines"), e))
+                Err(map_vk_err(At::new("vkCreateComputePipelines"), e))
             }
         }
     }
@@ -417,7 +414,6 @@ impl ModuleInner {
         entry: usize,
         block: [u32; 3],
         layout: vk::PipelineLayout,
-        call: &'static str,
     ) -> Result<Variant> {
         match self.reflection.entry_points[entry].workgroup {
             WorkgroupSize::Spec { ids, .. } => {
@@ -438,7 +434,7 @@ impl ModuleInner {
                 let spec = vk::SpecializationInfo::default()
                     .map_entries(&map)
                     .data(&bytes);
-                let pipeline = self.pipeline(self.shader, entry, layout, Some(&spec), call)?;
+                let pipeline = self.pipeline(self.shader, entry, layout, Some(&spec))?;
                 Ok(Variant {
                     shader: None,
                     pipeline,
@@ -447,12 +443,12 @@ impl ModuleInner {
             _ => {
                 let Some(words) = self.reflection.with_local_size(entry, block) else {
                     return Err(Error::invalid(
-                        call,
+                        "",
                         "the kernel's workgroup size cannot be changed",
                     ));
                 };
-                let shader = create_shader_module(&self.device, &words, call)?;
-                match self.pipeline(shader, entry, layout, None, call) {
+                let shader = create_shader_module(&self.device, &words)?;
+                match self.pipeline(shader, entry, layout, None) {
                     Ok(pipeline) => Ok(Variant {
                         shader: Some(shader),
                         pipeline,
@@ -467,7 +463,7 @@ impl ModuleInner {
     }
 
     /// Makes the layouts and the base pipeline of an entry point.
-    fn make_entry(&self, entry: usize, call: &'static str) -> Result<EntryObjects> {
+    fn make_entry(&self, entry: usize) -> Result<EntryObjects> {
         let e = &self.reflection.entry_points[entry];
         let dev = &self.device.raw;
         let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = e
@@ -488,7 +484,7 @@ impl ModuleInner {
             let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
             // SAFETY: the device is live; binding numbers are distinct (reflection dedups).
             let made = unsafe { dev.create_descriptor_set_layout(&info, None) }
-                .map_err(|e| map_vk_err(At::new(call, "vkCreateDescriptorSetLayout"), e))?;
+                .map_err(|e| map_vk_err(At::new("vkCreateDescriptorSetLayout"), e))?;
             Some(made)
         };
         let destroy_set = || {
@@ -512,10 +508,10 @@ impl ModuleInner {
             Ok(l) => l,
             Err(err) => {
                 destroy_set();
-                return Err(map_vk_err(At::new(call, "vkCreatePipelineLayout"), err));
+                return Err(map_vk_err(At::new("vkCreatePipelineLayout"), err));
             }
         };
-        match self.pipeline(self.shader, entry, layout, None, call) {
+        match self.pipeline(self.shader, entry, layout, None) {
             Ok(base) => Ok(EntryObjects {
                 set_layout,
                 layout,
@@ -541,16 +537,12 @@ pub(crate) fn descriptor_type(uniform: bool) -> vk::DescriptorType {
     }
 }
 
-fn create_shader_module(
-    device: &DeviceContext,
-    words: &[u32],
-    call: &'static str,
-) -> Result<vk::ShaderModule> {
+fn create_shader_module(device: &DeviceContext, words: &[u32]) -> Result<vk::ShaderModule> {
     let info = vk::ShaderModuleCreateInfo::default().code(words);
     // SAFETY: `words` is a SPIR-V module that passed offload's validation (header, version
     // for this device, word counts, structure); it lives across the call.
     let shader = unsafe { device.raw.create_shader_module(&info, None) }
-        .map_err(|e| map_vk_err(At::new(call, "vkCreateShaderModule"), e))?;
+        .map_err(|e| map_vk_err(At::new("vkCreateShaderModule"), e))?;
     crate::stats::SHADER_MODULES_CREATED.fetch_add(1, Ordering::SeqCst);
     crate::stats::LIVE_SHADER_MODULES.fetch_add(1, Ordering::SeqCst);
     Ok(shader)
@@ -571,7 +563,7 @@ pub(crate) fn validate(device: &DeviceContext, image: &[u8]) -> Result<()> {
 /// Validates `image` for `device` and loads it.
 pub(crate) fn load(device: Arc<DeviceContext>, image: &[u8]) -> Result<VulkanModule> {
     let reflection = spirv::reflect(image, SpirvVersion::for_vulkan(device.api), "")?;
-    let shader = create_shader_module(&device, &reflection.words, "")?;
+    let shader = create_shader_module(&device, &reflection.words)?;
     let entries = reflection
         .entry_points
         .iter()
@@ -623,7 +615,7 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
     }
     let mut objects = inner.lock_entry(entry);
     if objects.is_none() {
-        *objects = Some(inner.make_entry(entry, "")?);
+        *objects = Some(inner.make_entry(entry)?);
     }
     let Some(o) = objects.as_ref() else {
         return Err(Error::invalid(
@@ -645,7 +637,7 @@ pub(crate) fn kernel(module: &VulkanModule, name: &str) -> Result<VulkanKernel> 
 /// still live, then when the last one goes).
 pub(crate) fn unload(module: VulkanModule) -> Result<()> {
     let inner = &module.inner;
-    let waited = inner.usage.wait(&inner.device, "");
+    let waited = inner.usage.wait(&inner.device);
     drop(module);
     waited
 }
@@ -653,7 +645,7 @@ pub(crate) fn unload(module: VulkanModule) -> Result<()> {
 impl Drop for ModuleInner {
     fn drop(&mut self) {
         // Batches that use it hold it, so by now they have run: this returns at once.
-        self.usage.wait_or_idle(&self.device, "");
+        self.usage.wait_or_idle(&self.device);
         let dev = &self.device.raw;
         for entry in &mut self.entries {
             let objects = entry
@@ -715,15 +707,15 @@ impl hal::Program for VulkanModule {
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
-        Err(no_global("", name))
+        Err(no_global(name))
     }
 
     fn read_global(&self, name: &str, _: usize, _: &mut [u8]) -> Result<()> {
-        Err(no_global("", name))
+        Err(no_global(name))
     }
 
     fn write_global(&self, name: &str, _: usize, _: &[u8]) -> Result<()> {
-        Err(no_global("", name))
+        Err(no_global(name))
     }
 
     fn unload(self) -> Result<()> {
@@ -732,10 +724,10 @@ impl hal::Program for VulkanModule {
 }
 
 /// SPIR-V for Vulkan has no host-reachable globals: every name is missing.
-fn no_global(call: &'static str, name: &str) -> Error {
+fn no_global(name: &str) -> Error {
     Error::SymbolNotFound {
         backend: BackendKind::Vulkan,
-        call,
+        call: "",
         symbol: name.to_string(),
         hint: String::new(),
     }

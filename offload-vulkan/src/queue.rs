@@ -161,14 +161,14 @@ impl VulkanEvent {
         self.query.is_some()
     }
 
-    fn complete(&self, call: &'static str) -> Result<()> {
-        self.device.wait_for(self.value, call)?;
+    fn complete(&self) -> Result<()> {
+        self.device.wait_for(self.value)?;
         self.observed.get_or_init(Instant::now);
         Ok(())
     }
 
     /// The device timestamp in ticks (after `complete`).
-    fn ticks(&self, pool: vk::QueryPool, call: &'static str) -> Result<u64> {
+    fn ticks(&self, pool: vk::QueryPool) -> Result<u64> {
         let mut data = [0u64; 1];
         // SAFETY: the pool is live with one timestamp query, written by a submission that
         // has finished (`complete`); `data` holds one 64-bit result.
@@ -180,7 +180,7 @@ impl VulkanEvent {
                 vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
             )
         }
-        .map_err(|e| map_vk_err(At::new(call, "vkGetQueryPoolResults"), e))?;
+        .map_err(|e| map_vk_err(At::new("vkGetQueryPoolResults"), e))?;
         Ok(data[0])
     }
 }
@@ -188,7 +188,7 @@ impl VulkanEvent {
 impl Drop for VulkanEvent {
     fn drop(&mut self) {
         if let Some(pool) = self.query.take() {
-            let _ = self.device.wait_for_or_idle(self.value, "");
+            let _ = self.device.wait_for_or_idle(self.value);
             // SAFETY: the submission that writes the query has finished (waited above).
             unsafe { self.device.raw.destroy_query_pool(pool, None) };
         }
@@ -203,12 +203,12 @@ impl QueueShared {
     }
 
     /// A batch whose last submission has finished (recycled), or a new one.
-    fn batch(&self, inner: &mut QueueInner, call: &'static str) -> Result<Batch> {
+    fn batch(&self, inner: &mut QueueInner) -> Result<Batch> {
         while let Some(front) = inner.in_flight.front() {
             let full = inner.in_flight.len() >= MAX_IN_FLIGHT && inner.idle.is_empty();
             if full {
-                self.device.wait_for(front.value, call)?;
-            } else if !self.device.is_complete(front.value, call)? {
+                self.device.wait_for(front.value)?;
+            } else if !self.device.is_complete(front.value)? {
                 break;
             }
             if let Some(mut done) = inner.in_flight.pop_front() {
@@ -226,10 +226,10 @@ impl QueueShared {
             .command_buffer_count(1);
         // SAFETY: the pool is live and externally synchronised (we hold the queue's lock).
         let buffers = unsafe { self.device.raw.allocate_command_buffers(&info) }
-            .map_err(|e| map_vk_err(At::new(call, "vkAllocateCommandBuffers"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkAllocateCommandBuffers"), e))?;
         let commands = buffers.first().copied().ok_or_else(|| {
             map_vk_err(
-                At::new(call, "vkAllocateCommandBuffers"),
+                At::new("vkAllocateCommandBuffers"),
                 vk::Result::ERROR_UNKNOWN,
             )
         })?;
@@ -237,9 +237,9 @@ impl QueueShared {
     }
 
     /// The open batch, begun (with its leading barrier) if there was none.
-    fn open<'a>(&self, inner: &'a mut QueueInner, call: &'static str) -> Result<&'a mut Open> {
+    fn open<'a>(&self, inner: &'a mut QueueInner) -> Result<&'a mut Open> {
         if inner.open.is_none() {
-            let batch = self.batch(inner, call)?;
+            let batch = self.batch(inner)?;
             let cb = batch.commands;
             let begin = vk::CommandBufferBeginInfo::default()
                 .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
@@ -248,7 +248,7 @@ impl QueueShared {
             // pool's lock.
             if let Err(e) = unsafe { self.device.raw.begin_command_buffer(cb, &begin) } {
                 inner.idle.push(batch);
-                return Err(map_vk_err(At::new(call, "vkBeginCommandBuffer"), e));
+                return Err(map_vk_err(At::new("vkBeginCommandBuffer"), e));
             }
             let mut batch = batch;
             // A command buffer begins with nothing bound.
@@ -278,7 +278,7 @@ impl QueueShared {
         inner
             .open
             .as_mut()
-            .ok_or_else(|| Error::invalid(call, "the vulkan queue lost its open batch"))
+            .ok_or_else(|| Error::invalid("", "the vulkan queue lost its open batch"))
     }
 
     /// Records one command into the open batch: a barrier first if it uses a buffer an
@@ -286,25 +286,23 @@ impl QueueShared {
     /// as used by the batch. Submits the batch once it holds [`DEPTH`] commands.
     fn record(
         self: &Arc<Self>,
-        call: &'static str,
         buffers: &[&VulkanBuffer],
         module: Option<&Arc<ModuleInner>>,
         record: impl FnOnce(&mut Batch, vk::CommandBuffer) -> Result<()>,
     ) -> Result<()> {
-        self.record_using(call, buffers.iter().copied(), module, record)
+        self.record_using(buffers.iter().copied(), module, record)
     }
 
     /// [`record`](Self::record) with the buffers as an iterator (a launch reads them from
     /// its arguments rather than collecting them).
     fn record_using<'b>(
         self: &Arc<Self>,
-        call: &'static str,
         buffers: impl Iterator<Item = &'b VulkanBuffer> + Clone,
         module: Option<&Arc<ModuleInner>>,
         record: impl FnOnce(&mut Batch, vk::CommandBuffer) -> Result<()>,
     ) -> Result<()> {
         let mut inner = self.lock();
-        let open = self.open(&mut inner, call)?;
+        let open = self.open(&mut inner)?;
         let cb = open.batch.commands;
         if buffers
             .clone()
@@ -338,14 +336,14 @@ impl QueueShared {
         }
         open.commands += 1;
         if open.commands >= DEPTH {
-            self.submit(&mut inner, call)?;
+            self.submit(&mut inner)?;
         }
         Ok(())
     }
 
     /// Submits the open batch, if any (with its trailing barrier). On failure the batch's
     /// commands are dropped, never run, and the error says so.
-    fn submit(&self, inner: &mut QueueInner, call: &'static str) -> Result<()> {
+    fn submit(&self, inner: &mut QueueInner) -> Result<()> {
         let Some(open) = inner.open.take() else {
             return Ok(());
         };
@@ -370,7 +368,7 @@ impl QueueShared {
         );
         // SAFETY: the command buffer is recording.
         let ended = unsafe { self.device.raw.end_command_buffer(cb) }
-            .map_err(|e| map_vk_err(At::new(call, "vkEndCommandBuffer"), e));
+            .map_err(|e| map_vk_err(At::new("vkEndCommandBuffer"), e));
         let submitted = ended.and_then(|()| {
             // SAFETY: the command buffer was just recorded (executable, not pending: its last
             // submission finished); what it uses lives until the value is reached: modules
@@ -378,7 +376,7 @@ impl QueueShared {
             // buffers by their usages (every host access, free and drop waits for them).
             unsafe {
                 self.device
-                    .submit_timeline(std::slice::from_ref(&cb), inner.wait, call)
+                    .submit_timeline(std::slice::from_ref(&cb), inner.wait)
             }
         });
         let me: *const QueueShared = self;
@@ -403,7 +401,7 @@ impl QueueShared {
                 inner.idle.push(batch);
                 Err(Error::Driver {
                     backend: BackendKind::Vulkan,
-                    call,
+                    call: "",
                     code: -1,
                     message: format!(
                         "the queued work since the last submission was dropped, not run: {e}"
@@ -414,22 +412,22 @@ impl QueueShared {
     }
 
     /// Submits the open batch, if any.
-    pub(crate) fn flush(&self, call: &'static str) -> Result<()> {
+    pub(crate) fn flush(&self) -> Result<()> {
         let mut inner = self.lock();
-        self.submit(&mut inner, call)
+        self.submit(&mut inner)
     }
 }
 
 impl VulkanQueue {
     /// Creates a queue (a command pool) on `device`.
     pub(crate) fn new(device: Arc<DeviceContext>) -> Result<VulkanQueue> {
-        device.timeline("")?;
+        device.timeline()?;
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(device.queue_family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: the device is live and the family is the one its queue was made from.
         let pool = unsafe { device.raw.create_command_pool(&info, None) }
-            .map_err(|e| map_vk_err(At::new("", "vkCreateCommandPool"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkCreateCommandPool"), e))?;
         crate::stats::LIVE_QUEUES.fetch_add(1, Ordering::SeqCst);
         Ok(VulkanQueue {
             shared: Arc::new(QueueShared {
@@ -466,24 +464,24 @@ impl VulkanQueue {
         self.shared.lock().open.as_ref().map_or(0, |o| o.commands)
     }
 
-    fn check_device(&self, call: &'static str, buffers: &[&VulkanBuffer]) -> Result<()> {
+    fn check_device(&self, buffers: &[&VulkanBuffer]) -> Result<()> {
         if buffers
             .iter()
             .any(|b| !Arc::ptr_eq(b.device(), &self.shared.device))
         {
             return Err(Error::invalid(
-                call,
+                "",
                 "the vulkan buffer is on another device than the queue",
             ));
         }
         Ok(())
     }
 
-    fn sync_as(&self, call: &'static str) -> Result<()> {
-        self.shared.flush(call)?;
+    fn sync_as(&self) -> Result<()> {
+        self.shared.flush()?;
         self.shared
             .device
-            .wait_for(self.shared.last.load(Ordering::Acquire), call)
+            .wait_for(self.shared.last.load(Ordering::Acquire))
     }
 }
 
@@ -654,7 +652,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 ),
             });
         }
-        let pipeline = kernel.pipeline_for(dims.block, "")?;
+        let pipeline = kernel.pipeline_for(dims.block)?;
         if dims.grid.contains(&0) {
             return Ok(()); // no workgroups: nothing to run
         }
@@ -689,7 +687,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         };
         let buffers = bound().map(|(b, ..)| b);
         self.shared
-            .record_using("", buffers, Some(&kernel.module), |batch, cb| {
+            .record_using(buffers, Some(&kernel.module), |batch, cb| {
                 // Only what differs from the launch before it in this batch is recorded: the
                 // pipeline, the descriptor set (written earlier in the batch with the same
                 // bindings, or fresh), the push constants (see `Bound`).
@@ -708,7 +706,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                         None => {
                             let uniforms = entry.uniform.iter().filter(|&&u| u).count() as u32;
                             let count = [entry.bindings.len() as u32 - uniforms, uniforms];
-                            let set = batch.descriptor_set(device, layout, count, "")?;
+                            let set = batch.descriptor_set(device, layout, count)?;
                             // SAFETY: the set is fresh; `launch` checked every buffer
                             // and range it describes.
                             unsafe { write_set(dev, set, described()) };
@@ -758,15 +756,15 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
     /// Records a write of `data` into `buffer` at `offset`: inside the command buffer when
     /// it is small and 4-byte aligned, through staging memory otherwise.
     fn enqueue_write(&self, buffer: &VulkanBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        self.check_device("", &[buffer])?;
-        check_range("", offset, data.len(), buffer.len())?;
+        self.check_device(&[buffer])?;
+        check_range(offset, data.len(), buffer.len())?;
         if data.is_empty() {
             return Ok(());
         }
         let device = &self.shared.device;
         let dev = &device.raw;
         if offset % 4 == 0 && data.len() % 4 == 0 && data.len() <= INLINE_WRITE {
-            return self.shared.record("", &[buffer], None, |_, cb| {
+            return self.shared.record(&[buffer], None, |_, cb| {
                 // SAFETY: the command buffer is recording; the range lies inside the buffer
                 // (checked), is 4-byte aligned and at most 65536 bytes; the buffer was made
                 // with TRANSFER_DST.
@@ -774,13 +772,8 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 Ok(())
             });
         }
-        let staging = RawAllocation::new(
-            device,
-            data.len() as u64,
-            Placement::Staging,
-            Source::Fresh,
-            "",
-        )?;
+        let staging =
+            RawAllocation::new(device, data.len() as u64, Placement::Staging, Source::Fresh)?;
         let Some(ptr) = staging.mapped else {
             // SAFETY: never used by any command.
             unsafe { staging.destroy(dev) };
@@ -795,7 +788,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len()) };
         let source = staging.buffer;
         let mut staging = Some(staging);
-        let recorded = self.shared.record("", &[buffer], None, |batch, cb| {
+        let recorded = self.shared.record(&[buffer], None, |batch, cb| {
             let region = vk::BufferCopy::default()
                 .src_offset(0)
                 .dst_offset(offset as u64)
@@ -827,8 +820,8 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        self.check_device("", &[buffer])?;
-        check_range("", offset, len, buffer.len())?;
+        self.check_device(&[buffer])?;
+        check_range(offset, len, buffer.len())?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
                 "",
@@ -854,7 +847,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         match word {
             Some(word) if offset % 4 == 0 && len % 4 == 0 => {
                 let dev = &self.shared.device.raw;
-                self.shared.record("", &[buffer], None, |_, cb| {
+                self.shared.record(&[buffer], None, |_, cb| {
                     // SAFETY: the command buffer is recording; the range lies inside the
                     // buffer (checked) and is 4-byte aligned; TRANSFER_DST usage.
                     unsafe {
@@ -880,9 +873,9 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        self.check_device("", &[src, dst])?;
-        check_range("", src_offset, len, src.len())?;
-        check_range("", dst_offset, len, dst.len())?;
+        self.check_device(&[src, dst])?;
+        check_range(src_offset, len, src.len())?;
+        check_range(dst_offset, len, dst.len())?;
         let same = src.vk_buffer() == dst.vk_buffer();
         if same && src_offset.abs_diff(dst_offset) < len {
             return Err(Error::invalid(
@@ -895,7 +888,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         }
         let dev = &self.shared.device.raw;
         let buffers: &[&VulkanBuffer] = if same { &[src] } else { &[src, dst] };
-        self.shared.record("", buffers, None, |_, cb| {
+        self.shared.record(buffers, None, |_, cb| {
             let region = vk::BufferCopy::default()
                 .src_offset(src_offset as u64)
                 .dst_offset(dst_offset as u64)
@@ -911,7 +904,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
     /// on the calling thread, so work enqueued after it comes after it. (Blocking: a
     /// `VkQueue` has no host callbacks; see docs/backends.md.)
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
-        self.sync_as("")?;
+        self.sync_as()?;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
             Error::Callback {
                 callback: offload_core::hal::HOST_FN_CALLBACK,
@@ -926,15 +919,15 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
 
     /// Submits, then waits for everything enqueued on this queue.
     fn sync(&self) -> Result<()> {
-        self.sync_as("")
+        self.sync_as()
     }
 
     /// Submits, then says whether everything enqueued has finished.
     fn is_idle(&self) -> Result<bool> {
-        self.shared.flush("")?;
+        self.shared.flush()?;
         self.shared
             .device
-            .is_complete(self.shared.last.load(Ordering::Acquire), "")
+            .is_complete(self.shared.last.load(Ordering::Acquire))
     }
 
     /// Records an event after the work enqueued so far, and submits it.
@@ -944,7 +937,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         if device.limits.timestamp_valid_bits == 0 {
             // No timestamps on this queue: the event is the queue's last value.
             let mut inner = self.shared.lock();
-            self.shared.submit(&mut inner, "")?;
+            self.shared.submit(&mut inner)?;
             crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
             return Ok(VulkanEvent {
                 device: device.clone(),
@@ -958,8 +951,8 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
             .query_count(1);
         // SAFETY: the device is live; `info` lives across the call.
         let pool = unsafe { dev.create_query_pool(&info, None) }
-            .map_err(|e| map_vk_err(At::new("", "vkCreateQueryPool"), e))?;
-        let submitted = self.shared.record("", &[], None, |_, cb| {
+            .map_err(|e| map_vk_err(At::new("vkCreateQueryPool"), e))?;
+        let submitted = self.shared.record(&[], None, |_, cb| {
             // SAFETY: the command buffer is recording; the pool is live with one query, which
             // is reset before it is written; the queue family has timestamp bits.
             unsafe {
@@ -968,7 +961,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
             }
             Ok(())
         });
-        let submitted = submitted.and_then(|()| self.shared.flush(""));
+        let submitted = submitted.and_then(|()| self.shared.flush());
         match submitted {
             Ok(()) => {
                 crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
@@ -1062,7 +1055,7 @@ fn check_dims(dims: &Dims, limits: &crate::info::Limits, name: &str) -> Result<(
 impl Drop for VulkanQueue {
     fn drop(&mut self) {
         // Submit what is recorded: dropping a queue drains it (L4).
-        let _ = self.shared.flush("");
+        let _ = self.shared.flush();
     }
 }
 
@@ -1078,7 +1071,7 @@ impl Drop for QueueShared {
             // SAFETY: never submitted.
             unsafe { open.batch.destroy(&self.device) };
         }
-        let _ = self.device.wait_for_or_idle(*self.last.get_mut(), "");
+        let _ = self.device.wait_for_or_idle(*self.last.get_mut());
         for b in inner.idle.drain(..).chain(inner.in_flight.drain(..)) {
             // SAFETY: every submission of the queue finished (waited above).
             unsafe { b.destroy(&self.device) };
@@ -1165,12 +1158,12 @@ impl hal::Event for VulkanEvent {
                 "the vulkan events are of different devices",
             ));
         }
-        start.complete("")?;
-        end.complete("")?;
+        start.complete()?;
+        end.complete()?;
         let limits = &end.device.limits;
         match (start.query, end.query) {
             (Some(a), Some(b)) => {
-                let (t0, t1) = (start.ticks(a, "")?, end.ticks(b, "")?);
+                let (t0, t1) = (start.ticks(a)?, end.ticks(b)?);
                 let ticks = match limits.timestamp_valid_bits {
                     64.. => t1.saturating_sub(t0),
                     bits => t1.wrapping_sub(t0) & ((1u64 << bits) - 1),
@@ -1190,19 +1183,19 @@ impl hal::Event for VulkanEvent {
 
     /// Waits for the event.
     fn sync(&self) -> Result<()> {
-        self.complete("")
+        self.complete()
     }
 
     /// Waits for the event's submission, then destroys it.
     fn destroy(self) -> Result<()> {
-        let waited = self.device.wait_for(self.value, "");
+        let waited = self.device.wait_for(self.value);
         drop(self);
         waited
     }
 
     /// Whether the event has completed, without waiting.
     fn is_complete(&self) -> Result<bool> {
-        let done = self.device.is_complete(self.value, "")?;
+        let done = self.device.is_complete(self.value)?;
         if done {
             self.observed.get_or_init(Instant::now);
         }

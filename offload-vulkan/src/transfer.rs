@@ -112,7 +112,7 @@ fn chunk(len: usize, done: usize, staging: &Staging) -> usize {
 }
 
 impl DeviceContext {
-    fn commands(&self, transfer: &mut Transfer, call: &'static str) -> Result<Commands> {
+    fn commands(&self, transfer: &mut Transfer) -> Result<Commands> {
         if let Some(c) = transfer.commands {
             return Ok(c);
         }
@@ -125,7 +125,7 @@ impl DeviceContext {
             );
         // SAFETY: the device is live and the family is the one its queue was made from.
         let pool = unsafe { dev.create_command_pool(&pool_info, None) }
-            .map_err(|e| map_vk_err(At::new(call, "vkCreateCommandPool"), e))?;
+            .map_err(|e| map_vk_err(At::new("vkCreateCommandPool"), e))?;
         let alloc = vk::CommandBufferAllocateInfo::default()
             .command_pool(pool)
             .level(vk::CommandBufferLevel::PRIMARY)
@@ -157,12 +157,12 @@ impl DeviceContext {
                     (_, Err(e)) => ("vkCreateFence", e),
                     _ => ("vkAllocateCommandBuffers", vk::Result::ERROR_UNKNOWN),
                 };
-                Err(map_vk_err(At::new(call, function), code))
+                Err(map_vk_err(At::new(function), code))
             }
         }
     }
 
-    fn staging(&self, transfer: &mut Transfer, call: &'static str) -> Result<Staging> {
+    fn staging(&self, transfer: &mut Transfer) -> Result<Staging> {
         if transfer.staging.is_none() {
             // Never more than one allocation may be; the edges of a fill need 8 bytes.
             let size = STAGING_BYTES.min(self.limits.max_allocation_size).max(8);
@@ -171,7 +171,6 @@ impl DeviceContext {
                 size,
                 Placement::Staging,
                 Source::Fresh,
-                call,
             )?);
         }
         match &transfer.staging {
@@ -187,7 +186,7 @@ impl DeviceContext {
             }),
             // `Placement::Staging` memory is always mapped or not made at all.
             _ => Err(map_vk_err(
-                At::new(call, "vkMapMemory"),
+                At::new("vkMapMemory"),
                 vk::Result::ERROR_MEMORY_MAP_FAILED,
             )),
         }
@@ -199,16 +198,16 @@ impl DeviceContext {
     /// Every buffer in `ops` must be a live buffer of this device that stays alive until this
     /// returns, every region must lie inside its buffers, fills must be 4-byte aligned, and
     /// the source and destination of one copy must not overlap.
-    unsafe fn submit(&self, state: &mut QueueState, call: &'static str, ops: &[Op]) -> Result<()> {
+    unsafe fn submit(&self, state: &mut QueueState, ops: &[Op]) -> Result<()> {
         if let Some(code) = state.transfer.broken {
             return Err(map_vk_err(
-                At::new(call, "vkWaitForFences (an earlier transfer)"),
+                At::new("vkWaitForFences (an earlier transfer)"),
                 code,
             ));
         }
-        let c = self.commands(&mut state.transfer, call)?;
+        let c = self.commands(&mut state.transfer)?;
         let dev = &self.raw;
-        let at = |function| At::new(call, function);
+        let at = |function| At::new(function);
         let barrier = |src_stage, src_access, dst_stage, dst_access| {
             let memory = [vk::MemoryBarrier::default()
                 .src_access_mask(src_access)
@@ -300,14 +299,14 @@ impl DeviceContext {
         dst: &mut [u8],
     ) -> Result<()> {
         let mut state = self.lock_queue();
-        let staging = self.staging(&mut state.transfer, "")?;
+        let staging = self.staging(&mut state.transfer)?;
         let mut done = 0;
         while done < dst.len() {
             let n = chunk(dst.len(), done, &staging);
             let op = copy(buffer, offset + done as u64, staging.buffer, 0, n as u64);
             // SAFETY: `buffer` is a live buffer of this device (its owner borrows it for this
             // call) and the caller checked the range; staging holds `n` bytes.
-            unsafe { self.submit(&mut state, "", &[op])? };
+            unsafe { self.submit(&mut state, &[op])? };
             // SAFETY: the copy into staging finished (fence) and was made host-visible (the
             // closing barrier); staging holds at least `n` bytes, and `dst` is a Rust slice
             // that cannot alias it; the queue mutex keeps other transfers out of staging.
@@ -320,7 +319,7 @@ impl DeviceContext {
     /// Writes `src` at `offset` of `buffer` through staging memory.
     pub(crate) fn write_staged(&self, buffer: vk::Buffer, offset: u64, src: &[u8]) -> Result<()> {
         let mut state = self.lock_queue();
-        let staging = self.staging(&mut state.transfer, "")?;
+        let staging = self.staging(&mut state.transfer)?;
         let mut done = 0;
         while done < src.len() {
             let n = chunk(src.len(), done, &staging);
@@ -330,7 +329,7 @@ impl DeviceContext {
             let op = copy(staging.buffer, 0, buffer, offset + done as u64, n as u64);
             // SAFETY: as in `read_staged`; host writes to coherent memory before the submit
             // are visible to it.
-            unsafe { self.submit(&mut state, "", &[op])? };
+            unsafe { self.submit(&mut state, &[op])? };
             done += n;
         }
         Ok(())
@@ -366,7 +365,7 @@ impl DeviceContext {
         }
         edges.retain(|&(_, n)| n > 0);
         if !edges.is_empty() {
-            let staging = self.staging(&mut state.transfer, "")?;
+            let staging = self.staging(&mut state.transfer)?;
             // SAFETY: staging holds at least 8 bytes and no transfer uses it now.
             unsafe { std::ptr::write_bytes(staging.ptr, value, 8) };
             for (at, n) in edges {
@@ -376,7 +375,7 @@ impl DeviceContext {
         // SAFETY: `buffer` is live (borrowed by the caller), the caller checked the range, the
         // fill is 4-byte aligned, the edges (< 8 bytes each) come from staging and are disjoint
         // from the filled words.
-        unsafe { self.submit(&mut state, "", &ops) }
+        unsafe { self.submit(&mut state, &ops) }
     }
 
     /// Copies `size` bytes between two different buffers of this device.
@@ -392,7 +391,7 @@ impl DeviceContext {
         let op = copy(src, src_offset, dst, dst_offset, size);
         // SAFETY: both buffers are live buffers of this device (their owners borrow them,
         // one mutably, so they are different buffers and cannot overlap), ranges checked.
-        unsafe { self.submit(&mut state, "", &[op]) }
+        unsafe { self.submit(&mut state, &[op]) }
     }
 
     /// Copies `size` bytes inside one buffer with memmove semantics: directly when the
@@ -411,9 +410,9 @@ impl DeviceContext {
             let op = copy(buffer, src_offset, buffer, dst_offset, size);
             // SAFETY: the buffer is live (borrowed mutably by the caller), ranges checked and
             // disjoint.
-            return unsafe { self.submit(&mut state, "", &[op]) };
+            return unsafe { self.submit(&mut state, &[op]) };
         }
-        let staging = self.staging(&mut state.transfer, "")?;
+        let staging = self.staging(&mut state.transfer)?;
         let mut ops = Vec::new();
         let chunks = size.div_ceil(staging.size);
         for i in 0..chunks {
@@ -433,6 +432,6 @@ impl DeviceContext {
         // SAFETY: the buffer is live, ranges checked; each copy goes between the buffer and
         // staging (different buffers), `n` <= the staging size, and barriers order every
         // use of staging and of the buffer against the next.
-        unsafe { self.submit(&mut state, "", &ops) }
+        unsafe { self.submit(&mut state, &ops) }
     }
 }

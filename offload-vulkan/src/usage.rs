@@ -52,28 +52,28 @@ impl Usage {
     }
 
     /// Submits the open batches that use this; returns the timeline value to wait for.
-    pub(crate) fn flush(&self, call: &'static str) -> Result<u64> {
+    pub(crate) fn flush(&self) -> Result<u64> {
         let queues: Vec<Arc<QueueShared>> = self.lock().iter().filter_map(Weak::upgrade).collect();
         for queue in queues {
-            queue.flush(call)?;
+            queue.flush()?;
         }
         Ok(self.last.load(Ordering::Acquire))
     }
 
     /// Submits the open batches that use this, then waits until no GPU work uses it.
-    pub(crate) fn wait(&self, device: &DeviceContext, call: &'static str) -> Result<()> {
-        let value = self.flush(call)?;
-        device.wait_for(value, call)
+    pub(crate) fn wait(&self, device: &DeviceContext) -> Result<()> {
+        let value = self.flush()?;
+        device.wait_for(value)
     }
 
     /// [`Usage::wait`] for `Drop`s: an error leaves the device waited idle instead.
-    pub(crate) fn wait_or_idle(&self, device: &DeviceContext, call: &'static str) {
-        match self.flush(call) {
+    pub(crate) fn wait_or_idle(&self, device: &DeviceContext) {
+        match self.flush() {
             Ok(value) => {
-                let _ = device.wait_for_or_idle(value, call);
+                let _ = device.wait_for_or_idle(value);
             }
             Err(_) => {
-                let _ = device.wait_idle(call);
+                let _ = device.wait_idle();
             }
         }
     }

@@ -141,16 +141,11 @@ impl Reference {
     }
 }
 
-fn range(
-    call: &'static str,
-    size: usize,
-    offset: usize,
-    len: usize,
-) -> Result<std::ops::Range<usize>> {
+fn range(size: usize, offset: usize, len: usize) -> Result<std::ops::Range<usize>> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(offset..end),
         _ => Err(Error::invalid(
-            call,
+            "",
             "reference backend: range outside buffer",
         )),
     }
@@ -258,7 +253,7 @@ impl hal::Device for RefDevice {
     fn read(&self, buffer: &RefBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.host_access();
         let bytes = read(&buffer.bytes);
-        let r = range("", bytes.len(), offset, dst.len())?;
+        let r = range(bytes.len(), offset, dst.len())?;
         dst.copy_from_slice(&bytes[r]);
         Ok(())
     }
@@ -266,7 +261,7 @@ impl hal::Device for RefDevice {
     fn write(&self, buffer: &mut RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
         self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let r = range("", bytes.len(), offset, src.len())?;
+        let r = range(bytes.len(), offset, src.len())?;
         bytes[r].copy_from_slice(src);
         Ok(())
     }
@@ -274,7 +269,7 @@ impl hal::Device for RefDevice {
     fn fill(&self, buffer: &mut RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
         self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let r = range("", bytes.len(), offset, len)?;
+        let r = range(bytes.len(), offset, len)?;
         bytes[r].fill(value);
         Ok(())
     }
@@ -294,8 +289,8 @@ impl hal::Device for RefDevice {
         }
         let src = read(&src.bytes);
         let mut dst = bytes_mut(dst);
-        let s = range("", src.len(), so, len)?;
-        let t = range("", dst.len(), d, len)?;
+        let s = range(src.len(), so, len)?;
+        let t = range(dst.len(), d, len)?;
         dst[t].copy_from_slice(&src[s]);
         Ok(())
     }
@@ -303,8 +298,8 @@ impl hal::Device for RefDevice {
     fn copy_within(&self, buffer: &mut RefBuffer, so: usize, d: usize, len: usize) -> Result<()> {
         self.host_access();
         let mut bytes = bytes_mut(buffer);
-        let s = range("", bytes.len(), so, len)?;
-        range("", bytes.len(), d, len)?;
+        let s = range(bytes.len(), so, len)?;
+        range(bytes.len(), d, len)?;
         bytes.copy_within(s, d);
         Ok(())
     }
@@ -358,7 +353,7 @@ impl hal::Queue<RefDevice> for RefQueue {
     }
 
     fn enqueue_write(&self, buffer: &RefBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        let r = range("", buffer.len(), offset, data.len())?;
+        let r = range(buffer.len(), offset, data.len())?;
         let bytes = buffer.bytes.clone();
         self.pending
             .push(Box::new(move || write(&bytes)[r].copy_from_slice(&data)));
@@ -372,7 +367,7 @@ impl hal::Queue<RefDevice> for RefQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        let r = range("", buffer.len(), offset, len)?;
+        let r = range(buffer.len(), offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
                 "",
@@ -396,8 +391,8 @@ impl hal::Queue<RefDevice> for RefQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let s = range("", src.len(), src_offset, len)?;
-        let t = range("", dst.len(), dst_offset, len)?;
+        let s = range(src.len(), src_offset, len)?;
+        let t = range(dst.len(), dst_offset, len)?;
         let (from, to) = (src.bytes.clone(), dst.bytes.clone());
         self.pending.push(Box::new(move || {
             if Arc::ptr_eq(&from, &to) {
@@ -642,10 +637,10 @@ fn parse(image: &[u8]) -> Result<RefModule> {
     })
 }
 
-fn symbol(call: &'static str, name: &str) -> Error {
+fn symbol(name: &str) -> Error {
     Error::SymbolNotFound {
         backend: BackendKind::Reference,
-        call,
+        call: "",
         symbol: name.to_string(),
         hint: String::new(),
     }
@@ -662,7 +657,7 @@ impl hal::Program for RefModule {
 
     fn kernel(&self, name: &str) -> Result<RefKernel> {
         if !self.kernels.iter().any(|k| k == name) {
-            return Err(symbol("", name));
+            return Err(symbol(name));
         }
         let params = KERNELS
             .iter()
@@ -691,7 +686,7 @@ impl hal::Program for RefModule {
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
         let globals = lock(&self.globals);
-        let g = globals.get(name).ok_or_else(|| symbol("", name))?;
+        let g = globals.get(name).ok_or_else(|| symbol(name))?;
         Ok(GlobalInfo {
             address: g.as_ptr() as u64,
             size: g.len(),
@@ -701,8 +696,8 @@ impl hal::Program for RefModule {
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.host_access();
         let globals = lock(&self.globals);
-        let g = globals.get(name).ok_or_else(|| symbol("", name))?;
-        let r = range("", g.len(), offset, dst.len())?;
+        let g = globals.get(name).ok_or_else(|| symbol(name))?;
+        let r = range(g.len(), offset, dst.len())?;
         dst.copy_from_slice(&g[r]);
         Ok(())
     }
@@ -710,8 +705,8 @@ impl hal::Program for RefModule {
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
         self.host_access();
         let mut globals = lock(&self.globals);
-        let g = globals.get_mut(name).ok_or_else(|| symbol("", name))?;
-        let r = range("", g.len(), offset, src.len())?;
+        let g = globals.get_mut(name).ok_or_else(|| symbol(name))?;
+        let r = range(g.len(), offset, src.len())?;
         g[r].copy_from_slice(src);
         Ok(())
     }
@@ -776,7 +771,7 @@ fn prepare(kernel: &RefKernel, dims: &Dims, args: &[KernelArg<'_, RefBuffer>]) -
                 bytes[..n].copy_from_slice(&g[..n]);
             }))
         }
-        other => Err(symbol("", other)),
+        other => Err(symbol(other)),
     }
 }
 

@@ -153,6 +153,26 @@ impl hal::Device for HostDevice {
 
     /// Host memory, touched in place; not memory shared with other processes (they could
     /// write it under the slice).
+    /// The host pointer of the first byte.
+    fn address(&self, buffer: &HostBuffer) -> Result<Option<u64>> {
+        Ok(Some(buffer.address()))
+    }
+
+    /// Any host memory of this process (the host device's memory is the process's).
+    unsafe fn adopt(
+        &self,
+        address: u64,
+        len: usize,
+        _kind: MemKind,
+        owner: hal::Owner,
+    ) -> Result<Option<HostBuffer>> {
+        let ptr = std::ptr::NonNull::new(address as *mut u8)
+            .ok_or_else(|| Error::invalid("", "the null address is no memory to adopt"))?;
+        // SAFETY: the caller's promise (`hal::Device::adopt`), passed on.
+        let buffer = unsafe { HostBuffer::adopted(ptr, len, owner) };
+        Ok(Some(buffer.counted(self.shared.clone())))
+    }
+
     fn with_mapped(&self, buffer: &mut HostBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         let bytes = buffer.exclusive_bytes().ok_or_else(|| Error::Unsupported {
             backend: BackendKind::Host,

@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use offload_core::{BackendKind, Error, Result};
+use offload_core::{BackendKind, Error, Result, hal};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 
@@ -31,13 +31,28 @@ pub const ALIGNMENT: usize = 64;
 pub const MEMFD_NAME: &str = "offload-host-ipc";
 
 /// What backs a host buffer.
-#[derive(Debug)]
 enum Backing {
     /// `alloc_zeroed` with this layout.
     Heap(Layout),
     /// A shared mapping of a memfd: ours to export (we keep its fd), or another process's
     /// (imported; the fd was closed once mapped).
     Shared { fd: Option<OwnedFd> },
+    /// Memory another library of this process allocated (`hal::Device::adopt`): never
+    /// freed here; its owner, dropped with the memory, lets it go.
+    Adopted {
+        /// Kept for its drop.
+        _owner: hal::Owner,
+    },
+}
+
+impl std::fmt::Debug for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backing::Heap(layout) => f.debug_tuple("Heap").field(layout).finish(),
+            Backing::Shared { fd } => f.debug_struct("Shared").field("fd", fd).finish(),
+            Backing::Adopted { .. } => f.write_str("Adopted"),
+        }
+    }
 }
 
 /// One allocation: released when the buffer and every queued command using it are gone.
@@ -87,6 +102,22 @@ impl HostBuffer {
                 owner: None,
             }),
         }
+    }
+
+    /// A buffer over `len` (> 0) bytes at `ptr` that another library allocated, kept alive
+    /// by `owner` (`hal::Device::adopt`).
+    ///
+    /// # Safety
+    /// As `hal::Device::adopt`: `ptr..ptr + len` is this process's memory, readable and
+    /// writable, valid until `owner` is dropped, and used by nothing that races this
+    /// buffer's uses.
+    pub(crate) unsafe fn adopted(ptr: NonNull<u8>, len: usize, owner: hal::Owner) -> HostBuffer {
+        HostBuffer::wrap(ptr, len, Backing::Adopted { _owner: owner })
+    }
+
+    /// The address of the first byte (the pointer kernels get).
+    pub(crate) fn address(&self) -> u64 {
+        self.mem.ptr.as_ptr() as u64
     }
 
     /// A zeroed allocation of `size` (> 0) bytes, or `None` if the allocator refuses.
@@ -181,6 +212,13 @@ impl HostBuffer {
                 // bytes while the slice lives.
                 Some(unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) })
             }
+            Backing::Adopted { .. } => {
+                // SAFETY: as for the heap: `len` bytes of this process's memory that the
+                // adopter promised are readable and writable, and used by nothing that races
+                // this buffer (`hal::Device::adopt`'s contract), until the owner in the
+                // backing is dropped — with the memory, after this borrow.
+                Some(unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) })
+            }
             Backing::Shared { .. } => None,
         }
     }
@@ -194,7 +232,7 @@ impl HostBuffer {
     pub(crate) fn memfd(&self) -> Option<&OwnedFd> {
         match &self.mem.backing {
             Backing::Shared { fd } => fd.as_ref(),
-            Backing::Heap(_) => None,
+            Backing::Heap(_) | Backing::Adopted { .. } => None,
         }
     }
 
@@ -349,6 +387,8 @@ impl Drop for Memory {
                 // mapping behind, never unmap anything else.
                 let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
             }
+            // Not ours to free: the owner, dropped with the backing after this, lets it go.
+            Backing::Adopted { .. } => {}
         }
         if let Some(owner) = &self.owner {
             owner.live.fetch_sub(1, Ordering::SeqCst);

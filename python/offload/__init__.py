@@ -123,23 +123,37 @@ def from_dlpack(obj, device=None, copy=None):
     """An offload Buffer from a DLPack producer.
 
     An offload Buffer (or anything DLPack-viewing one) comes back as that same Buffer, no
-    copy. Other host memory (a NumPy array) is copied into a new buffer of `device` (the
-    host device by default) unless copy=False, which raises UnsupportedError: an offload
-    buffer cannot adopt memory it did not allocate yet.
+    copy. Other host memory (a NumPy array) becomes a buffer of `device`: on the host
+    device a buffer over that same memory (no copy: writes through either are seen through
+    the other; the buffer keeps the array alive until it is released), when the memory is
+    writable and C-contiguous; otherwise, or with copy=True, a new buffer holding a copy.
+    copy=False where no zero-copy buffer can be made raises UnsupportedError.
     """
     if isinstance(obj, Buffer):
         return obj
-    if copy is False:
-        raise UnsupportedError(
-            "host: offload.from_dlpack: unsupported: offload buffers cannot adopt memory "
-            "another library allocated; pass copy=None or True to copy it"
-        )
     import numpy as np
 
     array = np.from_dlpack(obj)
     if device is None:
         raise InvalidArgumentError(
-            "offload.from_dlpack: invalid argument: name the device to copy into (device=...)"
+            "offload.from_dlpack: invalid argument: name the device to adopt or copy into "
+            "(device=...)"
+        )
+    if (
+        copy is not True
+        and device.backend == "host"
+        and array.nbytes > 0
+        and array.flags.c_contiguous
+        and array.flags.writeable
+    ):
+        buf = device._adopt(memoryview(array).cast("B"))
+        buf._set_layout(array.dtype.char, array.dtype.itemsize, list(array.shape))
+        return buf
+    if copy is False:
+        raise UnsupportedError(
+            f"{device.backend}: offload.from_dlpack: unsupported: no buffer over this memory "
+            "without a copy (it must be writable, C-contiguous host memory, for the host "
+            "device); pass copy=None or True to copy it"
         )
     return device.upload(array)
 

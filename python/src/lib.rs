@@ -6,13 +6,15 @@
 //! - errors: `errors` maps `offload::Error` onto a class hierarchy, with the Rust message;
 //! - the GIL and finalizers: `runtime` (released around every blocking call and every
 //!   release of a handle; forked children never touch the inherited runtime);
-//! - memory: `buffer` (buffer protocol and DLPack views pin what they view);
+//! - memory: `buffer` (buffer protocol and DLPack views pin what they view), `adopt`
+//!   (another library's memory as a buffer);
 //! - programs and callbacks: `program`; queues, launches and host functions: `queue`;
 //!   endpoints: `ipc`.
 //!
 //! No Rust panic reaches Python as an abort: pyo3 turns a panic in a method into
 //! `PanicException`, and the C callbacks (DLPack) catch unwinding themselves.
 
+mod adopt;
 mod buffer;
 mod errors;
 mod ipc;

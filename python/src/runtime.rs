@@ -557,6 +557,12 @@ impl PyDevice {
         Ok(PyBuffer::new(buf, self.cell.clone()))
     }
 
+    /// A buffer over the bytes of `view` (writable, C-contiguous, one-byte items), no copy:
+    /// `offload.from_dlpack(array, device=host)` uses it. Host devices only.
+    fn _adopt(&self, py: Python<'_>, view: &Bound<'_, PyAny>) -> PyResult<PyBuffer> {
+        crate::adopt::adopt(py, self, view)
+    }
+
     /// A new queue.
     fn queue(&self, py: Python<'_>) -> PyResult<PyQueue> {
         check("Device.queue")?;

@@ -59,6 +59,19 @@ pub(crate) trait DynDevice: Send + Sync {
     fn uuid(&self) -> Result<[u8; 16]>;
     fn alloc_exportable(self: Arc<Self>, size: usize, kind: MemKind) -> Result<Box<dyn DynBuffer>>;
     fn import(self: Arc<Self>, exported: Exported) -> Result<Box<dyn DynBuffer>>;
+    /// Memory another library allocated (`hal::Device::adopt`); `Error::Unsupported` where
+    /// the backend cannot adopt.
+    ///
+    /// # Safety
+    /// As `hal::Device::adopt`.
+    #[allow(unsafe_code)]
+    unsafe fn adopt(
+        self: Arc<Self>,
+        address: u64,
+        len: usize,
+        kind: MemKind,
+        owner: hal::Owner,
+    ) -> Result<Box<dyn DynBuffer>>;
 }
 
 /// A buffer with its type erased, together with its device.
@@ -68,6 +81,8 @@ pub(crate) trait DynBuffer: Send + Sync {
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
     fn copy_within(&mut self, src_offset: usize, dst_offset: usize, len: usize) -> Result<()>;
     fn with_mapped(&mut self, f: &mut dyn FnMut(&mut [u8])) -> Result<()>;
+    /// `hal::Device::address`; `Error::Unsupported` where the backend has none.
+    fn address(&self) -> Result<u64>;
     fn copy_from(
         &mut self,
         dst_offset: usize,
@@ -311,6 +326,29 @@ impl<P: hal::Platform> DynDevice for ErasedDevice<P> {
             device: self,
         }))
     }
+
+    #[allow(unsafe_code)]
+    unsafe fn adopt(
+        self: Arc<Self>,
+        address: u64,
+        len: usize,
+        kind: MemKind,
+        owner: hal::Owner,
+    ) -> Result<Box<dyn DynBuffer>> {
+        // SAFETY: the caller's promise, passed on unchanged.
+        let adopted = unsafe { hal::Device::adopt(&self.raw, address, len, kind, owner) }?;
+        let Some(raw) = adopted else {
+            return Err(Error::Unsupported {
+                backend: P::KIND,
+                call: "",
+                reason: format!(
+                    "the {} backend cannot adopt memory another library allocated",
+                    P::KIND
+                ),
+            });
+        };
+        Ok(Box::new(ErasedBuffer::<P> { raw, device: self }))
+    }
 }
 
 struct ErasedBuffer<P: hal::Platform> {
@@ -337,6 +375,14 @@ impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
 
     fn with_mapped(&mut self, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         hal::Device::with_mapped(&self.device.raw, &mut self.raw, f)
+    }
+
+    fn address(&self) -> Result<u64> {
+        hal::Device::address(&self.device.raw, &self.raw)?.ok_or_else(|| Error::Unsupported {
+            backend: P::KIND,
+            call: "",
+            reason: format!("{} buffers have no address other libraries use", P::KIND),
+        })
     }
 
     fn copy_from(

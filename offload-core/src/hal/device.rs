@@ -4,6 +4,10 @@ use crate::error::Result;
 
 use super::{CompilerId, DeviceInfo, Event, Language, MemKind, Program, Queue, Source};
 
+/// What keeps adopted memory alive ([`Device::adopt`]): dropped when the buffer over it is
+/// released.
+pub type Owner = Box<dyn std::any::Any + Send + Sync>;
+
 /// One device: its memory, the queues it makes and the images loaded on it.
 ///
 /// Buffers, queues, events and programs are associated types; the device's methods act on
@@ -83,6 +87,36 @@ pub trait Device: Send + Sync + Sized + 'static {
     /// buffer; `Error::Unsupported` where it cannot (unmappable device memory, or memory
     /// another process may write). Nothing else can use the buffer meanwhile (`&mut`).
     fn with_mapped(&self, buffer: &mut Self::Buffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()>;
+
+    /// The address of `buffer`'s memory as this device's driver and the other libraries of
+    /// the process name it (a `CUdeviceptr`, a host pointer), for handing the memory to one
+    /// of them (DLPack). `Ok(None)`, the default, where the backend has no such address.
+    fn address(&self, buffer: &Self::Buffer) -> Result<Option<u64>> {
+        let _ = buffer;
+        Ok(None)
+    }
+
+    /// Adopts `len` (> 0) bytes at `address` that another library of this process
+    /// allocated on this device, as a buffer that never frees them: `owner` is dropped when
+    /// the buffer's memory is released (after the queued work that uses it), and with it
+    /// whatever keeps the memory alive. `Ok(None)`, the default, where the backend cannot
+    /// adopt memory (then `owner` is dropped at once).
+    ///
+    /// # Safety
+    /// `address..address + len` is memory of `kind` that this device's kernels and driver
+    /// can read and write, and stays so until `owner` is dropped; nothing else uses it in a
+    /// way that races the buffer's uses.
+    #[allow(unsafe_code)]
+    unsafe fn adopt(
+        &self,
+        address: u64,
+        len: usize,
+        kind: MemKind,
+        owner: Owner,
+    ) -> Result<Option<Self::Buffer>> {
+        let _ = (address, len, kind, owner);
+        Ok(None)
+    }
 
     /// Validates `image` and loads it. A corrupt or foreign image is
     /// `Error::InvalidBinary` and never reaches the driver.

@@ -53,6 +53,8 @@ pub(crate) enum Origin {
     Exportable,
     /// `Device::import` or an IPC endpoint: another process's memory, mapped here.
     Imported,
+    /// `Device::adopt`: memory another library of this process allocated.
+    Adopted,
 }
 
 /// One allocation, shared by the handles on it and listed in its generation.
@@ -251,6 +253,37 @@ impl Buffer {
                 (raw_device.clone().alloc(size, kind)?, Origin::Allocated)
             };
             let (key, entry) = BufferEntry::register(live, device, size, kind, origin, raw)?;
+            Ok(Buffer::owner(generation.clone(), key, entry))
+        })
+    }
+
+    /// `Device::adopt`: a buffer over memory another library allocated.
+    ///
+    /// # Safety
+    /// As `Device::adopt`.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn adopt(
+        device: &Device,
+        address: u64,
+        len: usize,
+        kind: MemKind,
+        owner: crate::hal::Owner,
+    ) -> Result<Buffer> {
+        const CALL: &str = "Device::adopt";
+        if len == 0 || address == 0 {
+            return Err(Error::invalid(
+                CALL,
+                format!("{len} bytes at address {address:#x}: nothing to adopt on {device}"),
+            ));
+        }
+        let generation = device.generation();
+        generation.with_live(|live| {
+            let raw_device = live.device(device.key())?;
+            // SAFETY: the caller's promise, passed on.
+            let raw = unsafe { raw_device.clone().adopt(address, len, kind, owner) }
+                .map_err(|e| e.in_call(CALL))?;
+            let (key, entry) =
+                BufferEntry::register(live, device, len, kind, Origin::Adopted, raw)?;
             Ok(Buffer::owner(generation.clone(), key, entry))
         })
     }
@@ -577,6 +610,28 @@ impl Buffer {
         let s = src_guard.as_ref().ok_or_else(|| src.gone(CALL))?;
         let d = dst_guard.as_mut().ok_or_else(|| self.gone(CALL))?;
         d.raw.copy_from(to, &*s.raw, from, len)
+    }
+
+    /// The address of the buffer's first byte as the device's driver and the other
+    /// libraries of the process name it: a host pointer on the host device, a
+    /// `CUdeviceptr`/`hipDeviceptr_t` on CUDA and HIP (what DLPack hands over), for memory
+    /// this runtime allocated or adopted ([`Device::adopt`]). The address is valid while
+    /// the buffer is (a handle of it alive and its runtime not shut down); what another
+    /// library does with it is outside offload's checks. `Error::Unsupported` where the
+    /// backend has no such address (Vulkan, Level Zero).
+    ///
+    /// ```
+    /// use offload::{MemKind, Offload};
+    /// let rt = Offload::init()?;
+    /// let buf = rt.devices()?[0].alloc(64, MemKind::Device)?;
+    /// let at = buf.address()?;
+    /// assert_ne!(at, 0);
+    /// assert_eq!(at % 64, 0); // host allocations are 64-byte aligned
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn address(&self) -> Result<u64> {
+        let base = self.with_raw("Buffer::address", |raw| raw.address())?;
+        Ok(base + self.offset as u64)
     }
 
     /// Runs `f` on the buffer's bytes in place, where the host can reach them directly —

@@ -229,7 +229,7 @@ pub fn spirv(data: &[u8]) -> bool {
     use offload_core::ParamKind;
     use vulkan_spirv::{SpirvVersion, WorkgroupSize};
     let mut accepted = false;
-    if let Ok(module) = offload_spirv::kernels(data, "fuzz") {
+    if let Ok(module) = offload_spirv::kernels(data) {
         accepted = true;
         assert!(module.version.0 == 1 && module.version.1 <= 6, "{module:?}");
         let mut names = std::collections::HashSet::new();

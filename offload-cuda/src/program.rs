@@ -19,11 +19,7 @@ use crate::image::{ImageKind, Inspected};
 
 /// The parameters of kernel `name` as offload passes them; `None` if the image has no
 /// such kernel.
-pub(crate) fn kernel_params(
-    inspected: &Inspected,
-    name: &str,
-    call: &'static str,
-) -> Option<Result<Vec<ParamKind>>> {
+pub(crate) fn kernel_params(inspected: &Inspected, name: &str) -> Option<Result<Vec<ParamKind>>> {
     let entry = inspected.entries.iter().find(|e| e.name == name)?;
     let mut params = Vec::with_capacity(entry.params.len());
     for (i, p) in entry.params.iter().enumerate() {
@@ -36,7 +32,7 @@ pub(crate) fn kernel_params(
             (_, size) => {
                 return Some(Err(Error::Unsupported {
                     backend: BackendKind::Cuda,
-                    call,
+                    call: "",
                     reason: format!(
                         "cuda kernel `{name}`: parameter {i} (`{}`) is {size} bytes; \
                          offload passes buffers and scalars of 1, 2, 4 or 8 bytes",
@@ -59,9 +55,9 @@ pub(crate) fn module_bytes(image: &[u8], inspected: &Inspected) -> Vec<u8> {
     bytes
 }
 
-/// A failed `cuModuleLoadDataEx` as the error of `call`: a refused image is
+/// A failed `cuModuleLoadDataEx` as an offload error: a refused image is
 /// `InvalidBinary` with the JIT log, anything else the driver's failure.
-pub(crate) fn refused(failed: LoadFailure, call: &'static str) -> Error {
+pub(crate) fn refused(failed: LoadFailure) -> Error {
     let code = failed.failure.code;
     let refused = [
         sys::CUDA_ERROR_INVALID_IMAGE,
@@ -76,10 +72,10 @@ pub(crate) fn refused(failed: LoadFailure, call: &'static str) -> Error {
         };
         Error::InvalidBinary {
             backend: BackendKind::Cuda,
-            call,
+            call: "",
             reason: format!("the driver refused it: {}{log}", failed.failure),
         }
     } else {
-        failed.failure.into_error(BackendKind::Cuda, call)
+        failed.failure.into_error(BackendKind::Cuda, "")
     }
 }

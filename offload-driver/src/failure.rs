@@ -86,14 +86,14 @@ pub fn no_device(
 /// ```
 /// use offload_core::BackendKind;
 /// assert_eq!(
-///     offload_driver::memory_unsupported(BackendKind::Cuda, "").to_string(),
+///     offload_driver::memory_unsupported(BackendKind::Cuda).to_string(),
 ///     "cuda: unsupported: memory is not implemented for cuda yet"
 /// );
 /// ```
-pub fn memory_unsupported(kind: BackendKind, call: &'static str) -> Error {
+pub fn memory_unsupported(kind: BackendKind) -> Error {
     Error::Unsupported {
         backend: kind,
-        call,
+        call: "",
         reason: format!("memory is not implemented for {kind} yet"),
     }
 }

@@ -141,10 +141,7 @@ impl HostThread {
     }
 
     /// Where jobs go (the thread started if it is not yet), and the thread's id.
-    fn jobs(
-        &self,
-        call: &'static str,
-    ) -> offload_core::Result<(mpsc::Sender<Job>, usize, Arc<AtomicUsize>)> {
+    fn jobs(&self) -> offload_core::Result<(mpsc::Sender<Job>, usize, Arc<AtomicUsize>)> {
         static NEXT: AtomicUsize = AtomicUsize::new(1);
         let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(s) = started.as_ref() {
@@ -161,7 +158,7 @@ impl HostThread {
             }
         })
         .map_err(|e| offload_core::Error::Callback {
-            callback: call,
+            callback: "",
             source: format!("cannot start the queue's host-function thread: {e}").into(),
         })?;
         *started = Some(Started {
@@ -227,7 +224,7 @@ impl HostCallback {
         stream: usize,
         number: u64,
     ) -> offload_core::Result<*mut c_void> {
-        let (jobs, thread, busy) = thread.jobs("")?;
+        let (jobs, thread, busy) = thread.jobs()?;
         Ok(Box::into_raw(Box::new(HostCallback {
             f,
             failure: failure.clone(),

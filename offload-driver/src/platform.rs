@@ -344,7 +344,7 @@ impl<D: Driver> hal::Device for Device<D> {
     }
 
     fn alloc(&self, _size: usize, _kind: MemKind) -> Result<Never> {
-        Err(memory_unsupported(D::KIND, ""))
+        Err(memory_unsupported(D::KIND))
     }
 
     fn free(&self, buffer: Never) -> Result<()> {

@@ -7,8 +7,8 @@ use offload_core::{Error, Result};
 
 /// A driver stream that can be waited for, whose operations are numbered.
 pub trait Stream: Send + Sync + 'static {
-    /// Waits for everything enqueued on the stream so far, for `call`.
-    fn synchronize(&self, call: &'static str) -> Result<()>;
+    /// Waits for everything enqueued on the stream so far.
+    fn synchronize(&self) -> Result<()>;
     /// How many operations were enqueued on the stream so far (numbered from 1): a queue
     /// numbers each after the driver has it, except a host function, numbered before (its
     /// function may run before the enqueue returns), so an operation numbered below a
@@ -24,7 +24,7 @@ pub trait Stream: Send + Sync + 'static {
 /// use offload_driver::{Stream, Uses};
 /// struct Idle;
 /// impl Stream for Idle {
-///     fn synchronize(&self, _: &'static str) -> offload_core::Result<()> { Ok(()) }
+///     fn synchronize(&self) -> offload_core::Result<()> { Ok(()) }
 ///     fn enqueued(&self) -> u64 { 1 }
 /// }
 /// let stream = std::sync::Arc::new(Idle);
@@ -32,7 +32,7 @@ pub trait Stream: Send + Sync + 'static {
 /// uses.add(&stream);
 /// uses.add(&stream); // once per stream
 /// assert_eq!(format!("{uses:?}"), "Uses(1)");
-/// uses.wait("")?;
+/// uses.wait()?;
 /// assert_eq!(format!("{uses:?}"), "Uses(0)");
 /// # Ok::<(), offload_core::Error>(())
 /// ```
@@ -69,7 +69,7 @@ impl<S: Stream> Uses<S> {
     /// enqueued before the function has run; work enqueued after it cannot run before the
     /// function returns, so a use by such work is refused (`InvalidArgument`) rather than
     /// waited for forever.
-    pub fn wait(&self, call: &'static str) -> Result<()> {
+    pub fn wait(&self) -> Result<()> {
         // Read, not taken: a use is forgotten only once its stream was waited for, so a
         // second thread waiting meanwhile also waits (it found the list emptied by the
         // first, and read bytes a queued write had not yet written: a flaky state-machine
@@ -84,7 +84,7 @@ impl<S: Stream> Uses<S> {
                     continue;
                 }
                 return Err(Error::InvalidArgument {
-                    call,
+                    call: "",
                     reason: "work enqueued on its queue after the running host function uses \
                              it: waiting for that work from the host function would wait for \
                              the function itself"
@@ -92,7 +92,7 @@ impl<S: Stream> Uses<S> {
                 });
             }
             if let Some(stream) = stream.upgrade() {
-                stream.synchronize(call)?;
+                stream.synchronize()?;
             }
         }
         // Forget what was waited for (or had run before the host function); a use added

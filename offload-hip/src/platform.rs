@@ -152,27 +152,22 @@ pub(crate) fn info(driver: &ffi::Driver, ordinal: c_int) -> Result<DeviceInfo> {
 
 /// Checks, before an allocation's IPC handle travels, that `hipMemGetAddressRange` says
 /// the allocation starts at `ptr` and holds at least `len` bytes.
-pub(crate) fn check_range(
-    driver: &ffi::Driver,
-    ptr: *mut c_void,
-    len: usize,
-    call: &'static str,
-) -> Result<()> {
+pub(crate) fn check_range(driver: &ffi::Driver, ptr: *mut c_void, len: usize) -> Result<()> {
     let (base, size) = driver
         .address_range(ptr)
         .ok_or_else(|| Error::Unsupported {
             backend: BACKEND,
-            call,
+            call: "",
             reason: format!(
                 "the runtime has no HIP IPC ({})",
                 <ffi::Driver as StreamApi>::WORDS.ipc
             ),
         })?
-        .map_err(driver_error(call))?;
+        .map_err(driver_error(""))?;
     if base != ptr as u64 || size < len as u64 {
         return Err(Error::Driver {
             backend: BACKEND,
-            call,
+            call: "",
             code: 0,
             message: format!(
                 "hipMemGetAddressRange says {size} bytes at {base:#x} for the {len}-byte \

@@ -15,9 +15,9 @@ use offload_driver::Failure;
 use crate::ffi::sys;
 use crate::image::CodeObject;
 
-/// A failed `hipModuleLoadData` of `object` as the error of `call`: a refused code object
+/// A failed `hipModuleLoadData` of `object` as an offload error: a refused code object
 /// is `InvalidBinary` naming its target, anything else the runtime's failure.
-pub(crate) fn refused(failure: Failure, object: &CodeObject, call: &'static str) -> Error {
+pub(crate) fn refused(failure: Failure, object: &CodeObject) -> Error {
     let refused = [
         sys::HIP_ERROR_INVALID_IMAGE,
         sys::HIP_ERROR_NO_BINARY_FOR_GPU,
@@ -25,13 +25,13 @@ pub(crate) fn refused(failure: Failure, object: &CodeObject, call: &'static str)
     if refused.iter().any(|&c| i64::from(c) == failure.code) {
         Error::InvalidBinary {
             backend: BackendKind::Hip,
-            call,
+            call: "",
             reason: format!(
                 "the runtime refused the {} code object: {failure}",
                 object.target
             ),
         }
     } else {
-        failure.into_error(BackendKind::Hip, call)
+        failure.into_error(BackendKind::Hip, "")
     }
 }

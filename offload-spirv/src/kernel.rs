@@ -28,7 +28,7 @@ use crate::module::{Constant, Context, Module, Type, value::*};
 /// ```
 /// use offload_core::{ParamKind, ScalarType};
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "").unwrap();
+/// let module = offload_spirv::kernels(&image).unwrap();
 /// let fill = module.kernels.iter().find(|k| k.name == "fill").unwrap();
 /// assert_eq!(fill.params, [ParamKind::Buffer, ParamKind::Typed(ScalarType::U32), ParamKind::Typed(ScalarType::U32)]);
 /// ```
@@ -44,7 +44,7 @@ pub struct KernelEntry {
 ///
 /// ```
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "").unwrap();
+/// let module = offload_spirv::kernels(&image).unwrap();
 /// assert_eq!(module.globals, [offload_spirv::GlobalVar { name: "g".into(), size: 4 }]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub struct GlobalVar {
 ///
 /// ```
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "").unwrap();
+/// let module = offload_spirv::kernels(&image).unwrap();
 /// assert_eq!(module.version, (1, 4));
 /// assert_eq!(module.kernels.len(), 4);
 /// ```
@@ -74,8 +74,8 @@ pub struct KernelModule {
 }
 
 /// Validates an OpenCL-flavour SPIR-V module (Kernel capability, Physical64 addressing,
-/// OpenCL memory model) and reflects its Kernel entry points. `call` is the call errors
-/// name: empty from a backend, whose error the handle of the user's call names.
+/// OpenCL memory model) and reflects its Kernel entry points. Errors name no call: the
+/// handle of the user's call names it.
 ///
 /// Errors are `Error::InvalidBinary` of [`BackendKind::Ze`] with the reason;
 /// [`kernels_for`] names another backend.
@@ -83,29 +83,29 @@ pub struct KernelModule {
 /// ```
 /// use offload_core::{Error, ParamKind, ScalarType};
 /// let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-/// let module = offload_spirv::kernels(&image, "").unwrap();
+/// let module = offload_spirv::kernels(&image).unwrap();
 /// let names: Vec<_> = module.kernels.iter().map(|k| k.name.as_str()).collect();
 /// assert_eq!(names, ["add_one", "fill", "noop", "read_global"]);
 /// assert_eq!(module.kernels[0].params, [ParamKind::Buffer, ParamKind::Typed(ScalarType::U32)]);
 ///
 /// // Not SPIR-V: rejected with the reason.
-/// let err = offload_spirv::kernels(b"\x7fELF\x02\x01\x01\0", "").unwrap_err();
+/// let err = offload_spirv::kernels(b"\x7fELF\x02\x01\x01\0").unwrap_err();
 /// assert!(matches!(err, Error::InvalidBinary { .. }));
 /// assert!(err.to_string().contains("magic"), "{err}");
 /// ```
-pub fn kernels(image: &[u8], call: &'static str) -> Result<KernelModule> {
-    kernels_for(image, BackendKind::Ze, call)
+pub fn kernels(image: &[u8]) -> Result<KernelModule> {
+    kernels_for(image, BackendKind::Ze)
 }
 
 /// [`kernels`], with errors naming `backend`.
 ///
 /// ```
 /// use offload_core::{BackendKind, Error};
-/// let err = offload_spirv::kernels_for(&[], BackendKind::Host, "t").unwrap_err();
+/// let err = offload_spirv::kernels_for(&[], BackendKind::Host).unwrap_err();
 /// assert!(matches!(err, Error::InvalidBinary { backend: BackendKind::Host, .. }));
 /// ```
-pub fn kernels_for(image: &[u8], backend: BackendKind, call: &'static str) -> Result<KernelModule> {
-    let ctx = Context { backend, call };
+pub fn kernels_for(image: &[u8], backend: BackendKind) -> Result<KernelModule> {
+    let ctx = Context { backend, call: "" };
     let words = ctx.words(image)?;
     let header = ctx.header(&words)?;
     let module = ctx.module(&words, header)?;

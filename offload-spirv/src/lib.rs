@@ -16,7 +16,7 @@
 //!
 //! ```
 //! let image = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../offload-ze/fixtures/kernels.spv")).unwrap();
-//! let module = offload_spirv::kernels(&image, "").unwrap();
+//! let module = offload_spirv::kernels(&image).unwrap();
 //! assert!(module.kernels.iter().any(|k| k.name == "add_one"));
 //! ```
 #![deny(unsafe_code)]

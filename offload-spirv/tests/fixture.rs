@@ -8,7 +8,7 @@ const FIXTURE: &[u8] = include_bytes!("../../offload-ze/fixtures/kernels.spv");
 
 #[test]
 fn the_fixture_has_the_four_conformance_kernels_and_the_global() {
-    let m = kernels(FIXTURE, "t").unwrap();
+    let m = kernels(FIXTURE).unwrap();
     let u32_ = ParamKind::Typed(ScalarType::U32);
     let k = |name: &str, params: Vec<ParamKind>| KernelEntry {
         name: name.into(),

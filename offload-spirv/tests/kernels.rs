@@ -37,7 +37,7 @@ fn bytes(words: &[u32]) -> Vec<u8> {
 fn every_kind_of_parameter_maps() {
     use ParamKind::{Buffer, Scalar, Typed};
     use ScalarType::*;
-    let m = kernels(PARAMS, "t").unwrap();
+    let m = kernels(PARAMS).unwrap();
     let params = |name: &str| {
         m.kernels
             .iter()
@@ -82,17 +82,17 @@ fn every_kind_of_parameter_maps() {
 
 #[test]
 fn a_vulkan_shader_is_refused_as_such() {
-    let r = reason(kernels(VULKAN_SHADER, "t"));
+    let r = reason(kernels(VULKAN_SHADER));
     assert!(r.contains("Vulkan shader"), "{r}");
     assert!(r.starts_with("SPIR-V: "), "{r}");
 }
 
 #[test]
-fn the_backend_and_call_are_the_callers() {
-    match kernels_for(b"", BackendKind::Hip, "Program::load") {
+fn the_backend_is_the_callers_and_the_call_is_left_to_the_handle() {
+    match kernels_for(b"", BackendKind::Hip) {
         Err(Error::InvalidBinary {
             backend: BackendKind::Hip,
-            call: "Program::load",
+            call: "",
             reason,
         }) => assert!(reason.contains("empty"), "{reason}"),
         other => panic!("{other:?}"),
@@ -118,7 +118,7 @@ fn patch(w: &mut [u32], op: u16, operand1: Option<u32>, at: usize, value: u32) {
 fn modules_of_other_flavours_and_malformed_ones_are_refused_with_the_reason() {
     let good = words(ZE_FIXTURE);
     let check = |w: &[u32], expect: &str| {
-        let r = reason(kernels(&bytes(w), "t"));
+        let r = reason(kernels(&bytes(w)));
         assert!(r.contains(expect), "expected {expect:?}: {r}");
     };
     check(&good[..3], "header");
@@ -170,7 +170,7 @@ fn modules_of_other_flavours_and_malformed_ones_are_refused_with_the_reason() {
         }
         i += count;
     }
-    let r = reason(kernels(&bytes(&w2), "t"));
+    let r = reason(kernels(&bytes(&w2)));
     assert!(
         r.contains("kernel `add_one`, parameter 1") && r.contains("bool"),
         "{r}"
@@ -179,7 +179,7 @@ fn modules_of_other_flavours_and_malformed_ones_are_refused_with_the_reason() {
     // function that no kernel needs (clang's `__clang_ocl_kern_imp_*` copies).
     let function_end = (1 << 16) | 56;
     for cut in 0..good.len() {
-        match kernels(&bytes(&good[..cut]), "t") {
+        match kernels(&bytes(&good[..cut])) {
             Ok(m) => {
                 assert_eq!(good[cut - 1], function_end, "cut at {cut} accepted");
                 assert_eq!(m.kernels.len(), 4);
@@ -211,7 +211,7 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(image in proptest::collection::vec(any::<u8>(), 0..256)) {
-        if let Ok(m) = kernels(&image, "t") {
+        if let Ok(m) = kernels(&image) {
             consistent(&m);
         }
     }
@@ -222,7 +222,7 @@ proptest! {
     ) {
         let mut w = words(ZE_FIXTURE)[..5].to_vec();
         w.extend(body);
-        if let Ok(m) = kernels(&bytes(&w), "t") {
+        if let Ok(m) = kernels(&bytes(&w)) {
             consistent(&m);
         }
     }
@@ -241,7 +241,7 @@ proptest! {
                 _ => w[i] = (w[i] & 0xFFFF) | ((value % 8) << 16), // another word count
             }
         }
-        if let Ok(m) = kernels(&bytes(&w), "t") {
+        if let Ok(m) = kernels(&bytes(&w)) {
             consistent(&m);
         }
     }
@@ -254,7 +254,7 @@ proptest! {
         let mut w = words(PARAMS);
         let i = at % w.len();
         w[i] = value % 512;
-        if let Ok(m) = kernels(&bytes(&w), "t") {
+        if let Ok(m) = kernels(&bytes(&w)) {
             consistent(&m);
         }
     }
@@ -297,7 +297,7 @@ fn a_struct_containing_itself_is_refused_not_a_stack_overflow() {
         push(w, 30, &[11, 10]);
         (10, 12)
     });
-    let r = reason(kernels(&bytes(&w), "t"));
+    let r = reason(kernels(&bytes(&w)));
     assert!(
         r.contains("kernel `k`, parameter 0") && r.contains("nested"),
         "{r}"
@@ -319,6 +319,6 @@ fn deeply_shared_structs_are_laid_out_once() {
         }
         (18, 19)
     });
-    let m = kernels(&bytes(&w), "t").unwrap();
+    let m = kernels(&bytes(&w)).unwrap();
     assert_eq!(m.kernels[0].params, [ParamKind::Scalar(4 << 48)]);
 }

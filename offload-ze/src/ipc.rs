@@ -84,9 +84,9 @@ pub(crate) fn export(buffer: &ZeBuffer) -> Result<Exported> {
     let driver = device.driver();
     let context = device.context();
     let ptr = buffer.alloc.ptr;
-    let id = driver.alloc_id(context, ptr).map_err(driver_error(""))?;
+    let id = driver.alloc_id(context, ptr).map_err(driver_error)?;
     // SAFETY: `ptr` is the base of this live device allocation of the context.
-    let mut handle = unsafe { driver.ipc_get(context, ptr) }.map_err(driver_error(""))?;
+    let mut handle = unsafe { driver.ipc_get(context, ptr) }.map_err(driver_error)?;
     let raw = u64_at(&handle.data, FD_BYTES.start);
     let duplicated = i32::try_from(raw)
         .ok()
@@ -98,7 +98,7 @@ pub(crate) fn export(buffer: &ZeBuffer) -> Result<Exported> {
     let put = driver
         .ipc_put(context, handle)
         .transpose()
-        .map_err(driver_error(""));
+        .map_err(driver_error);
     let fd: OwnedFd = match duplicated {
         Some(Ok(fd)) => fd,
         Some(Err(e)) => {
@@ -189,7 +189,7 @@ pub(crate) fn import(device: &Arc<DeviceShared>, exported: Exported) -> Result<Z
             sys::ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY,
         ];
         if out_of_memory.iter().any(|&c| i64::from(c) == f.code) {
-            f.into_error(BackendKind::Ze, "")
+            driver_error(f)
         } else {
             bad(format!("the driver refused it: {}", f.message()))
         }

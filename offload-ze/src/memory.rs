@@ -13,7 +13,7 @@ use std::sync::Arc;
 use offload_core::{BackendKind, Error, MemKind, Result};
 
 use crate::ffi::{MemoryKind, sys};
-use crate::platform::DeviceShared;
+use crate::platform::{DeviceShared, driver_error};
 use crate::queue::QueueShared;
 
 /// The queues whose queued work uses a buffer, a module or a kernel.
@@ -53,7 +53,7 @@ impl Drop for Allocation {
         let context = self.device.context();
         // A wait that fails (a lost device) leaves the memory allocated: freeing it under
         // work that may still run would be worse than the leak.
-        if self.uses.wait("").is_ok() {
+        if self.uses.wait().is_ok() {
             if let Origin::Made(_) = self.origin {
                 // SAFETY: a live allocation of this context, freed once, here, with no
                 // queued work on it (waited). (A mapping closes with its last user:
@@ -83,9 +83,9 @@ impl std::fmt::Debug for ZeBuffer {
     }
 }
 
-fn out_of_range(call: &'static str, offset: usize, len: usize, size: usize) -> Error {
+fn out_of_range(offset: usize, len: usize, size: usize) -> Error {
     Error::InvalidArgument {
-        call,
+        call: "",
         reason: format!(
             "ze buffer: range {offset}..{} is outside its {size} bytes",
             offset as u128 + len as u128
@@ -101,11 +101,10 @@ impl ZeBuffer {
         size: usize,
         kind: MemKind,
         exportable: bool,
-        call: &'static str,
     ) -> Result<ZeBuffer> {
         if size == 0 {
             return Err(Error::InvalidArgument {
-                call,
+                call: "",
                 reason: "zero-size allocation on a Level Zero device".into(),
             });
         }
@@ -116,7 +115,7 @@ impl ZeBuffer {
             (other, false) => {
                 return Err(Error::Unsupported {
                     backend: BackendKind::Ze,
-                    call,
+                    call: "",
                     reason: format!("memory kind {other:?}"),
                 });
             }
@@ -129,12 +128,12 @@ impl ZeBuffer {
             if out_of_memory.iter().any(|&c| i64::from(c) == failure.code) {
                 Error::OutOfMemory {
                     backend: BackendKind::Ze,
-                    call,
+                    call: "",
                     requested: size as u64,
                     reason: failure.message(),
                 }
             } else {
-                failure.into_error(BackendKind::Ze, call)
+                driver_error(failure)
             }
         };
         let ptr = device
@@ -233,7 +232,7 @@ impl ZeBuffer {
         device
             .driver()
             .alloc_id(device.context(), self.alloc.ptr)
-            .map_err(crate::platform::driver_error(""))
+            .map_err(driver_error)
     }
 
     /// The device address of the first byte.
@@ -246,12 +245,12 @@ impl ZeBuffer {
     }
 
     /// Checks that `offset..offset + len` lies inside the buffer; the address of `offset`.
-    pub(crate) fn at(&self, call: &'static str, offset: usize, len: usize) -> Result<*mut c_void> {
+    pub(crate) fn at(&self, offset: usize, len: usize) -> Result<*mut c_void> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => {
                 Ok(self.alloc.ptr.cast::<u8>().wrapping_add(offset).cast())
             }
-            _ => Err(out_of_range(call, offset, len, self.len)),
+            _ => Err(out_of_range(offset, len, self.len)),
         }
     }
 
@@ -269,7 +268,7 @@ impl ZeBuffer {
                     .into(),
             });
         }
-        self.alloc.uses.wait("")?;
+        self.alloc.uses.wait()?;
         // SAFETY: host and shared allocations are host-addressable for their whole `len`
         // bytes while the buffer lives; no queued work on it runs (waited), and none can be
         // queued while `&mut self` is borrowed; the host's own copies are synchronous.

@@ -18,9 +18,10 @@ use crate::program::{self, ZeModule};
 use crate::queue::{ZeEvent, ZeQueue};
 use crate::{BACKEND, COUNTERS, LIBRARY};
 
-/// A failed driver call as the offload error of `call`.
-pub(crate) fn driver_error(call: &'static str) -> impl Fn(Failure) -> Error {
-    move |failure| failure.into_error(BackendKind::Ze, call)
+/// A failed driver call as an offload error (naming no call: the handle of the user's call
+/// names it).
+pub(crate) fn driver_error(failure: Failure) -> Error {
+    failure.into_error(BackendKind::Ze, "")
 }
 
 /// PCI vendor id of Intel.
@@ -89,7 +90,6 @@ impl DeviceShared {
     /// nothing else uses meanwhile: every append on it returns once its work has run.
     pub(crate) fn with_copier<T>(
         &self,
-        call: &'static str,
         f: impl FnOnce(ListHandle) -> std::result::Result<T, Failure>,
     ) -> Result<T> {
         let mut copier: MutexGuard<'_, Option<ListHandle>> =
@@ -100,12 +100,12 @@ impl DeviceShared {
                 let list = self
                     .driver()
                     .list_create(self.context(), self.handle, true)
-                    .map_err(driver_error(call))?;
+                    .map_err(driver_error)?;
                 *copier = Some(list);
                 list
             }
         };
-        f(list).map_err(driver_error(call))
+        f(list).map_err(driver_error)
     }
 
     /// Copies `len` bytes from `src` to `dst` on the device's synchronous list: done when
@@ -118,12 +118,11 @@ impl DeviceShared {
     /// the call returns (no queued work on them may still run).
     pub(crate) unsafe fn copy_now(
         &self,
-        call: &'static str,
         dst: *mut c_void,
         src: *const c_void,
         len: usize,
     ) -> Result<()> {
-        self.with_copier(call, |list| {
+        self.with_copier(|list| {
             // SAFETY: the caller's promise; the list is synchronous and used by nothing else
             // meanwhile (with_copier).
             unsafe { self.driver().append_copy(list, dst, src, len, None, &[]) }
@@ -257,7 +256,7 @@ impl hal::Platform for ZePlatform {
             };
             return Err(driver_not_found(BACKEND, LIBRARY, reason));
         }
-        let on_init = driver_error("");
+        let on_init = driver_error;
         let drivers = driver.drivers().map_err(&on_init)?;
         let Some(&first) = drivers.first() else {
             return Err(driver_not_found(BACKEND, LIBRARY, "zeDriverGet: 0 drivers"));
@@ -373,7 +372,7 @@ impl hal::Platform for ZePlatform {
 
 fn info(shared: &DeviceShared) -> Result<DeviceInfo> {
     let driver = shared.driver();
-    let failed = driver_error("");
+    let failed = driver_error;
     let description = driver.describe(shared.handle).map_err(&failed)?;
     let mut info = DeviceInfo::new(
         description.name,
@@ -410,58 +409,58 @@ impl hal::Device for ZeDevice {
 
     /// `Device`: `zeMemAllocDevice`; `Host`: `zeMemAllocHost`; `Shared`: `zeMemAllocShared`.
     fn alloc(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, false, "")
+        ZeBuffer::new(&self.shared, size, kind, false)
     }
 
     /// Lets go of the memory: freed once no queued work uses it.
     fn free(&self, buffer: ZeBuffer) -> Result<()> {
         if Arc::strong_count(&buffer.alloc) == 1 {
             // The last user: wait here, so a failure is reported (the drop only ignores it).
-            buffer.alloc.uses.wait("")?;
+            buffer.alloc.uses.wait()?;
         }
         drop(buffer);
         Ok(())
     }
 
     fn read(&self, buffer: &ZeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let src = buffer.at("", offset, dst.len())?;
+        let src = buffer.at(offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        buffer.alloc.uses.wait("")?;
+        buffer.alloc.uses.wait()?;
         // SAFETY: the range lies inside this live allocation (checked); no queued work on it
         // runs (waited); `dst` is host memory, borrowed for the call.
         unsafe {
             buffer
                 .alloc
                 .device
-                .copy_now("", dst.as_mut_ptr().cast(), src, dst.len())
+                .copy_now(dst.as_mut_ptr().cast(), src, dst.len())
         }
     }
 
     fn write(&self, buffer: &mut ZeBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        let dst = buffer.at("", offset, src.len())?;
+        let dst = buffer.at(offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        buffer.alloc.uses.wait("")?;
+        buffer.alloc.uses.wait()?;
         // SAFETY: as in `read`; `&mut ZeBuffer` excludes every other host access.
         unsafe {
             buffer
                 .alloc
                 .device
-                .copy_now("", dst, src.as_ptr().cast(), src.len())
+                .copy_now(dst, src.as_ptr().cast(), src.len())
         }
     }
 
     fn fill(&self, buffer: &mut ZeBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        let dst = buffer.at("", offset, len)?;
+        let dst = buffer.at(offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        buffer.alloc.uses.wait("")?;
+        buffer.alloc.uses.wait()?;
         let device = &buffer.alloc.device;
-        device.with_copier("", |list| {
+        device.with_copier(|list| {
             // SAFETY: as in `write`.
             unsafe {
                 device
@@ -481,8 +480,8 @@ impl hal::Device for ZeDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = src.at("", src_offset, len)?;
-        let to = dst.at("", dst_offset, len)?;
+        let from = src.at(src_offset, len)?;
+        let to = dst.at(dst_offset, len)?;
         if !Arc::ptr_eq(&dst.alloc.device, &src.alloc.device) {
             return Err(Error::InvalidArgument {
                 call: "",
@@ -495,12 +494,12 @@ impl hal::Device for ZeDevice {
         if Arc::ptr_eq(&dst.alloc, &src.alloc) {
             return self.copy_within(dst, src_offset, dst_offset, len);
         }
-        src.alloc.uses.wait("")?;
-        dst.alloc.uses.wait("")?;
+        src.alloc.uses.wait()?;
+        dst.alloc.uses.wait()?;
         // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
         // work on either runs (waited); they are different allocations, so they do not
         // overlap.
-        unsafe { dst.alloc.device.copy_now("", to, from, len) }
+        unsafe { dst.alloc.device.copy_now(to, from, len) }
     }
 
     /// Overlapping ranges are staged through the host.
@@ -511,8 +510,8 @@ impl hal::Device for ZeDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = buffer.at("", src_offset, len)?;
-        let to = buffer.at("", dst_offset, len)?;
+        let from = buffer.at(src_offset, len)?;
+        let to = buffer.at(dst_offset, len)?;
         if len == 0 || from == to {
             return Ok(());
         }
@@ -521,10 +520,10 @@ impl hal::Device for ZeDevice {
             self.read(buffer, src_offset, &mut staged)?;
             return self.write(buffer, dst_offset, &staged);
         }
-        buffer.alloc.uses.wait("")?;
+        buffer.alloc.uses.wait()?;
         // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
         // (checked above); no queued work on it runs (waited).
-        unsafe { buffer.alloc.device.copy_now("", to, from, len) }
+        unsafe { buffer.alloc.device.copy_now(to, from, len) }
     }
 
     /// Host (`zeMemAllocHost`) and shared (`zeMemAllocShared`) memory; device memory and
@@ -539,7 +538,7 @@ impl hal::Device for ZeDevice {
     }
 
     fn validate(&self, image: &[u8]) -> Result<()> {
-        program::validate(image, "").map(drop)
+        program::validate(image).map(drop)
     }
 
     fn queue(&self) -> Result<ZeQueue> {
@@ -555,7 +554,7 @@ impl hal::Ipc for ZeDevice {
     }
 
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, true, "")
+        ZeBuffer::new(&self.shared, size, kind, true)
     }
 
     fn export(&self, buffer: &ZeBuffer) -> Result<hal::Exported> {

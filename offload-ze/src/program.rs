@@ -55,7 +55,7 @@ unsafe impl Sync for ModuleInner {}
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        if self.uses.wait("").is_ok() && !self.kernel_left.load(Ordering::SeqCst) {
+        if self.uses.wait().is_ok() && !self.kernel_left.load(Ordering::SeqCst) {
             // SAFETY: the module is live, destroyed once, here; no queued launch uses it
             // (waited) and no kernel of it is left (they hold this).
             let _ = unsafe { self.device.driver().module_destroy(self.raw) };
@@ -108,7 +108,7 @@ impl ZeKernel {
 
 impl Drop for ZeKernel {
     fn drop(&mut self) {
-        if self.uses.wait("").is_ok() {
+        if self.uses.wait().is_ok() {
             let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
             // SAFETY: the kernel is live, destroyed once, here, before its module (which
             // this holds); no queued launch of it is pending (waited).
@@ -128,68 +128,60 @@ impl std::fmt::Debug for ZeKernel {
     }
 }
 
-fn invalid_binary(call: &'static str, reason: impl Into<String>) -> Error {
+fn invalid_binary(reason: impl Into<String>) -> Error {
     Error::InvalidBinary {
         backend: BackendKind::Ze,
-        call,
+        call: "",
         reason: reason.into(),
     }
 }
 
 /// Reads `image` as `load` does, without loading it: SPIR-V (validated and reflected by
 /// offload-spirv) or an Intel GPU native binary; anything else is `InvalidBinary`.
-pub(crate) fn validate(image: &[u8], call: &'static str) -> Result<Image> {
+pub(crate) fn validate(image: &[u8]) -> Result<Image> {
     let mut swapped = spirv::MAGIC;
     swapped.reverse();
     if image.starts_with(&spirv::MAGIC) || image.starts_with(&swapped) {
-        return spirv::kernels(image, call).map(Image::Spirv);
+        return spirv::kernels(image).map(Image::Spirv);
     }
     if image.starts_with(b"\x7fELF") {
         if image.len() < 64 || image[4] != 2 || image[5] != 1 {
             return Err(invalid_binary(
-                call,
                 "a truncated ELF, or not 64-bit little-endian: not an Intel GPU native binary",
             ));
         }
         let machine = u16::from_le_bytes([image[18], image[19]]);
         if machine != EM_INTELGT {
-            return Err(invalid_binary(
-                call,
-                format!(
-                    "an ELF for machine {machine}, not an Intel GPU native binary \
+            return Err(invalid_binary(format!(
+                "an ELF for machine {machine}, not an Intel GPU native binary \
                      (EM_INTELGT = {EM_INTELGT})"
-                ),
-            ));
+            )));
         }
         return Ok(Image::Native);
     }
     Err(invalid_binary(
-        call,
         "neither a SPIR-V module (magic 0x07230203) nor an Intel GPU native binary (ELF)",
     ))
 }
 
 /// Validates and loads `image`.
 pub(crate) fn load(device: &Arc<DeviceShared>, image: &[u8]) -> Result<ZeModule> {
-    let read = validate(image, "")?;
+    let read = validate(image)?;
     let native = matches!(read, Image::Native);
     let driver = device.driver();
     // SAFETY: the image was validated as a module of that format (above); it lives across
     // the call (the driver copies what it keeps).
     let built = unsafe { driver.module_create(device.context(), device.handle, image, native) }
-        .map_err(driver_error(""))?;
+        .map_err(driver_error)?;
     let raw = match built {
         Ok(raw) => raw,
         Err((failure, log)) => {
             let log = log.trim();
-            return Err(invalid_binary(
-                "",
-                if log.is_empty() {
-                    format!("the driver could not build it: {failure}")
-                } else {
-                    format!("the driver could not build it: {failure}; build log: {log}")
-                },
-            ));
+            return Err(invalid_binary(if log.is_empty() {
+                format!("the driver could not build it: {failure}")
+            } else {
+                format!("the driver could not build it: {failure}; build log: {log}")
+            }));
         }
     };
     let names = match &read {
@@ -200,7 +192,7 @@ pub(crate) fn load(device: &Arc<DeviceShared>, image: &[u8]) -> Result<ZeModule>
             Err(e) => {
                 // SAFETY: made just above, no kernel of it.
                 let _ = unsafe { driver.module_destroy(raw) };
-                return Err(e.into_error(BackendKind::Ze, ""));
+                return Err(driver_error(e));
             }
         },
     };
@@ -217,10 +209,10 @@ pub(crate) fn load(device: &Arc<DeviceShared>, image: &[u8]) -> Result<ZeModule>
     })
 }
 
-fn not_found(call: &'static str, name: &str) -> Error {
+fn not_found(name: &str) -> Error {
     Error::SymbolNotFound {
         backend: BackendKind::Ze,
-        call,
+        call: "",
         symbol: name.to_string(),
         hint: String::new(),
     }
@@ -229,26 +221,22 @@ fn not_found(call: &'static str, name: &str) -> Error {
 impl ZeModule {
     /// Address and size of a global (`zeModuleGetGlobalPointer`; the size is the smaller of
     /// the driver's and the reflection's).
-    fn locate_global(
-        &self,
-        call: &'static str,
-        name: &str,
-    ) -> Result<(*mut std::ffi::c_void, usize)> {
+    fn locate_global(&self, name: &str) -> Result<(*mut std::ffi::c_void, usize)> {
         let inner = &self.inner;
         let Image::Spirv(module) = &inner.image else {
-            return Err(not_found(call, name));
+            return Err(not_found(name));
         };
         let Some(known) = module.globals.iter().find(|g| g.name == name) else {
-            return Err(not_found(call, name));
+            return Err(not_found(name));
         };
-        let cname = CString::new(name).map_err(|_| not_found(call, name))?;
+        let cname = CString::new(name).map_err(|_| not_found(name))?;
         // SAFETY: the module is live.
         let (ptr, size) =
             unsafe { inner.device.driver().global(inner.raw, &cname) }.map_err(|f| {
                 if f.code == i64::from(sys::ZE_RESULT_ERROR_INVALID_GLOBAL_NAME) {
-                    not_found(call, name)
+                    not_found(name)
                 } else {
-                    f.into_error(BackendKind::Ze, call)
+                    driver_error(f)
                 }
             })?;
         Ok((ptr, size.min(known.size)))
@@ -263,7 +251,7 @@ impl hal::Program for ZeModule {
     fn kernel(&self, name: &str) -> Result<ZeKernel> {
         let inner = &self.inner;
         if !inner.names.iter().any(|n| n == name) {
-            return Err(not_found("", name));
+            return Err(not_found(name));
         }
         let params = match &inner.image {
             Image::Spirv(module) => module
@@ -274,14 +262,14 @@ impl hal::Program for ZeModule {
                 .unwrap_or_default(),
             Image::Native => Vec::new(),
         };
-        let cname = CString::new(name).map_err(|_| not_found("", name))?;
+        let cname = CString::new(name).map_err(|_| not_found(name))?;
         // SAFETY: the module is live (this handle holds it).
         let raw =
             unsafe { inner.device.driver().kernel_create(inner.raw, &cname) }.map_err(|f| {
                 if f.code == i64::from(sys::ZE_RESULT_ERROR_INVALID_KERNEL_NAME) {
-                    not_found("", name)
+                    not_found(name)
                 } else {
-                    f.into_error(BackendKind::Ze, "")
+                    driver_error(f)
                 }
             })?;
         Ok(ZeKernel {
@@ -309,7 +297,7 @@ impl hal::Program for ZeModule {
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size) = self.locate_global("", name)?;
+        let (address, size) = self.locate_global(name)?;
         Ok(GlobalInfo {
             address: address as u64,
             size,
@@ -317,12 +305,12 @@ impl hal::Program for ZeModule {
     }
 
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let (address, size) = self.locate_global("", name)?;
-        check("", name, size, offset, dst.len())?;
+        let (address, size) = self.locate_global(name)?;
+        check(name, size, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait("")?;
+        self.inner.uses.wait()?;
         let at = address.cast::<u8>().wrapping_add(offset).cast();
         // SAFETY: the range lies inside the global (checked against its size), memory of the
         // live module; no queued launch of the module runs (waited); `dst` is host memory,
@@ -330,39 +318,39 @@ impl hal::Program for ZeModule {
         unsafe {
             self.inner
                 .device
-                .copy_now("", dst.as_mut_ptr().cast(), at, dst.len())
+                .copy_now(dst.as_mut_ptr().cast(), at, dst.len())
         }
     }
 
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        let (address, size) = self.locate_global("", name)?;
-        check("", name, size, offset, src.len())?;
+        let (address, size) = self.locate_global(name)?;
+        check(name, size, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait("")?;
+        self.inner.uses.wait()?;
         let at = address.cast::<u8>().wrapping_add(offset).cast();
         // SAFETY: as in `read_global`.
         unsafe {
             self.inner
                 .device
-                .copy_now("", at, src.as_ptr().cast(), src.len())
+                .copy_now(at, src.as_ptr().cast(), src.len())
         }
     }
 
     /// Unloads now, or with the last kernel of it, after its queued launches.
     fn unload(self) -> Result<()> {
-        let waited = self.inner.uses.wait("");
+        let waited = self.inner.uses.wait();
         drop(self);
         waited
     }
 }
 
-fn check(call: &'static str, name: &str, size: usize, offset: usize, len: usize) -> Result<()> {
+fn check(name: &str, size: usize, offset: usize, len: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(Error::InvalidArgument {
-            call,
+            call: "",
             reason: format!("range {offset}..+{len} is outside ze global `{name}` ({size} bytes)"),
         }),
     }

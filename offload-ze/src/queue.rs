@@ -107,28 +107,23 @@ impl QueueShared {
     }
 
     /// Waits for the last command of a snapshot and the barriers of its held events.
-    fn wait_all(
-        &self,
-        last: Option<EventHandle>,
-        held: &[Arc<EventInner>],
-        call: &'static str,
-    ) -> Result<()> {
+    fn wait_all(&self, last: Option<EventHandle>, held: &[Arc<EventInner>]) -> Result<()> {
         let driver = self.device.driver();
         if let Some(last) = last {
-            wait_for(driver, last).map_err(driver_error(call))?;
+            wait_for(driver, last).map_err(driver_error)?;
         }
         // The events of `record`: their barriers come after `last`'s command, but nothing
         // orders them before it; wait for them too, so no pending barrier waits on an event
         // reset by a recycle.
         for event in held {
-            wait_for(driver, event.raw).map_err(driver_error(call))?;
+            wait_for(driver, event.raw).map_err(driver_error)?;
         }
         Ok(())
     }
 
     /// With everything in `state` run: joins the host-function threads, drops the kept
     /// bytes and resets the used events for reuse.
-    fn recycle(&self, state: &mut State, call: &'static str) -> Result<()> {
+    fn recycle(&self, state: &mut State) -> Result<()> {
         let driver = self.device.driver();
         state.held.clear();
         for thread in state.threads.drain(..) {
@@ -142,7 +137,7 @@ impl QueueShared {
         while let Some(&event) = state.used.last() {
             // SAFETY: every command appended so far has run (its last event, and the
             // barriers of the held events, waited for): none waits on or signals it.
-            unsafe { driver.event_reset(event) }.map_err(driver_error(call))?;
+            unsafe { driver.event_reset(event) }.map_err(driver_error)?;
             state.used.pop();
             state.free.push(event);
         }
@@ -153,12 +148,12 @@ impl QueueShared {
     /// meanwhile. The lock is not held while waiting: a host function of this queue, which
     /// the wait may be waiting for, may append to it (L6). From inside such a function it
     /// is refused: it would wait for itself.
-    fn drain(&self, call: &'static str) -> Result<()> {
+    fn drain(&self) -> Result<()> {
         if offload_driver::running_host_fn()
             .is_some_and(|(at, _)| at == offload_driver::stream_key(self))
         {
             return Err(Error::invalid(
-                call,
+                "",
                 "a host function waits for its own Level Zero queue (more commands appended \
                  from it than the queue has free events?): it would wait for itself",
             ));
@@ -168,23 +163,23 @@ impl QueueShared {
             state.waiters += 1;
             (state.last, state.held.clone(), state.epoch)
         };
-        let waited = self.wait_all(last, &held, call);
+        let waited = self.wait_all(last, &held);
         drop(held);
         let mut state = lock(&self.state);
         state.waiters -= 1;
         waited?;
         if state.epoch == epoch && state.waiters == 0 {
-            self.recycle(&mut state, call)?;
+            self.recycle(&mut state)?;
         }
         Ok(())
     }
 
     /// Locks the state with at least `events` free events, draining as needed.
-    fn with_free(&self, events: usize, call: &'static str) -> Result<MutexGuard<'_, State>> {
+    fn with_free(&self, events: usize) -> Result<MutexGuard<'_, State>> {
         let mut state = lock(&self.state);
         while state.free.len() < events {
             drop(state);
-            self.drain(call)?;
+            self.drain()?;
             state = lock(&self.state);
         }
         Ok(state)
@@ -194,18 +189,17 @@ impl QueueShared {
     /// and waits for the previous command's (and `extra`).
     fn append(
         &self,
-        call: &'static str,
         extra: Option<EventHandle>,
         append: impl FnOnce(ListHandle, EventHandle, &[EventHandle]) -> std::result::Result<(), Failure>,
     ) -> Result<()> {
-        let mut state = self.with_free(1, call)?;
+        let mut state = self.with_free(1)?;
         let Some(signal) = state.free.pop() else {
-            return Err(driver_error(call)(Failure::new(call, 0, "no free event")));
+            return Err(driver_error(Failure::new("", 0, "no free event")));
         };
         let waits: Vec<EventHandle> = state.last.into_iter().chain(extra).collect();
         if let Err(failure) = append(self.list, signal, &waits) {
             state.free.push(signal);
-            return Err(failure.into_error(BackendKind::Ze, call));
+            return Err(driver_error(failure));
         }
         state.used.push(signal);
         state.last = Some(signal);
@@ -216,8 +210,8 @@ impl QueueShared {
 
 impl offload_driver::Stream for QueueShared {
     /// Waits for everything enqueued so far.
-    fn synchronize(&self, call: &'static str) -> Result<()> {
-        self.drain(call)
+    fn synchronize(&self) -> Result<()> {
+        self.drain()
     }
 
     fn enqueued(&self) -> u64 {
@@ -233,8 +227,8 @@ impl Drop for QueueShared {
         // given up.
         let settle = |state: &mut State| {
             let held = state.held.clone();
-            self.wait_all(state.last, &held, "")
-                .and_then(|()| self.recycle(state, ""))
+            self.wait_all(state.last, &held)
+                .and_then(|()| self.recycle(state))
                 .is_ok()
         };
         let drained = settle(&mut state) || settle(&mut state);
@@ -341,7 +335,7 @@ fn run_host_fn(
     let driver = device.driver();
     let waited = wait_for(driver, after);
     if let Err(e) = waited {
-        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, ""));
+        lock(&failure).get_or_insert(driver_error(e));
     } else {
         let panic = PanicText::default();
         offload_driver::run_marked(at, number, f, &panic);
@@ -362,7 +356,7 @@ fn run_host_fn(
         }
     }
     if let Some(e) = last {
-        lock(&failure).get_or_insert(e.into_error(BackendKind::Ze, ""));
+        lock(&failure).get_or_insert(driver_error(e));
     }
 }
 
@@ -370,7 +364,7 @@ impl ZeQueue {
     /// An asynchronous immediate command list and its events on `device`.
     pub(crate) fn new(device: &Arc<DeviceShared>) -> Result<ZeQueue> {
         let driver = device.driver();
-        let failed = driver_error("");
+        let failed = driver_error;
         let list = driver
             .list_create(device.context(), device.handle, false)
             .map_err(&failed)?;
@@ -424,13 +418,13 @@ impl ZeQueue {
     }
 
     /// Checks that `buffers` are on the queue's device.
-    fn check(&self, call: &'static str, buffers: &[&ZeBuffer]) -> Result<()> {
+    fn check(&self, buffers: &[&ZeBuffer]) -> Result<()> {
         if buffers
             .iter()
             .any(|b| !Arc::ptr_eq(b.device(), self.device()))
         {
             return Err(Error::invalid(
-                call,
+                "",
                 "the ze buffer is on another device than the queue",
             ));
         }
@@ -470,7 +464,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
             });
         }
         self.device().limits.check(dims, &kernel_name)?;
-        self.check("", &buffers)?;
+        self.check(&buffers)?;
         if dims.blocks() == 0 {
             return Ok(()); // no groups: nothing to run
         }
@@ -486,15 +480,15 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         unsafe {
             driver
                 .set_group_size(*raw, dims.block)
-                .map_err(driver_error(""))?;
+                .map_err(driver_error)?;
             for (i, (value, param)) in values.iter().zip(&kernel.params).enumerate() {
                 let size = param.scalar_size().unwrap_or(8);
                 driver
                     .set_argument(*raw, i as u32, &value[..size])
-                    .map_err(driver_error(""))?;
+                    .map_err(driver_error)?;
             }
         }
-        self.shared.append("", None, |list, signal, waits| {
+        self.shared.append(None, |list, signal, waits| {
             // SAFETY: as above; the list is used under the queue's lock.
             unsafe { driver.append_launch(list, *raw, dims.grid, Some(signal), waits) }
         })?;
@@ -509,15 +503,15 @@ impl hal::Queue<ZeDevice> for ZeQueue {
 
     /// Queues a copy of `data` into `buffer` at `offset`.
     fn enqueue_write(&self, buffer: &ZeBuffer, offset: usize, data: Vec<u8>) -> Result<()> {
-        let dst = buffer.at("", offset, data.len())?;
-        self.check("", &[buffer])?;
+        let dst = buffer.at(offset, data.len())?;
+        self.check(&[buffer])?;
         if data.is_empty() {
             return Ok(());
         }
         let driver = self.device().driver();
         let src = data.as_ptr();
         let len = data.len();
-        self.shared.append("", None, |list, signal, waits| {
+        self.shared.append(None, |list, signal, waits| {
             // SAFETY: the range lies inside the live allocation (checked), kept alive by
             // its `uses`; `data` is kept by the queue until the list has passed the copy (a
             // Vec's heap bytes do not move when the Vec is moved into the list).
@@ -537,7 +531,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        let dst = buffer.at("", offset, len)?;
+        let dst = buffer.at(offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
                 "",
@@ -547,7 +541,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
                 ),
             ));
         }
-        self.check("", &[buffer])?;
+        self.check(&[buffer])?;
         if len == 0 {
             return Ok(());
         }
@@ -556,7 +550,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
             return self.enqueue_write(buffer, offset, expanded);
         }
         let driver = self.device().driver();
-        self.shared.append("", None, |list, signal, waits| {
+        self.shared.append(None, |list, signal, waits| {
             // SAFETY: the range lies inside the live allocation (checked), kept alive by
             // its `uses`; the driver copies the pattern during the call.
             unsafe { driver.append_fill(list, dst, pattern, len, Some(signal), waits) }
@@ -574,17 +568,17 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = src.at("", src_offset, len)?;
-        let to = dst.at("", dst_offset, len)?;
+        let from = src.at(src_offset, len)?;
+        let to = dst.at(dst_offset, len)?;
         if (from as usize).abs_diff(to as usize) < len {
             return Err(Error::invalid("", "the ranges of one ze buffer overlap"));
         }
-        self.check("", &[src, dst])?;
+        self.check(&[src, dst])?;
         if len == 0 {
             return Ok(());
         }
         let driver = self.device().driver();
-        self.shared.append("", None, |list, signal, waits| {
+        self.shared.append(None, |list, signal, waits| {
             // SAFETY: both ranges lie inside live allocations (checked), kept alive by
             // their `uses`, and do not overlap (checked).
             unsafe { driver.append_copy(list, to, from, len, Some(signal), waits) }
@@ -599,15 +593,15 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         let driver = self.device().driver();
         let shared = &self.shared;
         // Two events: A after the work so far, B the gate the later work waits for.
-        let mut state = shared.with_free(2, "")?;
+        let mut state = shared.with_free(2)?;
         let (Some(after), Some(gate)) = (state.free.pop(), state.free.pop()) else {
-            return Err(driver_error("")(Failure::new("", 0, "no free event")));
+            return Err(driver_error(Failure::new("", 0, "no free event")));
         };
         let waits: Vec<EventHandle> = state.last.into_iter().collect();
         // SAFETY: the list is used under the queue's lock; the events are live and reset.
         if let Err(e) = unsafe { driver.append_barrier(shared.list, Some(after), &waits) } {
             state.free.extend([gate, after]);
-            return Err(e.into_error(BackendKind::Ze, ""));
+            return Err(driver_error(e));
         }
         state.used.extend([after, gate]);
         let number = shared.count(&mut state);
@@ -637,7 +631,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
 
     /// Waits for the queue; reports (once) a host function's panic.
     fn sync(&self) -> Result<()> {
-        offload_driver::Stream::synchronize(&*self.shared, "")?;
+        offload_driver::Stream::synchronize(&*self.shared)?;
         match lock(&self.shared.failure).take() {
             None => Ok(()),
             Some(failure) => Err(failure),
@@ -653,14 +647,14 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         self.device()
             .driver()
             .event_done(last)
-            .map_err(driver_error(""))
+            .map_err(driver_error)
     }
 
     /// Records an event after the work enqueued so far.
     fn record(&self) -> Result<ZeEvent> {
         let device = self.device();
         let driver = device.driver();
-        let failed = driver_error("");
+        let failed = driver_error;
         let pool = driver
             .pool_create(device.context(), device.handle, 1, true)
             .map_err(&failed)?;
@@ -706,7 +700,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         }
         let driver = self.device().driver();
         self.shared
-            .append("", Some(event.inner.raw), |list, signal, waits| {
+            .append(Some(event.inner.raw), |list, signal, waits| {
                 // SAFETY: the list is used under the queue's lock; the events are live, and
                 // the other one stays alive until this queue has passed the barrier (held).
                 unsafe { driver.append_barrier(list, Some(signal), waits) }
@@ -730,7 +724,7 @@ impl hal::Event for ZeEvent {
         device
             .driver()
             .event_wait(self.inner.raw)
-            .map_err(driver_error(""))
+            .map_err(driver_error)
     }
 
     /// `zeEventQueryStatus`.
@@ -739,7 +733,7 @@ impl hal::Event for ZeEvent {
         device
             .driver()
             .event_done(self.inner.raw)
-            .map_err(driver_error(""))
+            .map_err(driver_error)
     }
 
     /// Device time from `start` to `self`, both waited for first: the difference of their
@@ -752,7 +746,7 @@ impl hal::Event for ZeEvent {
         start.sync()?;
         self.sync()?;
         let driver = device.driver();
-        let failed = driver_error("");
+        let failed = driver_error;
         let [_, begin] = driver.event_timestamps(start.inner.raw).map_err(&failed)?;
         let [_, end] = driver.event_timestamps(self.inner.raw).map_err(&failed)?;
         let ticks = end.saturating_sub(begin);

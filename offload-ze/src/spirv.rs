@@ -12,7 +12,7 @@ pub(crate) use offload_spirv::KernelModule;
 /// The SPIR-V magic number, as the first word of a little-endian module.
 pub(crate) const MAGIC: [u8; 4] = [0x03, 0x02, 0x23, 0x07];
 
-/// Validates `image` and reads its kernels and globals, for `call`.
-pub(crate) fn kernels(image: &[u8], call: &'static str) -> Result<KernelModule> {
-    offload_spirv::kernels(image, call)
+/// Validates `image` and reads its kernels and globals.
+pub(crate) fn kernels(image: &[u8]) -> Result<KernelModule> {
+    offload_spirv::kernels(image)
 }

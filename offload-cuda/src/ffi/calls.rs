@@ -223,9 +223,8 @@ unsafe impl StreamApi for Driver {
     fn kernel_params(
         image: &Inspected,
         name: &str,
-        call: &'static str,
     ) -> Option<offload_core::Result<Vec<ParamKind>>> {
-        crate::program::kernel_params(image, name, call)
+        crate::program::kernel_params(image, name)
     }
 
     /// The image, NUL-terminated if it is PTX (the driver reads PTX as a C string).
@@ -238,25 +237,18 @@ unsafe impl StreamApi for Driver {
         &self,
         bytes: &[u8],
         _inspected: &Inspected,
-        call: &'static str,
     ) -> offload_core::Result<CuModule> {
         // SAFETY: the caller's promise: PTX ending in NUL, or a cubin/fatbin whose headers
         // and sections lie inside the bytes.
-        unsafe { self.module_load_logged(bytes) }
-            .map_err(|failed| crate::program::refused(failed, call))
+        unsafe { self.module_load_logged(bytes) }.map_err(crate::program::refused)
     }
 
     /// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID)`: the id the handle carries,
     /// which tells a reused address from the allocation that had it.
-    fn ipc_identity(
-        &self,
-        ptr: u64,
-        _len: usize,
-        call: &'static str,
-    ) -> offload_core::Result<Option<u64>> {
+    fn ipc_identity(&self, ptr: u64, _len: usize) -> offload_core::Result<Option<u64>> {
         let id = self
             .buffer_id(ptr)
-            .map_err(|f| f.into_error(BackendKind::Cuda, call))?;
+            .map_err(|f| f.into_error(BackendKind::Cuda, ""))?;
         Ok(Some(id))
     }
 

@@ -22,7 +22,7 @@ use offload_core::{
 use super::ipc::Mapping;
 use super::memory::Allocation;
 use super::{StreamApi, StreamBuffer, StreamEvent, StreamModule, StreamQueue, driver_error};
-use crate::{Failure, LaunchLimits};
+use crate::LaunchLimits;
 
 /// One device: the API, the vendor's context of it, its launch limits, and the count of
 /// objects made on it.
@@ -125,18 +125,16 @@ impl<A: StreamApi> DeviceCore<A> {
         &self.limits
     }
 
-    /// Makes the device current on the calling thread, for `call`.
-    pub(crate) fn bind(&self, call: &'static str) -> Result<()> {
-        self.api
-            .bind(&self.context)
-            .map_err(|failure: Failure| failure.into_error(A::KIND, call))
+    /// Makes the device current on the calling thread.
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.api.bind(&self.context).map_err(driver_error::<A>)
     }
 
     /// Makes the device current for a release in a destructor, which cannot report a
     /// failure: a failed bind is tried once more (a transient failure must not leak the
     /// object); only a bind that keeps failing (a lost device) leaves it unreleased.
-    pub(crate) fn bind_to_release(&self, call: &'static str) -> Result<()> {
-        self.bind(call).or_else(|_| self.bind(call))
+    pub(crate) fn bind_to_release(&self) -> Result<()> {
+        self.bind().or_else(|_| self.bind())
     }
 
     /// Whether a release now could wait for a host function: one runs on this thread, or
@@ -374,7 +372,7 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     /// `Device`: device memory; `Host`: page-locked host memory; `Shared`: managed memory.
     fn alloc(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
-        StreamBuffer::new(&self.core, size, kind, false, "")
+        StreamBuffer::new(&self.core, size, kind, false)
     }
 
     /// Lets go of the memory: freed once no buffer and no queued work uses it.
@@ -384,7 +382,7 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         // While a host function runs the release waits for later (its drop keeps it).
         if Arc::strong_count(alloc) == 1 && !alloc.core.host_fn_running() {
             // The last user: wait here, so a failure is reported (the drop only ignores it).
-            alloc.uses.wait("")?;
+            alloc.uses.wait()?;
         }
         drop(buffer);
         Ok(())
@@ -392,38 +390,38 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     #[allow(unsafe_code)]
     fn read(&self, buffer: &StreamBuffer<A>, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let src = buffer.at("", offset, dst.len())?;
+        let src = buffer.at(offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        buffer.quiesce("")?;
+        buffer.quiesce()?;
         // SAFETY: the range lies inside this live allocation (checked) of the bound
         // device; no queued work on it runs (waited).
-        unsafe { buffer.alloc.core.api().memcpy_dtoh(dst, src) }.map_err(driver_error::<A>(""))
+        unsafe { buffer.alloc.core.api().memcpy_dtoh(dst, src) }.map_err(driver_error::<A>)
     }
 
     #[allow(unsafe_code)]
     fn write(&self, buffer: &mut StreamBuffer<A>, offset: usize, src: &[u8]) -> Result<()> {
-        let dst = buffer.at("", offset, src.len())?;
+        let dst = buffer.at(offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        buffer.quiesce("")?;
+        buffer.quiesce()?;
         // SAFETY: as in `read`; `&mut StreamBuffer` excludes every other host access.
-        unsafe { buffer.alloc.core.api().memcpy_htod(dst, src) }.map_err(driver_error::<A>(""))?;
-        buffer.settle("")
+        unsafe { buffer.alloc.core.api().memcpy_htod(dst, src) }.map_err(driver_error::<A>)?;
+        buffer.settle()
     }
 
     #[allow(unsafe_code)]
     fn fill(&self, buffer: &mut StreamBuffer<A>, offset: usize, len: usize, v: u8) -> Result<()> {
-        let dst = buffer.at("", offset, len)?;
+        let dst = buffer.at(offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        buffer.quiesce("")?;
+        buffer.quiesce()?;
         // SAFETY: as in `write`.
-        unsafe { buffer.alloc.core.api().memset_d8(dst, v, len) }.map_err(driver_error::<A>(""))?;
-        buffer.settle("")
+        unsafe { buffer.alloc.core.api().memset_d8(dst, v, len) }.map_err(driver_error::<A>)?;
+        buffer.settle()
     }
 
     /// From another buffer of the same device.
@@ -436,8 +434,8 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = src.at("", src_offset, len)?;
-        let to = dst.at("", dst_offset, len)?;
+        let from = src.at(src_offset, len)?;
+        let to = dst.at(dst_offset, len)?;
         if !Arc::ptr_eq(&dst.alloc.core, &src.alloc.core) {
             return Err(Error::InvalidArgument {
                 call: "",
@@ -447,14 +445,13 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         if len == 0 {
             return Ok(());
         }
-        src.alloc.uses.wait("")?;
-        dst.quiesce("")?;
+        src.alloc.uses.wait()?;
+        dst.quiesce()?;
         // SAFETY: both ranges lie inside live allocations of the bound device (checked);
         // no queued work on either runs (waited); they are different allocations (`&mut
         // dst` and `&src` cannot alias) so the ranges do not overlap.
-        unsafe { dst.alloc.core.api().memcpy_dtod(to, from, len) }
-            .map_err(driver_error::<A>(""))?;
-        dst.settle("")
+        unsafe { dst.alloc.core.api().memcpy_dtod(to, from, len) }.map_err(driver_error::<A>)?;
+        dst.settle()
     }
 
     /// Overlapping ranges are staged through the host.
@@ -466,8 +463,8 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = buffer.at("", src_offset, len)?;
-        let to = buffer.at("", dst_offset, len)?;
+        let from = buffer.at(src_offset, len)?;
+        let to = buffer.at(dst_offset, len)?;
         if len == 0 || from == to {
             return Ok(());
         }
@@ -476,12 +473,11 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
             self.read(buffer, src_offset, &mut staged)?;
             return self.write(buffer, dst_offset, &staged);
         }
-        buffer.quiesce("")?;
+        buffer.quiesce()?;
         // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
         // (checked above); no queued work on it runs (waited).
-        unsafe { buffer.alloc.core.api().memcpy_dtod(to, from, len) }
-            .map_err(driver_error::<A>(""))?;
-        buffer.settle("")
+        unsafe { buffer.alloc.core.api().memcpy_dtod(to, from, len) }.map_err(driver_error::<A>)?;
+        buffer.settle()
     }
 
     /// Pinned (`MemKind::Host`) and managed (`MemKind::Shared`) memory; device memory is
@@ -496,7 +492,7 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
     }
 
     fn validate(&self, image: &[u8]) -> Result<()> {
-        super::program::validate(&self.core, image, "").map(drop)
+        super::program::validate(&self.core, image).map(drop)
     }
 
     fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
@@ -520,7 +516,7 @@ impl<A: StreamApi> hal::Ipc for StreamDevice<A> {
     }
 
     fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<StreamBuffer<A>> {
-        StreamBuffer::new(&self.core, size, kind, true, "")
+        StreamBuffer::new(&self.core, size, kind, true)
     }
 
     fn export(&self, buffer: &StreamBuffer<A>) -> Result<Exported> {

@@ -45,16 +45,16 @@ pub(crate) struct Mapping<A: StreamApi> {
 
 impl<A: StreamApi> Mapping<A> {
     #[allow(unsafe_code)]
-    fn close(&self, call: &'static str) -> Result<()> {
+    fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.core.bind_to_release(call)?;
+        self.core.bind_to_release()?;
         // SAFETY: `ptr` came from the vendor's IPC open on this (bound) device and is
         // closed once (`closed`); every buffer over it waited for its queued work before it
         // went (or this is a stale mapping, whose memory the exporter freed already).
         match unsafe { self.core.api().ipc_close(self.ptr) } {
-            Some(closed) => closed.map_err(driver_error::<A>(call)),
+            Some(closed) => closed.map_err(driver_error::<A>),
             None => Ok(()),
         }
     }
@@ -62,7 +62,7 @@ impl<A: StreamApi> Mapping<A> {
 
 impl<A: StreamApi> Drop for Mapping<A> {
     fn drop(&mut self) {
-        let _ = self.close("");
+        let _ = self.close();
     }
 }
 
@@ -78,11 +78,11 @@ fn bad<A: StreamApi>(reason: impl Into<String>) -> Error {
     }
 }
 
-fn unsupported<A: StreamApi>(call: &'static str) -> Error {
+fn unsupported<A: StreamApi>() -> Error {
     let words = A::WORDS;
     Error::Unsupported {
         backend: A::KIND,
-        call,
+        call: "",
         reason: format!(
             "the {} has no {} IPC ({})",
             words.driver, words.title, words.ipc
@@ -109,13 +109,13 @@ pub(crate) fn export<A: StreamApi>(buffer: &StreamBuffer<A>) -> Result<Exported>
         });
     }
     let core = buffer.core();
-    core.bind("")?;
+    core.bind()?;
     let ptr = buffer.ptr();
     // SAFETY: `ptr` is the base of this live device allocation of the bound device.
     let handle = unsafe { core.api().ipc_get(ptr) }
-        .ok_or_else(|| unsupported::<A>(""))?
-        .map_err(driver_error::<A>(""))?;
-    let id = core.api().ipc_identity(ptr, buffer.len(), "")?;
+        .ok_or_else(|| unsupported::<A>())?
+        .map_err(driver_error::<A>)?;
+    let id = core.api().ipc_identity(ptr, buffer.len())?;
     let mut payload = Vec::with_capacity(payload_len::<A>());
     payload.extend_from_slice(&A::IPC_MAGIC);
     payload.extend_from_slice(&[VERSION, 0, 0, 0]);
@@ -182,22 +182,22 @@ pub(crate) fn import<A: StreamApi>(
     if let Some(m) = open.iter().find(same) {
         return Ok(StreamBuffer::imported(core, m.clone(), size));
     }
-    core.bind("")?;
+    core.bind()?;
     let api = core.api();
-    let mut opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>(""))?;
+    let mut opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>())?;
     if matches!(&opened, Err(f) if Some(f.code) == A::ALREADY_MAPPED) {
         let (pid, base, len, id) = exporter;
         for stale in open.iter().filter(|m| {
             let (p, b, l, i) = m.exporter;
             p == pid && i != id && b < base + len && base < b + l
         }) {
-            stale.close("")?;
+            stale.close()?;
         }
-        opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>(""))?;
+        opened = api.ipc_open(handle).ok_or_else(|| unsupported::<A>())?;
     }
     let ptr = opened.map_err(|f| {
         if f.code == A::OUT_OF_MEMORY {
-            f.into_error(A::KIND, "")
+            driver_error::<A>(f)
         } else {
             bad::<A>(format!(
                 "the {} refused it: {}",

@@ -70,7 +70,7 @@ impl<A: StreamApi> Drop for Allocation<A> {
     fn drop(&mut self) {
         // A wait that fails (a lost device) leaves the memory allocated: freeing it under
         // work that may still run would be worse than the leak.
-        if self.uses.wait("").is_ok() && self.core.bind_to_release("").is_ok() {
+        if self.uses.wait().is_ok() && self.core.bind_to_release().is_ok() {
             let api = self.core.api();
             match self.origin {
                 Origin::Device | Origin::Managed => {
@@ -122,9 +122,9 @@ impl<A: StreamApi> std::fmt::Debug for StreamBuffer<A> {
     }
 }
 
-fn out_of_range<A: StreamApi>(call: &'static str, offset: usize, len: usize, size: usize) -> Error {
+fn out_of_range<A: StreamApi>(offset: usize, len: usize, size: usize) -> Error {
     Error::InvalidArgument {
-        call,
+        call: "",
         reason: format!(
             "{} buffer: range {offset}..{} is outside its {size} bytes",
             A::WORDS.name,
@@ -140,28 +140,27 @@ impl<A: StreamApi> StreamBuffer<A> {
         size: usize,
         kind: MemKind,
         exportable: bool,
-        call: &'static str,
     ) -> Result<StreamBuffer<A>> {
         core.settle();
         let words = A::WORDS;
         if size == 0 {
             return Err(Error::InvalidArgument {
-                call,
+                call: "",
                 reason: format!("zero-size allocation on a {} device", words.title),
             });
         }
-        core.bind(call)?;
+        core.bind()?;
         let api = core.api();
         let oom = |failure: crate::Failure| {
             if failure.code == A::OUT_OF_MEMORY {
                 Error::OutOfMemory {
                     backend: A::KIND,
-                    call,
+                    call: "",
                     requested: size as u64,
                     reason: failure.message(),
                 }
             } else {
-                failure.into_error(A::KIND, call)
+                driver_error::<A>(failure)
             }
         };
         let (ptr, origin) = match (kind, exportable) {
@@ -177,7 +176,7 @@ impl<A: StreamApi> StreamBuffer<A> {
                 None => {
                     return Err(Error::Unsupported {
                         backend: A::KIND,
-                        call,
+                        call: "",
                         reason: format!(
                             "the {} has no {} (managed memory)",
                             words.driver, words.managed
@@ -188,7 +187,7 @@ impl<A: StreamApi> StreamBuffer<A> {
             (other, false) => {
                 return Err(Error::Unsupported {
                     backend: A::KIND,
-                    call,
+                    call: "",
                     reason: format!("memory kind {other:?}"),
                 });
             }
@@ -295,24 +294,24 @@ impl<A: StreamApi> StreamBuffer<A> {
 
     /// Checks that `offset..offset + len` lies inside the buffer; the device address of
     /// `offset`.
-    pub(crate) fn at(&self, call: &'static str, offset: usize, len: usize) -> Result<u64> {
+    pub(crate) fn at(&self, offset: usize, len: usize) -> Result<u64> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.alloc.ptr + offset as u64),
-            _ => Err(out_of_range::<A>(call, offset, len, self.len)),
+            _ => Err(out_of_range::<A>(offset, len, self.len)),
         }
     }
 
     /// Binds the device and waits for the queued work on the buffer.
-    pub(crate) fn quiesce(&self, call: &'static str) -> Result<()> {
-        self.alloc.uses.wait(call)?;
-        self.alloc.core.bind(call)
+    pub(crate) fn quiesce(&self) -> Result<()> {
+        self.alloc.uses.wait()?;
+        self.alloc.core.bind()
     }
 
     /// Waits for the stream the synchronous copies and fills run on.
     #[allow(unsafe_code)]
-    pub(crate) fn settle(&self, call: &'static str) -> Result<()> {
+    pub(crate) fn settle(&self) -> Result<()> {
         // SAFETY: that stream is the bound device's own, always live.
-        unsafe { self.alloc.core.api().stream_synchronize(None) }.map_err(driver_error::<A>(call))
+        unsafe { self.alloc.core.api().stream_synchronize(None) }.map_err(driver_error::<A>)
     }
 
     /// The bytes in place, for pinned and managed memory (the host reaches them directly),
@@ -332,8 +331,8 @@ impl<A: StreamApi> StreamBuffer<A> {
                 });
             }
         };
-        self.quiesce("")?;
-        self.settle("")?;
+        self.quiesce()?;
+        self.settle()?;
         // SAFETY: pinned and managed allocations are host-addressable for their whole `len`
         // bytes while the buffer lives (`StreamApi`'s contract); no queued work on it runs
         // and the synchronous stream is idle (waited), none can be queued while `&mut

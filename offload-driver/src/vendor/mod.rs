@@ -395,11 +395,7 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
     fn image_globals(image: &Self::Image) -> Vec<String>;
     /// The parameters of kernel `name` (`None`: the image has no such kernel; an error: a
     /// parameter offload cannot pass).
-    fn kernel_params(
-        image: &Self::Image,
-        name: &str,
-        call: &'static str,
-    ) -> Option<Result<Vec<ParamKind>>>;
+    fn kernel_params(image: &Self::Image, name: &str) -> Option<Result<Vec<ParamKind>>>;
     /// The bytes the vendor loads for an inspected image (kept until the module is
     /// unloaded): PTX with its NUL, the code object out of a bundle, …
     fn module_bytes(image: &[u8], inspected: &Self::Image) -> std::result::Result<Vec<u8>, String>;
@@ -409,12 +405,7 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
     ///
     /// `bytes` came from [`StreamApi::module_bytes`] for `inspected`, an inspection of the
     /// same image, and stay alive until the module is unloaded.
-    unsafe fn module_load(
-        &self,
-        bytes: &[u8],
-        inspected: &Self::Image,
-        call: &'static str,
-    ) -> Result<Self::Module>;
+    unsafe fn module_load(&self, bytes: &[u8], inspected: &Self::Image) -> Result<Self::Module>;
     /// Unloads a module.
     ///
     /// # Safety
@@ -480,10 +471,11 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
     unsafe fn ipc_close(&self, ptr: u64) -> Option<std::result::Result<(), Failure>>;
     /// Checks an exportable allocation before its handle travels, and gives the id the
     /// payload carries when [`StreamApi::IPC_ID`] (CUDA's buffer id).
-    fn ipc_identity(&self, ptr: u64, len: usize, call: &'static str) -> Result<Option<u64>>;
+    fn ipc_identity(&self, ptr: u64, len: usize) -> Result<Option<u64>>;
 }
 
-/// A failed vendor call as the offload error of `call`.
-pub(crate) fn driver_error<A: StreamApi>(call: &'static str) -> impl Fn(Failure) -> Error {
-    move |failure| failure.into_error(A::KIND, call)
+/// A failed vendor call as an offload error (naming no call: the handle of the user's call
+/// names it).
+pub(crate) fn driver_error<A: StreamApi>(failure: Failure) -> Error {
+    failure.into_error(A::KIND, "")
 }

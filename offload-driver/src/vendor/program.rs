@@ -39,8 +39,8 @@ unsafe impl<A: StreamApi> Sync for ModuleInner<A> {}
 impl<A: StreamApi> Drop for ModuleInner<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        let waited = self.uses.wait("");
-        if waited.is_ok() && self.core.bind_to_release("").is_ok() {
+        let waited = self.uses.wait();
+        if waited.is_ok() && self.core.bind_to_release().is_ok() {
             // SAFETY: the module is live and of the bound device, unloaded once, here; no
             // queued launch uses it (waited) and no kernel of it is left (they hold this).
             let _ = unsafe { self.core.api().module_unload(self.raw) };
@@ -116,23 +116,19 @@ impl<A: StreamApi> std::fmt::Debug for StreamKernel<A> {
     }
 }
 
-fn invalid_binary<A: StreamApi>(call: &'static str, reason: impl Into<String>) -> Error {
+fn invalid_binary<A: StreamApi>(reason: impl Into<String>) -> Error {
     Error::InvalidBinary {
         backend: A::KIND,
-        call,
+        call: "",
         reason: reason.into(),
     }
 }
 
 /// Inspects `image` for `core`'s device, as `load` does, without loading it.
-pub(crate) fn validate<A: StreamApi>(
-    core: &DeviceCore<A>,
-    image: &[u8],
-    call: &'static str,
-) -> Result<A::Image> {
+pub(crate) fn validate<A: StreamApi>(core: &DeviceCore<A>, image: &[u8]) -> Result<A::Image> {
     core.api()
         .inspect(core.context(), image)
-        .map_err(|reason| invalid_binary::<A>(call, reason))
+        .map_err(invalid_binary::<A>)
 }
 
 /// Inspects and loads `image`.
@@ -142,12 +138,12 @@ pub(crate) fn load<A: StreamApi>(
     image: &[u8],
 ) -> Result<StreamModule<A>> {
     core.settle();
-    let inspected = validate(core, image, "")?;
-    let bytes = A::module_bytes(image, &inspected).map_err(|r| invalid_binary::<A>("", r))?;
-    core.bind("")?;
+    let inspected = validate(core, image)?;
+    let bytes = A::module_bytes(image, &inspected).map_err(invalid_binary::<A>)?;
+    core.bind()?;
     // SAFETY: the bytes are `module_bytes` of this very inspection, and the module keeps
     // them until it is unloaded (`_bytes`).
-    let raw = unsafe { core.api().module_load(&bytes, &inspected, "") }?;
+    let raw = unsafe { core.api().module_load(&bytes, &inspected) }?;
     core.made();
     Ok(StreamModule {
         inner: Arc::new(ModuleInner {
@@ -160,10 +156,10 @@ pub(crate) fn load<A: StreamApi>(
     })
 }
 
-fn not_found<A: StreamApi>(call: &'static str, name: &str) -> Error {
+fn not_found<A: StreamApi>(name: &str) -> Error {
     Error::SymbolNotFound {
         backend: A::KIND,
-        call,
+        call: "",
         symbol: name.to_string(),
         hint: String::new(),
     }
@@ -172,19 +168,19 @@ fn not_found<A: StreamApi>(call: &'static str, name: &str) -> Error {
 impl<A: StreamApi> StreamModule<A> {
     /// Address and size of a global.
     #[allow(unsafe_code)]
-    fn locate_global(&self, call: &'static str, name: &str) -> Result<(u64, usize)> {
+    fn locate_global(&self, name: &str) -> Result<(u64, usize)> {
         let inner = &self.inner;
         if !A::image_globals(&inner.image).iter().any(|g| g == name) {
-            return Err(not_found::<A>(call, name));
+            return Err(not_found::<A>(name));
         }
-        let cname = CString::new(name).map_err(|_| not_found::<A>(call, name))?;
-        inner.core.bind(call)?;
+        let cname = CString::new(name).map_err(|_| not_found::<A>(name))?;
+        inner.core.bind()?;
         // SAFETY: the module is live and of the bound device.
         unsafe { inner.core.api().module_global(inner.raw, &cname) }.map_err(|f| {
             if f.code == A::NOT_FOUND {
-                not_found::<A>(call, name)
+                not_found::<A>(name)
             } else {
-                f.into_error(A::KIND, call)
+                driver_error::<A>(f)
             }
         })
     }
@@ -199,13 +195,12 @@ impl<A: StreamApi> hal::Program for StreamModule<A> {
     #[allow(unsafe_code)]
     fn kernel(&self, name: &str) -> Result<StreamKernel<A>> {
         let inner = &self.inner;
-        let params =
-            A::kernel_params(&inner.image, name, "").ok_or_else(|| not_found::<A>("", name))??;
-        let cname = CString::new(name).map_err(|_| not_found::<A>("", name))?;
-        inner.core.bind("")?;
+        let params = A::kernel_params(&inner.image, name).ok_or_else(|| not_found::<A>(name))??;
+        let cname = CString::new(name).map_err(|_| not_found::<A>(name))?;
+        inner.core.bind()?;
         // SAFETY: the module is live (this handle holds it) and of the bound device.
         let function = unsafe { inner.core.api().module_function(inner.raw, &cname) }
-            .map_err(driver_error::<A>(""))?;
+            .map_err(driver_error::<A>)?;
         Ok(StreamKernel {
             module: inner.clone(),
             function,
@@ -227,63 +222,56 @@ impl<A: StreamApi> hal::Program for StreamModule<A> {
     }
 
     fn global(&self, name: &str) -> Result<GlobalInfo> {
-        let (address, size) = self.locate_global("", name)?;
+        let (address, size) = self.locate_global(name)?;
         Ok(GlobalInfo { address, size })
     }
 
     #[allow(unsafe_code)]
     fn read_global(&self, name: &str, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let (address, size) = self.locate_global("", name)?;
-        check::<A>("", name, size, offset, dst.len())?;
+        let (address, size) = self.locate_global(name)?;
+        check::<A>(name, size, offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait("")?;
+        self.inner.uses.wait()?;
         let core = &self.inner.core;
-        core.bind("")?;
+        core.bind()?;
         // SAFETY: the range lies inside the global (checked against the vendor's size), a
         // live allocation of the module, which this handle holds; no queued launch of the
         // module runs (waited).
-        unsafe { core.api().memcpy_dtoh(dst, address + offset as u64) }
-            .map_err(driver_error::<A>(""))
+        unsafe { core.api().memcpy_dtoh(dst, address + offset as u64) }.map_err(driver_error::<A>)
     }
 
     #[allow(unsafe_code)]
     fn write_global(&self, name: &str, offset: usize, src: &[u8]) -> Result<()> {
-        let (address, size) = self.locate_global("", name)?;
-        check::<A>("", name, size, offset, src.len())?;
+        let (address, size) = self.locate_global(name)?;
+        check::<A>(name, size, offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        self.inner.uses.wait("")?;
+        self.inner.uses.wait()?;
         let core = &self.inner.core;
-        core.bind("")?;
+        core.bind()?;
         // SAFETY: as in `read_global`.
         unsafe { core.api().memcpy_htod(address + offset as u64, src) }
-            .map_err(driver_error::<A>(""))?;
+            .map_err(driver_error::<A>)?;
         // SAFETY: the synchronous copies' stream is the bound device's own, always live.
-        unsafe { core.api().stream_synchronize(None) }.map_err(driver_error::<A>(""))
+        unsafe { core.api().stream_synchronize(None) }.map_err(driver_error::<A>)
     }
 
     /// Unloads now, or with the last kernel of it, after its queued launches.
     fn unload(self) -> Result<()> {
-        let waited = self.inner.uses.wait("");
+        let waited = self.inner.uses.wait();
         drop(self);
         waited
     }
 }
 
-fn check<A: StreamApi>(
-    call: &'static str,
-    name: &str,
-    size: usize,
-    offset: usize,
-    len: usize,
-) -> Result<()> {
+fn check<A: StreamApi>(name: &str, size: usize, offset: usize, len: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(Error::InvalidArgument {
-            call,
+            call: "",
             reason: format!(
                 "range {offset}..+{len} is outside {} global `{name}` ({size} bytes)",
                 A::WORDS.name

@@ -86,14 +86,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<A: StreamApi> crate::Stream for QueueShared<A> {
     /// Waits for everything enqueued so far; then drops what the stream kept.
     #[allow(unsafe_code)]
-    fn synchronize(&self, call: &'static str) -> Result<()> {
-        self.core.bind(call)?;
+    fn synchronize(&self) -> Result<()> {
+        self.core.bind()?;
         self.core.settle();
         // What was enqueued before the sync (the list grows in submission order).
         let passed = lock(&self.kept).end();
         // SAFETY: the stream is live (destroyed only in Drop) and of the bound device.
         unsafe { self.core.api().stream_synchronize(Some(self.stream)) }
-            .map_err(driver_error::<A>(call))?;
+            .map_err(driver_error::<A>)?;
         lock(&self.kept).release_before(passed);
         Ok(())
     }
@@ -106,7 +106,7 @@ impl<A: StreamApi> crate::Stream for QueueShared<A> {
 impl<A: StreamApi> Drop for QueueShared<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        if self.core.bind_to_release("").is_ok() {
+        if self.core.bind_to_release().is_ok() {
             let api = self.core.api();
             // SAFETY: the stream is live and of the bound device; it is destroyed once,
             // here, after its work (waited for first: the kept bytes go after).
@@ -166,7 +166,7 @@ impl<A: StreamApi> std::fmt::Debug for StreamEvent<A> {
 impl<A: StreamApi> Drop for StreamEvent<A> {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        if self.core.bind_to_release("").is_ok() {
+        if self.core.bind_to_release().is_ok() {
             // SAFETY: the event is live and of the bound device, destroyed once, here; the
             // vendor defers the release of an event still pending.
             let _ = unsafe { self.core.api().event_destroy(self.raw) };
@@ -178,8 +178,8 @@ impl<A: StreamApi> Drop for StreamEvent<A> {
 impl<A: StreamApi> StreamQueue<A> {
     /// A non-blocking stream on `core`'s device.
     pub(crate) fn new(core: &Arc<DeviceCore<A>>) -> Result<StreamQueue<A>> {
-        core.bind("")?;
-        let stream = core.api().stream_create().map_err(driver_error::<A>(""))?;
+        core.bind()?;
+        let stream = core.api().stream_create().map_err(driver_error::<A>)?;
         core.made();
         Ok(StreamQueue {
             shared: Arc::new(QueueShared {
@@ -194,23 +194,23 @@ impl<A: StreamApi> StreamQueue<A> {
     }
 
     /// Binds the queue's device, after checking that `buffers` are on it.
-    fn bind(&self, call: &'static str, buffers: &[&StreamBuffer<A>]) -> Result<&A> {
+    fn bind(&self, buffers: &[&StreamBuffer<A>]) -> Result<&A> {
         let core = &self.shared.core;
         if buffers.iter().any(|b| !Arc::ptr_eq(b.core(), core)) {
             return Err(Error::invalid(
-                call,
+                "",
                 format!(
                     "the {} buffer is on another device than the queue",
                     A::WORDS.name
                 ),
             ));
         }
-        core.bind(call)?;
+        core.bind()?;
         Ok(core.api())
     }
 
-    fn synchronize(&self, call: &'static str) -> Result<()> {
-        crate::Stream::synchronize(&*self.shared, call)
+    fn synchronize(&self) -> Result<()> {
+        crate::Stream::synchronize(&*self.shared)
     }
 }
 
@@ -243,7 +243,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
             StreamBuffer::len,
         )?;
         self.shared.core.limits().check(dims, &kernel_name)?;
-        let api = self.bind("", &buffers)?;
+        let api = self.bind(&buffers)?;
         if dims.blocks() == 0 {
             return Ok(()); // no blocks: nothing to run
         }
@@ -266,7 +266,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
                 &mut pointers,
             )
         }
-        .map_err(driver_error::<A>(""))?;
+        .map_err(driver_error::<A>)?;
         self.shared.count();
         for b in buffers {
             b.uses().add(&self.shared);
@@ -278,8 +278,8 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// Queues a copy of `data` into `buffer` at `offset`.
     #[allow(unsafe_code)]
     fn enqueue_write(&self, buffer: &StreamBuffer<A>, offset: usize, data: Vec<u8>) -> Result<()> {
-        let dst = buffer.at("", offset, data.len())?;
-        let api = self.bind("", &[buffer])?;
+        let dst = buffer.at(offset, data.len())?;
+        let api = self.bind(&[buffer])?;
         if data.is_empty() {
             return Ok(());
         }
@@ -289,7 +289,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         // to have passed the copy (a sync), and a Vec's heap bytes do not move when the
         // Vec is moved into the list.
         unsafe { api.memcpy_htod_async(dst, &data, self.shared.stream) }
-            .map_err(driver_error::<A>(""))?;
+            .map_err(driver_error::<A>)?;
         self.shared.count();
         kept.push(data);
         drop(kept);
@@ -308,7 +308,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         len: usize,
         pattern: &[u8],
     ) -> Result<()> {
-        let dst = buffer.at("", offset, len)?;
+        let dst = buffer.at(offset, len)?;
         if pattern.is_empty() || len % pattern.len() != 0 {
             return Err(Error::invalid(
                 "",
@@ -318,7 +318,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
                 ),
             ));
         }
-        let api = self.bind("", &[buffer])?;
+        let api = self.bind(&[buffer])?;
         if len == 0 {
             return Ok(());
         }
@@ -336,7 +336,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         // of the bound device, kept alive by its `uses`; `dst` is aligned to the word size
         // (checked above).
         unsafe { api.memset_async(dst, word, len / size, self.shared.stream) }
-            .map_err(driver_error::<A>(""))?;
+            .map_err(driver_error::<A>)?;
         self.shared.count();
         buffer.uses().add(&self.shared);
         Ok(())
@@ -352,15 +352,15 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = src.at("", src_offset, len)?;
-        let to = dst.at("", dst_offset, len)?;
+        let from = src.at(src_offset, len)?;
+        let to = dst.at(dst_offset, len)?;
         if from.abs_diff(to) < len as u64 && Arc::ptr_eq(&src.alloc, &dst.alloc) {
             return Err(Error::invalid(
                 "",
                 format!("the ranges of one {} buffer overlap", A::WORDS.name),
             ));
         }
-        let api = self.bind("", &[src, dst])?;
+        let api = self.bind(&[src, dst])?;
         if len == 0 {
             return Ok(());
         }
@@ -368,7 +368,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         // kept alive by their `uses`, and do not overlap (checked, for one buffer; two
         // buffers are two allocations).
         unsafe { api.memcpy_dtod_async(to, from, len, self.shared.stream) }
-            .map_err(driver_error::<A>(""))?;
+            .map_err(driver_error::<A>)?;
         self.shared.count();
         src.uses().add(&self.shared);
         dst.uses().add(&self.shared);
@@ -379,7 +379,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// launch, the stream is synced and `f` runs on the caller's thread).
     #[allow(unsafe_code)]
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
-        let api = self.bind("", &[])?;
+        let api = self.bind(&[])?;
         let shared = &self.shared;
         // Numbered before the launch: the function may run before the launch returns.
         let number = shared.count();
@@ -394,12 +394,12 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
             Some(Err(failure)) => {
                 // SAFETY: not handed to the vendor: the box is still ours.
                 drop(unsafe { HostCallback::take_back(callback) });
-                Err(failure.into_error(A::KIND, ""))
+                Err(driver_error::<A>(failure))
             }
             None => {
                 // SAFETY: as above.
                 let f = unsafe { HostCallback::take_back(callback) };
-                self.synchronize("")?;
+                self.synchronize()?;
                 // Its own panic only: an earlier function's stays for the next sync.
                 let failure = HostFailure::default();
                 crate::run_marked(at, number, f, &failure);
@@ -416,7 +416,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
 
     /// Waits for the stream; reports (once) a host function's panic.
     fn sync(&self) -> Result<()> {
-        self.synchronize("")?;
+        self.synchronize()?;
         match lock(&self.shared.failure).take() {
             None => Ok(()),
             Some(failure) => Err(Error::Callback {
@@ -429,11 +429,10 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// Whether the stream is idle (`cuStreamQuery`, `hipStreamQuery`).
     #[allow(unsafe_code)]
     fn is_idle(&self) -> Result<bool> {
-        let api = self.bind("", &[])?;
+        let api = self.bind(&[])?;
         let passed = lock(&self.shared.kept).end();
         // SAFETY: the stream is live and of the bound device.
-        let idle =
-            unsafe { api.stream_query(self.shared.stream) }.map_err(driver_error::<A>(""))?;
+        let idle = unsafe { api.stream_query(self.shared.stream) }.map_err(driver_error::<A>)?;
         if idle {
             lock(&self.shared.kept).release_before(passed);
         }
@@ -443,8 +442,8 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
     /// Records an event after the work enqueued so far.
     #[allow(unsafe_code)]
     fn record(&self) -> Result<StreamEvent<A>> {
-        let api = self.bind("", &[])?;
-        let raw = api.event_create().map_err(driver_error::<A>(""))?;
+        let api = self.bind(&[])?;
+        let raw = api.event_create().map_err(driver_error::<A>)?;
         let core = &self.shared.core;
         core.made();
         let event = StreamEvent {
@@ -452,7 +451,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
             raw,
         };
         // SAFETY: both are live objects of the bound device.
-        unsafe { api.event_record(raw, self.shared.stream) }.map_err(driver_error::<A>(""))?;
+        unsafe { api.event_record(raw, self.shared.stream) }.map_err(driver_error::<A>)?;
         self.shared.count();
         Ok(event)
     }
@@ -469,10 +468,10 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
                 ),
             ));
         }
-        let api = self.bind("", &[])?;
+        let api = self.bind(&[])?;
         // SAFETY: both are live objects of the bound device.
         unsafe { api.stream_wait_event(self.shared.stream, event.raw) }
-            .map_err(driver_error::<A>(""))?;
+            .map_err(driver_error::<A>)?;
         self.shared.count();
         Ok(())
     }
@@ -489,18 +488,18 @@ impl<A: StreamApi> hal::Event for StreamEvent<A> {
     /// Waits for the event.
     #[allow(unsafe_code)]
     fn sync(&self) -> Result<()> {
-        self.core.bind("")?;
+        self.core.bind()?;
         self.core.settle();
         // SAFETY: the event is live and of the bound device.
-        unsafe { self.core.api().event_synchronize(self.raw) }.map_err(driver_error::<A>(""))
+        unsafe { self.core.api().event_synchronize(self.raw) }.map_err(driver_error::<A>)
     }
 
     /// Whether the work before the event has finished.
     #[allow(unsafe_code)]
     fn is_complete(&self) -> Result<bool> {
-        self.core.bind("")?;
+        self.core.bind()?;
         // SAFETY: as above.
-        unsafe { self.core.api().event_query(self.raw) }.map_err(driver_error::<A>(""))
+        unsafe { self.core.api().event_query(self.raw) }.map_err(driver_error::<A>)
     }
 
     /// Device time from `start` to `self`, both waited for first.
@@ -516,7 +515,7 @@ impl<A: StreamApi> hal::Event for StreamEvent<A> {
         self.sync()?;
         // SAFETY: both are live, completed (waited) events of the bound device.
         let ms = unsafe { self.core.api().event_elapsed(start.raw, self.raw) }
-            .map_err(driver_error::<A>(""))?;
+            .map_err(driver_error::<A>)?;
         Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
     }
 

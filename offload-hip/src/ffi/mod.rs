@@ -272,7 +272,6 @@ unsafe impl StreamApi for Driver {
     fn kernel_params(
         object: &CodeObject,
         name: &str,
-        _: &'static str,
     ) -> Option<offload_core::Result<Vec<ParamKind>>> {
         let kernel = object.kernels.iter().find(|k| k.name == name)?;
         Some(Ok(kernel.params.clone()))
@@ -291,22 +290,16 @@ unsafe impl StreamApi for Driver {
         &self,
         bytes: &[u8],
         object: &CodeObject,
-        call: &'static str,
     ) -> offload_core::Result<HipModule> {
         // SAFETY: the caller's promise: an inspected code object, alive until unloaded.
         unsafe { self.module_load_raw(bytes) }
-            .map_err(|failure| crate::program::refused(failure, object, call))
+            .map_err(|failure| crate::program::refused(failure, object))
     }
 
     /// `hipMemGetAddressRange` must say the allocation starts at `ptr` and holds `len`
     /// bytes; the payload carries no id.
-    fn ipc_identity(
-        &self,
-        ptr: u64,
-        len: usize,
-        call: &'static str,
-    ) -> offload_core::Result<Option<u64>> {
-        crate::platform::check_range(self, RawAddress::from_address(ptr), len, call).map(|()| None)
+    fn ipc_identity(&self, ptr: u64, len: usize) -> offload_core::Result<Option<u64>> {
+        crate::platform::check_range(self, RawAddress::from_address(ptr), len).map(|()| None)
     }
 
     /// `hipMemsetAsync` / `hipMemsetD16Async` / `hipMemsetD32Async` of `count` words.

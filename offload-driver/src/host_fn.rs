@@ -158,7 +158,7 @@ impl HostThread {
             }
         })
         .map_err(|e| offload_core::Error::Callback {
-            callback: "",
+            callback: offload_core::hal::HOST_FN_CALLBACK,
             source: format!("cannot start the queue's host-function thread: {e}").into(),
         })?;
         *started = Some(Started {

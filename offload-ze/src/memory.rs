@@ -26,6 +26,9 @@ pub(crate) enum Origin {
     Made(MemoryKind),
     /// Another process's memory, opened through IPC (`zeMemOpenIpcHandle`).
     Imported,
+    /// Memory another library of this process allocated (`hal::Device::adopt`): never
+    /// freed here; the allocation's owner lets it go.
+    Adopted,
 }
 
 /// One allocation, released (`zeMemFree`, or `zeMemCloseIpcHandle` for an import) when its
@@ -38,6 +41,9 @@ pub(crate) struct Allocation {
     pub(crate) uses: Uses,
     /// For an import: the IPC mapping, held open while it lives.
     _mapping: Option<Arc<crate::ipc::Mapping>>,
+    /// For adopted memory: what keeps it alive, dropped with the allocation (after the
+    /// queued work on it, which the drop waits for).
+    _owner: Option<offload_core::hal::Owner>,
 }
 
 // SAFETY: the allocation owns its memory exclusively; the raw address is only handed to
@@ -148,11 +154,37 @@ impl ZeBuffer {
                 origin: Origin::Made(memory),
                 uses: Uses::default(),
                 _mapping: None,
+                _owner: None,
             }),
             len: size,
             kind,
             exportable,
         })
+    }
+
+    /// A buffer over `len` bytes at `ptr` that another library of this process allocated
+    /// on this device, kept alive by `owner` (`hal::Device::adopt`).
+    pub(crate) fn adopted(
+        device: &Arc<DeviceShared>,
+        ptr: *mut c_void,
+        len: usize,
+        kind: MemKind,
+        owner: offload_core::hal::Owner,
+    ) -> ZeBuffer {
+        device.made();
+        ZeBuffer {
+            alloc: Arc::new(Allocation {
+                device: device.clone(),
+                ptr,
+                origin: Origin::Adopted,
+                uses: Uses::default(),
+                _mapping: None,
+                _owner: Some(owner),
+            }),
+            len,
+            kind,
+            exportable: false,
+        }
     }
 
     /// A buffer over another process's memory, mapped by `mapping` (closed with its last
@@ -170,6 +202,7 @@ impl ZeBuffer {
                 origin: Origin::Imported,
                 uses: Uses::default(),
                 _mapping: Some(mapping),
+                _owner: None,
             }),
             len,
             kind: MemKind::Device,

@@ -412,6 +412,24 @@ impl hal::Device for ZeDevice {
         ZeBuffer::new(&self.shared, size, kind, false)
     }
 
+    /// The USM pointer (what SYCL and oneAPI libraries use).
+    fn address(&self, buffer: &ZeBuffer) -> Result<Option<u64>> {
+        Ok(Some(buffer.alloc.ptr as u64))
+    }
+
+    /// USM memory of this device's context another library allocated.
+    #[allow(unsafe_code)]
+    unsafe fn adopt(
+        &self,
+        address: u64,
+        len: usize,
+        kind: MemKind,
+        owner: hal::Owner,
+    ) -> Result<Option<ZeBuffer>> {
+        let ptr = std::ptr::with_exposed_provenance_mut::<c_void>(address as usize);
+        Ok(Some(ZeBuffer::adopted(&self.shared, ptr, len, kind, owner)))
+    }
+
     /// Lets go of the memory: freed once no queued work uses it.
     fn free(&self, buffer: ZeBuffer) -> Result<()> {
         if Arc::strong_count(&buffer.alloc) == 1 {

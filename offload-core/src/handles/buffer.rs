@@ -614,11 +614,12 @@ impl Buffer {
 
     /// The address of the buffer's first byte as the device's driver and the other
     /// libraries of the process name it: a host pointer on the host device, a
-    /// `CUdeviceptr`/`hipDeviceptr_t` on CUDA and HIP (what DLPack hands over), for memory
-    /// this runtime allocated or adopted ([`Device::adopt`]). The address is valid while
-    /// the buffer is (a handle of it alive and its runtime not shut down); what another
-    /// library does with it is outside offload's checks. `Error::Unsupported` where the
-    /// backend has no such address (Vulkan, Level Zero).
+    /// `CUdeviceptr`/`hipDeviceptr_t` on CUDA and HIP, the USM pointer on Level Zero (what
+    /// DLPack hands over), for memory this runtime allocated or adopted
+    /// ([`Device::adopt`]). The address is valid while the buffer is (a handle of it alive
+    /// and its runtime not shut down); what another library does with it is outside
+    /// offload's checks. `Error::Unsupported` where the backend has no such address
+    /// (Vulkan).
     ///
     /// ```
     /// use offload::{MemKind, Offload};

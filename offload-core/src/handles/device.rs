@@ -114,8 +114,8 @@ impl Device {
     /// copies and launches use that memory. offload never frees it: `owner`, whatever keeps
     /// the memory alive (the other library's handle of it), is dropped when the buffer is
     /// released — the last handle dropped, or its runtime shut down — after the queued work
-    /// that uses it. `Error::Unsupported` where the backend cannot adopt memory (Vulkan,
-    /// Level Zero); see [`Buffer::address`] for the other direction.
+    /// that uses it. `Error::Unsupported` where the backend cannot adopt memory (Vulkan);
+    /// see [`Buffer::address`] for the other direction.
     ///
     /// # Safety
     /// `address..address + len` must be memory of `kind` that this device's kernels and

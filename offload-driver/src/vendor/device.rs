@@ -375,6 +375,28 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         StreamBuffer::new(&self.core, size, kind, false)
     }
 
+    /// The device pointer (`CUdeviceptr`, `hipDeviceptr_t`); for pinned host memory the
+    /// host address, which is also its device address (unified addressing).
+    fn address(&self, buffer: &StreamBuffer<A>) -> Result<Option<u64>> {
+        Ok(Some(buffer.alloc.ptr))
+    }
+
+    /// Memory of this device another library allocated (a CuPy or PyTorch tensor's, by
+    /// DLPack): device, pinned or managed, used through its address like offload's own.
+    #[allow(unsafe_code)]
+    unsafe fn adopt(
+        &self,
+        address: u64,
+        len: usize,
+        kind: MemKind,
+        owner: hal::Owner,
+    ) -> Result<Option<StreamBuffer<A>>> {
+        self.core.settle();
+        Ok(Some(StreamBuffer::adopted(
+            &self.core, address, len, kind, owner,
+        )))
+    }
+
     /// Lets go of the memory: freed once no buffer and no queued work uses it.
     fn free(&self, buffer: StreamBuffer<A>) -> Result<()> {
         let alloc = &buffer.alloc;

@@ -12,7 +12,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use offload_core::{Error, MemKind, Result};
+use offload_core::{Error, MemKind, Result, hal};
 
 use super::device::DeviceCore;
 use super::ipc::Mapping;
@@ -34,6 +34,21 @@ pub(crate) enum Origin {
     Managed,
     /// Another process's memory, opened through IPC.
     Imported,
+    /// Memory another library of this process allocated (`hal::Device::adopt`): never
+    /// freed here; its owner, dropped with the allocation, lets it go.
+    Adopted {
+        /// Kept for its drop.
+        _owner: Owner,
+    },
+}
+
+/// What keeps adopted memory alive (`hal::Owner`), kept for its drop.
+pub(crate) struct Owner(#[allow(dead_code, reason = "kept for its drop")] hal::Owner);
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Owner")
+    }
 }
 
 /// One allocation: freed when its last buffer is gone (an exportable allocation can have
@@ -84,6 +99,9 @@ impl<A: StreamApi> Drop for Allocation<A> {
                 }
                 // The mapping closes with its last user (`Mapping`'s drop).
                 Origin::Imported => {}
+                // Not ours to free: the owner, dropped with the origin after this, lets it
+                // go (after the queued work on it: waited above).
+                Origin::Adopted { .. } => {}
             }
         }
         self.core.destroyed();
@@ -212,6 +230,33 @@ impl<A: StreamApi> StreamBuffer<A> {
         })
     }
 
+    /// A buffer over `len` bytes at `ptr` that another library of this process allocated on
+    /// this device, kept alive by `owner` (`hal::Device::adopt`).
+    pub(crate) fn adopted(
+        core: &Arc<DeviceCore<A>>,
+        ptr: u64,
+        len: usize,
+        kind: MemKind,
+        owner: hal::Owner,
+    ) -> StreamBuffer<A> {
+        core.made();
+        StreamBuffer {
+            alloc: Arc::new(Allocation {
+                core: core.clone(),
+                ptr,
+                len,
+                origin: Origin::Adopted {
+                    _owner: Owner(owner),
+                },
+                uses: Uses::default(),
+                _mapping: None,
+            }),
+            len,
+            kind,
+            exportable: false,
+        }
+    }
+
     /// A buffer over memory another process exported, mapped by `mapping`.
     pub(crate) fn imported(
         core: &Arc<DeviceCore<A>>,
@@ -321,7 +366,7 @@ impl<A: StreamApi> StreamBuffer<A> {
         let base = match self.alloc.origin {
             Origin::Pinned(host) => host.cast::<u8>(),
             Origin::Managed => std::ptr::with_exposed_provenance_mut::<u8>(self.alloc.ptr as usize),
-            Origin::Device | Origin::Imported => {
+            Origin::Device | Origin::Imported | Origin::Adopted { .. } => {
                 return Err(Error::Unsupported {
                     backend: A::KIND,
                     call: "",

@@ -66,7 +66,8 @@ pub struct Subject {
     pub library: &'static str,
     /// The prefix of the fake's test hooks (`<hooks>_violations`, ...).
     pub hooks: &'static str,
-    /// The kinds of driver object whose live counts a report lists.
+    /// The kinds of driver object whose live counts a report lists; the first is device
+    /// memory.
     pub live: &'static [&'static str],
     /// The backend's platform entry.
     pub entry: fn() -> PlatformEntry,
@@ -202,6 +203,7 @@ pub fn child<B: Platform, P: Platforms>(
         "runtime" => runtime(subject, &hooks),
         "memory" => memory::<B>(subject, &hooks),
         "programs" => programs(subject, &hooks),
+        "adopt" => adopt(subject, &hooks),
         "bad-images" => bad_images::<B>(subject, &hooks),
         "leaky" => leaky::<B>(subject, &hooks),
         "oom" => oom::<B>(subject, &hooks),
@@ -418,6 +420,64 @@ pub fn programs(subject: &Subject, hooks: &FakeHooks) -> String {
         "words={words:?} g={} read_global={}; {}",
         u32::from_ne_bytes(g),
         u32::from_ne_bytes(first),
+        subject.report(hooks)
+    )
+}
+
+/// Memory the driver allocated outside offload's bookkeeping, adopted (`Device::adopt`):
+/// here another offload buffer's memory, found by `Buffer::address`, with that buffer as the
+/// owner, so the two name the same device memory. A kernel launched on the adopted buffer
+/// and a fill through it are seen through the owner; dropping the adopted buffer drops the
+/// owner, which frees the memory then, exactly once (the fake counts live allocations and
+/// reports a double free). `words=<first three words> same=<bool> freed=<bool>; <report>`.
+pub fn adopt(subject: &Subject, hooks: &FakeHooks) -> String {
+    let rt = subject.start();
+    let dev = rt.devices().unwrap().remove(0);
+    let add_one = Program::new(subject.fixture)
+        .load(&dev)
+        .unwrap()
+        .kernel("add_one")
+        .unwrap();
+    let theirs = dev.alloc(1024 * 4, MemKind::Device).unwrap();
+    theirs.fill(0, 1024 * 4, 0).unwrap();
+    let address = theirs.address().unwrap();
+    let probe = dev.alloc(4, MemKind::Device).unwrap();
+    let probe_address = probe.address().unwrap();
+    // SAFETY: 4 KiB of this device's memory, allocated by the driver and kept by its owner
+    // (`theirs`) until the adopted buffer drops it; touched through `theirs` only after the
+    // queue synchronised.
+    let ours = unsafe { dev.adopt(address, 1024 * 4, MemKind::Device, theirs) }.unwrap();
+    let same = ours.address().unwrap() == address && probe_address != address;
+    let q = dev.queue().unwrap();
+    // SAFETY: add_one increments the first 256 u32s of its buffer, which has 1024.
+    unsafe {
+        q.launch(
+            &add_one,
+            Dims::grid([4, 1, 1]).block([64, 1, 1]),
+            &[Arg::buffer(&ours), Arg::scalar(&256u32)],
+        )
+        .unwrap();
+    }
+    q.sync().unwrap();
+    ours.fill(8, 4, 5).unwrap();
+    let mut out = [0u8; 12];
+    ours.read(0, &mut out).unwrap();
+    let words: Vec<u32> = out
+        .chunks(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    q.sync().unwrap();
+    let device_memory = subject.live[0];
+    let before = hooks.live(device_memory);
+    drop(ours);
+    // The owner went with the adopted buffer: its memory is freed now, not at shutdown.
+    let freed = subject
+        .fake
+        .fake_only(before - hooks.live(device_memory) == 1);
+    drop((probe, add_one, q, dev));
+    rt.shutdown().unwrap();
+    format!(
+        "words={words:?} same={same} freed={freed}; {}",
         subject.report(hooks)
     )
 }
@@ -966,6 +1026,23 @@ macro_rules! fake_backend_tests {
                     "programs",
                     defer,
                     "words=[7, 8, 8] g=99 read_global=99; ",
+                );
+            }
+        }
+
+        #[test]
+        fn adopted_memory_is_the_owners_and_is_freed_once() {
+            let Some(dir) = $subject.built() else { return };
+            for defer in [false, true] {
+                $crate::fake::cases::expect_clean(
+                    &$subject,
+                    &dir,
+                    "adopt",
+                    defer,
+                    &format!(
+                        "words=[1, 1, 84215045] same=true freed={}; ",
+                        $subject.fake.fake_only(true)
+                    ),
                 );
             }
         }

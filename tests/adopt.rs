@@ -186,3 +186,31 @@ fn a_backend_that_cannot_adopt_says_so_and_has_no_address() {
         "{err}"
     );
 }
+
+/// An owner may hold the last reference of the very runtime whose buffer it keeps (a DLPack
+/// capsule of another offload buffer pins its runtime): dropping the buffer gives that
+/// reference back inside the buffer's release. That drop runs as user code (L6): the
+/// teardown moves to a helper thread instead of waiting, under the release, for itself.
+#[test]
+fn an_owner_holding_the_last_runtime_reference_does_not_hang_its_release() {
+    let _serial = common::serial();
+    let rt = Offload::init().unwrap();
+    let dev = rt.device(BackendKind::Host).unwrap();
+    let (memory, address, drops) = foreign(16);
+    struct Holds(#[allow(dead_code)] Owner, #[allow(dead_code)] Offload);
+    // SAFETY: as above, 64 bytes; the owner also holds the runtime's only reference.
+    let buf = unsafe { dev.adopt(address, 64, MemKind::Host, Holds(memory, rt)) }.unwrap();
+    drop(dev);
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(buf);
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("dropping the adopted buffer hung (its owner gave back the last reference)");
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    // The generation ended on a helper thread; a fresh one starts.
+    let fresh = Offload::init().unwrap();
+    assert!(fresh.shutdown().unwrap().was_last());
+}

@@ -122,8 +122,11 @@ Buffer.numpy = _numpy
 def from_dlpack(obj, device=None, copy=None):
     """An offload Buffer from a DLPack producer.
 
-    An offload Buffer (or anything DLPack-viewing one) comes back as that same Buffer, no
-    copy. Other host memory (a NumPy array) becomes a buffer of `device`: on the host
+    An offload Buffer comes back as that same Buffer, no copy. Device memory (a CuPy array,
+    a PyTorch tensor on CUDA, another offload Buffer's DLPack capsule) becomes a buffer of
+    `device`, which must be the device DLPack names, over that same memory (no copy; the
+    producer's memory is kept until the buffer is released). Host memory (a NumPy array)
+    becomes a buffer of `device`: on the host
     device a buffer over that same memory (no copy: writes through either are seen through
     the other; the buffer keeps the array alive until it is released), when the memory is
     writable and C-contiguous; otherwise, or with copy=True, a new buffer holding a copy.
@@ -131,14 +134,24 @@ def from_dlpack(obj, device=None, copy=None):
     """
     if isinstance(obj, Buffer):
         return obj
-    import numpy as np
-
-    array = np.from_dlpack(obj)
     if device is None:
         raise InvalidArgumentError(
             "offload.from_dlpack: invalid argument: name the device to adopt or copy into "
             "(device=...)"
         )
+    if hasattr(obj, "__dlpack_device__") and obj.__dlpack_device__()[0] != 1:
+        # Device memory (a CuPy array, a PyTorch tensor on CUDA): adopted, never copied.
+        if copy is True:
+            raise UnsupportedError(
+                f"{device.backend}: offload.from_dlpack: unsupported: copy=True of device "
+                "memory: adopt it (copy=None)"
+            )
+        buf, fmt, itemsize, shape = device._adopt_dlpack(obj)
+        buf._set_layout(fmt, itemsize, shape)
+        return buf
+    import numpy as np
+
+    array = np.from_dlpack(obj)
     if (
         copy is not True
         and device.backend == "host"

@@ -17,6 +17,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
 
+use crate::dlpack::{
+    CAPSULE, CAPSULE_VERSIONED, DL_CPU, DlDevice, DlManagedTensor, DlManagedTensorVersioned,
+    DlTensor, dl_type,
+};
 use crate::errors::{IntoPy, ShutDownError, UnsupportedError, invalid};
 use crate::runtime::{PyDevice, RtCell, blocking, check, lock, release};
 
@@ -35,15 +39,32 @@ pub(crate) struct PyBuffer {
     cell: Arc<RtCell>,
     size: usize,
     backend: BackendKind,
+    /// The device's position on its platform (DLPack's `device_id`).
+    device_index: u32,
     kind: MemKind,
     exports: AtomicUsize,
     layout: Mutex<Layout>,
 }
 
 impl PyBuffer {
+    /// DLPack's (device type, device id) of the memory; `UnsupportedError` for memory
+    /// DLPack has no device for (Vulkan).
+    fn dlpack_device(&self) -> PyResult<(i32, i32)> {
+        match crate::dlpack::device_type(self.backend) {
+            Some(DL_CPU) => Ok((DL_CPU, 0)),
+            Some(t) => Ok((t, self.device_index as i32)),
+            None => Err(UnsupportedError::new_err(format!(
+                "{}: Buffer.__dlpack_device__: unsupported: DLPack has no device for this \
+                 memory; copy with Buffer.read / Buffer.write (or numpy())",
+                self.backend.name()
+            ))),
+        }
+    }
+
     pub(crate) fn new(buffer: Buffer, cell: Arc<RtCell>) -> Self {
         let size = buffer.len();
         PyBuffer {
+            device_index: buffer.device().index(),
             backend: buffer.device().backend(),
             kind: buffer.kind(),
             size,
@@ -87,11 +108,17 @@ impl PyBuffer {
     }
 
     /// A zero-copy export: the address of the bytes, with what keeps them valid.
-    fn export(slf: &Bound<'_, Self>, call: &str) -> PyResult<Export> {
+    /// A view of host-device memory (the buffer protocol, DLPack on the CPU); with
+    /// `device_memory`, also of the memory of a device DLPack names (CUDA, ROCm, oneAPI) by
+    /// its address, for DLPack.
+    fn export(slf: &Bound<'_, Self>, call: &str, device_memory: bool) -> PyResult<Export> {
         let py = slf.py();
         check(call)?;
         let this = slf.get();
-        if this.backend != BackendKind::Host {
+        let on_device = device_memory
+            && this.backend != BackendKind::Host
+            && crate::dlpack::device_type(this.backend).is_some();
+        if this.backend != BackendKind::Host && !on_device {
             return Err(UnsupportedError::new_err(format!(
                 "{}: {call}: unsupported: zero-copy views exist for host-device memory only; \
                  copy with Buffer.read / Buffer.write (or numpy())",
@@ -111,7 +138,14 @@ impl PyBuffer {
             format: CString::default(),
         };
         let addr = this.with(py, call, |b| {
-            b.with_mapped(|bytes| bytes.as_mut_ptr() as usize)
+            if on_device {
+                // A host read waits for the queued work on the buffer (Q1): the memory is
+                // ready, on any stream, when the consumer gets it.
+                b.read(0, &mut [0u8; 1])?;
+                b.address().map(|a| a as usize)
+            } else {
+                b.with_mapped(|bytes| bytes.as_mut_ptr() as usize)
+            }
         });
         let mut export = export;
         export.ptr = addr?;
@@ -152,69 +186,6 @@ impl Drop for Export {
             release(pin);
         }
     }
-}
-
-/// DLPack's C structures (dlpack.h, version 0.8 layout, the `dltensor` capsule).
-#[repr(C)]
-struct DlDevice {
-    device_type: i32,
-    device_id: i32,
-}
-
-#[repr(C)]
-struct DlDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
-}
-
-#[repr(C)]
-struct DlTensor {
-    data: *mut c_void,
-    device: DlDevice,
-    ndim: i32,
-    dtype: DlDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
-
-#[repr(C)]
-struct DlManagedTensor {
-    dl_tensor: DlTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
-}
-
-/// DLPack 1.x's managed tensor (the `dltensor_versioned` capsule), which carries flags:
-/// NumPy makes a writable array only from this one.
-#[repr(C)]
-struct DlManagedTensorVersioned {
-    version: [u32; 2],
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
-    flags: u64,
-    dl_tensor: DlTensor,
-}
-
-const DL_CPU: i32 = 1;
-const CAPSULE: &std::ffi::CStr = c"dltensor";
-const CAPSULE_VERSIONED: &std::ffi::CStr = c"dltensor_versioned";
-
-/// DLPack's type code and bits for a struct-module format character.
-fn dl_type(format: &str, itemsize: usize) -> Option<DlDataType> {
-    let code = match format.trim_start_matches(['@', '=', '<']) {
-        "b" | "h" | "i" | "l" | "q" | "n" => 0,
-        "B" | "H" | "I" | "L" | "Q" | "N" => 1,
-        "e" | "f" | "d" => 2,
-        "?" => 6,
-        _ => return None,
-    };
-    Some(DlDataType {
-        code,
-        bits: (itemsize * 8) as u8,
-        lanes: 1,
-    })
 }
 
 /// The managed tensor's deleter: frees what `__dlpack__` allocated and drops the export.
@@ -468,7 +439,7 @@ impl PyBuffer {
             ));
         }
         let _ = flags; // writable, C-contiguous: every request is met
-        let export = Box::new(PyBuffer::export(&slf, "Buffer.__getbuffer__")?);
+        let export = Box::new(PyBuffer::export(&slf, "Buffer.__getbuffer__", false)?);
         let ndim = export.shape.len() as c_int;
         let len = slf.get().size as ffi::Py_ssize_t;
         let itemsize = export.layout.itemsize as ffi::Py_ssize_t;
@@ -513,7 +484,11 @@ impl PyBuffer {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        let _ = stream; // host memory: no stream to order against
+        // The memory is ready on every stream before the capsule exists (`export` waited for
+        // the queued work on it), so there is nothing to order against the consumer's.
+        let _ = stream;
+        let this = slf.get();
+        let (device_type, device_id) = this.dlpack_device()?;
         // A consumer that reads DLPack 1.x gets the versioned capsule (writable); others the
         // legacy one.
         let versioned = match max_version {
@@ -523,10 +498,12 @@ impl PyBuffer {
                 .unwrap_or(false),
             None => false,
         };
-        if let Some((t, _)) = dl_device {
-            if t != DL_CPU {
+        if let Some(asked) = dl_device {
+            if asked != (device_type, device_id) {
                 return Err(UnsupportedError::new_err(format!(
-                    "Buffer.__dlpack__: device type {t} asked; this buffer is host memory (1)"
+                    "Buffer.__dlpack__: device {asked:?} asked; this buffer is memory of \
+                     DLPack device {:?} (no copies between devices here)",
+                    (device_type, device_id)
                 )));
             }
         }
@@ -535,7 +512,7 @@ impl PyBuffer {
                 "Buffer.__dlpack__: copy=True is not supported: views are zero-copy",
             ));
         }
-        let mut export = Box::new(PyBuffer::export(slf, "Buffer.__dlpack__")?);
+        let mut export = Box::new(PyBuffer::export(slf, "Buffer.__dlpack__", true)?);
         let dtype = dl_type(&export.layout.format, export.layout.itemsize).ok_or_else(|| {
             invalid(
                 "Buffer.__dlpack__",
@@ -545,8 +522,8 @@ impl PyBuffer {
         let tensor = DlTensor {
             data: export.ptr as *mut c_void,
             device: DlDevice {
-                device_type: DL_CPU,
-                device_id: 0,
+                device_type,
+                device_id,
             },
             ndim: export.shape.len() as i32,
             dtype,
@@ -597,17 +574,10 @@ impl PyBuffer {
         }
     }
 
-    /// (device type, device id): (1, 0), DLPack's CPU, for host memory.
+    /// (device type, device id): (1, 0), DLPack's CPU, for host memory; (2, ordinal) for
+    /// CUDA, (10, ordinal) for HIP (ROCm), (14, index) for Level Zero (oneAPI).
     fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
-        if self.backend == BackendKind::Host {
-            Ok((DL_CPU, 0))
-        } else {
-            Err(UnsupportedError::new_err(format!(
-                "{}: Buffer.__dlpack_device__: unsupported: DLPack views exist for host-device \
-                 memory only",
-                self.backend.name()
-            )))
-        }
+        self.dlpack_device()
     }
 
     fn __repr__(&self) -> String {

@@ -16,6 +16,7 @@
 
 mod adopt;
 mod buffer;
+mod dlpack;
 mod errors;
 mod ipc;
 mod program;

@@ -563,6 +563,17 @@ impl PyDevice {
         crate::adopt::adopt(py, self, view)
     }
 
+    /// A buffer over a DLPack producer's memory on this device (a CuPy array, a PyTorch
+    /// tensor), no copy, with its format, item size and shape: `offload.from_dlpack` uses
+    /// it for device memory.
+    fn _adopt_dlpack(
+        &self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+    ) -> PyResult<(PyBuffer, String, usize, Vec<usize>)> {
+        crate::adopt::adopt_dlpack(py, self, obj)
+    }
+
     /// A new queue.
     fn queue(&self, py: Python<'_>) -> PyResult<PyQueue> {
         check("Device.queue")?;

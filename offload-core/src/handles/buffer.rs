@@ -57,6 +57,16 @@ pub(crate) enum Origin {
     Adopted,
 }
 
+/// The owner of adopted memory (`Device::adopt`), whose drop runs as user code (L6).
+struct UserOwned(crate::hal::Owner);
+
+impl Drop for UserOwned {
+    fn drop(&mut self) {
+        let _user = crate::runtime::reentry::enter(None);
+        drop(std::mem::replace(&mut self.0, Box::new(())));
+    }
+}
+
 /// One allocation, shared by the handles on it and listed in its generation.
 pub(crate) struct BufferEntry {
     /// Unique in this process: the allocation's identity in IPC handles and the cache.
@@ -279,6 +289,10 @@ impl Buffer {
         let generation = device.generation();
         generation.with_live(|live| {
             let raw_device = live.device(device.key())?;
+            // The owner's drop is user code offload runs (L6): it may give back the last
+            // reference of a runtime — this one's, even — while the backend releases the
+            // memory under this buffer's locks; that teardown then runs on a helper thread.
+            let owner: crate::hal::Owner = Box::new(UserOwned(owner));
             // SAFETY: the caller's promise, passed on.
             let raw = unsafe { raw_device.clone().adopt(address, len, kind, owner) }
                 .map_err(|e| e.in_call(CALL))?;

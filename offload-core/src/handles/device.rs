@@ -61,6 +61,21 @@ impl Device {
         self.backend
     }
 
+    /// Its position among its platform's devices, in discovery order: on CUDA and HIP the
+    /// driver's device ordinal (the platform lists every device the driver has), which
+    /// other libraries (DLPack's `device_id`) name the device by.
+    ///
+    /// ```
+    /// use offload::{BackendKind, Offload};
+    /// let rt = Offload::init()?;
+    /// let host = rt.device(BackendKind::Host)?;
+    /// assert_eq!(host.index(), 0);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn index(&self) -> u32 {
+        self.key.index()
+    }
+
     /// What the device says about itself.
     ///
     /// ```

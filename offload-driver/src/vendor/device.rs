@@ -383,6 +383,9 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     /// Memory of this device another library allocated (a CuPy or PyTorch tensor's, by
     /// DLPack): device, pinned or managed, used through its address like offload's own.
+    /// First waits for the legacy default stream, where that library's work (or DLPack's
+    /// hand-over, for a consumer that names no stream) is ordered: offload's streams do
+    /// not wait for it.
     #[allow(unsafe_code)]
     unsafe fn adopt(
         &self,
@@ -392,6 +395,9 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         owner: hal::Owner,
     ) -> Result<Option<StreamBuffer<A>>> {
         self.core.settle();
+        self.core.bind()?;
+        // SAFETY: the legacy default stream of the bound device, always live.
+        unsafe { self.core.api().stream_synchronize(None) }.map_err(driver_error::<A>)?;
         Ok(Some(StreamBuffer::adopted(
             &self.core, address, len, kind, owner,
         )))

@@ -22,6 +22,8 @@
 #   embed               the dlopen test and liboffload_embed.so beside it (200 cycles)
 #   raw_pair            offload against raw driver calls, paired (offload-cuda/benches)
 #   offload-info        with every backend
+#   python/offload      the Python package (host and CUDA) and dlpack_gpu.py: DLPack with
+#                       CuPy and PyTorch on CUDA memory, both ways
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -107,6 +109,15 @@ cargo build "${profile_args[@]}" -p offload-embed --features offload/cuda
 out_dir=release
 [[ $profile == dev ]] && out_dir=debug
 add embed-lib liboffload_embed "target/$out_dir/liboffload_embed.so" liboffload_embed.so
+echo "== the Python package (host and CUDA), for the DLPack step with CuPy and PyTorch"
+cargo build "${profile_args[@]}" -p offload-python --no-default-features \
+    --features pyo3/extension-module
+mkdir -p "$KIT/python/offload"
+cp python/offload/__init__.py "$KIT/python/offload/"
+cp "target/$out_dir/liboffload_python.so" "$KIT/python/offload/_offload.abi3.so"
+strip "$KIT/python/offload/_offload.abi3.so" 2>/dev/null || true
+printf '%s %s %s\n' python-ext _offload.abi3.so "$(wc -c <"$KIT/python/offload/_offload.abi3.so")" >>"$manifest"
+cp scripts/gpu/dlpack_gpu.py "$KIT/dlpack_gpu.py"
 echo "== offload-info"
 build build -p offload-rt --bin offload-info --features vulkan,cuda,hip,ze | pick tool "" offload-info
 
@@ -142,9 +153,15 @@ if $check; then
         fi
     done
     # The runner must know every binary the manifest lists (a kit that cannot rot).
+    [[ -s $KIT/python/offload/_offload.abi3.so ]] || {
+        echo "CHECK FAILED: the Python extension is missing from the kit" >&2
+        fail=1
+    }
     bash "$KIT/run.sh" --list >/dev/null || fail=1
     # The whole kit, in real-driver mode, against the fakes: the switch changes the driver,
     # not the assertions, so this must pass (compute-sanitizer is absent here).
+    # The dry run's Python: the project's virtual environment (python/ci.sh), which has NumPy.
+    [[ -x .venv/bin/python ]] && export OFFLOAD_KIT_PYTHON=$PWD/.venv/bin/python
     if ! OUT=$KIT/dry-run FAKE_NVRTC_PTX=$PWD/offload-cuda/fixtures/kernels.ptx \
         bash "$KIT/run.sh" --fake "$KIT/fake" >"$KIT/dry-run.log" 2>&1; then
         tail -40 "$KIT/dry-run.log" >&2

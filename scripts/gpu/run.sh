@@ -37,6 +37,7 @@ PLAN=(
     "facade|240|the facade's tests built with the cuda feature|FACADE"
     "sanitizer|300|compute-sanitizer memcheck (leak check) over the conformance suite|SANITIZER"
     "bench|180|offload against raw driver calls, paired|./raw_pair"
+    "dlpack|120|DLPack on CUDA memory with CuPy and PyTorch, both ways, no copy (Python)|DLPACK"
 )
 FACADE_TESTS=(after_shutdown bad_input lifecycle_stress reinit deinit_errors ipc_handles)
 
@@ -98,7 +99,7 @@ declare -A STATUS SECONDS_TAKEN
 cd "$BIN" || exit 1
 
 run_one() {
-    local name=$1 limit=$2 command=$3
+    local name=$1 limit=$2 command=$3 skipped=
     local now=$(($(date +%s) - START))
     if ((now + 10 > BUDGET)); then
         STATUS[$name]="not run (budget of ${BUDGET}s spent)"
@@ -117,6 +118,18 @@ run_one() {
                 echo "----- $t" >>"$LOGS"
                 timeout -k 5 "$limit" "./$t" --test-threads=2 --nocapture >>"$LOGS" 2>&1 || rc=$?
             done
+            ;;
+        DLPACK)
+            # The kit's package first on the path; the machine's Python (CuPy, PyTorch).
+            local out
+            out=$(mktemp)
+            PYTHONPATH=$KIT/python${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 "$limit" \
+                "${OFFLOAD_KIT_PYTHON:-python3}" "$KIT/dlpack_gpu.py" >"$out" 2>&1
+            rc=$?
+            cat "$out" >>"$LOGS"
+            # A library that is not installed is a skip to report, not a pass.
+            skipped=$(sed -n 's/^SKIP \([a-z]*\):.*/\1/p' "$out" | paste -sd, -)
+            rm -f "$out"
             ;;
         SANITIZER)
             if ! command -v compute-sanitizer >/dev/null 2>&1; then
@@ -137,7 +150,7 @@ run_one() {
     esac
     SECONDS_TAKEN[$name]=$(($(date +%s) - t0))
     case $rc in
-        0) STATUS[$name]=passed ;;
+        0) STATUS[$name]=passed${skipped:+ (skipped: $skipped)} ;;
         124 | 137) STATUS[$name]="FAILED (timed out after ${limit}s)" ;;
         86) STATUS[$name]="FAILED (compute-sanitizer found errors)" ;;
         *) STATUS[$name]="FAILED (exit $rc)" ;;

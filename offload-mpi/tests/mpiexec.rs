@@ -146,6 +146,11 @@ fn job_with_a_death(program: &str, n: u32, args: &[&str], env: &[(&str, &str)]) 
     let stderr = String::from_utf8_lossy(&out.stderr);
     let all = ranks.concat();
     println!("{all}mpiexec: {} after {secs:.1} s", out.status);
+    // What the ranks and Hydra said on stderr (a panic, a signal's report), for a failure
+    // to be diagnosed from the log alone.
+    if !stderr.trim().is_empty() {
+        println!("mpiexec stderr:\n{stderr}");
+    }
     // The dead rank's `sh` exits 137, so mpiexec does too: not a success, but not the
     // 124 of `timeout` either (nor its SIGKILL, 10 s later, past the limit). Under load,
     // Hydra itself has been seen not to exit after every rank ended (the survivors' last

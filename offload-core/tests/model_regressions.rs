@@ -1,5 +1,5 @@
 //! Regression tests, on the real handles and the reference backend, for the deadlocks the
-//! lifecycle model check (`tests/model.rs`) found: user code that the last shutdown runs
+//! lifecycle model check (`src/model/`) found: user code that the last shutdown runs
 //! or waits for (an `on_teardown` callback, the `on_setup` of a load in flight) calling
 //! `init`, `clone` or dropping a runtime hung, because the teardown ran under the
 //! lifecycle lock, and a setup callback that gave back the last reference made the

@@ -1,8 +1,9 @@
 //! Where offload runs user code, as each thread knows it (L6, docs/contract.md).
 //!
 //! Offload runs user code in host functions (on a backend's executor, a driver's callback
-//! thread or the caller's own thread), in the drop of what a host function captured, and in
-//! module callbacks (`on_setup`, `on_teardown`). An offload call made from there must never
+//! thread or the caller's own thread), in the drop of what a host function captured, in
+//! module callbacks (`on_setup`, `on_teardown`), and in the drop of an adopted buffer's
+//! owner (`Device::adopt`). An offload call made from there must never
 //! wait for something that waits for that very code. This module only keeps the facts the
 //! rest of the runtime decides by: how deep this thread is in user code offload runs, and
 //! which queue's host function it is running. Two const-initialised `Cell`s with no

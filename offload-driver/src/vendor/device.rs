@@ -395,12 +395,12 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         owner: hal::Owner,
     ) -> Result<Option<StreamBuffer<A>>> {
         self.core.settle();
-        self.core.bind()?;
-        // SAFETY: the legacy default stream of the bound device, always live.
-        unsafe { self.core.api().stream_synchronize(None) }.map_err(driver_error::<A>)?;
-        Ok(Some(StreamBuffer::adopted(
-            &self.core, address, len, kind, owner,
-        )))
+        let buffer = StreamBuffer::adopted(&self.core, address, len, kind, owner);
+        // The buffer's own waits: bind the device (no queued work on it yet), then the
+        // legacy default stream (the one the synchronous copies run on).
+        buffer.quiesce()?;
+        buffer.settle()?;
+        Ok(Some(buffer))
     }
 
     /// Lets go of the memory: freed once no buffer and no queued work uses it.

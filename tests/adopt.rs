@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use offload::{Arg, BackendKind, Dims, Error, MemKind, Offload, Program};
+use offload::{BackendKind, Error, MemKind, Offload};
 
 /// What keeps adopted memory alive in these tests: the memory itself (a boxed slice), and a
 /// count of its drops.
@@ -54,22 +54,9 @@ fn a_kernel_and_the_other_library_share_adopted_memory() {
     let buf = unsafe { dev.adopt(address, 1024, MemKind::Host, owner) }.unwrap();
     assert_eq!(buf.len(), 1024);
     assert_eq!(buf.address().unwrap(), address, "no copy: the same memory");
-    let add_one = Program::new(offload::host::fixtures::KERNELS)
-        .load(&dev)
-        .unwrap()
-        .kernel("add_one")
-        .unwrap();
     let queue = dev.queue().unwrap();
-    let words = 256u32;
-    // SAFETY: add_one increments `words` u32s of its buffer, which holds exactly that many.
-    unsafe {
-        queue.launch(
-            &add_one,
-            Dims::grid([1, 1, 1]).block([256, 1, 1]),
-            &[Arg::buffer(&buf), Arg::scalar(&words)],
-        )
-    }
-    .unwrap();
+    // SAFETY: the buffer holds 256 u32s.
+    unsafe { common::add_one(&queue, &buf, 256) }.unwrap();
     queue.sync().unwrap();
     assert_eq!(
         word_at(address, 0),
@@ -82,14 +69,7 @@ fn a_kernel_and_the_other_library_share_adopted_memory() {
     assert_eq!(drops.load(Ordering::SeqCst), 0, "alive while the buffer is");
     // Dropped with a launch still queued on it: released once that work is done (Q1).
     // SAFETY: as above.
-    unsafe {
-        queue.launch(
-            &add_one,
-            Dims::grid([1, 1, 1]).block([256, 1, 1]),
-            &[Arg::buffer(&buf), Arg::scalar(&words)],
-        )
-    }
-    .unwrap();
+    unsafe { common::add_one(&queue, &buf, 256) }.unwrap();
     drop(buf);
     queue.sync().unwrap();
     assert_eq!(

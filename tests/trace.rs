@@ -3,11 +3,13 @@
 //! the child's pid, holding complete events for init, platform opens, loads, launches,
 //! syncs and shutdown; a runtime never shut down is traced by the exit hook; a file that
 //! cannot be written is a warning, not a failure of the program.
-#![cfg(feature = "host")]
+#![cfg(feature = "fixtures")]
+
+mod common;
 
 use std::path::{Path, PathBuf};
 
-use offload::{Arg, Dims, MemKind, Offload, Program};
+use offload::{MemKind, Offload};
 use offload_testing::child;
 use serde_json::Value;
 
@@ -18,20 +20,9 @@ fn two_rounds() -> offload::Result<()> {
         let dev = rt.devices()?.remove(0);
         let buf = dev.alloc(1024, MemKind::Device)?;
         buf.write(0, &[0; 1024])?;
-        let add_one = Program::new(offload::host::fixtures::KERNELS)
-            .load(&dev)?
-            .kernel("add_one")?;
         let queue = dev.queue()?;
-        let words = 256u32;
-        // SAFETY: add_one increments `words` u32s of its buffer argument, and `buf` holds
-        // exactly `words` of them.
-        unsafe {
-            queue.launch(
-                &add_one,
-                Dims::grid([1, 1, 1]).block([256, 1, 1]),
-                &[Arg::buffer(&buf), Arg::scalar(&words)],
-            )
-        }?;
+        // SAFETY: the buffer holds 256 u32s.
+        unsafe { common::add_one(&queue, &buf, 256) }?;
         let mut back = [0u8; 1024];
         queue.read(&buf, 0, &mut back)?;
         assert_eq!(u32::from_ne_bytes(back[..4].try_into().unwrap()), 1);

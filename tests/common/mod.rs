@@ -94,6 +94,32 @@ pub fn put_kernel(tag: &str, value: u32) -> offload::Source {
     ))
 }
 
+/// Queues the host fixture's `add_one` (offload-host/fixtures/kernels.c, loaded on the
+/// queue's device) over the first `words` u32s of `buf`: one block of 256 threads per 256
+/// words, each adding 1 to its word.
+///
+/// # Safety
+/// `buf` holds at least `words` u32s.
+#[cfg(feature = "fixtures")]
+pub unsafe fn add_one(
+    queue: &offload::Queue,
+    buf: &offload::Buffer,
+    words: u32,
+) -> offload::Result<()> {
+    let kernel = offload::Program::new(offload::host::fixtures::KERNELS)
+        .load(&queue.device())?
+        .kernel("add_one")?;
+    // SAFETY: add_one touches the first `words` u32s of its buffer, which the caller
+    // promises `buf` holds.
+    unsafe {
+        queue.launch(
+            &kernel,
+            offload::Dims::grid([words.div_ceil(256), 1, 1]).block([256, 1, 1]),
+            &[offload::Arg::buffer(buf), offload::Arg::scalar(&words)],
+        )
+    }
+}
+
 /// The names of this process's threads (from /proc).
 pub fn thread_names() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")

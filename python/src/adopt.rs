@@ -8,7 +8,7 @@
 //! its runtime's shutdown, after the queued work that uses it. That release may run on one
 //! of offload's threads, so giving the view back takes the GIL — unless the interpreter is
 //! exiting or finalised, or this is a forked child: then the view is left to the process's
-//! end, never released without the GIL ([`PythonCall`]).
+//! end, never released without the GIL (`runtime::with_python`).
 
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
@@ -26,7 +26,7 @@ use crate::dlpack::{
     DlTensor, format_of,
 };
 use crate::errors::{IntoPy, UnsupportedError, invalid};
-use crate::runtime::{PyDevice, PythonCall, blocking, check};
+use crate::runtime::{PyDevice, blocking, check, with_python};
 
 /// The owner of adopted memory: the view that keeps it alive.
 struct Owned(ManuallyDrop<View<u8>>);
@@ -34,12 +34,10 @@ struct Owned(ManuallyDrop<View<u8>>);
 impl Drop for Owned {
     fn drop(&mut self) {
         // SAFETY: taken once, here, and never used again.
-        let view = unsafe { ManuallyDrop::take(&mut self.0) };
-        match PythonCall::enter() {
-            // The view's own drop releases it under the GIL.
-            Some(_call) => Python::with_gil(|_| drop(view)),
-            None => std::mem::forget(view),
-        }
+        let mut view = Some(unsafe { ManuallyDrop::take(&mut self.0) });
+        // The view's own drop releases it under the GIL; without Python it is forgotten.
+        with_python(|| drop(view.take()));
+        std::mem::forget(view);
     }
 }
 
@@ -113,10 +111,8 @@ impl Tensor {
 
 impl Drop for Tensor {
     fn drop(&mut self) {
-        if let Some(_call) = PythonCall::enter() {
-            // SAFETY: once (drop), with the GIL.
-            Python::with_gil(|_| unsafe { self.delete() });
-        }
+        // SAFETY: once (drop), with the GIL (`with_python` holds it while this runs).
+        with_python(|| unsafe { self.delete() });
     }
 }
 

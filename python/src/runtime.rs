@@ -62,6 +62,15 @@ impl PythonCall {
     }
 }
 
+/// Runs `f` under the GIL when Python may be called ([`PythonCall::enter`]), and not at
+/// all otherwise: what `f` would release is then left to the process's end, never released
+/// without the GIL.
+pub(crate) fn with_python(f: impl FnOnce()) {
+    if let Some(_call) = PythonCall::enter() {
+        Python::with_gil(|_| f());
+    }
+}
+
 impl Drop for PythonCall {
     fn drop(&mut self) {
         IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);

@@ -17,26 +17,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import gc
+import sys
 import numpy as np
 import offload
+
+sys.path.insert(0, GPU_KIT)
+from dlpack_gpu import Producer  # the kit's own: hands a buffer's capsule over as CuPy would
 
 rt = offload.Offload()
 cuda = rt.device("cuda")
 buf = cuda.upload(np.arange(16, dtype=np.float32))
 assert buf.__dlpack_device__() == (2, 0), buf.__dlpack_device__()
-
-
-class Producer:
-    # Hands over `b`'s DLPack capsule without being an offload Buffer (as CuPy would).
-    def __init__(self, b):
-        self.b = b
-
-    def __dlpack__(self, **kw):
-        return self.b.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.b.__dlpack_device__()
-
 
 view = offload.from_dlpack(Producer(buf), device=cuda)
 assert view.backend == "cuda" and view.size == 64
@@ -94,7 +85,8 @@ def fake_cuda(tmp_path_factory):
 
 def test_cuda_buffers_hand_over_and_adopt_device_memory(fake_cuda):
     env = {"LD_LIBRARY_PATH": f"{fake_cuda}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
-    r = run_script(SCRIPT, timeout=60, env=env)
+    script = f"GPU_KIT = {str(ROOT / 'scripts' / 'gpu')!r}\n" + SCRIPT
+    r = run_script(script, timeout=60, env=env)
     assert r.returncode == 0, r.stderr.decode() + r.stdout.decode()
     assert r.stdout.decode().strip().endswith("ok")
     assert r.stderr == b""

@@ -2,10 +2,13 @@
 //!
 //! Precedence, lowest first: built-in defaults, then environment variables, then what the
 //! program set on the builder. The first `init` of a process (or after a full shutdown)
-//! fixes the configuration; later `init`s share it. This module reads the environment and
-//! nothing else: it never caches what it read in a static.
+//! fixes the configuration; later `init`s share it. This module reads the environment at every
+//! first `init` and never caches it; the one thing it keeps in a static is the number of
+//! CPUs, read once per load of the library (the read walks the process's cgroup files:
+//! ~25 µs, ten times the rest of an init → shutdown cycle).
 
 use crate::error::{Error, Result};
+use crate::sync::{AtomicUsize, Ordering, statics};
 use crate::vocab::types::BackendKind;
 
 /// Default capacity of the sender-side IPC cache (I2).
@@ -31,9 +34,18 @@ pub const MAX_DEFAULT_COMPILE_THREADS: usize = 8;
 /// assert!((1..=offload_core::MAX_DEFAULT_COMPILE_THREADS).contains(&n));
 /// ```
 pub fn default_compile_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(MAX_DEFAULT_COMPILE_THREADS)
+    let mut cpus = CPUS.load(Ordering::Relaxed);
+    if cpus == 0 {
+        cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        // Racing first readers store the same number.
+        CPUS.store(cpus, Ordering::Relaxed);
+    }
+    cpus.min(MAX_DEFAULT_COMPILE_THREADS)
+}
+
+statics! {
+    /// The number of CPUs, once read (0: not yet).
+    static CPUS: AtomicUsize = AtomicUsize::new(0);
 }
 
 /// The configuration a runtime runs with. See [`crate::Offload::config`].

@@ -731,10 +731,11 @@ offload_status_t offload_platform_info(offload_runtime_t runtime,
                                        size_t index,
                                        offload_platform_info_t *info);
 
-// Lists the runtime's devices (opening every backend not yet opened): stores the first
-// `capacity` as new device handles in `devices` (each given back with
-// `offload_device_release`) and their total number in `count`. `devices` may be null with
-// `capacity` 0, to ask for the number only.
+// Lists the runtime's devices (opening every backend not yet opened): stores the handles
+// of the first `capacity` in `devices` and their total number in `count`. `devices` may
+// be null with `capacity` 0, to ask for the number only. A device has one handle all
+// through its runtime's life: listing again gives the same handles (without a lock, once
+// a full list was made), and they need no release (liboffload's `olIterateDevices`).
 //
 // # Safety
 // `devices` must point to `capacity` writable handles (or be null with `capacity` 0);
@@ -744,7 +745,7 @@ offload_status_t offload_devices(offload_runtime_t runtime,
                                  size_t capacity,
                                  size_t *count);
 
-// The first device of `backend` (an `offload_backend_t`), as a new handle: opens the
+// The first device of `backend` (an `offload_backend_t`), its handle: opens the
 // backend if needed; `OFFLOAD_ERROR_DRIVER_NOT_FOUND`, `OFFLOAD_ERROR_NO_DEVICE` or
 // `OFFLOAD_ERROR_UNSUPPORTED` (not compiled in) say why there is none.
 //
@@ -754,7 +755,11 @@ offload_status_t offload_device_of(offload_runtime_t runtime,
                                    uint32_t backend,
                                    offload_device_t *device);
 
-// Gives back a device handle (the device itself stays with its runtime).
+// Checks a device handle and does nothing else: a device's handle belongs to its runtime
+// (the same handle all through the runtime's life, like liboffload's device handles) and
+// stays valid until the last `offload_shutdown`. Kept so that code written for handles
+// it must give back stays correct; `OFFLOAD_ERROR_INVALID_HANDLE` or
+// `OFFLOAD_ERROR_SHUT_DOWN` for a handle that names no live device.
 offload_status_t offload_device_release(offload_device_t device);
 
 // What `device` says about itself (typed, read from the driver once per runtime).

@@ -299,7 +299,7 @@ pub extern "C" fn offload_endpoint_close(endpoint: offload_endpoint_t) -> offloa
     const CALL: &str = "offload_endpoint_close";
     guard(CALL, || {
         let e = table::remove::<Endpoint>(CALL, endpoint)?;
-        if let Ok(e) = std::sync::Arc::try_unwrap(e) {
+        if let table::Removed::Owned(e) = e {
             e.endpoint.close()?;
         }
         Ok(())

@@ -1,8 +1,6 @@
 //! Buffers: allocation (every memory kind, exportable or not), free, and the blocking
 //! read/write/fill/copy. The queued forms are in `queue.rs`.
 
-use std::sync::Arc;
-
 use offload::{Buffer, Device, MemKind};
 
 use crate::ffi::{bytes, bytes_mut, out};
@@ -110,11 +108,11 @@ pub extern "C" fn offload_buffer_free(buffer: offload_buffer_t) -> offload_statu
     const CALL: &str = "offload_buffer_free";
     guard(CALL, || {
         let b = table::remove::<Buffer>(CALL, buffer)?;
-        match Arc::try_unwrap(b) {
-            Ok(b) => b.free()?,
+        match b {
+            table::Removed::Owned(b) => b.free()?,
             // Another thread is in a call with this buffer right now: it is freed when
             // that call returns (its drop frees; errors go to the next shutdown).
-            Err(shared) => drop(shared),
+            table::Removed::InUse(_) => {}
         }
         Ok(())
     })

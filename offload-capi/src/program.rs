@@ -16,6 +16,26 @@ use crate::runtime::offload_device_t;
 use crate::status::{Fail, Res, guard, offload_status_t};
 use crate::table;
 
+/// A program as the handle table holds it: callbacks are added in place, so its handle
+/// stays the same while loads use the program as it was when they began.
+pub(crate) struct ProgramCell(std::sync::Mutex<Program>);
+
+impl ProgramCell {
+    fn new(program: Program) -> Self {
+        ProgramCell(std::sync::Mutex::new(program))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Program> {
+        // Nothing panics under the lock; stay usable if something ever did.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The program as it is now (a cheap clone), to use without the lock.
+    fn current(&self) -> Program {
+        self.lock().clone()
+    }
+}
+
 /// A device-independent program: an image or source, and its callbacks.
 #[allow(non_camel_case_types)]
 pub type offload_program_t = u64;
@@ -65,7 +85,7 @@ pub unsafe extern "C" fn offload_program_from_image(
         if image.is_empty() {
             return Err(Fail::from(Error::invalid(CALL, "the image is empty")));
         }
-        o.set(table::insert_now(Program::new(image))?);
+        o.set(table::insert_now(ProgramCell::new(Program::new(image)))?);
         Ok(())
     })
 }
@@ -97,8 +117,8 @@ pub unsafe extern "C" fn offload_program_from_source(
                 )));
             }
         };
-        o.set(table::insert_now(Program::from_source(Source::new(
-            language, text,
+        o.set(table::insert_now(ProgramCell::new(Program::from_source(
+            Source::new(language, text),
         )))?);
         Ok(())
     })
@@ -134,14 +154,19 @@ fn add_callback(
             return Err(Fail::from(Error::invalid(call, "`f` is a null pointer")));
         };
         let user = UserData(user_data);
-        let p = (*table::get::<Program>(call, program)?).clone();
+        let cell = table::get::<ProgramCell>(call, program)?;
         let with = move |m: &Module| call_back(f, user, m);
-        let p = if setup {
-            p.on_setup(with)
+        let mut p = cell.lock();
+        let now = if setup {
+            p.clone().on_setup(with)
         } else {
-            p.on_teardown(with)
+            p.clone().on_teardown(with)
         };
-        table::replace(call, program, p)
+        let before = std::mem::replace(&mut *p, now);
+        drop(p);
+        // Dropped outside the lock: a drop may unload modules and run user code (L6).
+        drop(before);
+        Ok(())
     })
 }
 
@@ -190,7 +215,7 @@ pub unsafe extern "C" fn offload_program_load(
     const CALL: &str = "offload_program_load";
     guard(CALL, || {
         let o = out(CALL, "module", module)?;
-        let p = table::get::<Program>(CALL, program)?;
+        let p = table::get::<ProgramCell>(CALL, program)?.current();
         let d = table::get::<Device>(CALL, device)?;
         let m = p.load(&d)?;
         o.set(table::insert(CALL, table::epoch_of(device), m)?);
@@ -204,7 +229,7 @@ pub unsafe extern "C" fn offload_program_load(
 pub extern "C" fn offload_program_destroy(program: offload_program_t) -> offload_status_t {
     const CALL: &str = "offload_program_destroy";
     guard(CALL, || {
-        drop(table::remove::<Program>(CALL, program)?);
+        drop(table::remove::<ProgramCell>(CALL, program)?);
         Ok(())
     })
 }
@@ -216,9 +241,9 @@ pub extern "C" fn offload_module_unload(module: offload_module_t) -> offload_sta
     const CALL: &str = "offload_module_unload";
     guard(CALL, || {
         let m = table::remove::<Module>(CALL, module)?;
-        match std::sync::Arc::try_unwrap(m) {
-            Ok(m) => m.unload()?,
-            Err(shared) => (*shared).clone().unload()?,
+        match m {
+            table::Removed::Owned(m) => m.unload()?,
+            table::Removed::InUse(shared) => (*shared).clone().unload()?,
         }
         Ok(())
     })
@@ -477,7 +502,7 @@ fn arg_for<'a>(
     nth: usize,
     param: &ParamKind,
     data: &'a [u8],
-    buffers: &'a [std::sync::Arc<Buffer>],
+    buffers: &'a [table::Pinned<Buffer>],
     next_buffer: &mut usize,
 ) -> Res<Arg<'a>> {
     match *param {

@@ -149,7 +149,7 @@ pub unsafe extern "C" fn offload_init(
                 b.start()?
             }
         };
-        runtime.set(table::insert_runtime(rt)?);
+        runtime.set(table::insert_runtime(CALL, rt)?);
         Ok(())
     })
 }
@@ -168,7 +168,7 @@ pub unsafe extern "C" fn offload_runtime_retain(
     guard(CALL, || {
         let o = out(CALL, "out_runtime", out_runtime)?;
         let rt = table::get::<Offload>(CALL, runtime)?;
-        o.set(table::insert_runtime((*rt).clone())?);
+        o.set(table::insert_runtime(CALL, (*rt).clone())?);
         Ok(())
     })
 }
@@ -189,8 +189,8 @@ pub unsafe extern "C" fn offload_shutdown(
     const CALL: &str = "offload_shutdown";
     guard(CALL, || {
         let (rt, orphans) = table::remove_runtime(CALL, runtime)?;
-        let (last, result) = match std::sync::Arc::try_unwrap(rt) {
-            Ok(rt) => match rt.shutdown() {
+        let (last, result) = match rt {
+            table::Removed::Owned(rt) => match rt.shutdown() {
                 Ok(down) => (down.was_last(), Ok(())),
                 Err(e) => {
                     let (down, error) = e.into_parts();
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn offload_shutdown(
             },
             // Another thread still uses this very handle in a call: the reference goes
             // when that call returns (the drop is the shutdown, L1).
-            Err(_) => (false, Ok(())),
+            table::Removed::InUse(_) => (false, Ok(())),
         };
         // The runtime released their backend objects already (L4): dropping is a no-op.
         drop(orphans);
@@ -322,28 +322,14 @@ fn give_devices(
     capacity: usize,
     count: Out<usize>,
 ) -> Res {
-    if devices.is_null() && capacity != 0 {
-        return Err(Fail::from(Error::invalid(
-            call,
-            "`devices` is a null pointer",
-        )));
-    }
     let epoch = table::epoch_of(runtime);
     let n = list.len();
-    let mut made = Vec::new();
-    for d in list.into_iter().take(capacity) {
-        match table::insert(call, epoch, d) {
-            Ok(h) => made.push(h),
-            Err(e) => {
-                // Nothing half-given: the handles made so far go again.
-                for h in made {
-                    let _ = table::remove::<Device>(call, h);
-                }
-                return Err(e);
-            }
-        }
-    }
-    for (i, h) in made.into_iter().enumerate() {
+    let handles = list
+        .into_iter()
+        .map(|d| table::device_handle(call, epoch, d))
+        .collect::<Res<Vec<u64>>>()?;
+    table::remember_list(epoch, &handles);
+    for (i, h) in handles.into_iter().take(capacity).enumerate() {
         // SAFETY: the caller promises `capacity` writable handles at `devices`, and
         // i < capacity.
         unsafe { devices.add(i).write(h) };
@@ -352,10 +338,11 @@ fn give_devices(
     Ok(())
 }
 
-/// Lists the runtime's devices (opening every backend not yet opened): stores the first
-/// `capacity` as new device handles in `devices` (each given back with
-/// `offload_device_release`) and their total number in `count`. `devices` may be null with
-/// `capacity` 0, to ask for the number only.
+/// Lists the runtime's devices (opening every backend not yet opened): stores the handles
+/// of the first `capacity` in `devices` and their total number in `count`. `devices` may
+/// be null with `capacity` 0, to ask for the number only. A device has one handle all
+/// through its runtime's life: listing again gives the same handles (without a lock, once
+/// a full list was made), and they need no release (liboffload's `olIterateDevices`).
 ///
 /// # Safety
 /// `devices` must point to `capacity` writable handles (or be null with `capacity` 0);
@@ -370,12 +357,28 @@ pub unsafe extern "C" fn offload_devices(
     const CALL: &str = "offload_devices";
     guard(CALL, || {
         let count = out(CALL, "count", count)?;
+        if devices.is_null() && capacity != 0 {
+            return Err(Fail::from(Error::invalid(
+                CALL,
+                "`devices` is a null pointer",
+            )));
+        }
+        let to = if capacity == 0 {
+            &mut [][..]
+        } else {
+            // SAFETY: non-null; the caller promises `capacity` writable handles there.
+            unsafe { std::slice::from_raw_parts_mut(devices, capacity) }
+        };
+        if let Some(n) = table::listed(runtime, to) {
+            count.set(n);
+            return Ok(());
+        }
         let list = table::get::<Offload>(CALL, runtime)?.devices()?;
         give_devices(CALL, runtime, list, devices, capacity, count)
     })
 }
 
-/// The first device of `backend` (an `offload_backend_t`), as a new handle: opens the
+/// The first device of `backend` (an `offload_backend_t`), its handle: opens the
 /// backend if needed; `OFFLOAD_ERROR_DRIVER_NOT_FOUND`, `OFFLOAD_ERROR_NO_DEVICE` or
 /// `OFFLOAD_ERROR_UNSUPPORTED` (not compiled in) say why there is none.
 ///
@@ -392,19 +395,20 @@ pub unsafe extern "C" fn offload_device_of(
         let o = out(CALL, "device", device)?;
         let kind = kind_of(CALL, backend)?;
         let d = table::get::<Offload>(CALL, runtime)?.device(kind)?;
-        o.set(table::insert(CALL, table::epoch_of(runtime), d)?);
+        o.set(table::device_handle(CALL, table::epoch_of(runtime), d)?);
         Ok(())
     })
 }
 
-/// Gives back a device handle (the device itself stays with its runtime).
+/// Checks a device handle and does nothing else: a device's handle belongs to its runtime
+/// (the same handle all through the runtime's life, like liboffload's device handles) and
+/// stays valid until the last `offload_shutdown`. Kept so that code written for handles
+/// it must give back stays correct; `OFFLOAD_ERROR_INVALID_HANDLE` or
+/// `OFFLOAD_ERROR_SHUT_DOWN` for a handle that names no live device.
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_device_release(device: offload_device_t) -> offload_status_t {
     const CALL: &str = "offload_device_release";
-    guard(CALL, || {
-        drop(table::remove::<Device>(CALL, device)?);
-        Ok(())
-    })
+    guard(CALL, || table::check::<Device>(CALL, device))
 }
 
 /// What a device says about itself; 0 (or an empty string) for what its driver does not

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 63–56 | type tag (`0xA1`…) | a handle of another type, or garbage, is refused by type |
 //! | 55–36 | table epoch (20 bits) | every handle of a runtime that was shut down answers `OFFLOAD_ERROR_SHUT_DOWN` |
-//! | 35–16 | slot index (20 bits) | where the object is |
+//! | 35–16 | slot index (20 bits; [`SLOTS`] are used) | where the object is |
 //! | 15–0 | slot generation (16 bits, never 0) | a released slot's old handles are refused once it is reused |
 //!
 //! Zero is never a handle (the tag is never 0). The epoch advances whenever the last C
@@ -17,14 +17,36 @@
 //! live slot by chance (garbage hitting tag, epoch, index and generation) names a live
 //! object of the right type: a wrong answer, never undefined behaviour.
 //!
-//! Objects are looked up and cloned (an `Arc`) under the table's lock, which is released
-//! before any runtime call: user code the runtime calls back (setup, teardown, host
-//! functions) may use the C API itself (L6), and nothing is ever dropped under the lock.
+//! # Looking a handle up takes no lock
+//!
+//! The slots are one static array (zero-initialised: it costs address space, and memory
+//! only for the pages that held objects; `dlclose` unmaps it with the library). Each slot
+//! has one atomic state word: the tag, epoch and generation of the handle that names it,
+//! a *live* bit, and a count of *pins*. A call pins each handle it uses — one
+//! compare-and-swap that succeeds only while the word still names that live handle — and
+//! unpins it when it returns, so a lookup costs two atomic operations and neither a lock
+//! nor a reference-count pair. Releasing a handle clears the live bit (no new pin can
+//! start) and the object goes with the last pin: whoever sees the count reach zero with the
+//! live bit clear takes the object out, puts the slot on the free list and drops the
+//! object — after the lock is released, since a drop may run user code (L6). So a thread
+//! that releases a handle another thread is using never frees it under that thread, and
+//! a callback that releases the handle of the call it runs in (L6) defers the drop to that
+//! call's return instead of deadlocking.
+//!
+//! Only making and freeing slots takes the writer lock (the free list, the epoch, the
+//! runtime count). Device handles are made once per device and epoch and belong to the
+//! runtime, as liboffload's do: listing devices again gives the same handles, from a
+//! lock-free copy once a full list was made.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::ipc::Endpoint;
-use offload::{Buffer, Device, Event, Kernel, Module, Offload, Program, Queue};
+use crate::program::ProgramCell;
+use offload::{BackendKind, Buffer, Device, Event, Kernel, Module, Offload, Queue};
 
 use crate::status::{Fail, Res};
 
@@ -72,18 +94,18 @@ impl Kind {
     }
 }
 
-/// An object held for C.
-#[derive(Clone)]
+/// An object held for C, by value (no allocation per handle); the kernel, the one large
+/// object, boxed so that a slot stays small.
 pub(crate) enum Object {
-    Runtime(Arc<Offload>),
-    Device(Arc<Device>),
-    Buffer(Arc<Buffer>),
-    Program(Arc<Program>),
-    Module(Arc<Module>),
-    Kernel(Arc<Kernel>),
-    Queue(Arc<Queue>),
-    Event(Arc<Event>),
-    Endpoint(Arc<Endpoint>),
+    Runtime(Offload),
+    Device(Device),
+    Buffer(Buffer),
+    Program(ProgramCell),
+    Module(Module),
+    Kernel(Box<Kernel>),
+    Queue(Queue),
+    Event(Event),
+    Endpoint(Endpoint),
 }
 
 impl Object {
@@ -105,99 +127,162 @@ impl Object {
 /// Typed access to one [`Object`] variant.
 pub(crate) trait Held: Sized {
     const KIND: Kind;
-    fn wrap(this: Arc<Self>) -> Object;
-    fn unwrap(object: Object) -> Option<Arc<Self>>;
+    fn wrap(this: Self) -> Object;
+    fn peek(object: &Object) -> Option<&Self>;
+    fn unwrap(object: Object) -> Option<Self>;
 }
 
 macro_rules! held {
-    ($($ty:ty => $variant:ident),* $(,)?) => {$(
+    ($($ty:ty => $variant:ident $(($boxed:tt))?),* $(,)?) => {$(
         impl Held for $ty {
             const KIND: Kind = Kind::$variant;
-            fn wrap(this: Arc<Self>) -> Object {
-                Object::$variant(this)
+            fn wrap(this: Self) -> Object {
+                Object::$variant(held!(@wrap this $($boxed)?))
             }
-            fn unwrap(object: Object) -> Option<Arc<Self>> {
+            fn peek(object: &Object) -> Option<&Self> {
                 match object {
                     Object::$variant(x) => Some(x),
                     _ => None,
                 }
             }
+            fn unwrap(object: Object) -> Option<Self> {
+                match object {
+                    Object::$variant(x) => Some(held!(@unwrap x $($boxed)?)),
+                    _ => None,
+                }
+            }
         }
     )*};
+    (@wrap $x:ident) => { $x };
+    (@wrap $x:ident boxed) => { Box::new($x) };
+    (@unwrap $x:ident) => { $x };
+    (@unwrap $x:ident boxed) => { *$x };
 }
 
 held!(
     Offload => Runtime,
     Device => Device,
     Buffer => Buffer,
-    Program => Program,
+    ProgramCell => Program,
     Module => Module,
-    Kernel => Kernel,
+    Kernel => Kernel(boxed),
     Queue => Queue,
     Event => Event,
     Endpoint => Endpoint,
 );
+
+/// How many objects C can hold at once (over every type).
+pub(crate) const SLOTS: usize = 1 << 18;
 
 const EPOCH_BITS: u32 = 20;
 const INDEX_BITS: u32 = 20;
 const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
+// A slot's state word: the handle's tag and epoch (bits 63–36), its generation (35–20),
+// the live bit (19) and the pins (18–0). A free slot's word keeps only its last
+// generation and, in the pins' bits, the next free slot's index + 1 (0: none).
+const GEN_SHIFT: u32 = 20;
+const LIVE: u64 = 1 << 19;
+const PINS: u64 = LIVE - 1;
+const TAG_EPOCH: u64 = !0 << 36;
+const GENERATION: u64 = 0xffff << GEN_SHIFT;
+const IDENT: u64 = !(LIVE | PINS);
+
 struct Slot {
-    generation: u16,
-    object: Option<Object>,
+    state: AtomicU64,
+    /// Initialised exactly while the state word has a tag (from insert until the last pin
+    /// of a released slot moves it out).
+    object: UnsafeCell<MaybeUninit<Object>>,
 }
 
-struct Table {
-    /// The current epoch (1 ..= EPOCH_MASK); handles of earlier epochs are shut down.
-    epoch: u64,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    /// Runtime references C holds in this epoch.
-    runtimes: usize,
+// SAFETY: `object` is written only by the thread that took a free slot off the free list,
+// before the state word publishes it (SeqCst store), and read only by holders of a pin
+// (taken by a compare-and-swap on that word) or by the one thread that took the last pin of
+// a released slot, which moves it out before the slot goes back on the free list; the
+// objects are `Send + Sync`.
+unsafe impl Sync for Slot {}
+
+// Zero-initialised, so it lives in .bss: no file space, and memory only where touched.
+static TABLE: [Slot; SLOTS] = [const {
+    Slot {
+        state: AtomicU64::new(0),
+        object: UnsafeCell::new(MaybeUninit::uninit()),
+    }
+}; SLOTS];
+
+/// The free list's head: a count of its changes (high half, so a slot freed and taken
+/// again between a reader's look and its swap cannot fool the swap) and the first free
+/// slot's index + 1 (low half; 0: none).
+static FREE: AtomicU64 = AtomicU64::new(0);
+/// Slots below this were taken at some time.
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+/// The current epoch.
+static EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// The runtime references C holds and the devices' handles, for this epoch: only `init`,
+/// `shutdown` and a device's first handle take this lock.
+struct Runtimes {
+    count: usize,
+    devices: Vec<(BackendKind, u32, u64)>,
 }
 
 // Const-initialised: a fresh table whenever the library is loaded again (L2).
-static TABLE: Mutex<Table> = Mutex::new(Table {
-    epoch: 1,
-    slots: Vec::new(),
-    free: Vec::new(),
-    runtimes: 0,
+static RUNTIMES: Mutex<Runtimes> = Mutex::new(Runtimes {
+    count: 0,
+    devices: Vec::new(),
 });
 
-fn table() -> MutexGuard<'static, Table> {
+/// The device handles of the last full list (`offload_devices`), copied out without a
+/// lock; `LISTED_AT` says for which epoch and how many (a sequence word, written last).
+const LISTED_MAX: usize = 64;
+static LISTED: [AtomicU64; LISTED_MAX] = [const { AtomicU64::new(0) }; LISTED_MAX];
+static LISTED_AT: AtomicU64 = AtomicU64::new(0);
+
+fn runtimes() -> MutexGuard<'static, Runtimes> {
     // Nothing panics under the lock; stay usable if something ever did.
-    TABLE.lock().unwrap_or_else(|p| p.into_inner())
+    RUNTIMES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-struct Parts {
-    tag: u8,
-    epoch: u64,
-    index: usize,
-    generation: u16,
+fn tag_of(handle: u64) -> u8 {
+    (handle >> 56) as u8
 }
 
-fn split(handle: u64) -> Parts {
-    Parts {
-        tag: (handle >> 56) as u8,
-        epoch: (handle >> 36) & EPOCH_MASK,
-        index: ((handle >> 16) & INDEX_MASK) as usize,
-        generation: handle as u16,
-    }
+/// The epoch `handle` was made in, to pass to [`insert`] for objects made from it.
+pub(crate) fn epoch_of(handle: u64) -> u64 {
+    (handle >> 36) & EPOCH_MASK
 }
 
 fn join(kind: Kind, epoch: u64, index: usize, generation: u16) -> u64 {
     (kind as u64) << 56 | epoch << 36 | (index as u64) << 16 | u64::from(generation)
 }
 
+/// The identity a slot's state word has while `handle` is live.
+fn ident(handle: u64) -> u64 {
+    (handle & TAG_EPOCH) | (handle & 0xffff) << GEN_SHIFT
+}
+
+/// The slot `handle` names, if `handle` is of type `want`, and the identity its state word
+/// has while that handle is live.
+fn locate(handle: u64, want: Kind) -> Option<(&'static Slot, u64)> {
+    if tag_of(handle) != want as u8 {
+        return None;
+    }
+    let slot = TABLE.get(((handle >> 16) & INDEX_MASK) as usize)?;
+    Some((slot, ident(handle)))
+}
+
+fn index_of(slot: &'static Slot) -> usize {
+    (slot as *const Slot as usize - TABLE.as_ptr() as usize) / size_of::<Slot>()
+}
+
 /// Why `handle` names no live `want`, in words for `call`.
-fn refuse(table: &Table, call: &'static str, want: Kind, handle: u64) -> Fail {
+fn refuse(call: &'static str, want: Kind, handle: u64) -> Fail {
     let noun = want.noun();
     if handle == 0 {
         return Fail::Handle(format!("{call}: the {noun} handle is 0 (no {noun})"));
     }
-    let p = split(handle);
-    let Some(kind) = Kind::ALL.iter().find(|k| **k as u8 == p.tag) else {
+    let Some(kind) = Kind::ALL.iter().find(|k| **k as u8 == tag_of(handle)) else {
         return Fail::Handle(format!(
             "{call}: {handle:#018x} is not an offload handle (garbage or uninitialised)"
         ));
@@ -208,7 +293,8 @@ fn refuse(table: &Table, call: &'static str, want: Kind, handle: u64) -> Fail {
             kind.noun()
         ));
     }
-    if p.epoch != table.epoch && p.epoch != 0 && p.epoch < table.epoch {
+    let epoch = epoch_of(handle);
+    if epoch != 0 && epoch < EPOCH.load(Ordering::SeqCst) {
         return Fail::Offload(offload::Error::ShutDown {
             call,
             object: format!("{noun} handle {handle:#018x}"),
@@ -220,154 +306,370 @@ fn refuse(table: &Table, call: &'static str, want: Kind, handle: u64) -> Fail {
     ))
 }
 
-/// The object `handle` names, if it is a live `T`.
-pub(crate) fn get<T: Held>(call: &'static str, handle: u64) -> Res<Arc<T>> {
-    let t = table();
-    let p = split(handle);
-    if p.tag == T::KIND as u8 && p.epoch == t.epoch {
-        if let Some(Slot {
-            generation,
-            object: Some(object),
-        }) = t.slots.get(p.index)
+fn shut_down(call: &'static str) -> Fail {
+    Fail::Offload(offload::Error::ShutDown {
+        call,
+        object: String::new(),
+    })
+}
+
+/// A live `T` held for the length of one call: its slot cannot be freed meanwhile.
+pub(crate) struct Pinned<T: Held> {
+    slot: &'static Slot,
+    object: *const T,
+}
+
+impl<T: Held> Deref for Pinned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the pin keeps the slot's object in place (nobody moves it out while a
+        // pin is held), and `object` points into it.
+        unsafe { &*self.object }
+    }
+}
+
+impl<T: Held> Drop for Pinned<T> {
+    fn drop(&mut self) {
+        unpin(self.slot);
+    }
+}
+
+/// The object of a pinned slot, as a `T`.
+fn pinned<T: Held>(slot: &'static Slot) -> Option<Pinned<T>> {
+    // SAFETY: pinned: the object is initialised and stays while the pin is held.
+    let object = unsafe { (*slot.object.get()).assume_init_ref() };
+    match T::peek(object) {
+        Some(x) => Some(Pinned {
+            slot,
+            object: x as *const T,
+        }),
+        None => {
+            // (The tag names the variant: this cannot happen.)
+            unpin(slot);
+            None
+        }
+    }
+}
+
+/// Takes a pin on the live handle whose identity is `want`.
+fn pin(slot: &'static Slot, want: u64) -> bool {
+    let mut s = slot.state.load(Ordering::Acquire);
+    loop {
+        if s & IDENT != want || s & LIVE == 0 || s & PINS == PINS {
+            return false;
+        }
+        match slot
+            .state
+            .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Acquire)
         {
-            if *generation == p.generation {
-                if let Some(x) = T::unwrap(object.clone()) {
-                    return Ok(x);
-                }
+            Ok(_) => return true,
+            Err(now) => s = now,
+        }
+    }
+}
+
+/// Gives a pin back; the last pin of a released slot frees it and drops its object.
+fn unpin(slot: &'static Slot) {
+    let before = slot.state.fetch_sub(1, Ordering::AcqRel);
+    if before & LIVE == 0 && before & PINS == 1 {
+        drop(take_out(slot, before - 1));
+    }
+}
+
+/// Releases the live slot whose identity is `want` and pins it, in one step: nobody else
+/// can pin it from then on. Gives the pins it had before.
+fn release(slot: &'static Slot, want: u64) -> Option<u64> {
+    let mut s = slot.state.load(Ordering::Acquire);
+    while s & IDENT == want && s & LIVE != 0 && s & PINS != PINS {
+        match slot.state.compare_exchange_weak(
+            s,
+            (s & !LIVE) + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Some(s & PINS),
+            Err(now) => s = now,
+        }
+    }
+    None
+}
+
+/// Moves the object out of a released slot whose last pin this thread holds (`state`, its
+/// word, without that pin) and puts the slot on the free list. The caller drops it.
+fn take_out(slot: &'static Slot, state: u64) -> Object {
+    // SAFETY: the word still has a tag, so the object is initialised; it is released (no
+    // new pin) and this thread took its last pin, so nobody else reads it any more.
+    let object = unsafe { (*slot.object.get()).assume_init_read() };
+    push_free(slot, state & GENERATION);
+    object
+}
+
+/// Puts `slot` (free, its word's generation `generation`) on the free list.
+fn push_free(slot: &'static Slot, generation: u64) {
+    let index = index_of(slot) as u64;
+    let mut head = FREE.load(Ordering::Relaxed);
+    loop {
+        // No handle matches a word without a tag; the pins' bits link the list.
+        slot.state
+            .store(generation | (head & 0xffff_ffff), Ordering::Relaxed);
+        let next = ((head >> 32) + 1) << 32 | (index + 1);
+        match FREE.compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => head = now,
+        }
+    }
+}
+
+/// A free slot: off the free list, or one never used.
+fn take_free() -> Option<&'static Slot> {
+    let mut head = FREE.load(Ordering::Acquire);
+    while head & 0xffff_ffff != 0 {
+        let slot = &TABLE[((head & 0xffff_ffff) - 1) as usize % SLOTS];
+        // If another thread took this slot meanwhile, its word is no link, but the count
+        // in the head changed too and the swap fails.
+        let link = slot.state.load(Ordering::Relaxed) & PINS;
+        let next = ((head >> 32) + 1) << 32 | link;
+        match FREE.compare_exchange_weak(head, next, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => return Some(slot),
+            Err(now) => head = now,
+        }
+    }
+    let index = HIGH
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+            (h < SLOTS).then_some(h + 1)
+        })
+        .ok()?;
+    Some(&TABLE[index])
+}
+
+/// The object `handle` names, if it is a live `T`, pinned for the call.
+pub(crate) fn get<T: Held>(call: &'static str, handle: u64) -> Res<Pinned<T>> {
+    if let Some((slot, want)) = locate(handle, T::KIND) {
+        if pin(slot, want) {
+            if let Some(p) = pinned(slot) {
+                return Ok(p);
             }
         }
     }
-    Err(refuse(&t, call, T::KIND, handle))
+    Err(refuse(call, T::KIND, handle))
 }
 
-/// The current epoch, to pass to [`insert`] for objects made from a parent looked up now.
-pub(crate) fn epoch_of(handle: u64) -> u64 {
-    split(handle).epoch
-}
-
-fn insert_locked(t: &mut Table, object: Object) -> Res<u64> {
-    let kind = object.kind();
-    let epoch = t.epoch;
-    let index = match t.free.pop() {
-        Some(i) => i as usize,
-        None => {
-            if t.slots.len() as u64 > INDEX_MASK {
-                return Err(Fail::Offload(offload::Error::InvalidArgument {
-                    call: "offload handle table",
-                    reason: format!("more than {INDEX_MASK} live objects"),
-                }));
-            }
-            t.slots.push(Slot {
-                generation: 0,
-                object: None,
-            });
-            t.slots.len() - 1
+/// Whether `handle` names a live `T` right now (without pinning it).
+pub(crate) fn check<T: Held>(call: &'static str, handle: u64) -> Res {
+    if let Some((slot, want)) = locate(handle, T::KIND) {
+        let s = slot.state.load(Ordering::Acquire);
+        if s & IDENT == want && s & LIVE != 0 {
+            return Ok(());
         }
-    };
-    let slot = &mut t.slots[index];
-    slot.generation = slot.generation.wrapping_add(1).max(1);
-    slot.object = Some(object);
-    Ok(join(kind, epoch, index, slot.generation))
+    }
+    Err(refuse(call, T::KIND, handle))
 }
 
 /// Keeps `x`, made from a parent of epoch `epoch`, and gives its handle. If the parent's
-/// runtime was shut down meanwhile (the epoch moved on), `x` is dropped (outside the lock)
-/// and the answer is `ShutDown`.
+/// runtime was shut down meanwhile (the epoch moved on), `x` is dropped and the answer is
+/// `ShutDown`.
 pub(crate) fn insert<T: Held>(call: &'static str, epoch: u64, x: T) -> Res<u64> {
-    let object = T::wrap(Arc::new(x));
-    let mut t = table();
-    if t.epoch != epoch {
-        drop(t);
-        drop(object);
-        return Err(Fail::Offload(offload::Error::ShutDown {
-            call,
-            object: String::new(),
-        }));
+    try_insert(call, epoch, x).map_err(|(fail, _dropped_here)| fail)
+}
+
+/// [`insert`], giving back what it did not keep, for a caller that must drop it outside a
+/// lock (a drop may run user code, L6). (The large error is the cold path's.)
+#[allow(clippy::result_large_err)]
+fn try_insert<T: Held>(
+    call: &'static str,
+    epoch: u64,
+    x: T,
+) -> Result<u64, (Fail, Option<Object>)> {
+    if EPOCH.load(Ordering::SeqCst) != epoch {
+        return Err((shut_down(call), Some(T::wrap(x))));
     }
-    insert_locked(&mut t, object)
+    let object = T::wrap(x);
+    let kind = object.kind();
+    let Some(slot) = take_free() else {
+        let fail = Fail::Offload(offload::Error::InvalidArgument {
+            call: "offload handle table",
+            reason: format!("more than {SLOTS} live objects"),
+        });
+        return Err((fail, Some(object)));
+    };
+    let old = slot.state.load(Ordering::Relaxed);
+    let generation = ((old >> GEN_SHIFT) as u16).wrapping_add(1).max(1);
+    // SAFETY: the slot is free (off the free list, or never used): no handle matches it,
+    // nobody pins or reads it, and its old object was moved out.
+    unsafe { (*slot.object.get()).write(object) };
+    let handle = join(kind, epoch, index_of(slot), generation);
+    slot.state.store(ident(handle) | LIVE, Ordering::SeqCst);
+    // The last shutdown moves the epoch on, then sweeps the table (both sequentially
+    // consistent): if it moved on before the store above, its sweep may have missed this
+    // slot, so take it back; whoever releases it first has the object.
+    if EPOCH.load(Ordering::SeqCst) != epoch {
+        let back = match release(slot, ident(handle)) {
+            Some(0) => Some(take_out(slot, ident(handle))),
+            Some(_) => {
+                unpin(slot);
+                None
+            }
+            None => None,
+        };
+        return Err((shut_down(call), back));
+    }
+    Ok(handle)
 }
 
 /// Keeps `x` in the current epoch (a handle lent to a callback for its duration).
 pub(crate) fn insert_now<T: Held>(x: T) -> Res<u64> {
-    let mut t = table();
-    insert_locked(&mut t, T::wrap(Arc::new(x)))
+    insert("offload handle table", EPOCH.load(Ordering::SeqCst), x)
 }
 
 /// Keeps a runtime reference (a new C reference, L1) and gives its handle.
-pub(crate) fn insert_runtime(rt: Offload) -> Res<u64> {
-    let mut t = table();
-    let h = insert_locked(&mut t, Object::Runtime(Arc::new(rt)))?;
-    t.runtimes += 1;
-    Ok(h)
+pub(crate) fn insert_runtime(call: &'static str, rt: Offload) -> Res<u64> {
+    let mut r = runtimes();
+    match try_insert(call, EPOCH.load(Ordering::SeqCst), rt) {
+        Ok(h) => {
+            r.count += 1;
+            Ok(h)
+        }
+        Err((fail, back)) => {
+            drop(r);
+            // Outside the lock: this reference's drop may be a shutdown (L1, L6).
+            drop(back);
+            Err(fail)
+        }
+    }
+}
+
+/// The handle of `device` (of a runtime of epoch `epoch`): the same one for the same device
+/// all through the epoch, made on first use.
+pub(crate) fn device_handle(call: &'static str, epoch: u64, device: Device) -> Res<u64> {
+    let at = (device.backend(), device.index());
+    let mut r = runtimes();
+    if let Some(&(_, _, h)) = r.devices.iter().find(|(b, i, _)| (*b, *i) == at) {
+        if epoch_of(h) == epoch {
+            return Ok(h);
+        }
+    }
+    match try_insert(call, epoch, device) {
+        Ok(h) => {
+            r.devices.push((at.0, at.1, h));
+            Ok(h)
+        }
+        Err((fail, back)) => {
+            drop(r);
+            drop(back);
+            Err(fail)
+        }
+    }
+}
+
+/// Remembers `handles`, the full device list of epoch `epoch`, for [`listed`].
+pub(crate) fn remember_list(epoch: u64, handles: &[u64]) {
+    if handles.len() > LISTED_MAX {
+        return;
+    }
+    let _r = runtimes();
+    if EPOCH.load(Ordering::SeqCst) != epoch {
+        return;
+    }
+    // A sequence lock: readers that saw the word before this store see it change.
+    LISTED_AT.store(0, Ordering::Relaxed);
+    fence(Ordering::Release);
+    for (slot, h) in LISTED.iter().zip(handles) {
+        slot.store(*h, Ordering::Relaxed);
+    }
+    LISTED_AT.store(epoch << 32 | handles.len() as u64, Ordering::Release);
+}
+
+/// The full device list of the runtime `runtime` if one was made in its epoch: copies the
+/// first `out.len()` handles into `out` and gives the number of devices. No lock, no pin:
+/// `runtime` is checked live, and the caller's slow path runs if a new list was written
+/// meanwhile.
+pub(crate) fn listed(runtime: u64, out: &mut [u64]) -> Option<usize> {
+    let (slot, want) = locate(runtime, Kind::Runtime)?;
+    let s = slot.state.load(Ordering::Acquire);
+    if s & IDENT != want || s & LIVE == 0 {
+        return None;
+    }
+    let at = LISTED_AT.load(Ordering::Acquire);
+    if at >> 32 != epoch_of(runtime) || at == 0 {
+        return None;
+    }
+    let n = (at & 0xffff_ffff) as usize;
+    for (o, slot) in out.iter_mut().zip(LISTED.iter().take(n)) {
+        *o = slot.load(Ordering::Relaxed);
+    }
+    fence(Ordering::Acquire);
+    (LISTED_AT.load(Ordering::Relaxed) == at).then_some(n)
+}
+
+/// What [`remove`] gives: the object, or, while a call of another thread still uses it,
+/// a pin on it (the object goes when the last such call returns).
+pub(crate) enum Removed<T: Held> {
+    Owned(T),
+    InUse(Pinned<T>),
 }
 
 /// Takes the `T` that `handle` names out of the table (its handle is dead from now on).
-pub(crate) fn remove<T: Held>(call: &'static str, handle: u64) -> Res<Arc<T>> {
-    let mut t = table();
-    let p = split(handle);
-    if p.tag == T::KIND as u8 && p.epoch == t.epoch {
-        if let Some(slot) = t.slots.get_mut(p.index) {
-            if slot.generation == p.generation
-                && slot.object.as_ref().is_some_and(|o| o.kind() == T::KIND)
-            {
-                let object = slot.object.take();
-                t.free.push(p.index as u32);
-                if let Some(x) = object.and_then(T::unwrap) {
-                    return Ok(x);
+pub(crate) fn remove<T: Held>(call: &'static str, handle: u64) -> Res<Removed<T>> {
+    if let Some((slot, want)) = locate(handle, T::KIND) {
+        match release(slot, want) {
+            // The only pin: the object is ours.
+            Some(0) => {
+                if let Some(x) = T::unwrap(take_out(slot, want)) {
+                    return Ok(Removed::Owned(x));
                 }
             }
-        }
-    }
-    Err(refuse(&t, call, T::KIND, handle))
-}
-
-/// Replaces the object `handle` names (same type), if it is still live.
-pub(crate) fn replace<T: Held>(call: &'static str, handle: u64, x: T) -> Res {
-    let new = T::wrap(Arc::new(x));
-    let mut t = table();
-    let p = split(handle);
-    if p.tag == T::KIND as u8 && p.epoch == t.epoch {
-        if let Some(slot) = t.slots.get_mut(p.index) {
-            if slot.generation == p.generation && slot.object.is_some() {
-                let old = slot.object.replace(new);
-                drop(t);
-                drop(old);
-                return Ok(());
+            Some(_) => {
+                if let Some(p) = pinned(slot) {
+                    return Ok(Removed::InUse(p));
+                }
             }
+            None => {}
         }
     }
-    let e = refuse(&t, call, T::KIND, handle);
-    drop(t);
-    drop(new);
-    Err(e)
+    Err(refuse(call, T::KIND, handle))
 }
 
 /// Takes the runtime reference `handle` names out of the table. When it was the last one
 /// C held, every object of the table comes with it (the epoch advances, so all their
 /// handles answer `ShutDown` from now on); the caller drops them after shutting the runtime
-/// down.
-pub(crate) fn remove_runtime(call: &'static str, handle: u64) -> Res<(Arc<Offload>, Vec<Object>)> {
+/// down. Objects a call of another thread still uses go when that call returns.
+pub(crate) fn remove_runtime(
+    call: &'static str,
+    handle: u64,
+) -> Res<(Removed<Offload>, Vec<Object>)> {
+    let mut r = runtimes();
     let rt = remove::<Offload>(call, handle)?;
-    let mut t = table();
-    t.runtimes = t.runtimes.saturating_sub(1);
-    let mut orphans = Vec::new();
-    if t.runtimes == 0 {
-        orphans = std::mem::take(&mut t.slots)
-            .into_iter()
-            .filter_map(|s| s.object)
-            .collect();
-        t.free = Vec::new();
-        t.epoch = if t.epoch >= EPOCH_MASK {
-            1
-        } else {
-            t.epoch + 1
-        };
+    r.count = r.count.saturating_sub(1);
+    if r.count != 0 {
+        return Ok((rt, Vec::new()));
     }
-    drop(t);
+    let old = EPOCH.load(Ordering::SeqCst);
+    EPOCH.store(
+        if old >= EPOCH_MASK { 1 } else { old + 1 },
+        Ordering::SeqCst,
+    );
+    r.devices = Vec::new();
+    drop(r);
+    let mut orphans = Vec::new();
+    for slot in &TABLE[..HIGH.load(Ordering::SeqCst)] {
+        let s = slot.state.load(Ordering::SeqCst);
+        if s & LIVE == 0 || (s >> 36) & EPOCH_MASK != old {
+            continue;
+        }
+        match release(slot, s & IDENT) {
+            Some(0) => orphans.push(take_out(slot, s & IDENT)),
+            // In use by a call of another thread: it goes when that call returns.
+            Some(_) => unpin(slot),
+            None => {}
+        }
+    }
     Ok((rt, orphans))
 }
 
 /// Live objects in the table (for tests and leak checks).
 pub(crate) fn live() -> usize {
-    table().slots.iter().filter(|s| s.object.is_some()).count()
+    TABLE[..HIGH.load(Ordering::SeqCst)]
+        .iter()
+        .filter(|s| s.state.load(Ordering::Acquire) & LIVE != 0)
+        .count()
 }

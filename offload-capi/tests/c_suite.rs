@@ -46,27 +46,10 @@ fn c_suite_static_library() {
 /// The suite under valgrind memcheck (host backend): no invalid access, no definite leak.
 #[test]
 fn c_suite_under_valgrind() {
-    if !common::has("valgrind") {
-        assert!(
-            !in_ci(),
-            "valgrind is missing under CI=true (.ci/run installs it)"
-        );
-        println!("skipped: valgrind is not installed (apt-get install valgrind)");
+    let Some(mut cmd) = common::memcheck(&suite(Link::Shared)) else {
         return;
-    }
-    let mut cmd = Command::new("valgrind");
-    cmd.args([
-        "--tool=memcheck",
-        "--error-exitcode=99",
-        "--leak-check=full",
-        "--show-leak-kinds=definite",
-        "--errors-for-leak-kinds=definite",
-        "--track-origins=no",
-        "--quiet",
-    ])
-    .arg(suite(Link::Shared))
-    .arg(host_image())
-    .arg("novulkan");
+    };
+    cmd.arg(host_image()).arg("novulkan");
     let out = run_ok(cmd, Duration::from_secs(300));
     assert!(out.contains("suite: all checks held"));
 }

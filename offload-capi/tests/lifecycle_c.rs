@@ -1,6 +1,7 @@
 //! The lifecycle from C: 16 C threads × 1,000 init/use/shutdown cycles (L1), and 200
 //! `dlopen`/`dlclose` cycles of the shared library with init/launch/shutdown inside, the
-//! library unmapped after every `dlclose` (L2). Both run under a watchdog.
+//! library unmapped after every `dlclose` (L2); handles raced between threads and a
+//! shutdown under them. All run under a watchdog.
 
 mod common;
 
@@ -39,4 +40,28 @@ fn two_hundred_dlopen_dlclose_cycles_unmap_the_library() {
         out.contains("dlopen: 200 cycles, unmapped after each"),
         "{out}"
     );
+}
+
+/// Handles raced from 8 threads (copies, reads and writes on buffers other threads free
+/// and replace, stale handles), then the runtime shut down under them: only typed
+/// statuses, nothing left over.
+#[test]
+fn handles_raced_from_eight_threads_and_shut_down_under_them() {
+    let exe = compile(
+        &[&crate_dir().join("tests/c/races.c")],
+        &work_dir("races").join("races"),
+        Link::Shared,
+        &[],
+    );
+    let mut cmd = Command::new(&exe);
+    cmd.args(["8", "20000"]);
+    let out = run_ok(cmd, Duration::from_secs(180));
+    assert!(out.contains(", 0 errors"), "{out}");
+    // Under memcheck too: no access to freed memory, whatever the interleaving.
+    let Some(mut cmd) = common::memcheck(&exe) else {
+        return;
+    };
+    cmd.args(["4", "3000"]);
+    let out = run_ok(cmd, Duration::from_secs(300));
+    assert!(out.contains(", 0 errors"), "{out}");
 }

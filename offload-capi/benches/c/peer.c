@@ -9,7 +9,8 @@
  * Its only device on a machine without a GPU is a virtual host device whose olMemAlloc,
  * olCreateQueue and olCreateProgram crash, so only these operations are compared:
  *   init_shutdown  offload_init + offload_shutdown (0->1->0)  vs  olInit + olShutDown
- *   device_list    offload_devices + offload_device_release each  vs  olIterateDevices into an array
+ *   device_list    offload_devices into an array  vs  olIterateDevices into an array (device
+ *                  handles belong to their runtime on both sides: nothing to give back)
  *   copy64         offload_buffer_copy of 64 bytes between two host-device buffers
  *                  vs  olMemcpy(NULL queue, host array, host device, host array, host device, 64)
  *
@@ -81,6 +82,7 @@ static offload_buffer_t src_buf, dst_buf;
 static ol_device_handle_t ol_host;
 static ol_device_handle_t ol_list[MAX_DEVICES];
 static size_t ol_count;
+static volatile size_t ours_count;
 static unsigned char host_src[64], host_dst[64];
 
 static void ours_init_shutdown(void) {
@@ -96,7 +98,7 @@ static void ours_device_list(void) {
     offload_device_t d[MAX_DEVICES];
     size_t n = 0;
     TRY(offload_devices(rt, d, MAX_DEVICES, &n));
-    for (size_t i = 0; i < n && i < MAX_DEVICES; i++) TRY(offload_device_release(d[i]));
+    ours_count = n;
 }
 static bool collect(ol_device_handle_t d, void *user) {
     (void)user;

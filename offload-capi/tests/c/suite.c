@@ -178,9 +178,18 @@ static void test_runtime(offload_runtime_t rt) {
     CHECK(info.backend == OFFLOAD_BACKEND_HOST && info.name[0] && info.memory > 0 &&
           info.compute_units > 0);
     EXPECT(offload_device_info(devs[1], NULL), OFFLOAD_ERROR_INVALID_ARGUMENT);
+    /* A device has one handle for its runtime's life: listing again gives the same ones,
+     * the first list's from the lock-free copy, and release only checks the handle. */
+    offload_device_t again[4] = {0};
+    OK(offload_devices(rt, again, 4, &n));
+    CHECK(n == 2 && again[0] == devs[0] && again[1] == devs[1] && again[2] == 0);
+    offload_device_t first = 0;
+    OK(offload_device_of(rt, OFFLOAD_BACKEND_HOST, &first));
+    CHECK(first == devs[0]);
     OK(offload_device_release(devs[0]));
     OK(offload_device_release(devs[1]));
-    EXPECT(offload_device_release(devs[1]), OFFLOAD_ERROR_INVALID_HANDLE); /* released */
+    OK(offload_device_info(devs[1], &info)); /* still the runtime's */
+    EXPECT(offload_device_release(devs[1] ^ 0x1), OFFLOAD_ERROR_INVALID_HANDLE);
     SAYS("names no live device");
 
     offload_device_t d = 0;

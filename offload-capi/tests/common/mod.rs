@@ -156,3 +156,28 @@ pub fn has(program: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// `exe` under valgrind's memcheck, failing on any invalid access and any definite leak;
+/// `None` (the caller skips, saying why) where valgrind is missing outside CI.
+pub fn memcheck(exe: &Path) -> Option<Command> {
+    if !has("valgrind") {
+        assert!(
+            !in_ci(),
+            "valgrind is missing under CI=true (.ci/run installs it)"
+        );
+        println!("skipped: valgrind is not installed (apt-get install valgrind)");
+        return None;
+    }
+    let mut cmd = Command::new("valgrind");
+    cmd.args([
+        "--tool=memcheck",
+        "--error-exitcode=99",
+        "--leak-check=full",
+        "--show-leak-kinds=definite",
+        "--errors-for-leak-kinds=definite",
+        "--track-origins=no",
+        "--quiet",
+    ])
+    .arg(exe);
+    Some(cmd)
+}

@@ -7,6 +7,9 @@
 //!   `offload_buffer_free` (two handle-table operations and two guards more).
 //! * `launch_sync`: the fixture's `noop` kernel on one block + `queue.sync()` against
 //!   `offload_queue_launch` (no arguments) + `offload_queue_sync`.
+//! * `launch_sync_control`: the same Rust launch + sync on a second queue against the
+//!   first. Each host queue has a worker thread of its own, so `launch_sync` compares two
+//!   queues as well as two APIs; this pair measures what the queues alone differ by.
 //!
 //! The target is at most 50 ns of difference per operation pair. Run with
 //! `cargo bench -p offload-capi --bench overhead`.
@@ -36,6 +39,7 @@ fn main() {
         .and_then(|m| m.kernel("noop"))
         .expect("noop kernel");
     let queue = dev.queue().expect("queue");
+    let other_queue = dev.queue().expect("second queue");
 
     // The same runtime through the C API (a second reference, L1).
     let (mut crt, mut cdev, mut cprog, mut cmod, mut ck, mut cq) = (0, 0, 0, 0, 0, 0);
@@ -107,6 +111,22 @@ fn main() {
             queue.sync().expect("sync");
         },
     ));
+    results.push(paired(
+        &mut c,
+        "launch_sync_control",
+        ("Rust API, second queue", "Rust API"),
+        SAMPLES,
+        || {
+            // SAFETY: `noop` takes no arguments and touches no memory.
+            unsafe { other_queue.launch(&noop, Dims::grid([1, 1, 1]), &[]) }.expect("launch");
+            other_queue.sync().expect("sync");
+        },
+        || {
+            // SAFETY: as above.
+            unsafe { queue.launch(&noop, Dims::grid([1, 1, 1]), &[]) }.expect("launch");
+            queue.sync().expect("sync");
+        },
+    ));
     println!("\n| operation | C API | Rust API | C − Rust (IQR) |");
     println!("|---|---|---|---|");
     for p in &results {
@@ -122,6 +142,6 @@ fn main() {
     }
     // SAFETY: a null `was_last` is allowed.
     unsafe { offload_shutdown(crt, std::ptr::null_mut()) };
-    drop((queue, noop, dev));
+    drop((queue, other_queue, noop, dev));
     let _ = rt.shutdown();
 }

@@ -363,11 +363,12 @@ pub unsafe extern "C" fn offload_devices(
                 "`devices` is a null pointer",
             )));
         }
-        let to = if capacity == 0 {
-            &mut [][..]
+        let to: &mut [std::mem::MaybeUninit<u64>] = if capacity == 0 {
+            &mut []
         } else {
-            // SAFETY: non-null; the caller promises `capacity` writable handles there.
-            unsafe { std::slice::from_raw_parts_mut(devices, capacity) }
+            // SAFETY: non-null; the caller promises `capacity` writable handles there
+            // (maybe uninitialised, hence `MaybeUninit`).
+            unsafe { std::slice::from_raw_parts_mut(devices.cast(), capacity) }
         };
         if let Some(n) = table::listed(runtime, to) {
             count.set(n);

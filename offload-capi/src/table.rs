@@ -17,26 +17,33 @@
 //! live slot by chance (garbage hitting tag, epoch, index and generation) names a live
 //! object of the right type: a wrong answer, never undefined behaviour.
 //!
-//! # Looking a handle up takes no lock
+//! # No lock on the way
 //!
 //! The slots are one static array (zero-initialised: it costs address space, and memory
-//! only for the pages that held objects; `dlclose` unmaps it with the library). Each slot
-//! has one atomic state word: the tag, epoch and generation of the handle that names it,
-//! a *live* bit, and a count of *pins*. A call pins each handle it uses — one
-//! compare-and-swap that succeeds only while the word still names that live handle — and
-//! unpins it when it returns, so a lookup costs two atomic operations and neither a lock
-//! nor a reference-count pair. Releasing a handle clears the live bit (no new pin can
-//! start) and the object goes with the last pin: whoever sees the count reach zero with the
-//! live bit clear takes the object out, puts the slot on the free list and drops the
-//! object — after the lock is released, since a drop may run user code (L6). So a thread
-//! that releases a handle another thread is using never frees it under that thread, and
-//! a callback that releases the handle of the call it runs in (L6) defers the drop to that
-//! call's return instead of deadlocking.
+//! only for the pages that held objects; `dlclose` unmaps it with the library), and the
+//! objects live in them (no allocation per handle). Each slot has one atomic state word:
+//! the tag, epoch and generation of the handle that names it, a *live* bit, and a count of
+//! *pins*. A call pins each handle it uses — one compare-and-swap that succeeds only while
+//! the word still names that live handle — and unpins it when it returns, so a lookup costs
+//! two atomic operations and neither a lock nor a reference-count pair. Releasing a handle
+//! clears the live bit (no new pin can start) and the object goes with the last pin:
+//! whoever sees the count reach zero with the live bit clear moves the object out, puts
+//! the slot back on the free list and drops the object, holding no lock (a drop may run
+//! user code, L6). So a thread that releases a handle another thread is using never frees
+//! it under that thread, and a callback that releases the handle of the call it runs in
+//! defers the drop to that call's return instead of deadlocking.
 //!
-//! Only making and freeing slots takes the writer lock (the free list, the epoch, the
-//! runtime count). Device handles are made once per device and epoch and belong to the
-//! runtime, as liboffload's do: listing devices again gives the same handles, from a
-//! lock-free copy once a full list was made.
+//! Free slots form a lock-free stack (its head counts its changes, so a slot taken and
+//! given back between a reader's look and its swap cannot fool the swap), linked through
+//! the free slots' state words. Only `init`, `shutdown` and a device's first handle take a
+//! lock (the runtime count, the epoch and the device handles). The last shutdown moves the
+//! epoch on and then sweeps the table; an insert publishes its slot and then reads the
+//! epoch again (both sequentially consistent), so an object made from a runtime while its
+//! last reference goes is either swept or taken back by its maker — never left behind.
+//!
+//! Device handles are made once per device and epoch and belong to the runtime, as
+//! liboffload's do: listing devices again gives the same handles, from a lock-free copy
+//! (a sequence word) once a full list was made.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -583,7 +590,7 @@ pub(crate) fn remember_list(epoch: u64, handles: &[u64]) {
 /// first `out.len()` handles into `out` and gives the number of devices. No lock, no pin:
 /// `runtime` is checked live, and the caller's slow path runs if a new list was written
 /// meanwhile.
-pub(crate) fn listed(runtime: u64, out: &mut [u64]) -> Option<usize> {
+pub(crate) fn listed(runtime: u64, out: &mut [MaybeUninit<u64>]) -> Option<usize> {
     let (slot, want) = locate(runtime, Kind::Runtime)?;
     let s = slot.state.load(Ordering::Acquire);
     if s & IDENT != want || s & LIVE == 0 {
@@ -595,7 +602,7 @@ pub(crate) fn listed(runtime: u64, out: &mut [u64]) -> Option<usize> {
     }
     let n = (at & 0xffff_ffff) as usize;
     for (o, slot) in out.iter_mut().zip(LISTED.iter().take(n)) {
-        *o = slot.load(Ordering::Relaxed);
+        o.write(slot.load(Ordering::Relaxed));
     }
     fence(Ordering::Acquire);
     (LISTED_AT.load(Ordering::Relaxed) == at).then_some(n)

@@ -17,7 +17,7 @@
 use std::hint::black_box;
 
 use criterion::Criterion;
-use offload::{BackendKind, Dims, MemKind, Offload, Program};
+use offload::{BackendKind, Dims, Kernel, MemKind, Offload, Program, Queue};
 use offload_bench::paired;
 use offload_capi::memory::{offload_buffer_alloc, offload_buffer_free, offload_mem_kind_t};
 use offload_capi::program::{
@@ -29,6 +29,13 @@ use offload_capi::runtime::{offload_device_of, offload_init, offload_shutdown};
 use offload_capi::status::offload_status_t::OFFLOAD_OK;
 
 const SAMPLES: usize = 30;
+
+/// The Rust side of `launch_sync`: `noop` on one block, then a sync.
+fn launch_sync(queue: &Queue, noop: &Kernel) {
+    // SAFETY: `noop` takes no arguments and touches no memory.
+    unsafe { queue.launch(noop, Dims::grid([1, 1, 1]), &[]) }.expect("launch");
+    queue.sync().expect("sync");
+}
 
 fn main() {
     let mut c = Criterion::default().configure_from_args();
@@ -105,27 +112,15 @@ fn main() {
             assert_eq!(s, OFFLOAD_OK);
             assert_eq!(offload_queue_sync(cq), OFFLOAD_OK);
         },
-        || {
-            // SAFETY: `noop` takes no arguments and touches no memory.
-            unsafe { queue.launch(&noop, Dims::grid([1, 1, 1]), &[]) }.expect("launch");
-            queue.sync().expect("sync");
-        },
+        || launch_sync(&queue, &noop),
     ));
     results.push(paired(
         &mut c,
         "launch_sync_control",
         ("Rust API, second queue", "Rust API"),
         SAMPLES,
-        || {
-            // SAFETY: `noop` takes no arguments and touches no memory.
-            unsafe { other_queue.launch(&noop, Dims::grid([1, 1, 1]), &[]) }.expect("launch");
-            other_queue.sync().expect("sync");
-        },
-        || {
-            // SAFETY: as above.
-            unsafe { queue.launch(&noop, Dims::grid([1, 1, 1]), &[]) }.expect("launch");
-            queue.sync().expect("sync");
-        },
+        || launch_sync(&other_queue, &noop),
+        || launch_sync(&queue, &noop),
     ));
     println!("\n| operation | C API | Rust API | C − Rust (IQR) |");
     println!("|---|---|---|---|");

@@ -2,6 +2,7 @@
 //! as in Rust, L1, L5), the platform and device lists, typed device info.
 
 use std::ffi::c_char;
+use std::mem::MaybeUninit;
 
 use offload::{BackendKind, Device, Offload};
 
@@ -318,8 +319,7 @@ fn give_devices(
     call: &'static str,
     runtime: offload_runtime_t,
     list: Vec<Device>,
-    devices: *mut offload_device_t,
-    capacity: usize,
+    to: &mut [MaybeUninit<offload_device_t>],
     count: Out<usize>,
 ) -> Res {
     let epoch = table::epoch_of(runtime);
@@ -329,10 +329,8 @@ fn give_devices(
         .map(|d| table::device_handle(call, epoch, d))
         .collect::<Res<Vec<u64>>>()?;
     table::remember_list(epoch, &handles);
-    for (i, h) in handles.into_iter().take(capacity).enumerate() {
-        // SAFETY: the caller promises `capacity` writable handles at `devices`, and
-        // i < capacity.
-        unsafe { devices.add(i).write(h) };
+    for (o, h) in to.iter_mut().zip(handles) {
+        o.write(h);
     }
     count.set(n);
     Ok(())
@@ -363,7 +361,7 @@ pub unsafe extern "C" fn offload_devices(
                 "`devices` is a null pointer",
             )));
         }
-        let to: &mut [std::mem::MaybeUninit<u64>] = if capacity == 0 {
+        let to: &mut [MaybeUninit<offload_device_t>] = if capacity == 0 {
             &mut []
         } else {
             // SAFETY: non-null; the caller promises `capacity` writable handles there
@@ -375,7 +373,7 @@ pub unsafe extern "C" fn offload_devices(
             return Ok(());
         }
         let list = table::get::<Offload>(CALL, runtime)?.devices()?;
-        give_devices(CALL, runtime, list, devices, capacity, count)
+        give_devices(CALL, runtime, list, to, count)
     })
 }
 

@@ -401,6 +401,19 @@ fn release(slot: &'static Slot, want: u64) -> Option<u64> {
     None
 }
 
+/// Releases the live slot whose identity is `want` and gives its object, where no call
+/// holds it; where one does, the object goes when that call returns (`None` then, and
+/// where the slot no longer names `want`).
+fn evict(slot: &'static Slot, want: u64) -> Option<Object> {
+    match release(slot, want)? {
+        0 => Some(take_out(slot, want)),
+        _ => {
+            unpin(slot);
+            None
+        }
+    }
+}
+
 /// Moves the object out of a released slot whose last pin this thread holds (`state`, its
 /// word, without that pin) and puts the slot on the free list. The caller drops it.
 fn take_out(slot: &'static Slot, state: u64) -> Object {
@@ -463,13 +476,18 @@ pub(crate) fn get<T: Held>(call: &'static str, handle: u64) -> Res<Pinned<T>> {
 
 /// Whether `handle` names a live `T` right now (without pinning it).
 pub(crate) fn check<T: Held>(call: &'static str, handle: u64) -> Res {
-    if let Some((slot, want)) = locate(handle, T::KIND) {
-        let s = slot.state.load(Ordering::Acquire);
-        if s & IDENT == want && s & LIVE != 0 {
-            return Ok(());
-        }
+    match is_live(handle, T::KIND) {
+        true => Ok(()),
+        false => Err(refuse(call, T::KIND, handle)),
     }
-    Err(refuse(call, T::KIND, handle))
+}
+
+/// Whether `handle` names a live object of kind `want` right now.
+fn is_live(handle: u64, want: Kind) -> bool {
+    locate(handle, want).is_some_and(|(slot, ident)| {
+        let s = slot.state.load(Ordering::Acquire);
+        s & IDENT == ident && s & LIVE != 0
+    })
 }
 
 /// Keeps `x`, made from a parent of epoch `epoch`, and gives its handle. If the parent's
@@ -510,15 +528,7 @@ fn try_insert<T: Held>(
     // consistent): if it moved on before the store above, its sweep may have missed this
     // slot, so take it back; whoever releases it first has the object.
     if EPOCH.load(Ordering::SeqCst) != epoch {
-        let back = match release(slot, ident(handle)) {
-            Some(0) => Some(take_out(slot, ident(handle))),
-            Some(_) => {
-                unpin(slot);
-                None
-            }
-            None => None,
-        };
-        return Err((shut_down(call), back));
+        return Err((shut_down(call), evict(slot, ident(handle))));
     }
     Ok(handle)
 }
@@ -591,9 +601,7 @@ pub(crate) fn remember_list(epoch: u64, handles: &[u64]) {
 /// `runtime` is checked live, and the caller's slow path runs if a new list was written
 /// meanwhile.
 pub(crate) fn listed(runtime: u64, out: &mut [MaybeUninit<u64>]) -> Option<usize> {
-    let (slot, want) = locate(runtime, Kind::Runtime)?;
-    let s = slot.state.load(Ordering::Acquire);
-    if s & IDENT != want || s & LIVE == 0 {
+    if !is_live(runtime, Kind::Runtime) {
         return None;
     }
     let at = LISTED_AT.load(Ordering::Acquire);
@@ -663,12 +671,8 @@ pub(crate) fn remove_runtime(
         if s & LIVE == 0 || (s >> 36) & EPOCH_MASK != old {
             continue;
         }
-        match release(slot, s & IDENT) {
-            Some(0) => orphans.push(take_out(slot, s & IDENT)),
-            // In use by a call of another thread: it goes when that call returns.
-            Some(_) => unpin(slot),
-            None => {}
-        }
+        // One in use by a call of another thread goes when that call returns.
+        orphans.extend(evict(slot, s & IDENT));
     }
     Ok((rt, orphans))
 }

@@ -91,12 +91,14 @@ impl hal::Device for HostDevice {
         Ok(())
     }
 
+    #[inline]
     fn read(&self, buffer: &HostBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         buffer.mem.check(offset, dst.len())?;
         buffer.mem.uses.wait();
         buffer.mem.read(offset, dst)
     }
 
+    #[inline]
     fn write(&self, buffer: &mut HostBuffer, offset: usize, src: &[u8]) -> Result<()> {
         buffer.mem.check(offset, src.len())?;
         buffer.mem.uses.wait();
@@ -109,6 +111,7 @@ impl hal::Device for HostDevice {
         buffer.mem.fill(offset, len, &[value])
     }
 
+    #[inline]
     fn copy(
         &self,
         src: &HostBuffer,
@@ -124,6 +127,7 @@ impl hal::Device for HostDevice {
         dst.mem.copy_from(d, &src.mem, so, len)
     }
 
+    #[inline]
     fn copy_within(&self, buffer: &mut HostBuffer, so: usize, d: usize, len: usize) -> Result<()> {
         buffer.mem.check(so, len)?;
         buffer.mem.check(d, len)?;

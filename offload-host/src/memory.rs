@@ -81,6 +81,8 @@ pub struct HostBuffer {
     pub(crate) mem: Arc<Memory>,
 }
 
+#[cold]
+#[inline(never)]
 fn out_of_range(offset: usize, len: usize, size: usize) -> Error {
     Error::InvalidArgument {
         call: "",
@@ -276,6 +278,7 @@ impl Memory {
     }
 
     /// Checks that `offset..offset + len` lies inside the allocation.
+    #[inline]
     pub(crate) fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
@@ -283,6 +286,7 @@ impl Memory {
         }
     }
 
+    #[inline]
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check(offset, dst.len())?;
         // SAFETY: offset + dst.len() <= len (checked), so the source range lies inside our
@@ -298,6 +302,7 @@ impl Memory {
         Ok(())
     }
 
+    #[inline]
     pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check(offset, src.len())?;
         // SAFETY: the destination range lies inside our allocation (checked); `src` cannot
@@ -348,6 +353,7 @@ impl Memory {
 
     /// Copies `len` bytes from `src` at `so` to `self` at `d`; the two may be the same
     /// allocation, with overlapping ranges.
+    #[inline]
     pub(crate) fn copy_from(&self, d: usize, src: &Memory, so: usize, len: usize) -> Result<()> {
         src.check(so, len)?;
         self.check(d, len)?;

@@ -14,9 +14,15 @@
 //! own business: a thread that is joined before the library unloads may use thread-locals
 //! freely, since their destructors run when it exits.
 //!
+//! [`biased`] holds the other per-thread tool the core needs: a lock the thread that made it
+//! takes without atomic read-modify-writes (each buffer's memory sits behind one).
+//!
 //! This is the one crate besides the backends with `unsafe` code (the core is
 //! `#![deny(unsafe_code)]` and depends on it for its helper threads); every block carries
 //! its `// SAFETY:` argument.
+
+pub mod biased;
+mod rwlock;
 
 use std::ffi::{CString, c_void};
 use std::sync::Arc;

@@ -1,10 +1,11 @@
 //! [`Buffer`]: memory on a device, its synchronous copies, and its export and import (I1).
 //!
-//! A buffer's allocation ([`BufferEntry`]) keeps its backend memory behind its own
-//! `RwLock<Option<_>>`: every call holds it shared, and teardown takes it exclusively, which
-//! drains the calls in flight. Per-allocation locks keep a long copy on one buffer from
-//! stalling work on others. Whether two concurrent copies into the same bytes are sound is
-//! the backend's business (each backend's safe API must make it so on its own).
+//! A buffer's allocation ([`BufferEntry`]) keeps its backend memory behind its own lock:
+//! reads hold it shared, writes, launches and teardown exclusively, so teardown drains the
+//! calls in flight (L3, L4). The lock is `offload-thread`'s `BiasedLock`, which the thread
+//! that allocated the buffer takes with no atomic read-modify-write until another thread
+//! needs it (a 64-byte copy is then about as cheap as liboffload's unchecked `olMemcpy`).
+//! Per-allocation locks keep a long copy on one buffer from stalling work on others.
 //!
 //! A `Buffer` handle is a window on an allocation. Most own theirs (dropping them frees
 //! it); an IPC endpoint hands out *views* of a mapping it owns, which tell it when they are
@@ -12,7 +13,8 @@
 //! unmapped the memory (I3).
 
 use crate::sync::{
-    Arc, AtomicBool, AtomicU64, OnceLock, Ordering, RwLock, RwLockWriteGuard, read, statics, write,
+    Arc, AtomicBool, AtomicU64, BiasedLock, BiasedRead, BiasedWrite, OnceLock, Ordering, Reentrant,
+    RwLock, read, statics, write,
 };
 use std::fmt;
 
@@ -85,13 +87,19 @@ pub(crate) struct BufferEntry {
     revoked: AtomicBool,
     /// The user's name for it ([`Buffer::label`]), for messages.
     label: RwLock<Option<Arc<str>>>,
-    allocation: RwLock<Option<Allocation>>,
+    /// Biased to the allocating thread (`offload-thread`'s `BiasedLock`): its calls take
+    /// it without atomic read-modify-writes until another thread takes it.
+    allocation: BiasedLock<Option<Allocation>>,
 }
 
 impl BufferEntry {
     /// Frees the allocation if it is still there (waits for copies in flight).
     pub(crate) fn free(&self) -> Result<()> {
-        match write(&self.allocation).take() {
+        let mut allocation = self
+            .allocation
+            .write()
+            .map_err(|Reentrant| reentrant("Buffer::free"))?;
+        match allocation.take() {
             Some(a) => {
                 if let Some(closed) = self.after_free.get() {
                     closed();
@@ -176,10 +184,20 @@ impl BufferEntry {
             after_free: OnceLock::new(),
             revoked: AtomicBool::new(false),
             label: RwLock::new(None),
-            allocation: RwLock::new(Some(Allocation { raw })),
+            allocation: BiasedLock::new(Some(Allocation { raw })),
         });
         live.register(Kind::Buffer, |_| entry)
     }
+}
+
+/// The error of a call on a buffer from inside another call on it on the same thread (the
+/// closure of `Buffer::with_mapped`), where a plain lock would deadlock.
+fn reentrant(call: &'static str) -> Error {
+    Error::invalid(
+        call,
+        "this thread is already inside a call on this buffer (a call from inside \
+         Buffer::with_mapped's closure?)",
+    )
 }
 
 /// Whoever owns the allocation a view looks at (an IPC endpoint's mapping), told when the
@@ -443,9 +461,32 @@ impl Buffer {
         Arc::ptr_eq(&self.generation, generation)
     }
 
+    /// The allocation, held shared (the allocating thread holds it alone, without atomic
+    /// read-modify-writes).
+    #[inline(always)]
+    fn lock_shared(&self, call: &'static str) -> Result<BiasedRead<'_, Option<Allocation>>> {
+        self.entry
+            .allocation
+            .read()
+            .map_err(|Reentrant| self.reentrant(call))
+    }
+
     /// The allocation, held exclusively (for a launch that may write it).
-    pub(crate) fn lock_exclusive(&self) -> RwLockWriteGuard<'_, Option<Allocation>> {
-        write(&self.entry.allocation)
+    #[inline(always)]
+    pub(crate) fn lock_exclusive(
+        &self,
+        call: &'static str,
+    ) -> Result<BiasedWrite<'_, Option<Allocation>>> {
+        self.entry
+            .allocation
+            .write()
+            .map_err(|Reentrant| self.reentrant(call))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reentrant(&self, call: &'static str) -> Error {
+        reentrant(call).on(call, self)
     }
 
     /// The error of a call on this buffer once its memory is gone.
@@ -480,7 +521,7 @@ impl Buffer {
         call: &'static str,
         f: impl FnOnce(&dyn DynBuffer) -> Result<T>,
     ) -> Result<T> {
-        let guard = read(&self.entry.allocation);
+        let guard = self.lock_shared(call)?;
         let a = guard.as_ref().ok_or_else(|| self.gone(call))?;
         f(&*a.raw).map_err(|e| e.on(call, self))
     }
@@ -491,7 +532,7 @@ impl Buffer {
         call: &'static str,
         f: impl FnOnce(&mut dyn DynBuffer) -> Result<T>,
     ) -> Result<T> {
-        let mut guard = write(&self.entry.allocation);
+        let mut guard = self.lock_exclusive(call)?;
         let a = guard.as_mut().ok_or_else(|| self.gone(call))?;
         f(&mut *a.raw).map_err(|e| e.on(call, self))
     }
@@ -615,11 +656,11 @@ impl Buffer {
         // Two locks, taken in address order so opposite copies cannot deadlock; teardown
         // holds at most one buffer lock at a time, so it cannot deadlock with this either.
         let (src_guard, mut dst_guard) = if Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry) {
-            let s = read(&src.entry.allocation);
-            (s, write(&self.entry.allocation))
+            let s = src.lock_shared(CALL)?;
+            (s, self.lock_exclusive(CALL)?)
         } else {
-            let d = write(&self.entry.allocation);
-            (read(&src.entry.allocation), d)
+            let d = self.lock_exclusive(CALL)?;
+            (src.lock_shared(CALL)?, d)
         };
         let s = src_guard.as_ref().ok_or_else(|| src.gone(CALL))?;
         let d = dst_guard.as_mut().ok_or_else(|| self.gone(CALL))?;
@@ -653,7 +694,9 @@ impl Buffer {
     /// host memory, or device memory the driver maps — after the work queued on the
     /// buffer; no copy is made. `Error::Unsupported` where the backend cannot (memory the
     /// host cannot map, or memory shared with other processes): use `read`/`write` then.
-    /// Queued work and other host accesses to the buffer wait until `f` returns.
+    /// Queued work and other host accesses to the buffer wait until `f` returns; a call on
+    /// this buffer from inside `f` is refused with `Error::InvalidArgument` (it would
+    /// otherwise wait for itself).
     ///
     /// ```
     /// # let rt = offload::Offload::init()?;

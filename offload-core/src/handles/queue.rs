@@ -14,7 +14,7 @@
 //! of it, gets `InvalidArgument` at once (it would wait for itself); a queue dropped inside
 //! its own host function is released on a helper thread once the function returned.
 
-use crate::sync::{Arc, RwLock, RwLockWriteGuard, lock, read};
+use crate::sync::{Arc, BiasedWrite, RwLock, lock, read};
 use smallvec::SmallVec;
 use std::fmt;
 
@@ -355,8 +355,10 @@ impl Queue {
                         args.iter().filter_map(Arg::buffer_of).collect();
                     buffers.sort_unstable_by_key(|b| b.entry_ptr());
                     buffers.dedup_by_key(|b| b.entry_ptr());
-                    let guards: SmallVec<[RwLockWriteGuard<'_, Option<Allocation>>; 8]> =
-                        buffers.iter().map(|b| b.lock_exclusive()).collect();
+                    let guards: SmallVec<[BiasedWrite<'_, Option<Allocation>>; 8]> = buffers
+                        .iter()
+                        .map(|b| b.lock_exclusive(call))
+                        .collect::<Result<_>>()?;
                     let mut raw_args: SmallVec<[KernelArg<'_, dyn DynBuffer>; 8]> =
                         SmallVec::with_capacity(args.len());
                     for arg in args {
@@ -647,8 +649,10 @@ impl Queue {
             let mut order: Vec<&Buffer> = ranges.iter().map(|r| r.0).collect();
             order.sort_by_key(|b| b.entry_ptr());
             order.dedup_by_key(|b| b.entry_ptr());
-            let guards: Vec<RwLockWriteGuard<'_, Option<Allocation>>> =
-                order.iter().map(|b| b.lock_exclusive()).collect();
+            let guards: Vec<BiasedWrite<'_, Option<Allocation>>> = order
+                .iter()
+                .map(|b| b.lock_exclusive(call))
+                .collect::<Result<_>>()?;
             let mut raws: Vec<&dyn DynBuffer> = Vec::with_capacity(ranges.len());
             for (buffer, _, _) in ranges {
                 let i = order

@@ -25,13 +25,25 @@
 //! the tag, epoch and generation of the handle that names it, a *live* bit, and a count of
 //! *pins*. A call pins each handle it uses — one compare-and-swap that succeeds only while
 //! the word still names that live handle — and unpins it when it returns, so a lookup costs
-//! two atomic operations and neither a lock nor a reference-count pair. Releasing a handle
+//! two atomic operations and neither a lock nor a reference-count pair (none at all on the
+//! slot's owner thread, below). Releasing a handle
 //! clears the live bit (no new pin can start) and the object goes with the last pin:
 //! whoever sees the count reach zero with the live bit clear moves the object out, puts
 //! the slot back on the free list and drops the object, holding no lock (a drop may run
 //! user code, L6). So a thread that releases a handle another thread is using never frees
 //! it under that thread, and a callback that releases the handle of the call it runs in
 //! defers the drop to that call's return instead of deadlocking.
+//!
+//! A slot is also *biased* to the thread that first put an object in it (its owner, for
+//! good): the owner pins with plain stores into the slot's `fast` count, a compiler fence
+//! and a look at the state word, no read-modify-write (`offload-thread`'s biased-lock
+//! primitives). A release publishes that the handle is dead and, if the slot has an owner
+//! other than the releasing thread (or the owner is inside a call on it), also a pin kept
+//! for the owner (`OWNER`); it then runs `revoke_fence` (a process-wide `membarrier`), so
+//! either it sees the owner's pins or the owner's next look sees the release. If the owner
+//! holds none the releaser gives that pin back; otherwise the owner's last unpin does (both
+//! may try: clearing `OWNER` decides who). The owner never changes, so a thread that pins a
+//! slot with a stale handle can only write its own count, never another owner's.
 //!
 //! Free slots form a lock-free stack (its head counts its changes, so a slot taken and
 //! given back between a reader's look and its swap cannot fool the swap), linked through
@@ -48,7 +60,9 @@
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+
+use offload_thread::biased::{owner_fence, revoke_fence, thread_token};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::ipc::Endpoint;
@@ -187,17 +201,26 @@ const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
 // A slot's state word: the handle's tag and epoch (bits 63–36), its generation (35–20),
-// the live bit (19) and the pins (18–0). A free slot's word keeps only its last
-// generation and, in the pins' bits, the next free slot's index + 1 (0: none).
+// the live bit (19), the owner's bit (18: one of the pins is the owner's, see `retract`)
+// and the pins (17–0). A free slot's word keeps only its last generation and, in bits
+// 18–0, the next free slot's index + 1 (0: none).
 const GEN_SHIFT: u32 = 20;
 const LIVE: u64 = 1 << 19;
-const PINS: u64 = LIVE - 1;
+const OWNER: u64 = 1 << 18;
+const PINS: u64 = OWNER - 1;
+const LINK: u64 = LIVE - 1;
 const TAG_EPOCH: u64 = !0 << 36;
 const GENERATION: u64 = 0xffff << GEN_SHIFT;
-const IDENT: u64 = !(LIVE | PINS);
+const IDENT: u64 = !(LIVE | LINK);
 
 struct Slot {
     state: AtomicU64,
+    /// The thread the slot is biased to (`offload-thread`'s token; 0: none yet): set by the
+    /// first insert into the slot and never changed, so a stale owner never writes `fast`
+    /// under another.
+    owner: AtomicU64,
+    /// The owner's pins, taken and given back with plain stores (only the owner writes it).
+    fast: AtomicU32,
     /// Initialised exactly while the state word has a tag (from insert until the last pin
     /// of a released slot moves it out).
     object: UnsafeCell<MaybeUninit<Object>>,
@@ -205,15 +228,18 @@ struct Slot {
 
 // SAFETY: `object` is written only by the thread that took a free slot off the free list,
 // before the state word publishes it (SeqCst store), and read only by holders of a pin
-// (taken by a compare-and-swap on that word) or by the one thread that took the last pin of
-// a released slot, which moves it out before the slot goes back on the free list; the
-// objects are `Send + Sync`.
+// (taken by a compare-and-swap on that word, or the owner's `fast` pin, which a release
+// sees through `revoke_fence` and keeps a pin for) or by the one thread that took the last
+// pin of a released slot, which moves it out before the slot goes back on the free list;
+// the objects are `Send + Sync`.
 unsafe impl Sync for Slot {}
 
 // Zero-initialised, so it lives in .bss: no file space, and memory only where touched.
 static TABLE: [Slot; SLOTS] = [const {
     Slot {
         state: AtomicU64::new(0),
+        owner: AtomicU64::new(0),
+        fast: AtomicU32::new(0),
         object: UnsafeCell::new(MaybeUninit::uninit()),
     }
 }; SLOTS];
@@ -324,6 +350,8 @@ fn shut_down(call: &'static str) -> Fail {
 pub(crate) struct Pinned<T: Held> {
     slot: &'static Slot,
     object: *const T,
+    /// The owner's pin (`fast`), not one in the state word.
+    fast: bool,
 }
 
 impl<T: Held> Deref for Pinned<T> {
@@ -336,25 +364,100 @@ impl<T: Held> Deref for Pinned<T> {
 }
 
 impl<T: Held> Drop for Pinned<T> {
+    #[inline]
     fn drop(&mut self) {
-        unpin(self.slot);
+        match self.fast {
+            true => unpin_fast(self.slot),
+            false => unpin(self.slot),
+        }
     }
 }
 
-/// The object of a pinned slot, as a `T`.
-fn pinned<T: Held>(slot: &'static Slot) -> Option<Pinned<T>> {
+/// The object of a pinned slot (pinned by its owner if `fast`), as a `T`.
+#[inline]
+fn pinned<T: Held>(slot: &'static Slot, fast: bool) -> Option<Pinned<T>> {
     // SAFETY: pinned: the object is initialised and stays while the pin is held.
     let object = unsafe { (*slot.object.get()).assume_init_ref() };
     match T::peek(object) {
         Some(x) => Some(Pinned {
             slot,
             object: x as *const T,
+            fast,
         }),
         None => {
             // (The tag names the variant: this cannot happen.)
-            unpin(slot);
+            match fast {
+                true => unpin_fast(slot),
+                false => unpin(slot),
+            }
             None
         }
+    }
+}
+
+/// The owner's pin on the live handle whose identity is `want`: plain stores, no
+/// read-modify-write. A release publishes that the handle is no longer live and then runs
+/// `revoke_fence`, so either it sees this pin or this check sees the handle released.
+#[inline]
+fn pin_fast(slot: &'static Slot, want: u64) -> bool {
+    let n = slot.fast.load(Ordering::Relaxed);
+    slot.fast.store(n + 1, Ordering::Relaxed);
+    owner_fence();
+    let s = slot.state.load(Ordering::Acquire);
+    if s & IDENT == want && s & LIVE != 0 {
+        return true;
+    }
+    unpin_fast(slot);
+    false
+}
+
+/// Gives an owner's pin back; the last one hands over the pin a release left for the owner
+/// (`OWNER`), if there is one.
+#[inline]
+fn unpin_fast(slot: &'static Slot) {
+    let n = slot.fast.load(Ordering::Relaxed).saturating_sub(1);
+    // Release: whoever takes the object out after seeing no owner's pin sees our reads done.
+    slot.fast.store(n, Ordering::Release);
+    if n == 0 {
+        owner_fence();
+        if slot.state.load(Ordering::Acquire) & OWNER != 0 {
+            drop(retract(slot));
+        }
+    }
+}
+
+/// Gives back the pin a release left for the slot's owner (if it is still there: the owner
+/// and the releaser may both try, and one wins); the last pin of a released slot frees it
+/// and gives its object.
+fn retract(slot: &'static Slot) -> Option<Object> {
+    let mut s = slot.state.load(Ordering::Acquire);
+    while s & OWNER != 0 {
+        match slot.state.compare_exchange_weak(
+            s,
+            (s & !OWNER) - 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) if s & LIVE == 0 && s & PINS == 1 => {
+                return Some(take_out(slot, (s & !OWNER) - 1));
+            }
+            Ok(_) => return None,
+            Err(now) => s = now,
+        }
+    }
+    None
+}
+
+/// After a release of a slot that has an owner (`OWNER` set, with a pin for it): if the
+/// owner holds no pin, gives that pin back at once; otherwise the owner's last unpin does.
+/// `fenced`: `revoke_fence` already ran after the release.
+fn settle_owner(slot: &'static Slot, fenced: bool) {
+    if slot.owner.load(Ordering::Relaxed) != thread_token() && !fenced {
+        revoke_fence();
+    }
+    // The releaser still holds its own pin, so this is never the last one.
+    if slot.fast.load(Ordering::Acquire) == 0 {
+        drop(retract(slot));
     }
 }
 
@@ -384,34 +487,46 @@ fn unpin(slot: &'static Slot) {
 }
 
 /// Releases the live slot whose identity is `want` and pins it, in one step: nobody else
-/// can pin it from then on. Gives the pins it had before.
-fn release(slot: &'static Slot, want: u64) -> Option<u64> {
+/// can pin it from then on. A slot with an owner gets a second pin, the owner's (`OWNER`),
+/// which [`settle_owner`] resolves. Whether it got one.
+fn release(slot: &'static Slot, want: u64) -> Option<bool> {
     let mut s = slot.state.load(Ordering::Acquire);
-    while s & IDENT == want && s & LIVE != 0 && s & PINS != PINS {
+    // Read after the state word: a word naming `want` was published after its owner was
+    // set (the acquire load sees both), and the owner never changes. The owner releasing
+    // while it holds no pin of its own needs none kept for it: only it could take one, and
+    // it is here.
+    let owner = slot.owner.load(Ordering::Relaxed);
+    let owned = owner != 0 && !(owner == thread_token() && slot.fast.load(Ordering::Relaxed) == 0);
+    let extra = if owned { OWNER + 2 } else { 1 };
+    while s & IDENT == want && s & LIVE != 0 && s & PINS < PINS - 1 {
+        // SeqCst: ordered before `revoke_fence` and the owner's pin count read after it.
         match slot.state.compare_exchange_weak(
             s,
-            (s & !LIVE) + 1,
-            Ordering::AcqRel,
+            (s & !LIVE) + extra,
+            Ordering::SeqCst,
             Ordering::Acquire,
         ) {
-            Ok(_) => return Some(s & PINS),
+            Ok(_) => return Some(owned),
             Err(now) => s = now,
         }
     }
     None
 }
 
+/// Gives back the pin of a release; the last pin of the slot frees it and gives its object.
+fn unpin_released(slot: &'static Slot) -> Option<Object> {
+    let before = slot.state.fetch_sub(1, Ordering::AcqRel);
+    (before & PINS == 1).then(|| take_out(slot, before - 1))
+}
+
 /// Releases the live slot whose identity is `want` and gives its object, where no call
 /// holds it; where one does, the object goes when that call returns (`None` then, and
 /// where the slot no longer names `want`).
 fn evict(slot: &'static Slot, want: u64) -> Option<Object> {
-    match release(slot, want)? {
-        0 => Some(take_out(slot, want)),
-        _ => {
-            unpin(slot);
-            None
-        }
+    if release(slot, want)? {
+        settle_owner(slot, false);
     }
+    unpin_released(slot)
 }
 
 /// Moves the object out of a released slot whose last pin this thread holds (`state`, its
@@ -447,7 +562,7 @@ fn take_free() -> Option<&'static Slot> {
         let slot = &TABLE[((head & 0xffff_ffff) - 1) as usize % SLOTS];
         // If another thread took this slot meanwhile, its word is no link, but the count
         // in the head changed too and the swap fails.
-        let link = slot.state.load(Ordering::Relaxed) & PINS;
+        let link = slot.state.load(Ordering::Relaxed) & LINK;
         let next = ((head >> 32) + 1) << 32 | link;
         match FREE.compare_exchange_weak(head, next, Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => return Some(slot),
@@ -463,10 +578,16 @@ fn take_free() -> Option<&'static Slot> {
 }
 
 /// The object `handle` names, if it is a live `T`, pinned for the call.
+#[inline]
 pub(crate) fn get<T: Held>(call: &'static str, handle: u64) -> Res<Pinned<T>> {
     if let Some((slot, want)) = locate(handle, T::KIND) {
-        if pin(slot, want) {
-            if let Some(p) = pinned(slot) {
+        let fast = slot.owner.load(Ordering::Relaxed) == thread_token();
+        let pinned_now = match fast {
+            true => pin_fast(slot, want),
+            false => pin(slot, want),
+        };
+        if pinned_now {
+            if let Some(p) = pinned(slot, fast) {
                 return Ok(p);
             }
         }
@@ -523,6 +644,12 @@ fn try_insert<T: Held>(
     // nobody pins or reads it, and its old object was moved out.
     unsafe { (*slot.object.get()).write(object) };
     let handle = join(kind, epoch, index_of(slot), generation);
+    if slot.owner.load(Ordering::Relaxed) == 0 {
+        // The slot's first object: the slot is biased to this thread for good (no other
+        // thread has ever owned it, so none can be inside `pin_fast` on it).
+        offload_thread::biased::prepare();
+        slot.owner.store(thread_token(), Ordering::Relaxed);
+    }
     slot.state.store(ident(handle) | LIVE, Ordering::SeqCst);
     // The last shutdown moves the epoch on, then sweeps the table (both sequentially
     // consistent): if it moved on before the store above, its sweep may have missed this
@@ -626,19 +753,20 @@ pub(crate) enum Removed<T: Held> {
 /// Takes the `T` that `handle` names out of the table (its handle is dead from now on).
 pub(crate) fn remove<T: Held>(call: &'static str, handle: u64) -> Res<Removed<T>> {
     if let Some((slot, want)) = locate(handle, T::KIND) {
-        match release(slot, want) {
-            // The only pin: the object is ours.
-            Some(0) => {
-                if let Some(x) = T::unwrap(take_out(slot, want)) {
+        if let Some(owned) = release(slot, want) {
+            if owned {
+                settle_owner(slot, false);
+            }
+            // Released: no pin can start, so a word with our pin alone stays as it is.
+            let s = slot.state.load(Ordering::Acquire);
+            if s & PINS == 1 {
+                // The only pin: the object is ours.
+                if let Some(x) = T::unwrap(take_out(slot, s - 1)) {
                     return Ok(Removed::Owned(x));
                 }
+            } else if let Some(p) = pinned(slot, false) {
+                return Ok(Removed::InUse(p));
             }
-            Some(_) => {
-                if let Some(p) = pinned(slot) {
-                    return Ok(Removed::InUse(p));
-                }
-            }
-            None => {}
         }
     }
     Err(refuse(call, T::KIND, handle))
@@ -665,14 +793,28 @@ pub(crate) fn remove_runtime(
     );
     r.devices = Vec::new();
     drop(r);
-    let mut orphans = Vec::new();
+    // Release every slot of the old epoch, then one fence for all of them, then settle each
+    // owner's pin and give back ours; one in use by a call of another thread goes when
+    // that call returns.
+    let mut released = Vec::new();
     for slot in &TABLE[..HIGH.load(Ordering::SeqCst)] {
         let s = slot.state.load(Ordering::SeqCst);
         if s & LIVE == 0 || (s >> 36) & EPOCH_MASK != old {
             continue;
         }
-        // One in use by a call of another thread goes when that call returns.
-        orphans.extend(evict(slot, s & IDENT));
+        if let Some(owned) = release(slot, s & IDENT) {
+            released.push((slot, owned));
+        }
+    }
+    if released.iter().any(|&(_, owned)| owned) {
+        revoke_fence();
+    }
+    let mut orphans = Vec::new();
+    for (slot, owned) in released {
+        if owned {
+            settle_owner(slot, true);
+        }
+        orphans.extend(unpin_released(slot));
     }
     Ok((rt, orphans))
 }

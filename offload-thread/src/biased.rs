@@ -115,6 +115,49 @@ fn heavy_fence() {
     }
 }
 
+/// The building blocks of [`BiasedLock`], for another structure biased to a thread (the C
+/// API's handle table pins its slots this way). An owner publishes what it uses with a
+/// plain store, calls [`owner_fence`], then checks that it still may; whoever takes the
+/// thing away publishes that, calls [`revoke_fence`], then reads the owner's store. Call
+/// [`prepare`] before the first owner fence of a structure.
+///
+/// ```
+/// use offload_thread::biased::{owner_fence, prepare, revoke_fence, thread_token};
+/// prepare();
+/// let me = thread_token();
+/// assert_ne!(me, 0);
+/// assert_eq!(me, thread_token());
+/// let other = std::thread::spawn(thread_token).join().unwrap();
+/// assert_ne!(other, me);
+/// owner_fence();
+/// revoke_fence();
+/// ```
+#[inline(always)]
+pub fn thread_token() -> u64 {
+    token()
+}
+
+/// Decides, once per process, which fences [`owner_fence`] and [`revoke_fence`] use (it
+/// registers the process for `membarrier`); see [`thread_token`].
+pub fn prepare() {
+    mode();
+}
+
+/// The owner's fence between publishing what it uses and checking it still may: a compiler
+/// fence where [`revoke_fence`] runs a `membarrier`, a full fence otherwise; see
+/// [`thread_token`].
+#[inline(always)]
+pub fn owner_fence() {
+    light_fence(MODE.load(Ordering::Relaxed));
+}
+
+/// The revoker's fence between publishing a revocation and reading the owner's state: a
+/// process-wide barrier (`membarrier`) or a full fence, matching [`owner_fence`]; see
+/// [`thread_token`].
+pub fn revoke_fence() {
+    heavy_fence();
+}
+
 /// A nested lock by the thread that holds the lock on its fast path (see the module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reentrant;

@@ -9,6 +9,7 @@
  * Exit status 0 when every check held; each failure is printed with the call and message.
  */
 #include <fcntl.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -56,6 +57,19 @@ static void host_fn(void *user) {
     host_fn_t *h = user;
     h->runs++;
     if (h->queue) h->own_sync = offload_queue_sync(h->queue);
+}
+
+/* A host function that gives back the handle of its own queue. */
+typedef struct {
+    int runs;
+    offload_queue_t queue;
+    offload_status_t destroyed;
+} self_destroy_t;
+
+static void destroying_host_fn(void *user) {
+    self_destroy_t *d = user;
+    d->destroyed = offload_queue_destroy(d->queue);
+    __atomic_store_n(&d->runs, d->runs + 1, __ATOMIC_RELEASE);
 }
 
 /* Runs y = 2x + y over n elements with `kernel` on `device`, checks, frees. */
@@ -405,6 +419,25 @@ static void test_queues(offload_device_t dev) {
     OK(offload_queue_host_fn(q, host_fn, &own));
     OK(offload_queue_sync(q));
     CHECK(own.runs == 1 && own.own_sync == OFFLOAD_ERROR_INVALID_ARGUMENT);
+
+    /* A host function that gives back its queue's handle, often while this thread's sync
+     * holds that handle (a pin of the slot's owner: the queue must go when the sync
+     * returns, not under it; valgrind checks), else before the sync starts (which then
+     * finds the handle dead). Ten times: each a fresh queue in a fresh or reused slot. */
+    for (int i = 0; i < 10; i++) {
+        offload_queue_t q3 = 0;
+        OK(offload_queue_create(dev, &q3));
+        size_t live = offload_live_handles();
+        self_destroy_t sd = {0, q3, OFFLOAD_ERROR_INTERNAL};
+        OK(offload_queue_host_fn(q3, destroying_host_fn, &sd));
+        offload_status_t synced = offload_queue_sync(q3);
+        CHECK(synced == OFFLOAD_OK || synced == OFFLOAD_ERROR_INVALID_HANDLE);
+        while (__atomic_load_n(&sd.runs, __ATOMIC_ACQUIRE) == 0) /* (if the sync found it dead) */
+            sched_yield();
+        CHECK(sd.runs == 1 && sd.destroyed == OFFLOAD_OK);
+        EXPECT(offload_queue_sync(q3), OFFLOAD_ERROR_INVALID_HANDLE);
+        CHECK(offload_live_handles() == live - 1);
+    }
 
     OK(offload_event_destroy(start));
     EXPECT(offload_event_destroy(start), OFFLOAD_ERROR_INVALID_HANDLE);

@@ -106,11 +106,18 @@ fn heavy_fence() {
     if MODE.load(Ordering::Acquire) == ASYMMETRIC
         && membarrier(libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
     {
-        // A child of `fork` keeps the registration; should the kernel have lost it anyway,
-        // register again (owners still use compiler fences, so the barrier is required).
+        // A child of `fork` keeps the registration (checked); should the kernel refuse the
+        // barrier anyway, register again. Owners use compiler fences, so without the barrier
+        // no revocation is sound: a process whose sandbox took `membarrier` away after it
+        // was registered stops here, in words, rather than hang or free memory in use.
         let _ = membarrier(libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
-        while membarrier(libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
-            std::thread::yield_now();
+        if membarrier(libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
+            eprintln!(
+                "offload: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after it was \
+                 registered ({}); a buffer's lock cannot be revoked safely: aborting",
+                std::io::Error::last_os_error()
+            );
+            std::process::abort();
         }
     }
 }

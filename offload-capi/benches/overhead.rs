@@ -6,10 +6,12 @@
 //! * `alloc_free`: `dev.alloc(64)` + `free()` against `offload_buffer_alloc` +
 //!   `offload_buffer_free` (two handle-table operations and two guards more).
 //! * `launch_sync`: the fixture's `noop` kernel on one block + `queue.sync()` against
-//!   `offload_queue_launch` (no arguments) + `offload_queue_sync`.
+//!   `offload_queue_launch` (no arguments) + `offload_queue_sync`, both on the same queue
+//!   (the C queue's Rust `Queue`, lent by `offload_capi::queue::with_queue` for the whole
+//!   run): the two sides differ by the API alone.
 //! * `launch_sync_control`: the same Rust launch + sync on a second queue against the
-//!   first. Each host queue has a worker thread of its own, so `launch_sync` compares two
-//!   queues as well as two APIs; this pair measures what the queues alone differ by.
+//!   first. Each host queue has a worker thread of its own: this pair shows what two
+//!   queues alone differ by (why `launch_sync` shares one).
 //!
 //! The target is at most 50 ns of difference per operation pair. Run with
 //! `cargo bench -p offload-capi --bench overhead`.
@@ -24,7 +26,7 @@ use offload_capi::program::{
     offload_dims_t, offload_module_kernel, offload_program_from_image, offload_program_load,
     offload_queue_launch,
 };
-use offload_capi::queue::{offload_queue_create, offload_queue_sync};
+use offload_capi::queue::{offload_queue_create, offload_queue_sync, with_queue};
 use offload_capi::runtime::{offload_device_of, offload_init, offload_shutdown};
 use offload_capi::status::offload_status_t::OFFLOAD_OK;
 
@@ -99,21 +101,25 @@ fn main() {
             b.free().expect("free");
         },
     ));
-    results.push(paired(
-        &mut c,
-        "launch_sync",
-        ("C API", "Rust API"),
-        SAMPLES,
-        || {
-            // SAFETY: `noop` takes no arguments and touches no memory; dims is a live local.
-            let s = unsafe {
-                offload_queue_launch(cq, ck, &dims, std::ptr::null(), std::ptr::null(), 0)
-            };
-            assert_eq!(s, OFFLOAD_OK);
-            assert_eq!(offload_queue_sync(cq), OFFLOAD_OK);
-        },
-        || launch_sync(&queue, &noop),
-    ));
+    let shared = with_queue(cq, |c_queue| {
+        paired(
+            &mut c,
+            "launch_sync",
+            ("C API", "Rust API"),
+            SAMPLES,
+            || {
+                // SAFETY: `noop` takes no arguments and touches no memory; dims is a live
+                // local.
+                let s = unsafe {
+                    offload_queue_launch(cq, ck, &dims, std::ptr::null(), std::ptr::null(), 0)
+                };
+                assert_eq!(s, OFFLOAD_OK);
+                assert_eq!(offload_queue_sync(cq), OFFLOAD_OK);
+            },
+            || launch_sync(c_queue, &noop),
+        )
+    });
+    results.push(shared.expect("the C queue's handle is live"));
     results.push(paired(
         &mut c,
         "launch_sync_control",

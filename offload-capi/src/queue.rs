@@ -35,6 +35,33 @@ unsafe impl Send for UserData {}
 // SAFETY: as above; offload never reads through it.
 unsafe impl Sync for UserData {}
 
+/// Not part of the C API: runs `f` on the Rust [`Queue`] behind the C handle `queue`, held
+/// for the length of `f` as any call holds it; `None` if the handle names no live queue.
+/// For Rust code of the same process that must use one queue through both APIs — the
+/// overhead benchmark times the C and Rust launch on the same queue with it, so that the
+/// two sides differ by the API alone.
+///
+/// ```
+/// use offload_capi::queue::{offload_queue_create, with_queue};
+/// use offload_capi::runtime::{offload_device_of, offload_init, offload_shutdown};
+/// let (mut rt, mut dev, mut q) = (0, 0, 0);
+/// // SAFETY: every output pointer is a live local; a null config and `was_last` are allowed.
+/// unsafe {
+///     offload_init(std::ptr::null(), &mut rt);
+///     offload_device_of(rt, 0, &mut dev);
+///     offload_queue_create(dev, &mut q);
+/// }
+/// assert_eq!(with_queue(q, |queue| queue.sync().is_ok()), Some(true));
+/// assert_eq!(with_queue(0, |_| ()), None);
+/// // SAFETY: as above.
+/// unsafe { offload_shutdown(rt, std::ptr::null_mut()) };
+/// ```
+#[doc(hidden)]
+pub fn with_queue<R>(queue: offload_queue_t, f: impl FnOnce(&Queue) -> R) -> Option<R> {
+    let q = table::get::<Queue>("with_queue", queue).ok()?;
+    Some(f(&q))
+}
+
 /// Makes a queue on `device` (liboffload's `olCreateQueue`).
 ///
 /// # Safety

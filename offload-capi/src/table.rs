@@ -50,7 +50,8 @@
 //! the free slots' state words. Only `init`, `shutdown` and a device's first handle take a
 //! lock (the runtime count, the epoch and the device handles). The last shutdown moves the
 //! epoch on and then sweeps the table; an insert publishes its slot and then reads the
-//! epoch again (both sequentially consistent), so an object made from a runtime while its
+//! epoch again (a compiler fence between, a `membarrier` between the shutdown's two steps:
+//! the same asymmetric pair as the owner pins), so an object made from a runtime while its
 //! last reference goes is either swept or taken back by its maker — never left behind.
 //!
 //! Device handles are made once per device and epoch and belong to the runtime, as
@@ -626,6 +627,7 @@ fn try_insert<T: Held>(
     epoch: u64,
     x: T,
 ) -> Result<u64, (Fail, Option<Object>)> {
+    offload_thread::biased::prepare(); // before the first `owner_fence` (one load after it)
     if EPOCH.load(Ordering::SeqCst) != epoch {
         return Err((shut_down(call), Some(T::wrap(x))));
     }
@@ -647,14 +649,15 @@ fn try_insert<T: Held>(
     if slot.owner.load(Ordering::Relaxed) == 0 {
         // The slot's first object: the slot is biased to this thread for good (no other
         // thread has ever owned it, so none can be inside `pin_fast` on it).
-        offload_thread::biased::prepare();
         slot.owner.store(thread_token(), Ordering::Relaxed);
     }
-    slot.state.store(ident(handle) | LIVE, Ordering::SeqCst);
-    // The last shutdown moves the epoch on, then sweeps the table (both sequentially
-    // consistent): if it moved on before the store above, its sweep may have missed this
-    // slot, so take it back; whoever releases it first has the object.
-    if EPOCH.load(Ordering::SeqCst) != epoch {
+    slot.state.store(ident(handle) | LIVE, Ordering::Release);
+    // The last shutdown moves the epoch on, runs `revoke_fence`, then sweeps the table: if
+    // it moved on before the store above, its sweep may have missed this slot, so take it
+    // back; whoever releases it first has the object. (The fence pair orders this store
+    // before the load below as a full fence would, without one here.)
+    owner_fence();
+    if EPOCH.load(Ordering::Relaxed) != epoch {
         return Err((shut_down(call), evict(slot, ident(handle))));
     }
     Ok(handle)
@@ -793,6 +796,8 @@ pub(crate) fn remove_runtime(
     );
     r.devices = Vec::new();
     drop(r);
+    // Pairs with the `owner_fence` between an insert's publication and its epoch check.
+    revoke_fence();
     // Release every slot of the old epoch, then one fence for all of them, then settle each
     // owner's pin and give back ours; one in use by a call of another thread goes when
     // that call returns.

@@ -146,6 +146,11 @@ pub fn thread_token() -> u64 {
 
 /// Decides, once per process, which fences [`owner_fence`] and [`revoke_fence`] use (it
 /// registers the process for `membarrier`); see [`thread_token`].
+///
+/// ```
+/// offload_thread::biased::prepare();
+/// offload_thread::biased::prepare(); // once is enough; again costs one load
+/// ```
 pub fn prepare() {
     mode();
 }
@@ -153,6 +158,16 @@ pub fn prepare() {
 /// The owner's fence between publishing what it uses and checking it still may: a compiler
 /// fence where [`revoke_fence`] runs a `membarrier`, a full fence otherwise; see
 /// [`thread_token`].
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// let (inside, revoked) = (AtomicBool::new(false), AtomicBool::new(false));
+/// offload_thread::biased::prepare();
+/// inside.store(true, Ordering::Relaxed);
+/// offload_thread::biased::owner_fence();
+/// assert!(!revoked.load(Ordering::Relaxed)); // still ours: go on
+/// inside.store(false, Ordering::Release);
+/// ```
 #[inline(always)]
 pub fn owner_fence() {
     light_fence(MODE.load(Ordering::Relaxed));
@@ -161,11 +176,28 @@ pub fn owner_fence() {
 /// The revoker's fence between publishing a revocation and reading the owner's state: a
 /// process-wide barrier (`membarrier`) or a full fence, matching [`owner_fence`]; see
 /// [`thread_token`].
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// let (inside, revoked) = (AtomicBool::new(false), AtomicBool::new(false));
+/// offload_thread::biased::prepare();
+/// revoked.store(true, Ordering::SeqCst);
+/// offload_thread::biased::revoke_fence();
+/// assert!(!inside.load(Ordering::Acquire)); // the owner is out: take it over
+/// ```
 pub fn revoke_fence() {
     heavy_fence();
 }
 
 /// A nested lock by the thread that holds the lock on its fast path (see the module).
+///
+/// ```
+/// use offload_thread::biased::{BiasedLock, Reentrant};
+/// let lock = BiasedLock::new(0);
+/// let held = lock.write().unwrap();
+/// assert_eq!(lock.read().err(), Some(Reentrant));
+/// drop(held);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reentrant;
 
@@ -406,7 +438,13 @@ enum Held {
     Exclusive,
 }
 
-/// Shared access to a [`BiasedLock`]'s value.
+/// Shared access to a [`BiasedLock`]'s value; dropping it releases the lock.
+///
+/// ```
+/// let lock = offload_thread::biased::BiasedLock::new(String::from("x"));
+/// let guard = lock.read().unwrap();
+/// assert_eq!(guard.len(), 1);
+/// ```
 pub struct ReadGuard<'a, T> {
     lock: &'a BiasedLock<T>,
     held: Held,
@@ -429,7 +467,13 @@ impl<T> Deref for ReadGuard<'_, T> {
     }
 }
 
-/// Exclusive access to a [`BiasedLock`]'s value.
+/// Exclusive access to a [`BiasedLock`]'s value; dropping it releases the lock.
+///
+/// ```
+/// let lock = offload_thread::biased::BiasedLock::new(String::new());
+/// lock.write().unwrap().push('x');
+/// assert_eq!(*lock.read().unwrap(), "x");
+/// ```
 pub struct WriteGuard<'a, T> {
     lock: &'a BiasedLock<T>,
     held: Held,

@@ -367,10 +367,16 @@ impl<T: Held> Deref for Pinned<T> {
 impl<T: Held> Drop for Pinned<T> {
     #[inline]
     fn drop(&mut self) {
-        match self.fast {
-            true => unpin_fast(self.slot),
-            false => unpin(self.slot),
-        }
+        give_back(self.slot, self.fast);
+    }
+}
+
+/// Gives back a pin: the owner's (`fast`) or one in the state word.
+#[inline]
+fn give_back(slot: &'static Slot, fast: bool) {
+    match fast {
+        true => unpin_fast(slot),
+        false => unpin(slot),
     }
 }
 
@@ -387,10 +393,7 @@ fn pinned<T: Held>(slot: &'static Slot, fast: bool) -> Option<Pinned<T>> {
         }),
         None => {
             // (The tag names the variant: this cannot happen.)
-            match fast {
-                true => unpin_fast(slot),
-                false => unpin(slot),
-            }
+            give_back(slot, fast);
             None
         }
     }
@@ -627,7 +630,6 @@ fn try_insert<T: Held>(
     epoch: u64,
     x: T,
 ) -> Result<u64, (Fail, Option<Object>)> {
-    offload_thread::biased::prepare(); // before the first `owner_fence` (one load after it)
     if EPOCH.load(Ordering::SeqCst) != epoch {
         return Err((shut_down(call), Some(T::wrap(x))));
     }
@@ -670,6 +672,9 @@ pub(crate) fn insert_now<T: Held>(x: T) -> Res<u64> {
 
 /// Keeps a runtime reference (a new C reference, L1) and gives its handle.
 pub(crate) fn insert_runtime(call: &'static str, rt: Offload) -> Res<u64> {
+    // Every insert and every owner pin follows a C runtime's: the fences are decided here,
+    // before the first `owner_fence` (where undecided, it is a full fence anyway).
+    offload_thread::biased::prepare();
     let mut r = runtimes();
     match try_insert(call, EPOCH.load(Ordering::SeqCst), rt) {
         Ok(h) => {

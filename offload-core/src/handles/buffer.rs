@@ -16,6 +16,7 @@ use crate::sync::{
     Arc, AtomicBool, AtomicU64, BiasedLock, BiasedRead, BiasedWrite, OnceLock, Ordering, Reentrant,
     RwLock, read, statics, write,
 };
+use smallvec::SmallVec;
 use std::fmt;
 
 use crate::erased::DynBuffer;
@@ -187,6 +188,25 @@ impl BufferEntry {
             allocation: BiasedLock::new(Some(Allocation { raw })),
         });
         live.register(Kind::Buffer, |_| entry)
+    }
+}
+
+/// Buffers held exclusively by [`Buffer::lock_all_exclusive`].
+pub(crate) struct LockedAll<'a> {
+    order: SmallVec<[&'a Buffer; 8]>,
+    guards: SmallVec<[BiasedWrite<'a, Option<Allocation>>; 8]>,
+}
+
+impl LockedAll<'_> {
+    /// The live allocation of `buffer` (one of those locked), or the error of `call` on it
+    /// once its memory is gone.
+    pub(crate) fn allocation(&self, call: &'static str, buffer: &Buffer) -> Result<&Allocation> {
+        let at = self
+            .order
+            .iter()
+            .position(|b| b.entry_ptr() == buffer.entry_ptr())
+            .unwrap_or(0);
+        self.guards[at].as_ref().ok_or_else(|| buffer.gone(call))
     }
 }
 
@@ -473,14 +493,27 @@ impl Buffer {
 
     /// The allocation, held exclusively (for a launch that may write it).
     #[inline(always)]
-    pub(crate) fn lock_exclusive(
-        &self,
-        call: &'static str,
-    ) -> Result<BiasedWrite<'_, Option<Allocation>>> {
+    fn lock_exclusive(&self, call: &'static str) -> Result<BiasedWrite<'_, Option<Allocation>>> {
         self.entry
             .allocation
             .write()
             .map_err(|Reentrant| self.reentrant(call))
+    }
+
+    /// Locks the allocations of `buffers` exclusively, each once, in address order (so two
+    /// calls locking the same buffers cannot deadlock); on the stack for up to 8.
+    pub(crate) fn lock_all_exclusive<'a>(
+        call: &'static str,
+        buffers: impl IntoIterator<Item = &'a Buffer>,
+    ) -> Result<LockedAll<'a>> {
+        let mut order: SmallVec<[&'a Buffer; 8]> = buffers.into_iter().collect();
+        order.sort_unstable_by_key(|b| b.entry_ptr());
+        order.dedup_by_key(|b| b.entry_ptr());
+        let guards = order
+            .iter()
+            .map(|b| b.lock_exclusive(call))
+            .collect::<Result<_>>()?;
+        Ok(LockedAll { order, guards })
     }
 
     #[cold]

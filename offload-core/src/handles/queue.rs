@@ -14,7 +14,7 @@
 //! of it, gets `InvalidArgument` at once (it would wait for itself); a queue dropped inside
 //! its own host function is released on a helper thread once the function returned.
 
-use crate::sync::{Arc, BiasedWrite, RwLock, lock, read};
+use crate::sync::{Arc, RwLock, lock, read};
 use smallvec::SmallVec;
 use std::fmt;
 
@@ -22,7 +22,6 @@ use crate::erased::{DynBuffer, DynEvent, DynQueue};
 use crate::error::{Error, Result};
 use crate::hal::{BackendKind, Dims, KernelArg};
 use crate::handles::args::{Arg, check_args};
-use crate::handles::buffer::Allocation;
 use crate::handles::event::Event;
 use crate::handles::{Buffer, Device, Kernel};
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
@@ -349,26 +348,15 @@ impl Queue {
                         ));
                     }
                     check_args(call, kernel, args, &self.entry.device, &self.generation)?;
-                    // Lock every distinct buffer once, exclusively, in address order.
-                    // On the stack for up to 8 arguments (no allocation per launch).
-                    let mut buffers: SmallVec<[&Buffer; 8]> =
-                        args.iter().filter_map(Arg::buffer_of).collect();
-                    buffers.sort_unstable_by_key(|b| b.entry_ptr());
-                    buffers.dedup_by_key(|b| b.entry_ptr());
-                    let guards: SmallVec<[BiasedWrite<'_, Option<Allocation>>; 8]> = buffers
-                        .iter()
-                        .map(|b| b.lock_exclusive(call))
-                        .collect::<Result<_>>()?;
+                    // Every distinct buffer once, exclusively (no allocation per launch).
+                    let locked =
+                        Buffer::lock_all_exclusive(call, args.iter().filter_map(Arg::buffer_of))?;
                     let mut raw_args: SmallVec<[KernelArg<'_, dyn DynBuffer>; 8]> =
                         SmallVec::with_capacity(args.len());
                     for arg in args {
                         raw_args.push(match arg.buffer_of() {
                             Some(b) => {
-                                let at = buffers
-                                    .iter()
-                                    .position(|x| x.entry_ptr() == b.entry_ptr())
-                                    .unwrap_or(0);
-                                let allocation = guards[at].as_ref().ok_or_else(|| b.gone(call))?;
+                                let allocation = locked.allocation(call, b)?;
                                 let (offset, len) = arg.byte_range().unwrap_or((0, b.len()));
                                 let offset = b.offset_in_allocation() + offset;
                                 if offset == 0 && len == b.entry().size() {
@@ -646,21 +634,10 @@ impl Queue {
             at.push(buffer.check_range(call, *offset, *len)?);
         }
         self.entry.with(call, |q| {
-            let mut order: Vec<&Buffer> = ranges.iter().map(|r| r.0).collect();
-            order.sort_by_key(|b| b.entry_ptr());
-            order.dedup_by_key(|b| b.entry_ptr());
-            let guards: Vec<BiasedWrite<'_, Option<Allocation>>> = order
-                .iter()
-                .map(|b| b.lock_exclusive(call))
-                .collect::<Result<_>>()?;
+            let locked = Buffer::lock_all_exclusive(call, ranges.iter().map(|r| r.0))?;
             let mut raws: Vec<&dyn DynBuffer> = Vec::with_capacity(ranges.len());
             for (buffer, _, _) in ranges {
-                let i = order
-                    .iter()
-                    .position(|b| b.entry_ptr() == buffer.entry_ptr())
-                    .unwrap_or(0);
-                let allocation = guards[i].as_ref().ok_or_else(|| buffer.gone(call))?;
-                raws.push(allocation.raw());
+                raws.push(locked.allocation(call, buffer)?.raw());
             }
             f(q, &raws, &at)
         })

@@ -119,3 +119,36 @@ fn handles_stay_shut_down_from_other_threads() {
         u.join().unwrap();
     }
 }
+
+#[test]
+fn lent_devices_are_the_devices_and_their_clones_outlive_the_lender() {
+    let _serial = common::serial();
+    let rt = Offload::builder().host_devices(3).start().unwrap();
+    let lender = rt.clone();
+    // First calls race on several threads: each gets the same list.
+    let lists: Vec<Vec<offload::Device>> = std::thread::scope(|s| {
+        let lender = &lender;
+        let calls: Vec<_> = (0..4)
+            .map(|_| s.spawn(move || lender.device_list().unwrap().to_vec()))
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let owned = rt.devices().unwrap();
+    for list in &lists {
+        assert_eq!(list, &owned);
+    }
+    // Later calls lend the one list the reference made.
+    assert!(std::ptr::eq(
+        lender.device_list().unwrap(),
+        lender.device_list().unwrap()
+    ));
+    let kept = lender.device_list().unwrap()[2].clone();
+    // Dropping the lender drops its list, not the runtime, nor the clone.
+    drop(lender);
+    drop(lists);
+    let buf = kept.alloc(16, MemKind::Device).unwrap();
+    buf.write(0, &[7; 16]).unwrap();
+    drop(buf);
+    assert!(rt.shutdown().unwrap().was_last());
+    shut_down("a lent device's clone", kept.info());
+}

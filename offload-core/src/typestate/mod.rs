@@ -4,7 +4,7 @@
 //! generations through the process-wide lifecycle (`runtime::lifecycle`, L1, L2) and hands
 //! out the handles below it.
 
-use crate::sync::Arc;
+use crate::sync::{Arc, OnceLock};
 use std::marker::PhantomData;
 
 use crate::config::{Config, Overrides, list};
@@ -53,6 +53,9 @@ pub struct Ready {
     generation: Arc<Generation>,
     /// False once this reference was given back (by `shutdown`).
     holds: bool,
+    /// The handles [`Offload::device_list`] lends, made at its first call on this
+    /// reference. Here rather than in the generation, which they keep alive: no cycle.
+    devices: OnceLock<Box<[Device]>>,
 }
 
 /// Typestate: a reference that was shut down. It has no device methods.
@@ -296,6 +299,7 @@ impl<P: Platforms> Offload<Uninit, P> {
             state: Ready {
                 generation,
                 holds: true,
+                devices: OnceLock::new(),
             },
             platforms: PhantomData,
         })
@@ -409,6 +413,45 @@ impl<P> Offload<Ready, P> {
             .iter()
             .map(|&(key, backend)| Device::new(generation.clone(), key, backend))
             .collect())
+    }
+
+    /// The devices of every platform, in platform order, lent by this runtime reference:
+    /// after its first call on a reference, a call allocates nothing and counts no
+    /// reference (what [`devices`](Offload::devices) pays per device). Clone the one you
+    /// keep. Opens every platform not opened yet, like `devices`; `Error::ShutDown` once
+    /// shutdown has begun (L3).
+    ///
+    /// ```
+    /// use offload::{BackendKind, Offload};
+    /// let rt = Offload::init()?;
+    /// let host = rt
+    ///     .device_list()?
+    ///     .iter()
+    ///     .find(|d| d.backend() == BackendKind::Host)
+    ///     .cloned()
+    ///     .expect("the host backend is built in");
+    /// assert_eq!(rt.device_list()?.len(), rt.devices()?.len());
+    /// let buf = host.alloc(64, offload::MemKind::Host)?;
+    /// # drop(buf);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn device_list(&self) -> Result<&[Device]> {
+        let generation = &self.state.generation;
+        match self.state.devices.get() {
+            // The list is fixed once made, but no handle is lent once shutdown has begun.
+            Some(list) if !generation.is_closing() => Ok(list),
+            Some(_) => Err(Error::shut_down()),
+            None => {
+                // Never `get_or_init` (see `Generation::listed`): the loser of a race
+                // drops its own, equal list.
+                let _ = self.state.devices.set(self.devices()?.into_boxed_slice());
+                self.state
+                    .devices
+                    .get()
+                    .map(|l| &l[..])
+                    .ok_or_else(Error::shut_down)
+            }
+        }
     }
 
     /// The platforms that opened, with their device counts. Opens every platform not
@@ -558,7 +601,11 @@ impl<P> Clone for Offload<Ready, P> {
         let generation = self.state.generation.clone();
         let holds = retain(&generation);
         Offload {
-            state: Ready { generation, holds },
+            state: Ready {
+                generation,
+                holds,
+                devices: OnceLock::new(),
+            },
             platforms: PhantomData,
         }
     }

@@ -179,27 +179,44 @@ fn set_last_error(message: &str) {
 /// last-error message; a panic is caught here (no unwinding crosses into C) and becomes
 /// `OFFLOAD_ERROR_INTERNAL` with the panic's message. On success the last error is left
 /// as it was.
+#[inline(always)]
 pub(crate) fn guard(call: &'static str, body: impl FnOnce() -> Res) -> offload_status_t {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => offload_status_t::OFFLOAD_OK,
-        Ok(Err(Fail::Offload(e))) => {
+    // The status is made inside the catch, so that what crosses it is a number or a panic.
+    let run = AssertUnwindSafe(|| match body() {
+        Ok(()) => offload_status_t::OFFLOAD_OK,
+        Err(fail) => failed(fail),
+    });
+    catch_unwind(run).unwrap_or_else(|panic| panicked(call, panic))
+}
+
+/// [`guard`]'s answer to a failed call (out of line: the calls that succeed should not
+/// carry it).
+#[cold]
+#[inline(never)]
+fn failed(fail: Fail) -> offload_status_t {
+    match fail {
+        Fail::Offload(e) => {
             set_last_error(&e.to_string());
             status_of(&e)
         }
-        Ok(Err(Fail::Handle(message))) => {
+        Fail::Handle(message) => {
             set_last_error(&message);
             offload_status_t::OFFLOAD_ERROR_INVALID_HANDLE
         }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
-            set_last_error(&format!("{call}: internal error: {what}"));
-            offload_status_t::OFFLOAD_ERROR_INTERNAL
-        }
     }
+}
+
+/// [`guard`]'s answer to a panic: `OFFLOAD_ERROR_INTERNAL`, with the panic's message.
+#[cold]
+#[inline(never)]
+fn panicked(call: &'static str, panic: Box<dyn std::any::Any + Send>) -> offload_status_t {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    set_last_error(&format!("{call}: internal error: {what}"));
+    offload_status_t::OFFLOAD_ERROR_INTERNAL
 }
 
 /// The message of the last failed call on this thread, NUL-terminated UTF-8, in the same

@@ -311,6 +311,8 @@ fn index_of(slot: &'static Slot) -> usize {
 }
 
 /// Why `handle` names no live `want`, in words for `call`.
+#[cold]
+#[inline(never)]
 fn refuse(call: &'static str, want: Kind, handle: u64) -> Fail {
     let noun = want.noun();
     if handle == 0 {
@@ -365,14 +367,14 @@ impl<T: Held> Deref for Pinned<T> {
 }
 
 impl<T: Held> Drop for Pinned<T> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         give_back(self.slot, self.fast);
     }
 }
 
 /// Gives back a pin: the owner's (`fast`) or one in the state word.
-#[inline]
+#[inline(always)]
 fn give_back(slot: &'static Slot, fast: bool) {
     match fast {
         true => unpin_fast(slot),
@@ -381,7 +383,7 @@ fn give_back(slot: &'static Slot, fast: bool) {
 }
 
 /// The object of a pinned slot (pinned by its owner if `fast`), as a `T`.
-#[inline]
+#[inline(always)]
 fn pinned<T: Held>(slot: &'static Slot, fast: bool) -> Option<Pinned<T>> {
     // SAFETY: pinned: the object is initialised and stays while the pin is held.
     let object = unsafe { (*slot.object.get()).assume_init_ref() };
@@ -402,7 +404,7 @@ fn pinned<T: Held>(slot: &'static Slot, fast: bool) -> Option<Pinned<T>> {
 /// The owner's pin on the live handle whose identity is `want`: plain stores, no
 /// read-modify-write. A release publishes that the handle is no longer live and then runs
 /// `revoke_fence`, so either it sees this pin or this check sees the handle released.
-#[inline]
+#[inline(always)]
 fn pin_fast(slot: &'static Slot, want: u64) -> bool {
     let n = slot.fast.load(Ordering::Relaxed);
     slot.fast.store(n + 1, Ordering::Relaxed);
@@ -417,7 +419,7 @@ fn pin_fast(slot: &'static Slot, want: u64) -> bool {
 
 /// Gives an owner's pin back; the last one hands over the pin a release left for the owner
 /// (`OWNER`), if there is one.
-#[inline]
+#[inline(always)]
 fn unpin_fast(slot: &'static Slot) {
     let n = slot.fast.load(Ordering::Relaxed).saturating_sub(1);
     // Release: whoever takes the object out after seeing no owner's pin sees our reads done.
@@ -433,6 +435,8 @@ fn unpin_fast(slot: &'static Slot) {
 /// Gives back the pin a release left for the slot's owner (if it is still there: the owner
 /// and the releaser may both try, and one wins); the last pin of a released slot frees it
 /// and gives its object.
+#[cold]
+#[inline(never)]
 fn retract(slot: &'static Slot) -> Option<Object> {
     let mut s = slot.state.load(Ordering::Acquire);
     while s & OWNER != 0 {
@@ -466,6 +470,7 @@ fn settle_owner(slot: &'static Slot, fenced: bool) {
 }
 
 /// Takes a pin on the live handle whose identity is `want`.
+#[inline(never)]
 fn pin(slot: &'static Slot, want: u64) -> bool {
     let mut s = slot.state.load(Ordering::Acquire);
     loop {
@@ -483,6 +488,7 @@ fn pin(slot: &'static Slot, want: u64) -> bool {
 }
 
 /// Gives a pin back; the last pin of a released slot frees it and drops its object.
+#[inline(never)]
 fn unpin(slot: &'static Slot) {
     let before = slot.state.fetch_sub(1, Ordering::AcqRel);
     if before & LIVE == 0 && before & PINS == 1 {
@@ -582,7 +588,7 @@ fn take_free() -> Option<&'static Slot> {
 }
 
 /// The object `handle` names, if it is a live `T`, pinned for the call.
-#[inline]
+#[inline(always)]
 pub(crate) fn get<T: Held>(call: &'static str, handle: u64) -> Res<Pinned<T>> {
     if let Some((slot, want)) = locate(handle, T::KIND) {
         let fast = slot.owner.load(Ordering::Relaxed) == thread_token();

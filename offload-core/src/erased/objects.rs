@@ -25,6 +25,8 @@ type ProgramOf<P> = <DeviceOf<P> as hal::Device>::Program;
 type QueueOf<P> = <DeviceOf<P> as hal::Device>::Queue;
 type EventOf<P> = <DeviceOf<P> as hal::Device>::Event;
 
+#[cold]
+#[inline(never)]
 fn foreign(kind: BackendKind, what: &str) -> Error {
     Error::invalid(
         "offload (internal)",
@@ -32,10 +34,12 @@ fn foreign(kind: BackendKind, what: &str) -> Error {
     )
 }
 
+#[inline(always)]
 fn downcast<'a, T: 'static>(object: &'a dyn Any, kind: BackendKind, what: &str) -> Result<&'a T> {
-    object
-        .downcast_ref::<T>()
-        .ok_or_else(|| foreign(kind, what))
+    match object.downcast_ref::<T>() {
+        Some(x) => Ok(x),
+        None => Err(foreign(kind, what)),
+    }
 }
 
 /// A platform with its type erased.

@@ -523,12 +523,15 @@ impl Buffer {
     }
 
     /// The error of a call on this buffer once its memory is gone.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn gone(&self, call: &'static str) -> Error {
         self.entry.gone(call).on(call, self)
     }
 
     /// Checks `len` bytes at `offset` of this handle and gives their offset in the
     /// allocation.
+    #[inline(always)]
     pub(crate) fn check_range(
         &self,
         call: &'static str,
@@ -537,14 +540,17 @@ impl Buffer {
     ) -> Result<usize> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.offset + offset),
-            _ => Err(Error::invalid(
-                call,
-                format!(
-                    "bytes {offset}..{} are outside {self}",
-                    offset as u128 + len as u128,
-                ),
-            )),
+            _ => Err(self.out_of_range(call, offset, len)),
         }
+    }
+
+    /// [`check_range`](Self::check_range)'s error (out of line: calls in range should not
+    /// carry it).
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, call: &'static str, offset: usize, len: usize) -> Error {
+        let end = offset as u128 + len as u128;
+        Error::invalid(call, format!("bytes {offset}..{end} are outside {self}"))
     }
 
     /// Runs `f` on the live allocation, shared with other readers; teardown cannot free it

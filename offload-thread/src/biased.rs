@@ -62,13 +62,17 @@ std::thread_local! {
 
 /// The calling thread's token: the thread pointer, unique among live threads (see the
 /// module; never 0, never [`REVOKING`]).
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 #[inline(always)]
 fn token() -> u64 {
     let tp: u64;
     // SAFETY: the x86-64 ELF TLS ABI (variant II, glibc and musl alike) makes %fs point at
     // the thread's control block, whose first word is that same address; the load reads
     // memory of the calling thread that lives as long as it does, and touches nothing else.
+    #[cfg(target_arch = "x86_64")]
     unsafe {
         std::arch::asm!(
             "mov {}, qword ptr fs:[0]",
@@ -76,17 +80,9 @@ fn token() -> u64 {
             options(nostack, readonly, preserves_flags, pure)
         )
     };
-    tp
-}
-
-/// The calling thread's token: the thread pointer, unique among live threads (see the
-/// module; never 0, never [`REVOKING`]).
-#[cfg(all(target_os = "linux", target_arch = "aarch64"))]
-#[inline(always)]
-fn token() -> u64 {
-    let tp: u64;
     // SAFETY: reads `TPIDR_EL0`, the thread pointer register the AArch64 ELF TLS ABI
     // reserves for the thread's control block: a register read, no memory access.
+    #[cfg(target_arch = "aarch64")]
     unsafe {
         std::arch::asm!(
             "mrs {}, tpidr_el0",
@@ -625,33 +621,41 @@ mod tests {
     /// A revoker that does not wait for the owner's pin makes it fail (seeded, every run);
     /// an owner that skips its second look at `owner` opens a window of a few instructions,
     /// which this test is too coarse to hit.
+    type Pair = Arc<BiasedLock<(u64, u64)>>;
+
+    /// A thread that waits for `start`, then bumps the pair 50 times.
+    fn other_bumper(lock: &Pair, start: &Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+        let (lock, start) = (lock.clone(), start.clone());
+        std::thread::spawn(move || {
+            while !start.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            for _ in 0..50 {
+                bump(&mut lock.write().unwrap());
+            }
+        })
+    }
+
+    /// The owner's side: bumps on its fast path until the bias is gone, letting the others
+    /// go from inside its first bump; says how many bumps it made.
+    fn owner_bumps(lock: &Pair, start: &AtomicBool) -> u64 {
+        let mut mine = 0;
+        while mine == 0 || lock.is_biased() {
+            let mut g = lock.write().unwrap();
+            start.store(true, Ordering::Release);
+            bump(&mut g);
+            mine += 1;
+        }
+        mine
+    }
+
     #[test]
     fn no_increment_is_lost_while_the_bias_is_revoked() {
         for _ in 0..200 {
             let lock = Arc::new(BiasedLock::new((0u64, 0u64)));
             let start = Arc::new(AtomicBool::new(false));
-            let others: Vec<_> = (0..2)
-                .map(|_| {
-                    let (lock, start) = (lock.clone(), start.clone());
-                    std::thread::spawn(move || {
-                        while !start.load(Ordering::Acquire) {
-                            std::hint::spin_loop();
-                        }
-                        for _ in 0..50 {
-                            bump(&mut lock.write().unwrap());
-                        }
-                    })
-                })
-                .collect();
-            // The owner keeps bumping on its fast path until the bias is gone, and lets the
-            // others go from inside its first bump.
-            let mut mine = 0;
-            while mine == 0 || lock.is_biased() {
-                let mut g = lock.write().unwrap();
-                start.store(true, Ordering::Release);
-                bump(&mut g);
-                mine += 1;
-            }
+            let others: Vec<_> = (0..2).map(|_| other_bumper(&lock, &start)).collect();
+            let mine = owner_bumps(&lock, &start);
             for t in others {
                 t.join().unwrap();
             }
@@ -676,29 +680,9 @@ mod tests {
             let start = Arc::new(AtomicBool::new(false));
             let heir = {
                 let (lock, start) = (lock.clone(), start.clone());
-                std::thread::spawn(move || {
-                    let same = thread_token() == owner;
-                    let mut mine = 0;
-                    while mine == 0 || lock.is_biased() {
-                        let mut g = lock.write().unwrap();
-                        start.store(true, Ordering::Release);
-                        bump(&mut g);
-                        mine += 1;
-                    }
-                    (same, mine)
-                })
+                std::thread::spawn(move || (thread_token() == owner, owner_bumps(&lock, &start)))
             };
-            let other = {
-                let (lock, start) = (lock.clone(), start.clone());
-                std::thread::spawn(move || {
-                    while !start.load(Ordering::Acquire) {
-                        std::hint::spin_loop();
-                    }
-                    for _ in 0..50 {
-                        bump(&mut lock.write().unwrap());
-                    }
-                })
-            };
+            let other = other_bumper(&lock, &start);
             let (same, mine) = heir.join().unwrap();
             other.join().unwrap();
             inherited += usize::from(same);

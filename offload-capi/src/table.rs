@@ -35,7 +35,8 @@
 //! defers the drop to that call's return instead of deadlocking.
 //!
 //! A slot is also *biased* to the thread that first put an object in it (its owner, for
-//! good): the owner pins with plain stores into the slot's `fast` count, a compiler fence
+//! good), where the kernel allows the `membarrier` registration (elsewhere no slot has an
+//! owner, and every pin is a read-modify-write): the owner pins with plain stores into the slot's `fast` count, a compiler fence
 //! and a look at the state word, no read-modify-write (`offload-thread`'s biased-lock
 //! primitives). A release publishes that the handle is dead and, if the slot has an owner
 //! other than the releasing thread (or the owner is inside a call on it), also a pin kept
@@ -63,7 +64,7 @@ use std::mem::MaybeUninit;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
-use offload_thread::biased::{owner_fence, revoke_fence, thread_token};
+use offload_thread::biased::{owner_fence, publish_fence, revoke_fence, thread_token};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::ipc::Endpoint;
@@ -213,6 +214,13 @@ const LINK: u64 = LIVE - 1;
 const TAG_EPOCH: u64 = !0 << 36;
 const GENERATION: u64 = 0xffff << GEN_SHIFT;
 const IDENT: u64 = !(LIVE | LINK);
+
+/// Whether state word `s` holds a live object whose identity is `want` (one mask, one
+/// compare: `want` has no bit below the generation's).
+#[inline(always)]
+fn names_live(s: u64, want: u64) -> bool {
+    s & (IDENT | LIVE) == want | LIVE
+}
 
 struct Slot {
     state: AtomicU64,
@@ -410,7 +418,7 @@ fn pin_fast(slot: &'static Slot, want: u64) -> bool {
     slot.fast.store(n + 1, Ordering::Relaxed);
     owner_fence();
     let s = slot.state.load(Ordering::Acquire);
-    if s & IDENT == want && s & LIVE != 0 {
+    if names_live(s, want) {
         return true;
     }
     unpin_fast(slot);
@@ -508,7 +516,7 @@ fn release(slot: &'static Slot, want: u64) -> Option<bool> {
     let owner = slot.owner.load(Ordering::Relaxed);
     let owned = owner != 0 && !(owner == thread_token() && slot.fast.load(Ordering::Relaxed) == 0);
     let extra = if owned { OWNER + 2 } else { 1 };
-    while s & IDENT == want && s & LIVE != 0 && s & PINS < PINS - 1 {
+    while names_live(s, want) && s & PINS < PINS - 1 {
         // SeqCst: ordered before `revoke_fence` and the owner's pin count read after it.
         match slot.state.compare_exchange_weak(
             s,
@@ -617,7 +625,7 @@ pub(crate) fn check<T: Held>(call: &'static str, handle: u64) -> Res {
 fn is_live(handle: u64, want: Kind) -> bool {
     locate(handle, want).is_some_and(|(slot, ident)| {
         let s = slot.state.load(Ordering::Acquire);
-        s & IDENT == ident && s & LIVE != 0
+        names_live(s, ident)
     })
 }
 
@@ -654,7 +662,7 @@ fn try_insert<T: Held>(
     // nobody pins or reads it, and its old object was moved out.
     unsafe { (*slot.object.get()).write(object) };
     let handle = join(kind, epoch, index_of(slot), generation);
-    if slot.owner.load(Ordering::Relaxed) == 0 {
+    if slot.owner.load(Ordering::Relaxed) == 0 && offload_thread::biased::prepare() {
         // The slot's first object: the slot is biased to this thread for good (no other
         // thread has ever owned it, so none can be inside `pin_fast` on it).
         slot.owner.store(thread_token(), Ordering::Relaxed);
@@ -664,7 +672,7 @@ fn try_insert<T: Held>(
     // it moved on before the store above, its sweep may have missed this slot, so take it
     // back; whoever releases it first has the object. (The fence pair orders this store
     // before the load below as a full fence would, without one here.)
-    owner_fence();
+    publish_fence();
     if EPOCH.load(Ordering::Relaxed) != epoch {
         return Err((shut_down(call), evict(slot, ident(handle))));
     }
@@ -679,7 +687,7 @@ pub(crate) fn insert_now<T: Held>(x: T) -> Res<u64> {
 /// Keeps a runtime reference (a new C reference, L1) and gives its handle.
 pub(crate) fn insert_runtime(call: &'static str, rt: Offload) -> Res<u64> {
     // Every insert and every owner pin follows a C runtime's: the fences are decided here,
-    // before the first `owner_fence` (where undecided, it is a full fence anyway).
+    // before the first `publish_fence` (where undecided, it is a full fence anyway).
     offload_thread::biased::prepare();
     let mut r = runtimes();
     match try_insert(call, EPOCH.load(Ordering::SeqCst), rt) {
@@ -807,7 +815,7 @@ pub(crate) fn remove_runtime(
     );
     r.devices = Vec::new();
     drop(r);
-    // Pairs with the `owner_fence` between an insert's publication and its epoch check.
+    // Pairs with the `publish_fence` between an insert's publication and its epoch check.
     revoke_fence();
     // Release every slot of the old epoch, then one fence for all of them, then settle each
     // owner's pin and give back ours; one in use by a call of another thread goes when

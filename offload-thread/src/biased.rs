@@ -12,8 +12,8 @@
 //!   it ever writes `pinned`. Between the two, a compiler fence suffices because a
 //!   revocation runs `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every
 //!   running thread of the process execute a full memory barrier (an *asymmetric* fence:
-//!   the rare side pays for both). Where the kernel refuses the registration the owner uses
-//!   a real `SeqCst` fence instead, decided once per process.
+//!   the rare side pays for both). Where the kernel refuses the registration (decided once
+//!   per process) no lock is biased: each is the plain reader-writer lock from the start.
 //! * Any other thread, and the owner on the slow path, takes the inner reader-writer lock
 //!   (`rwlock.rs`, whose guards are not objects). Under its
 //!   write lock, the first one revokes the bias for good: it publishes `REVOKING`, runs the
@@ -123,12 +123,20 @@ const ASYMMETRIC: u8 = 1;
 const SYMMETRIC: u8 = 2;
 
 /// Registers the process for private expedited membarriers once; says which mode holds.
+/// Only in the asymmetric mode is anything biased: an owner's fence is then a compiler
+/// fence, with no check of the mode on the owner's path.
 fn mode() -> u8 {
     let m = MODE.load(Ordering::Acquire);
     if m != UNKNOWN {
         return m;
     }
-    let m = if membarrier(libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 {
+    // The unit tests run a child in the symmetric mode (the kernels here all allow the
+    // registration).
+    #[cfg(test)]
+    let refused = std::env::var_os("OFFLOAD_THREAD_TEST_SYMMETRIC").is_some();
+    #[cfg(not(test))]
+    let refused = false;
+    let m = if !refused && membarrier(libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 {
         ASYMMETRIC
     } else {
         SYMMETRIC
@@ -144,14 +152,12 @@ fn membarrier(cmd: libc::c_int) -> libc::c_long {
     unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0u32, 0i32) }
 }
 
-/// The owner's fence between its `pinned` store and its second `owner` load.
-#[inline]
-fn light_fence(mode: u8) {
-    if mode == ASYMMETRIC {
-        compiler_fence(Ordering::SeqCst);
-    } else {
-        fence(Ordering::SeqCst);
-    }
+/// The owner's fence between its `pinned` store and its second `owner` load: a compiler
+/// fence, because there is an owner only in the asymmetric mode, where every revoker runs
+/// a `membarrier` ([`heavy_fence`]).
+#[inline(always)]
+fn light_fence() {
+    compiler_fence(Ordering::SeqCst);
 }
 
 /// The revoker's fence between its `owner` store and its `pinned` load.
@@ -200,33 +206,58 @@ pub fn thread_token() -> u64 {
     token()
 }
 
-/// Decides, once per process, which fences [`owner_fence`] and [`revoke_fence`] use (it
-/// registers the process for `membarrier`); see [`thread_token`].
+/// Decides, once per process, which fences [`revoke_fence`] and [`publish_fence`] use (it
+/// registers the process for `membarrier`), and says whether anything may be biased to a
+/// thread: only where the kernel allowed the registration. Where it says no, grant no
+/// bias: [`owner_fence`] would not be enough. See [`thread_token`].
 ///
 /// ```
-/// offload_thread::biased::prepare();
-/// offload_thread::biased::prepare(); // once is enough; again costs one load
+/// let biasing = offload_thread::biased::prepare();
+/// assert_eq!(offload_thread::biased::prepare(), biasing); // decided once; again, one load
+/// assert_eq!(offload_thread::biased::BiasedLock::new(0).is_biased(), biasing);
 /// ```
-pub fn prepare() {
-    mode();
+pub fn prepare() -> bool {
+    mode() == ASYMMETRIC
 }
 
-/// The owner's fence between publishing what it uses and checking it still may: a compiler
-/// fence where [`revoke_fence`] runs a `membarrier`, a full fence otherwise; see
-/// [`thread_token`].
+/// The fence of a bias's owner between publishing what it uses and checking it still may:
+/// a compiler fence (the revoker's [`revoke_fence`] is a `membarrier`). Only for a thread
+/// that holds a bias, granted only where [`prepare`] said yes; see [`thread_token`].
 ///
 /// ```
 /// use std::sync::atomic::{AtomicBool, Ordering};
 /// let (inside, revoked) = (AtomicBool::new(false), AtomicBool::new(false));
-/// offload_thread::biased::prepare();
-/// inside.store(true, Ordering::Relaxed);
-/// offload_thread::biased::owner_fence();
-/// assert!(!revoked.load(Ordering::Relaxed)); // still ours: go on
-/// inside.store(false, Ordering::Release);
+/// if offload_thread::biased::prepare() {
+///     inside.store(true, Ordering::Relaxed);
+///     offload_thread::biased::owner_fence();
+///     assert!(!revoked.load(Ordering::Relaxed)); // still ours: go on
+///     inside.store(false, Ordering::Release);
+/// }
 /// ```
 #[inline(always)]
 pub fn owner_fence() {
-    light_fence(MODE.load(Ordering::Relaxed));
+    light_fence();
+}
+
+/// The fence of a thread that holds no bias but pairs with [`revoke_fence`] as an owner
+/// would (it publishes, then checks that nobody took the thing away): a compiler fence where
+/// `revoke_fence` runs a `membarrier`, a full fence otherwise.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// let (published, closed) = (AtomicBool::new(false), AtomicBool::new(false));
+/// offload_thread::biased::prepare();
+/// published.store(true, Ordering::Release);
+/// offload_thread::biased::publish_fence();
+/// assert!(!closed.load(Ordering::Relaxed)); // not closed meanwhile: it stays
+/// ```
+#[inline]
+pub fn publish_fence() {
+    if MODE.load(Ordering::Relaxed) == ASYMMETRIC {
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
 }
 
 /// The revoker's fence between publishing a revocation and reading the owner's state: a
@@ -305,9 +336,10 @@ impl<T> BiasedLock<T> {
     /// assert_eq!(lock.read().unwrap().len(), 2);
     /// ```
     pub fn new(value: T) -> Self {
-        mode();
+        // Biased only where revokers can run the asymmetric barrier (see `mode`).
+        let owner = if mode() == ASYMMETRIC { token() } else { 0 };
         Self {
-            owner: AtomicU64::new(token()),
+            owner: AtomicU64::new(owner),
             pinned: AtomicBool::new(false),
             lock: RawRwLock::default(),
             writer: AtomicU64::new(0),
@@ -393,7 +425,7 @@ impl<T> BiasedLock<T> {
             return Err(Reentrant);
         }
         self.pinned.store(true, Ordering::Relaxed);
-        light_fence(MODE.load(Ordering::Relaxed));
+        light_fence();
         if self.owner.load(Ordering::Relaxed) == me {
             return Ok(true);
         }
@@ -660,6 +692,37 @@ mod tests {
                 t.join().unwrap();
             }
             assert_eq!(*lock.read().unwrap(), (mine + 100, mine + 100));
+        }
+    }
+
+    /// Where the kernel refuses the `membarrier` registration nothing is biased, so that
+    /// owners' compiler fences are never relied on: checked in a child of this test binary
+    /// whose registration is refused (`OFFLOAD_THREAD_TEST_SYMMETRIC`), which then runs the
+    /// revocation scenario on plain reader-writer locks.
+    #[test]
+    fn without_the_barrier_nothing_is_biased() {
+        const NAME: &str = "biased::tests::without_the_barrier_nothing_is_biased";
+        if std::env::var_os("OFFLOAD_THREAD_TEST_SYMMETRIC").is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env("OFFLOAD_THREAD_TEST_SYMMETRIC", "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "the child failed: {text}");
+            assert!(text.contains("1 passed"), "the child ran no test: {text}");
+            return;
+        }
+        assert!(!prepare());
+        for _ in 0..20 {
+            let lock = Arc::new(BiasedLock::new((0u64, 0u64)));
+            assert!(!lock.is_biased());
+            let start = Arc::new(AtomicBool::new(true));
+            let others: Vec<_> = (0..3).map(|_| other_bumper(&lock, &start)).collect();
+            for t in others {
+                t.join().unwrap();
+            }
+            assert_eq!(*lock.read().unwrap(), (150, 150));
         }
     }
 

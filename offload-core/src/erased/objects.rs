@@ -79,7 +79,7 @@ pub(crate) trait DynDevice: Send + Sync {
 }
 
 /// A buffer with its type erased, together with its device.
-pub(crate) trait DynBuffer: Send + Sync {
+pub(crate) trait DynBuffer: Any + Send + Sync {
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
     fn write(&mut self, offset: usize, src: &[u8]) -> Result<()>;
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
@@ -96,8 +96,6 @@ pub(crate) trait DynBuffer: Send + Sync {
     ) -> Result<()>;
     /// IPC: what another process needs to map it.
     fn export(&self) -> Result<Exported>;
-    /// The buffer as `dyn Any`, for downcasts where it is an argument.
-    fn as_any(&self) -> &dyn Any;
     fn free(self: Box<Self>) -> Result<()>;
 }
 
@@ -114,9 +112,8 @@ pub(crate) trait DynProgram: Send + Sync {
 }
 
 /// A kernel with its type erased.
-pub(crate) trait DynKernel: Send + Sync {
+pub(crate) trait DynKernel: Any + Send + Sync {
     fn params(&self) -> &[ParamKind];
-    fn as_any(&self) -> &dyn Any;
 }
 
 /// A queue with its type erased, together with its device.
@@ -156,11 +153,10 @@ pub(crate) trait DynQueue: Send + Sync {
 }
 
 /// An event with its type erased, together with its device.
-pub(crate) trait DynEvent: Send + Sync {
+pub(crate) trait DynEvent: Any + Send + Sync {
     fn sync(&self) -> Result<()>;
     fn is_complete(&self) -> Result<bool>;
     fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration>;
-    fn as_any(&self) -> &dyn Any;
     fn destroy(self: Box<Self>) -> Result<()>;
 }
 
@@ -396,7 +392,7 @@ impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
         src_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let src = downcast::<Self>(src.as_any(), P::KIND, "buffer")?;
+        let src = downcast::<Self>(src as &dyn Any, P::KIND, "buffer")?;
         hal::Device::copy(
             &self.device.raw,
             &src.raw,
@@ -410,10 +406,6 @@ impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
     fn export(&self) -> Result<Exported> {
         let export = self.device.ipc("Buffer::export")?.export;
         export(&self.device.raw, &self.raw)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn free(self: Box<Self>) -> Result<()> {
@@ -474,10 +466,6 @@ impl<P: hal::Platform> DynKernel for ErasedKernel<P> {
     fn params(&self) -> &[ParamKind] {
         <ProgramOf<P> as hal::Program>::params(&self.raw)
     }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 /// Launch arguments that fit here need no allocation (most kernels take a few).
@@ -490,20 +478,20 @@ struct ErasedQueue<P: hal::Platform> {
 
 impl<P: hal::Platform> ErasedQueue<P> {
     fn buffer(b: &dyn DynBuffer) -> Result<&BufferOf<P>> {
-        Ok(&downcast::<ErasedBuffer<P>>(b.as_any(), P::KIND, "buffer")?.raw)
+        Ok(&downcast::<ErasedBuffer<P>>(b as &dyn Any, P::KIND, "buffer")?.raw)
     }
 
     fn typed<'a>(arg: &KernelArg<'a, dyn DynBuffer>) -> Result<KernelArg<'a, BufferOf<P>>> {
         Ok(match *arg {
-            KernelArg::Buffer(b) => {
-                KernelArg::Buffer(&downcast::<ErasedBuffer<P>>(b.as_any(), P::KIND, "buffer")?.raw)
-            }
+            KernelArg::Buffer(b) => KernelArg::Buffer(
+                &downcast::<ErasedBuffer<P>>(b as &dyn Any, P::KIND, "buffer")?.raw,
+            ),
             KernelArg::Range {
                 buffer,
                 offset,
                 len,
             } => KernelArg::Range {
-                buffer: &downcast::<ErasedBuffer<P>>(buffer.as_any(), P::KIND, "buffer")?.raw,
+                buffer: &downcast::<ErasedBuffer<P>>(buffer as &dyn Any, P::KIND, "buffer")?.raw,
                 offset,
                 len,
             },
@@ -520,7 +508,7 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
         dims: &Dims,
         args: &[KernelArg<'_, dyn DynBuffer>],
     ) -> Result<()> {
-        let kernel = &downcast::<ErasedKernel<P>>(kernel.as_any(), P::KIND, "kernel")?.raw;
+        let kernel = &downcast::<ErasedKernel<P>>(kernel as &dyn Any, P::KIND, "kernel")?.raw;
         if args.len() <= INLINE_ARGS {
             let mut typed = [KernelArg::Scalar(&[][..]); INLINE_ARGS];
             for (slot, arg) in typed.iter_mut().zip(args) {
@@ -583,7 +571,7 @@ impl<P: hal::Platform> DynQueue for ErasedQueue<P> {
     }
 
     fn wait(&self, event: &dyn DynEvent) -> Result<()> {
-        let event = downcast::<ErasedEvent<P>>(event.as_any(), P::KIND, "event")?;
+        let event = downcast::<ErasedEvent<P>>(event as &dyn Any, P::KIND, "event")?;
         self.raw.wait_event(&event.raw)
     }
 
@@ -612,12 +600,8 @@ impl<P: hal::Platform> DynEvent for ErasedEvent<P> {
     }
 
     fn elapsed_since(&self, start: &dyn DynEvent) -> Result<Duration> {
-        let start = downcast::<Self>(start.as_any(), P::KIND, "event")?;
+        let start = downcast::<Self>(start as &dyn Any, P::KIND, "event")?;
         self.raw.elapsed_since(&start.raw)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn destroy(self: Box<Self>) -> Result<()> {

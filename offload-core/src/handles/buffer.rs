@@ -661,7 +661,43 @@ impl Buffer {
     /// assert_eq!(out, [2, 3, 4, 0]);
     /// # Ok::<(), offload::Error>(())
     /// ```
+    #[inline]
     pub fn copy_from(
+        &self,
+        dst_offset: usize,
+        src: &Buffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Buffer::copy_from";
+        // Inlined into the caller (a C API call, a hot loop) for the common case, two
+        // buffers of one device; the rest is out of line.
+        if Arc::ptr_eq(&self.entry, &src.entry)
+            || !Arc::ptr_eq(&self.generation, &src.generation)
+            || self.entry.device != src.entry.device
+        {
+            return self.copy_from_elsewhere(dst_offset, src, src_offset, len);
+        }
+        let from = src.check_range(CALL, src_offset, len)?;
+        let to = self.check_range(CALL, dst_offset, len)?;
+        // Two locks, taken in address order so opposite copies cannot deadlock; teardown
+        // holds at most one buffer lock at a time, so it cannot deadlock with this either.
+        let (src_guard, mut dst_guard) = if Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry) {
+            let s = src.lock_shared(CALL)?;
+            (s, self.lock_exclusive(CALL)?)
+        } else {
+            let d = self.lock_exclusive(CALL)?;
+            (src.lock_shared(CALL)?, d)
+        };
+        let s = src_guard.as_ref().ok_or_else(|| src.gone(CALL))?;
+        let d = dst_guard.as_mut().ok_or_else(|| self.gone(CALL))?;
+        d.raw.copy_from(to, &*s.raw, from, len)
+    }
+
+    /// [`copy_from`](Self::copy_from) within one buffer, between runtimes (an error) or
+    /// between devices (staged).
+    #[inline(never)]
+    fn copy_from_elsewhere(
         &self,
         dst_offset: usize,
         src: &Buffer,
@@ -685,25 +721,9 @@ impl Buffer {
                 format!("source {src} and destination {self} are of different runtimes"),
             ));
         }
-        if self.entry.device != src.entry.device {
-            src.check_range(CALL, src_offset, len)?;
-            self.check_range(CALL, dst_offset, len)?;
-            return self.copy_staged(dst_offset, src, src_offset, len);
-        }
-        let from = src.check_range(CALL, src_offset, len)?;
-        let to = self.check_range(CALL, dst_offset, len)?;
-        // Two locks, taken in address order so opposite copies cannot deadlock; teardown
-        // holds at most one buffer lock at a time, so it cannot deadlock with this either.
-        let (src_guard, mut dst_guard) = if Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry) {
-            let s = src.lock_shared(CALL)?;
-            (s, self.lock_exclusive(CALL)?)
-        } else {
-            let d = self.lock_exclusive(CALL)?;
-            (src.lock_shared(CALL)?, d)
-        };
-        let s = src_guard.as_ref().ok_or_else(|| src.gone(CALL))?;
-        let d = dst_guard.as_mut().ok_or_else(|| self.gone(CALL))?;
-        d.raw.copy_from(to, &*s.raw, from, len)
+        src.check_range(CALL, src_offset, len)?;
+        self.check_range(CALL, dst_offset, len)?;
+        self.copy_staged(dst_offset, src, src_offset, len)
     }
 
     /// The address of the buffer's first byte as the device's driver and the other

@@ -26,34 +26,36 @@
 //! *pins*. A call pins each handle it uses — one compare-and-swap that succeeds only while
 //! the word still names that live handle — and unpins it when it returns, so a lookup costs
 //! two atomic operations and neither a lock nor a reference-count pair (none at all on the
-//! slot's owner thread, below). Releasing a handle
-//! clears the live bit (no new pin can start) and the object goes with the last pin:
-//! whoever sees the count reach zero with the live bit clear moves the object out, puts
-//! the slot back on the free list and drops the object, holding no lock (a drop may run
-//! user code, L6). So a thread that releases a handle another thread is using never frees
-//! it under that thread, and a callback that releases the handle of the call it runs in
-//! defers the drop to that call's return instead of deadlocking.
+//! slot's owner thread, below). Releasing a handle clears the live bit (no new pin can
+//! start) and the object goes with the last pin: whoever sees the count reach zero with the
+//! live bit clear moves the object out, puts the slot back on the free list and drops the
+//! object, holding no lock (a drop may run user code, L6). So a thread that releases a
+//! handle another thread is using never frees it under that thread, and a callback that
+//! releases the handle of the call it runs in defers the drop to that call's return instead
+//! of deadlocking.
 //!
 //! A slot is also *biased* to the thread that first put an object in it (its owner, for
 //! good), where the kernel allows the `membarrier` registration (elsewhere no slot has an
-//! owner, and every pin is a read-modify-write): the owner pins with plain stores into the slot's `fast` count, a compiler fence
-//! and a look at the state word, no read-modify-write (`offload-thread`'s biased-lock
-//! primitives). A release publishes that the handle is dead and, if the slot has an owner
-//! other than the releasing thread (or the owner is inside a call on it), also a pin kept
-//! for the owner (`OWNER`); it then runs `revoke_fence` (a process-wide `membarrier`), so
-//! either it sees the owner's pins or the owner's next look sees the release. If the owner
-//! holds none the releaser gives that pin back; otherwise the owner's last unpin does (both
-//! may try: clearing `OWNER` decides who). The owner never changes, so a thread that pins a
-//! slot with a stale handle can only write its own count, never another owner's.
+//! owner, and every pin is a read-modify-write): the owner pins with plain stores into the
+//! slot's `fast` count, a compiler fence and a look at the state word, no read-modify-write
+//! (`offload-thread`'s biased-lock primitives). A release publishes that the handle is dead
+//! and, if the slot has an owner other than the releasing thread (or the owner is inside a
+//! call on it), also a pin kept for the owner (`OWNER`); it then runs `revoke_fence` (a
+//! process-wide `membarrier`), so either it sees the owner's pins or the owner's next look
+//! sees the release. If the owner holds none the releaser gives that pin back; otherwise
+//! the owner's last unpin does (both may try: clearing `OWNER` decides who). The owner
+//! never changes, so a thread that pins a slot with a stale handle can only write its own
+//! count, never another owner's.
 //!
 //! Free slots form a lock-free stack (its head counts its changes, so a slot taken and
 //! given back between a reader's look and its swap cannot fool the swap), linked through
 //! the free slots' state words. Only `init`, `shutdown` and a device's first handle take a
 //! lock (the runtime count, the epoch and the device handles). The last shutdown moves the
 //! epoch on and then sweeps the table; an insert publishes its slot and then reads the
-//! epoch again (a compiler fence between, a `membarrier` between the shutdown's two steps:
-//! the same asymmetric pair as the owner pins), so an object made from a runtime while its
-//! last reference goes is either swept or taken back by its maker — never left behind.
+//! epoch again (`publish_fence` between: a compiler fence where the shutdown runs a
+//! `membarrier` between its two steps, a full fence where it cannot), so an object made
+//! from a runtime while its last reference goes is either swept or taken back by its maker
+//! — never left behind.
 //!
 //! Device handles are made once per device and epoch and belong to the runtime, as
 //! liboffload's do: listing devices again gives the same handles, from a lock-free copy
@@ -64,7 +66,7 @@ use std::mem::MaybeUninit;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
-use offload_thread::biased::{owner_fence, publish_fence, revoke_fence, thread_token};
+use offload_thread::biased::{owner_fence, prepare, publish_fence, revoke_fence, thread_token};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::ipc::Endpoint;
@@ -662,7 +664,7 @@ fn try_insert<T: Held>(
     // nobody pins or reads it, and its old object was moved out.
     unsafe { (*slot.object.get()).write(object) };
     let handle = join(kind, epoch, index_of(slot), generation);
-    if slot.owner.load(Ordering::Relaxed) == 0 && offload_thread::biased::prepare() {
+    if slot.owner.load(Ordering::Relaxed) == 0 && prepare() {
         // The slot's first object: the slot is biased to this thread for good (no other
         // thread has ever owned it, so none can be inside `pin_fast` on it).
         slot.owner.store(thread_token(), Ordering::Relaxed);
@@ -686,9 +688,6 @@ pub(crate) fn insert_now<T: Held>(x: T) -> Res<u64> {
 
 /// Keeps a runtime reference (a new C reference, L1) and gives its handle.
 pub(crate) fn insert_runtime(call: &'static str, rt: Offload) -> Res<u64> {
-    // Every insert and every owner pin follows a C runtime's: the fences are decided here,
-    // before the first `publish_fence` (where undecided, it is a full fence anyway).
-    offload_thread::biased::prepare();
     let mut r = runtimes();
     match try_insert(call, EPOCH.load(Ordering::SeqCst), rt) {
         Ok(h) => {

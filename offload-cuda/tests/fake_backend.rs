@@ -53,17 +53,23 @@ impl Platforms for CudaOnly {
     }
 }
 
-/// CUDA's own: the fixture PTX for a newer GPU than the fake's sm_86, and a fatbin header
-/// with nothing after it.
+/// CUDA's own: the fixture PTX for a target its `.version` (7.0) is too old for (sm_90
+/// needs 7.8: an H200's driver refused it), the fixture for a newer GPU than the fake's
+/// sm_86 and the lent H100/H200's sm_90, and a fatbin header with nothing after it.
 fn bad_images(ptx: &[u8]) -> Vec<Vec<u8>> {
     let text = String::from_utf8_lossy(ptx).to_string();
-    let target = text
-        .lines()
-        .find(|l| l.trim_start().starts_with(".target"))
-        .unwrap()
-        .to_string();
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .unwrap()
+            .to_string()
+    };
+    let (version, target) = (line(".version"), line(".target"));
     vec![
         text.replace(&target, ".target sm_90").into_bytes(),
+        text.replace(&target, ".target sm_120")
+            .replace(&version, ".version 8.7")
+            .into_bytes(),
         [0x50, 0xED, 0x55, 0xBA, 1, 0, 16, 0].to_vec(),
     ]
 }

@@ -376,7 +376,7 @@ fn ptx_target_against_the_device() {
         Some((5, 2))
     );
     assert_eq!(
-        inspect(&minimal_ptx("sm_86", "7.0"), SM86).unwrap().arch,
+        inspect(&minimal_ptx("sm_86", "7.1"), SM86).unwrap().arch,
         Some((8, 6))
     );
     assert_eq!(
@@ -387,6 +387,18 @@ fn ptx_target_against_the_device() {
         err(&minimal_ptx("sm_87", "8.0"), SM86),
         "PTX targets sm_87 but the device is sm_86"
     );
+    // A `.version` older than its target: the driver's JIT refuses it (an H200's did).
+    assert_eq!(
+        err(&minimal_ptx("sm_90", "7.0"), (9, 0)),
+        "PTX .version 7.0 is older than its .target sm_90, which needs PTX ISA 7.8 or later \
+         (the driver's JIT refuses it): compile it for a newer PTX version"
+    );
+    assert_eq!(
+        err(&minimal_ptx("sm_90a", "7.4"), (9, 0)),
+        "PTX .version 7.4 is older than its .target sm_90a, which needs PTX ISA 7.8 or later \
+         (the driver's JIT refuses it): compile it for a newer PTX version"
+    );
+    assert!(inspect(&minimal_ptx("sm_90", "7.8"), (9, 0)).is_ok());
     // sm_90a → (9, 0), and only on 9.0.
     assert_eq!(
         inspect(&minimal_ptx("sm_90a", "8.0"), (9, 0)).unwrap().arch,

@@ -261,6 +261,21 @@ static char *ptx_for(const char *path, int arch, const char *options, char **why
         return NULL;
     }
     text[len] = '\0';
+    /* The `.version` line: the PTX ISA this NVRTC writes (NVRTC 12.x writes 8.x, 13.x 9.x),
+     * so the target rewritten below has a version that knows it, as a real NVRTC's has. */
+    char *version = strstr(text, "\n.version ");
+    if (version) {
+        char *end = strchr(version + 1, '\n');
+        *version = '\0';
+        char *redone = format_text("%s\n.version %d.%d%s", text, version_major - 4, version_minor,
+                                   end ? end : "\n");
+        free(text);
+        text = redone;
+        if (!text) {
+            *why = format_text("fake nvrtc: out of memory");
+            return NULL;
+        }
+    }
     /* The `.target` directive's line, replaced whole. */
     char *target = strstr(text, "\n.target ");
     char *ptx;

@@ -17,8 +17,8 @@
 //! - [`pack_args`] and [`LaunchLimits`]: a launch's arguments checked against the image's
 //!   parameters and packed, its geometry checked against the device.
 //! - [`Uses`] and [`Stream`]: the streams whose queued work uses a buffer or a module.
-//! - [`HostThread`], [`HostCallback`], [`host_trampoline`] and [`run_marked`]: host
-//!   functions run on a thread of their queue, never on the driver's (L6), their panic
+//! - [`HostThread`] and [`run_marked`]: host functions run on a thread of their queue,
+//!   never on the driver's and never with a stream waiting for them (L6), their panic
 //!   caught.
 //! - [`StreamApi`] and the backend over it ([`StreamPlatform`], [`StreamDevice`],
 //!   [`StreamBuffer`], [`StreamQueue`], [`StreamEvent`], [`StreamModule`],
@@ -33,8 +33,7 @@
 //! cases against it in child processes lives in the unpublished test crate
 //! `offload-testing` (`fake`), with the conformance suite and the fault injection.
 //!
-//! This crate's `unsafe` code is in its ffi helpers (`ffi.rs`), the host-function
-//! callback (`host_fn.rs`), the table that [`functions!`] expands to, and the calls the
+//! This crate's `unsafe` code is in its ffi helpers (`ffi.rs`), the table that [`functions!`] expands to, and the calls the
 //! stream-based backend (`vendor/`) makes through [`StreamApi`], each resting on that
 //! trait's safety contract; it owns no process-wide state.
 //!
@@ -55,11 +54,9 @@ mod failure;
 mod ffi;
 // `check_symbol_table` (its own narrow allow) loads tables of stand-ins, never called.
 mod functions;
+mod host_fn;
 mod launch;
 mod platform;
-// Host functions cross into C callbacks: the box handed to the driver and taken back.
-#[allow(unsafe_code)]
-mod host_fn;
 mod stream;
 // The backend over a stream-based vendor API (CUDA, HIP), generic over `StreamApi`: an
 // `unsafe trait` whose contract its `unsafe` code relies on, each use narrowly allowed.
@@ -68,13 +65,11 @@ mod vendor;
 pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported, no_device};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
 pub use functions::check_symbol_table;
-pub use host_fn::{
-    HostCallback, HostFailure, HostThread, host_trampoline, run_marked, running_host_fn, stream_key,
-};
+pub use host_fn::{HostFailure, HostThread, Job, run_marked, running_host_fn, stream_key};
 pub use launch::{LaunchLimits, Packed, pack_args};
 pub use platform::{Counters, Device, Driver, Opened, Platform, Stats};
 pub use stream::{Stream, Uses};
 pub use vendor::{
-    DeviceCore, HostFnPtr, OpenedApi, RawAddress, StreamApi, StreamBuffer, StreamDevice,
-    StreamEvent, StreamKernel, StreamModule, StreamPlatform, StreamQueue, Word, Words,
+    DeviceCore, OpenedApi, RawAddress, StreamApi, StreamBuffer, StreamDevice, StreamEvent,
+    StreamKernel, StreamModule, StreamPlatform, StreamQueue, Word, Words,
 };

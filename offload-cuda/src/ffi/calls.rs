@@ -308,7 +308,6 @@ unsafe impl StreamApi for Driver {
         stream_synchronize: cu_stream_synchronize() "cuStreamSynchronize";
         stream_query: cu_stream_query() "cuStreamQuery";
         stream_wait_event: cu_stream_wait_event() "cuStreamWaitEvent";
-        launch_host_func: cu_launch_host_func() "cuLaunchHostFunc";
         event_create: cu_event_create(sys::CU_EVENT_DEFAULT) "cuEventCreate";
         event_record: cu_event_record() "cuEventRecord";
         event_synchronize: cu_event_synchronize() "cuEventSynchronize";

@@ -29,8 +29,6 @@ pub(crate) type CuEvent = *mut c_void;
 pub(crate) type CuJitOption = c_int;
 /// `CUpointer_attribute`: a C enum, `int`-sized.
 pub(crate) type CuPointerAttribute = c_int;
-/// `CUhostFn`: `void (*)(void *userData)`.
-pub(crate) type CuHostFn = unsafe extern "C" fn(*mut c_void);
 
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value to `cuIpcOpenMemHandle`.
 #[repr(C)]
@@ -205,8 +203,6 @@ offload_driver::functions! {
             fn(*mut c_void, CuPointerAttribute, CuDevicePtr) -> CuResult;
     }
     optional {
-        cu_launch_host_func =
-            "cuLaunchHostFunc": fn(CuStream, CuHostFn, *mut c_void) -> CuResult;
         cu_mem_alloc_managed =
             "cuMemAllocManaged": fn(*mut CuDevicePtr, usize, c_uint) -> CuResult;
         cu_device_get_uuid = "cuDeviceGetUuid": fn(*mut CuUuid, CuDevice) -> CuResult;

@@ -285,6 +285,34 @@ fn target(tok: &Tok<'_>) -> Result<((u32, u32), Variant), String> {
     Ok((super::cc_of(number), variant))
 }
 
+/// The first PTX ISA version that knows `target` (NVIDIA's PTX ISA release notes, "PTX
+/// ISA version" per target); `None` for a target older than sm_50 or newer than this table,
+/// where the driver decides. A PTX file whose `.version` is older than its target's is
+/// refused by the driver's JIT (measured: `.version 7.0` with `.target sm_90` on an H200).
+/// The `a`/`f` variants are held to their plain target's version only: a refusal here that
+/// the driver would accept is worse than leaving a doubtful case to the driver.
+fn first_isa_of(target: (u32, u32)) -> Option<(u32, u32)> {
+    Some(match target {
+        (5, 0) => (4, 0),
+        (5, 2) => (4, 1),
+        (5, 3) => (4, 2),
+        (6, 0..=2) => (5, 0),
+        (7, 0) => (6, 0),
+        (7, 2) => (6, 1),
+        (7, 5) => (6, 3),
+        (8, 0) => (7, 0),
+        (8, 6) => (7, 1),
+        (8, 7) => (7, 4),
+        (8, 9) | (9, 0) => (7, 8),
+        (10, 0) | (10, 1) => (8, 6),
+        (10, 3) => (8, 8),
+        (11, 0) => (9, 0),
+        (12, 0) => (8, 7),
+        (12, 1) => (8, 8),
+        _ => return None,
+    })
+}
+
 pub(super) fn inspect(bytes: &[u8], device: (u32, u32)) -> Result<Inspected, String> {
     // The driver reads PTX up to its NUL; trailing NULs (the caller's, a fatbin's
     // padding) are not part of the text.
@@ -421,6 +449,15 @@ impl<'a> Parser<'a> {
             Variant::Arch => arch == device,
             Variant::Family => super::cubin_runs_on(arch, device),
         };
+        if let (Some(version), Some(first)) = (self.version, first_isa_of(arch))
+            && version < first
+        {
+            return Err(format!(
+                "PTX .version {}.{} is older than its .target {name}, which needs PTX ISA {}.{} \
+                 or later (the driver's JIT refuses it): compile it for a newer PTX version",
+                version.0, version.1, first.0, first.1
+            ));
+        }
         if !runs {
             let why = match variant {
                 Variant::Plain => String::new(),

@@ -67,7 +67,7 @@ impl RawAddress for *const c_void {
 ///
 /// Used inside the impl block, where `self.functions` is the vendor's symbol table (a
 /// [`functions!`](crate::functions) table: required symbols are `unsafe extern "C" fn`s,
-/// the optional ones `alloc_managed`, `launch_host_func` and `ipc_*` name are `Option`s)
+/// the optional ones `alloc_managed` and `ipc_*` name are `Option`s)
 /// and `self.check(name, code)` turns a status code into `Result<(), Failure>`; the
 /// library is `self.functions.library()` (a [`Loaded`](crate::Loaded) table) and the
 /// counters the crate's `COUNTERS` ([`stream_backend_types!`](crate::stream_backend_types)
@@ -354,19 +354,6 @@ macro_rules! __stream_api_call {
             // SAFETY: the caller's promise; 0 is the only documented flag value.
             let code = unsafe { (self.functions.$sym)(stream, event, 0) };
             self.check($name, code)
-        }
-    };
-    (@launch_host_func $sym:ident () $name:literal $nr:expr) => {
-        unsafe fn launch_host_func(
-            &self,
-            stream: Self::Stream,
-            function: $crate::HostFnPtr,
-            data: *mut ::core::ffi::c_void,
-        ) -> ::core::option::Option<::core::result::Result<(), $crate::Failure>> {
-            let launch = self.functions.$sym?;
-            // SAFETY: the caller's promise (`StreamApi::launch_host_func`).
-            let code = unsafe { launch(stream, function, data) };
-            Some(self.check($name, code))
         }
     };
     (@event_create $sym:ident ($($x:expr),*) $name:literal $nr:expr) => {

@@ -138,22 +138,27 @@ impl<A: StreamApi> DeviceCore<A> {
     }
 
     /// Whether a release now could wait for a host function: one runs on this thread, or
-    /// one of the device's is running (its stream waits for it).
+    /// one of the device's is running.
     pub(crate) fn host_fn_running(&self) -> bool {
         crate::running_host_fn().is_some() || self.host_fns.load(Ordering::Acquire) > 0
     }
 
     /// Keeps a last reference given back while a host function runs (L6) until
-    /// [`DeviceCore::settle`]: CUDA's and HIP's frees and unloads synchronize the device,
-    /// whose stream waits for the running function, so releasing then would wait for the
-    /// function, which may be waiting for this very release (a thread it joins).
+    /// [`DeviceCore::settle`]: a release waits for the queued work that uses the object, on
+    /// its stream and behind its queue's gate, which may be the function's own queue or wait
+    /// for the function (a thread it joins).
     pub(crate) fn keep_if_in_host_fn(&self, object: impl Send + 'static) {
         if self.host_fn_running() {
-            self.later
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(Box::new(object));
+            self.keep(object);
         }
+    }
+
+    /// Keeps `object` until [`DeviceCore::settle`], whatever thread this is.
+    pub(crate) fn keep(&self, object: impl Send + 'static) {
+        self.later
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Box::new(object));
     }
 
     /// Releases what host functions gave back (outside one only); called by the calls that

@@ -98,9 +98,6 @@ pub struct Words {
     pub leak: &'static str,
 }
 
-/// The C callback a host function is launched with (`CUhostFn`, `hipHostFn_t`).
-pub type HostFnPtr = unsafe extern "C" fn(*mut c_void);
-
 /// A stream-based vendor API (the CUDA driver API, the HIP runtime API): the calls the
 /// generic backend of this module makes, each returning `Result` with the vendor's names
 /// for a failure. Implemented by the vendor crate's opened library.
@@ -323,19 +320,6 @@ pub unsafe trait StreamApi: Send + Sync + Sized + 'static {
         stream: Self::Stream,
         event: Self::Event,
     ) -> std::result::Result<(), Failure>;
-    /// Queues a host function; `None` where the vendor lacks it.
-    ///
-    /// # Safety
-    ///
-    /// `stream` is a live stream of the current device; `function` may be called with
-    /// `data` once, on a vendor thread, and makes no vendor call.
-    unsafe fn launch_host_func(
-        &self,
-        stream: Self::Stream,
-        function: HostFnPtr,
-        data: *mut c_void,
-    ) -> Option<std::result::Result<(), Failure>>;
-
     /// An event with timing on the current device.
     fn event_create(&self) -> std::result::Result<Self::Event, Failure>;
     /// Records `event` on `stream`.

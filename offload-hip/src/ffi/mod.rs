@@ -365,7 +365,6 @@ unsafe impl StreamApi for Driver {
         stream_synchronize: hip_stream_synchronize() "hipStreamSynchronize";
         stream_query: hip_stream_query() "hipStreamQuery";
         stream_wait_event: hip_stream_wait_event() "hipStreamWaitEvent";
-        launch_host_func: hip_launch_host_func() "hipLaunchHostFunc";
         event_create: hip_event_create() "hipEventCreate";
         event_record: hip_event_record() "hipEventRecord";
         event_synchronize: hip_event_synchronize() "hipEventSynchronize";

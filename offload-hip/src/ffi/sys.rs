@@ -29,8 +29,6 @@ pub(crate) type HipFunction = *mut c_void;
 pub(crate) struct HipIpcMemHandle {
     pub(crate) reserved: [u8; 64],
 }
-/// `hipHostFn_t`.
-pub(crate) type HipHostFn = unsafe extern "C" fn(*mut c_void);
 /// `hipDevice_t` (`typedef int hipDevice_t`).
 pub(crate) type HipDevice = c_int;
 /// `hipDeviceAttribute_t`: a C enum, `int`-sized.
@@ -161,8 +159,6 @@ offload_driver::functions! {
         hip_get_error_name = "hipGetErrorName": fn(HipError) -> *const c_char;
         hip_get_error_string = "hipGetErrorString": fn(HipError) -> *const c_char;
         hip_malloc_managed = "hipMallocManaged": fn(*mut *mut c_void, usize, c_uint) -> HipError;
-        hip_launch_host_func =
-            "hipLaunchHostFunc": fn(HipStream, HipHostFn, *mut c_void) -> HipError;
         hip_ipc_get_mem_handle =
             "hipIpcGetMemHandle": fn(*mut HipIpcMemHandle, *mut c_void) -> HipError;
         hip_ipc_open_mem_handle =

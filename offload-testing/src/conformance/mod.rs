@@ -221,12 +221,22 @@ pub fn run<P: Platforms>(fixtures: &Fixtures, config: SuiteConfig) {
     };
     let max_threads = config.max_threads.clamp(1, MAX_THREADS);
 
+    // `OFFLOAD_CONFORMANCE_ONLY=<name>`: only the fixed test of that name, no cases (a look
+    // at one test, e.g. on a lent GPU where the whole suite does not fit the time).
+    let only = std::env::var("OFFLOAD_CONFORMANCE_ONLY").ok();
     for (name, test) in fixed_tests::<P>() {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         if let Err(message) = test(fixtures) {
             panic!("offload conformance: fixed test `{name}` failed: {message}");
         }
     }
 
+    if only.is_some() {
+        eprintln!("offload conformance: only the fixed test {only:?} (OFFLOAD_CONFORMANCE_ONLY)");
+        return;
+    }
     let started = Instant::now();
     let mut runner = runner(cases);
     let strategy = vec(vec(op_strategy(), 0..=32), 1..=max_threads);

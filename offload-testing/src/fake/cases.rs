@@ -521,10 +521,12 @@ pub fn bad_images<B: Platform>(subject: &Subject, hooks: &FakeHooks) -> String {
             Err(e) => return format!("unexpected error {e:?}"),
             Ok(_) => return format!("an image of {} bytes loaded", image.len()),
         }
-        assert!(matches!(
-            dev.validate(image),
-            Err(Error::InvalidBinary { .. })
-        ));
+        let validated = dev.validate(image);
+        assert!(
+            matches!(validated, Err(Error::InvalidBinary { .. })),
+            "validate of a {}-byte image that load refused: {validated:?}",
+            image.len()
+        );
     }
     dev.validate(good).unwrap();
     let loads = subject.fake.fake_only(if hooks.present() {

@@ -29,6 +29,10 @@ pub mod cases;
 pub mod probe;
 pub mod real;
 
+/// How long a child case runs against the real driver (`real_var` set) before it counts
+/// as hung: the GPU kit's check of the cases allows 300 s.
+pub const REAL_WATCHDOG: std::time::Duration = std::time::Duration::from_secs(280);
+
 /// Where a backend's fake driver comes from and how its children are told their case.
 ///
 /// With `real_var` set to `1` in the environment, the same cases run on the real driver the
@@ -183,7 +187,14 @@ impl FakeDriver {
         if !self.real() {
             command.env("LD_LIBRARY_PATH", dir);
         }
-        let out = crate::child::run(command);
+        // A real driver makes each `init` cost a context (0.1-0.5 s): the conformance suite's
+        // 300-odd inits took over two minutes on an H200 (the re-entrancy table alone).
+        let limit = if self.real() {
+            REAL_WATCHDOG
+        } else {
+            crate::child::WATCHDOG
+        };
+        let out = crate::child::run_within(command, limit);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),

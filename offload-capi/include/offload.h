@@ -61,6 +61,10 @@ typedef enum {
   OFFLOAD_ERROR_INVALID_HANDLE = 16,
   // A panic inside the library, caught at the boundary; the message says where.
   OFFLOAD_ERROR_INTERNAL = 17,
+  // This process was forked from one running offload: no call can work in the child
+  // (its runtime's threads did not survive the fork), and every call answers this at
+  // once (`Error::Forked`, L9). Start offload in a fresh process, or `exec` after `fork`.
+  OFFLOAD_ERROR_FORKED = 18,
 } offload_status_t;
 
 // Where a buffer lives.

@@ -21,7 +21,7 @@ use crate::table;
 pub(crate) struct ProgramCell(std::sync::Mutex<Program>);
 
 impl ProgramCell {
-    fn new(program: Program) -> Self {
+    pub(crate) fn new(program: Program) -> Self {
         ProgramCell(std::sync::Mutex::new(program))
     }
 

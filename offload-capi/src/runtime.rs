@@ -483,5 +483,9 @@ pub unsafe extern "C" fn offload_device_info(
 /// the last `offload_shutdown`).
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_live_handles() -> usize {
+    // A forked child holds none (and must not take the table's locks, L9).
+    if offload_thread::fork::forked() {
+        return 0;
+    }
     table::live()
 }

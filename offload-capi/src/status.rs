@@ -60,6 +60,10 @@ pub enum offload_status_t {
     OFFLOAD_ERROR_INVALID_HANDLE = 16,
     /// A panic inside the library, caught at the boundary; the message says where.
     OFFLOAD_ERROR_INTERNAL = 17,
+    /// This process was forked from one running offload: no call can work in the child
+    /// (its runtime's threads did not survive the fork), and every call answers this at
+    /// once (`Error::Forked`, L9). Start offload in a fresh process, or `exec` after `fork`.
+    OFFLOAD_ERROR_FORKED = 18,
 }
 
 impl offload_status_t {
@@ -84,6 +88,7 @@ impl offload_status_t {
             Self::OFFLOAD_ERROR_DRIVER => "OFFLOAD_ERROR_DRIVER\0",
             Self::OFFLOAD_ERROR_INVALID_HANDLE => "OFFLOAD_ERROR_INVALID_HANDLE\0",
             Self::OFFLOAD_ERROR_INTERNAL => "OFFLOAD_ERROR_INTERNAL\0",
+            Self::OFFLOAD_ERROR_FORKED => "OFFLOAD_ERROR_FORKED\0",
         }
     }
 }
@@ -125,6 +130,7 @@ fn status_of(e: &Error) -> offload_status_t {
         Error::Quarantined { .. } => OFFLOAD_ERROR_QUARANTINED,
         Error::Compile { .. } => OFFLOAD_ERROR_COMPILE,
         Error::Driver { .. } => OFFLOAD_ERROR_DRIVER,
+        Error::Forked { .. } => OFFLOAD_ERROR_FORKED,
         // A variant added later: its words still reach the caller.
         _ => OFFLOAD_ERROR_DRIVER,
     }
@@ -181,6 +187,13 @@ fn set_last_error(message: &str) {
 /// as it was.
 #[inline(always)]
 pub(crate) fn guard(call: &'static str, body: impl FnOnce() -> Res) -> offload_status_t {
+    // In a forked child, before any lock (a thread of the parent may have held it, L9).
+    if offload_thread::fork::forked() {
+        return failed(Fail::Offload(Error::Forked {
+            call,
+            pid: std::process::id(),
+        }));
+    }
     // The status is made inside the catch, so that what crosses it is a number or a panic.
     let run = AssertUnwindSafe(|| match body() {
         Ok(()) => offload_status_t::OFFLOAD_OK,

@@ -54,6 +54,55 @@ fn c_suite_under_valgrind() {
     assert!(out.contains("suite: all checks held"));
 }
 
+fn reuse() -> std::path::PathBuf {
+    compile(
+        &[&crate_dir().join("tests/c/reuse.c")],
+        &work_dir("reuse").join("reuse"),
+        Link::Shared,
+        &[],
+    )
+}
+
+/// L9: a released buffer handle, its slot reused ten million times, is refused every time
+/// and never equals a new handle (tests/c/reuse.c; under 16-bit generations the 65,535th
+/// reuse handed the old value back).
+#[test]
+fn a_released_handle_stays_refused_through_ten_million_reuses_of_its_slot() {
+    let out = run_ok(Command::new(reuse()), Duration::from_secs(600));
+    assert!(
+        out.contains("reuse: 10000000 cycles, 10000000 on the released handle's slot"),
+        "{out}"
+    );
+}
+
+/// The same under valgrind memcheck, for 20,000 reuses (valgrind runs it ~50 times slower).
+#[test]
+fn slot_reuse_under_valgrind() {
+    let Some(mut cmd) = common::memcheck(&reuse()) else {
+        return;
+    };
+    cmd.arg("20000");
+    let out = run_ok(cmd, Duration::from_secs(300));
+    assert!(out.contains("reuse: 20000 cycles, 20000 on"), "{out}");
+}
+
+/// L9: a forked child's every call answers `OFFLOAD_ERROR_FORKED` at once, and its exit
+/// hangs on nothing (tests/c/fork.c).
+#[test]
+fn a_forked_child_gets_offload_error_forked() {
+    let exe = compile(
+        &[&crate_dir().join("tests/c/fork.c")],
+        &work_dir("fork").join("fork"),
+        Link::Shared,
+        &[],
+    );
+    let out = run_ok(Command::new(exe), LIMIT);
+    assert!(
+        out.contains("fork: the child got OFFLOAD_ERROR_FORKED"),
+        "{out}"
+    );
+}
+
 /// The example (examples/saxpy.c) builds and runs: SAXPY from C source on the host, and
 /// from WGSL on Vulkan when there is a device.
 #[test]

@@ -58,7 +58,7 @@ fn a_full_table_refuses_in_words_and_reused_slots_refuse_their_old_handles() {
     let old = made.pop().unwrap_or_default();
     assert_eq!(offload_program_destroy(old), OFFLOAD_OK);
     let new = program().expect("a slot was given back");
-    assert_eq!(new >> 16 & 0xfffff, old >> 16 & 0xfffff, "the same slot");
+    assert_eq!(new >> 32 & 0x3ffff, old >> 32 & 0x3ffff, "the same slot");
     assert_ne!(new, old);
     assert_eq!(offload_program_destroy(old), OFFLOAD_ERROR_INVALID_HANDLE);
     assert!(

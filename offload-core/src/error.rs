@@ -227,6 +227,22 @@ pub enum Error {
         /// The driver's description of it, or the name of the code.
         message: String,
     },
+
+    /// This process is a child forked from one that was running offload: the runtime's
+    /// threads did not survive the fork, so no call can be served here (L9). Start offload
+    /// in a fresh process (or fork before starting it, or `exec` after the fork).
+    #[error(
+        "{}this process (pid {pid}) was forked from one that was running offload; its \
+         runtime's threads did not survive the fork, so no offload call can work in it: start \
+         offload in a fresh process (fork before starting offload, or exec after the fork)",
+        at(call)
+    )]
+    Forked {
+        /// The offload call that was made.
+        call: &'static str,
+        /// This (the child's) process id.
+        pid: u32,
+    },
 }
 
 fn shut_down_text(call: &str, object: &str) -> String {
@@ -389,6 +405,11 @@ impl Error {
                 }
             }
             Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.fill_call(to)),
+            Error::Forked { call, .. } => {
+                if call.is_empty() {
+                    *call = to;
+                }
+            }
             Error::ShutDown { .. }
             | Error::Callback { .. }
             | Error::DriverNotFound { .. }

@@ -36,43 +36,6 @@ pub(crate) use shuttle::{
     thread_local,
 };
 
-/// The lock of each buffer's memory: in the library `offload-thread`'s [`BiasedLock`],
-/// which the thread that allocated the buffer takes without atomic read-modify-writes; in
-/// the model a plain `RwLock` behind the same calls (the model checks the lifecycle around
-/// the lock, `offload-thread`'s own tests check the lock).
-#[cfg(not(offload_model))]
-pub(crate) use offload_thread::biased::{
-    BiasedLock, ReadGuard as BiasedRead, Reentrant, WriteGuard as BiasedWrite,
-};
-
-#[cfg(offload_model)]
-pub(crate) use model_biased::{BiasedLock, BiasedRead, BiasedWrite, Reentrant};
-
-#[cfg(offload_model)]
-mod model_biased {
-    use super::{RwLock, RwLockReadGuard, RwLockWriteGuard, read, write};
-
-    /// Never returned in the model (a nested lock would deadlock the model instead).
-    pub(crate) struct Reentrant;
-
-    pub(crate) type BiasedRead<'a, T> = RwLockReadGuard<'a, T>;
-    pub(crate) type BiasedWrite<'a, T> = RwLockWriteGuard<'a, T>;
-
-    pub(crate) struct BiasedLock<T>(RwLock<T>);
-
-    impl<T> BiasedLock<T> {
-        pub(crate) fn new(value: T) -> Self {
-            Self(RwLock::new(value))
-        }
-        pub(crate) fn read(&self) -> Result<BiasedRead<'_, T>, Reentrant> {
-            Ok(read(&self.0))
-        }
-        pub(crate) fn write(&self) -> Result<BiasedWrite<'_, T>, Reentrant> {
-            Ok(write(&self.0))
-        }
-    }
-}
-
 /// Locks `m`, poisoned or not.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

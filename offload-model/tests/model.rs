@@ -3,7 +3,7 @@
 
 #[cfg(offload_model)]
 mod scenarios {
-    use offload_core::model::{SCENARIOS, check};
+    use offload_core::model::{SCENARIOS, Seed, check, check_catches};
 
     /// Every scenario offload-core has is run by a test below.
     #[test]
@@ -22,6 +22,8 @@ mod scenarios {
             "generations",
             "last_reference_on_an_executor",
             "shutdown_vs_shutdown",
+            "copies_both_ways_vs_with_mapped",
+            "buffer_calls_vs_shutdown",
         ];
         let theirs: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
         assert_eq!(theirs, here);
@@ -90,6 +92,29 @@ mod scenarios {
     #[test]
     fn shutdown_races_shutdown() {
         check("shutdown_vs_shutdown");
+    }
+
+    /// L7 on the real buffer lock: opposite copies and `with_mapped` never deadlock.
+    #[test]
+    fn copies_both_ways_race_with_mapped() {
+        check("copies_both_ways_vs_with_mapped");
+    }
+
+    #[test]
+    fn buffer_calls_race_shutdown() {
+        check("buffer_calls_vs_shutdown");
+    }
+
+    /// The check can fail: with `copy_from` taking its locks in argument order (a planted
+    /// bug), some schedule deadlocks and the check says so.
+    #[test]
+    fn a_planted_lock_order_bug_is_caught() {
+        let caught = check_catches(
+            "copies_both_ways_vs_with_mapped",
+            Seed::CopyLocksInArgumentOrder,
+        )
+        .expect("the model check missed the planted lock-order bug");
+        assert!(caught.contains("deadlock"), "{caught}");
     }
 }
 

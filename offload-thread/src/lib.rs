@@ -14,15 +14,14 @@
 //! own business: a thread that is joined before the library unloads may use thread-locals
 //! freely, since their destructors run when it exits.
 //!
-//! [`biased`] holds the other per-thread tool the core needs: a lock the thread that made it
-//! takes without atomic read-modify-writes (each buffer's memory sits behind one).
+//! [`fork`] tells a process forked from one running offload that it is such a child (its
+//! offload threads did not survive the fork, so every call refuses at once, L9).
 //!
 //! This is the one crate besides the backends with `unsafe` code (the core is
 //! `#![deny(unsafe_code)]` and depends on it for its helper threads); every block carries
-//! its `// SAFETY:` argument.
+//! its `// SAFETY:` argument. It keeps no concurrency primitive of its own.
 
-pub mod biased;
-mod rwlock;
+pub mod fork;
 
 use std::ffi::{CString, c_void};
 use std::sync::Arc;

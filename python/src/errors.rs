@@ -133,6 +133,7 @@ pub(crate) fn to_py(e: offload::Error) -> PyErr {
         E::Quarantined { .. } => QuarantinedError::new_err(msg),
         E::Compile { .. } => CompileError::new_err(msg),
         E::Driver { .. } => DriverError::new_err(msg),
+        E::Forked { .. } => ForkedError::new_err(msg),
         _ => OffloadError::new_err(msg),
     };
     Python::with_gil(|py| {

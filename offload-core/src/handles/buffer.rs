@@ -1,11 +1,16 @@
 //! [`Buffer`]: memory on a device, its synchronous copies, and its export and import (I1).
 //!
-//! A buffer's allocation ([`BufferEntry`]) keeps its backend memory behind its own lock:
-//! reads hold it shared, writes, launches and teardown exclusively, so teardown drains the
-//! calls in flight (L3, L4). The lock is `offload-thread`'s `BiasedLock`, which the thread
-//! that allocated the buffer takes with no atomic read-modify-write until another thread
-//! needs it (a 64-byte copy is then about as cheap as liboffload's unchecked `olMemcpy`).
-//! Per-allocation locks keep a long copy on one buffer from stalling work on others.
+//! A buffer's allocation ([`BufferEntry`]) keeps its backend memory behind its own lock, the
+//! standard library's `RwLock` (writer-preferring on Linux, model-checked as it is under
+//! `--cfg offload_model`): reads hold it shared, writes, launches and teardown exclusively,
+//! so teardown drains the calls in flight (L3, L4). Per-allocation locks keep a long copy
+//! on one buffer from stalling work on others.
+//!
+//! No wait can close a cycle (L7): a call that locks several buffers (a copy, a launch, a
+//! queued copy) takes their locks in one order, by allocation address, whatever each
+//! lock's mode; teardown holds one buffer lock at a time; and the one place user code runs
+//! under a buffer's lock, `with_mapped`'s closure, may make no offload call that waits
+//! (`runtime::reentry::refuse_in_mapped`).
 //!
 //! A `Buffer` handle is a window on an allocation. Most own theirs (dropping them frees
 //! it); an IPC endpoint hands out *views* of a mapping it owns, which tell it when they are
@@ -13,8 +18,8 @@
 //! unmapped the memory (I3).
 
 use crate::sync::{
-    Arc, AtomicBool, AtomicU64, BiasedLock, BiasedRead, BiasedWrite, OnceLock, Ordering, Reentrant,
-    RwLock, read, statics, write,
+    Arc, AtomicBool, AtomicU64, OnceLock, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    read, statics, write,
 };
 use smallvec::SmallVec;
 use std::fmt;
@@ -24,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::hal::{BackendKind, MemKind};
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Live, Resource, ResourceKey};
+use crate::runtime::reentry;
 
 /// Bytes a copy between two devices stages through host memory at a time.
 pub const STAGING_CHUNK: usize = 8 << 20;
@@ -88,18 +94,17 @@ pub(crate) struct BufferEntry {
     revoked: AtomicBool,
     /// The user's name for it ([`Buffer::label`]), for messages.
     label: RwLock<Option<Arc<str>>>,
-    /// Biased to the allocating thread (`offload-thread`'s `BiasedLock`): its calls take
-    /// it without atomic read-modify-writes until another thread takes it.
-    allocation: BiasedLock<Option<Allocation>>,
+    /// The memory, shared by calls that read it, taken by those that write it and by
+    /// teardown.
+    allocation: RwLock<Option<Allocation>>,
 }
 
 impl BufferEntry {
     /// Frees the allocation if it is still there (waits for copies in flight).
     pub(crate) fn free(&self) -> Result<()> {
-        let mut allocation = self
-            .allocation
-            .write()
-            .map_err(|Reentrant| reentrant("Buffer::free"))?;
+        crate::runtime::fork::refuse("Buffer::free")?;
+        reentry::refuse_in_mapped("Buffer::free")?;
+        let mut allocation = write(&self.allocation);
         match allocation.take() {
             Some(a) => {
                 if let Some(closed) = self.after_free.get() {
@@ -185,7 +190,7 @@ impl BufferEntry {
             after_free: OnceLock::new(),
             revoked: AtomicBool::new(false),
             label: RwLock::new(None),
-            allocation: BiasedLock::new(Some(Allocation { raw })),
+            allocation: RwLock::new(Some(Allocation { raw })),
         });
         live.register(Kind::Buffer, |_| entry)
     }
@@ -194,7 +199,7 @@ impl BufferEntry {
 /// Buffers held exclusively by [`Buffer::lock_all_exclusive`].
 pub(crate) struct LockedAll<'a> {
     order: SmallVec<[&'a Buffer; 8]>,
-    guards: SmallVec<[BiasedWrite<'a, Option<Allocation>>; 8]>,
+    guards: SmallVec<[RwLockWriteGuard<'a, Option<Allocation>>; 8]>,
 }
 
 impl LockedAll<'_> {
@@ -208,16 +213,6 @@ impl LockedAll<'_> {
             .unwrap_or(0);
         self.guards[at].as_ref().ok_or_else(|| buffer.gone(call))
     }
-}
-
-/// The error of a call on a buffer from inside another call on it on the same thread (the
-/// closure of `Buffer::with_mapped`), where a plain lock would deadlock.
-fn reentrant(call: &'static str) -> Error {
-    Error::invalid(
-        call,
-        "this thread is already inside a call on this buffer (a call from inside \
-         Buffer::with_mapped's closure?)",
-    )
 }
 
 /// Whoever owns the allocation a view looks at (an IPC endpoint's mapping), told when the
@@ -481,23 +476,24 @@ impl Buffer {
         Arc::ptr_eq(&self.generation, generation)
     }
 
-    /// The allocation, held shared (the allocating thread holds it alone, without atomic
-    /// read-modify-writes).
+    /// The allocation, held shared; refused inside `with_mapped`'s closure (L7).
     #[inline(always)]
-    fn lock_shared(&self, call: &'static str) -> Result<BiasedRead<'_, Option<Allocation>>> {
-        self.entry
-            .allocation
-            .read()
-            .map_err(|Reentrant| self.reentrant(call))
+    fn lock_shared(&self, call: &'static str) -> Result<RwLockReadGuard<'_, Option<Allocation>>> {
+        crate::runtime::fork::refuse(call)?;
+        reentry::refuse_in_mapped(call).map_err(|e| e.on(call, self))?;
+        Ok(read(&self.entry.allocation))
     }
 
-    /// The allocation, held exclusively (for a launch that may write it).
+    /// The allocation, held exclusively (for a launch that may write it); refused inside
+    /// `with_mapped`'s closure (L7).
     #[inline(always)]
-    fn lock_exclusive(&self, call: &'static str) -> Result<BiasedWrite<'_, Option<Allocation>>> {
-        self.entry
-            .allocation
-            .write()
-            .map_err(|Reentrant| self.reentrant(call))
+    fn lock_exclusive(
+        &self,
+        call: &'static str,
+    ) -> Result<RwLockWriteGuard<'_, Option<Allocation>>> {
+        crate::runtime::fork::refuse(call)?;
+        reentry::refuse_in_mapped(call).map_err(|e| e.on(call, self))?;
+        Ok(write(&self.entry.allocation))
     }
 
     /// Locks the allocations of `buffers` exclusively, each once, in address order (so two
@@ -514,12 +510,6 @@ impl Buffer {
             .map(|b| b.lock_exclusive(call))
             .collect::<Result<_>>()?;
         Ok(LockedAll { order, guards })
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn reentrant(&self, call: &'static str) -> Error {
-        reentrant(call).on(call, self)
     }
 
     /// The error of a call on this buffer once its memory is gone.
@@ -680,9 +670,15 @@ impl Buffer {
         }
         let from = src.check_range(CALL, src_offset, len)?;
         let to = self.check_range(CALL, dst_offset, len)?;
-        // Two locks, taken in address order so opposite copies cannot deadlock; teardown
-        // holds at most one buffer lock at a time, so it cannot deadlock with this either.
-        let (src_guard, mut dst_guard) = if Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry) {
+        // Two locks, taken in address order so opposite copies cannot deadlock (L7);
+        // teardown holds at most one buffer lock at a time, so it cannot deadlock with this
+        // either.
+        let src_first = Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry);
+        // The model check's planted bug: argument order (it must find the deadlock).
+        #[cfg(offload_model)]
+        let src_first =
+            src_first || crate::model::planted(crate::model::Seed::CopyLocksInArgumentOrder);
+        let (src_guard, mut dst_guard) = if src_first {
             let s = src.lock_shared(CALL)?;
             (s, self.lock_exclusive(CALL)?)
         } else {
@@ -753,9 +749,15 @@ impl Buffer {
     /// host memory, or device memory the driver maps — after the work queued on the
     /// buffer; no copy is made. `Error::Unsupported` where the backend cannot (memory the
     /// host cannot map, or memory shared with other processes): use `read`/`write` then.
-    /// Queued work and other host accesses to the buffer wait until `f` returns; a call on
-    /// this buffer from inside `f` is refused with `Error::InvalidArgument` (it would
-    /// otherwise wait for itself).
+    /// Queued work and other host accesses to the buffer wait until `f` returns.
+    ///
+    /// `f` runs holding the buffer's memory, so inside it every offload call that could
+    /// wait — on this or any other buffer, a queue, an event, an allocation, a load, a
+    /// sync — is refused at once with `Error::InvalidArgument` (what it waited for could be
+    /// waiting for this buffer: L7, no deadlock by construction). Read and write the bytes
+    /// in `f`; make offload calls after it returns. Leaving `f` by `longjmp` or
+    /// `pthread_exit` (from C code it calls) is undefined behaviour, as for any Rust
+    /// closure.
     ///
     /// ```
     /// # let rt = offload::Offload::init()?;
@@ -774,6 +776,7 @@ impl Buffer {
         self.with_raw_mut(CALL, |raw| {
             raw.with_mapped(&mut |bytes| {
                 if let (Some(f), Some(view)) = (f.take(), bytes.get_mut(start..start + len)) {
+                    let _mapped = reentry::enter_mapped();
                     out = Some(f(view));
                 }
             })
@@ -845,6 +848,11 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        // In a forked child the handle is forgotten, its allocation with it (L9).
+        if crate::runtime::fork::forget_in_child(&self.generation) {
+            crate::runtime::fork::forget_in_child(&self.entry);
+            return;
+        }
         match self.release() {
             // Quarantined memory is counted in `ipc::stats()` and logged; by the shutdown it
             // is usually released, so it is not reported there.

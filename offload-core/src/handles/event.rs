@@ -111,6 +111,11 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        // In a forked child the handle is forgotten, its event with it (L9).
+        if crate::runtime::fork::forget_in_child(&self.generation) {
+            crate::runtime::fork::forget_in_child(&self.entry);
+            return;
+        }
         forget(&self.generation, Kind::Event, self.key, self.entry.clone());
     }
 }

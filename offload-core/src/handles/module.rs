@@ -549,6 +549,11 @@ impl Clone for Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
+        // In a forked child the handle is forgotten, its module with it (L9).
+        if crate::runtime::fork::forget_in_child(&self.generation) {
+            crate::runtime::fork::forget_in_child(&self.entry);
+            return;
+        }
         if self.counted && self.entry.handles.fetch_sub(1, Ordering::SeqCst) == 1 {
             match release(&self.generation, &self.entry, Report::Defer) {
                 Ok(()) | Err(Error::ShutDown { .. }) => {}

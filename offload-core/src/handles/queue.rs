@@ -52,6 +52,9 @@ impl<T: ?Sized> Entry<T> {
     /// Runs `f` on the backend object for the user's `call`, which names the errors that
     /// name no call ([`Error::in_call`]).
     pub(super) fn with<R>(&self, call: &'static str, f: impl FnOnce(&T) -> Result<R>) -> Result<R> {
+        // A queue's work may wait for a buffer (L7): nothing of it inside `with_mapped`.
+        crate::runtime::fork::refuse(call)?;
+        reentry::refuse_in_mapped(call)?;
         let guard = read(&self.state);
         let raw = guard.as_ref().ok_or_else(|| Error::ShutDown {
             call: "",
@@ -711,6 +714,11 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        // In a forked child the handle is forgotten, its queue with it (L9).
+        if crate::runtime::fork::forget_in_child(&self.generation) {
+            crate::runtime::fork::forget_in_child(&self.entry);
+            return;
+        }
         if self.is_running_here() {
             // Dropped by its own host function (L6): releasing it waits for the function
             // to return (and, on some backends, joins the thread running it), so a helper

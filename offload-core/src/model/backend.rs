@@ -1,7 +1,8 @@
-//! The model's backend: one platform with one device that loads programs and nothing else.
-//! Every driver call yields to the scheduler and panics if it comes after its platform's
-//! `deinit` (what a real driver answers with undefined behaviour, L4). It counts opens,
-//! deinits and live programs for the end-of-execution checks.
+//! The model's backend: one platform with one device that loads programs and has host-memory
+//! buffers (no queues). Every driver call yields to the scheduler and panics if it comes
+//! after its platform's `deinit` (what a real driver answers with undefined behaviour, L4).
+//! It counts opens, deinits, live programs and live buffers for the end-of-execution
+//! checks.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -19,10 +20,11 @@ pub(super) static DEINITS: AtomicUsize = AtomicUsize::new(0);
 pub(super) static LIVE_PROGRAMS: AtomicUsize = AtomicUsize::new(0);
 /// Backend loads (a program loaded twice on one device counts twice).
 pub(super) static LOADS: AtomicUsize = AtomicUsize::new(0);
+pub(super) static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 
 /// Sets the counters to zero, at the start of an execution.
 pub(super) fn reset() {
-    for counter in [&OPENS, &DEINITS, &LIVE_PROGRAMS, &LOADS] {
+    for counter in [&OPENS, &DEINITS, &LIVE_PROGRAMS, &LOADS, &LIVE_BUFFERS] {
         counter.store(0, SeqCst);
     }
 }
@@ -38,6 +40,18 @@ pub(super) struct ModelDevice {
 
 pub(super) struct ModelProgram {
     deinitialised: Arc<AtomicBool>,
+}
+
+/// Host memory; its accesses are driver calls (they yield and check the deinit).
+pub(super) struct ModelBuffer {
+    bytes: Vec<u8>,
+}
+
+fn in_range(b: &ModelBuffer, offset: usize, len: usize) -> Result<std::ops::Range<usize>> {
+    match offset.checked_add(len) {
+        Some(end) if end <= b.bytes.len() => Ok(offset..end),
+        _ => Err(Error::invalid("", "out of range")),
+    }
 }
 
 /// A preemption point inside every driver call, and the check that the driver is still
@@ -84,7 +98,7 @@ impl hal::Platform for ModelPlatform {
 }
 
 impl hal::Device for ModelDevice {
-    type Buffer = hal::Never;
+    type Buffer = ModelBuffer;
     type Program = ModelProgram;
     type Queue = hal::Never;
     type Event = hal::Never;
@@ -99,29 +113,59 @@ impl hal::Device for ModelDevice {
             1,
         ))
     }
-    fn alloc(&self, _: usize, _: MemKind) -> Result<hal::Never> {
-        Err(Error::invalid("Device::alloc", "no memory in the model"))
+    fn alloc(&self, size: usize, _: MemKind) -> Result<ModelBuffer> {
+        driver_call(&self.deinitialised, "Device::alloc");
+        LIVE_BUFFERS.fetch_add(1, SeqCst);
+        Ok(ModelBuffer {
+            bytes: vec![0; size],
+        })
     }
-    fn free(&self, b: hal::Never) -> Result<()> {
-        b.absurd()
+    fn free(&self, _: ModelBuffer) -> Result<()> {
+        driver_call(&self.deinitialised, "Device::free");
+        LIVE_BUFFERS.fetch_sub(1, SeqCst);
+        Ok(())
     }
-    fn read(&self, b: &hal::Never, _: usize, _: &mut [u8]) -> Result<()> {
-        b.absurd()
+    fn read(&self, b: &ModelBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        driver_call(&self.deinitialised, "Device::read");
+        dst.copy_from_slice(&b.bytes[in_range(b, offset, dst.len())?]);
+        Ok(())
     }
-    fn write(&self, b: &mut hal::Never, _: usize, _: &[u8]) -> Result<()> {
-        b.absurd()
+    fn write(&self, b: &mut ModelBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        driver_call(&self.deinitialised, "Device::write");
+        let range = in_range(b, offset, src.len())?;
+        b.bytes[range].copy_from_slice(src);
+        Ok(())
     }
-    fn fill(&self, b: &mut hal::Never, _: usize, _: usize, _: u8) -> Result<()> {
-        b.absurd()
+    fn fill(&self, b: &mut ModelBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
+        driver_call(&self.deinitialised, "Device::fill");
+        let range = in_range(b, offset, len)?;
+        b.bytes[range].fill(value);
+        Ok(())
     }
-    fn copy(&self, b: &hal::Never, _: usize, _: &mut hal::Never, _: usize, _: usize) -> Result<()> {
-        b.absurd()
+    fn copy(
+        &self,
+        src: &ModelBuffer,
+        so: usize,
+        dst: &mut ModelBuffer,
+        d: usize,
+        len: usize,
+    ) -> Result<()> {
+        driver_call(&self.deinitialised, "Device::copy");
+        let (from, to) = (in_range(src, so, len)?, in_range(dst, d, len)?);
+        dst.bytes[to].copy_from_slice(&src.bytes[from]);
+        Ok(())
     }
-    fn copy_within(&self, b: &mut hal::Never, _: usize, _: usize, _: usize) -> Result<()> {
-        b.absurd()
+    fn copy_within(&self, b: &mut ModelBuffer, so: usize, d: usize, len: usize) -> Result<()> {
+        driver_call(&self.deinitialised, "Device::copy_within");
+        let from = in_range(b, so, len)?;
+        in_range(b, d, len)?;
+        b.bytes.copy_within(from, d);
+        Ok(())
     }
-    fn with_mapped(&self, b: &mut hal::Never, _: &mut dyn FnMut(&mut [u8])) -> Result<()> {
-        b.absurd()
+    fn with_mapped(&self, b: &mut ModelBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        driver_call(&self.deinitialised, "Device::with_mapped");
+        f(&mut b.bytes);
+        Ok(())
     }
     fn load(&self, _image: &[u8]) -> Result<ModelProgram> {
         driver_call(&self.deinitialised, "Device::load");

@@ -68,6 +68,49 @@
 mod backend;
 mod scenarios;
 
+/// Ordering bugs the model check must catch, planted in the crate's own code (model
+/// builds only) by [`check_catches`]: the proof that a scenario can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Seed {
+    /// Nothing planted.
+    None = 0,
+    /// `Buffer::copy_from` takes its two buffers' locks in argument order (source, then
+    /// destination) instead of by address: two opposite copies can deadlock.
+    CopyLocksInArgumentOrder = 1,
+}
+
+/// The planted bug (a std atomic: reading it adds no scheduling point).
+static PLANTED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether `seed` is planted now.
+pub(crate) fn planted(seed: Seed) -> bool {
+    PLANTED.load(SeqCst) == seed as u8
+}
+
+/// Runs scenario `name` with `seed` planted: `Ok` with the model check's failure message
+/// when it caught the bug, `Err` when every execution passed (the check is blind to it).
+pub fn check_catches(name: &str, seed: Seed) -> std::result::Result<String, String> {
+    let Some(scenario) = SCENARIOS.iter().find(|s| s.name == name) else {
+        panic!("no model scenario `{name}`");
+    };
+    let result = {
+        let _serial = one_at_a_time();
+        PLANTED.store(seed as u8, SeqCst);
+        let caught = std::panic::catch_unwind(|| run_locked(scenario));
+        PLANTED.store(Seed::None as u8, SeqCst);
+        caught
+    };
+    match result {
+        Ok(()) => Err(format!("{name} passed with {seed:?} planted")),
+        Err(panic) => Ok(panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_default()),
+    }
+}
+
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -122,12 +165,20 @@ fn seen(outcome: &'static str) {
     *seen_map().entry(outcome).or_default() += 1;
 }
 
-fn run(scenario: &Scenario) {
-    // The lifecycle's statics and the counters are process-wide: one scenario at a time.
+/// The lifecycle's statics and the counters are process-wide: one scenario at a time.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _serial = ONE_AT_A_TIME
+    ONE_AT_A_TIME
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn run(scenario: &Scenario) {
+    let _serial = one_at_a_time();
+    run_locked(scenario);
+}
+
+fn run_locked(scenario: &Scenario) {
     let n = iterations();
     seen_map().clear();
     let started = std::time::Instant::now();
@@ -173,6 +224,11 @@ fn finish() {
         LIVE_PROGRAMS.load(SeqCst),
         0,
         "a module outlived its runtime"
+    );
+    assert_eq!(
+        backend::LIVE_BUFFERS.load(SeqCst),
+        0,
+        "a buffer outlived its runtime"
     );
     assert_eq!(
         OPENS.load(SeqCst),

@@ -114,6 +114,16 @@ pub(super) const ALL: &[Scenario] = &[
         run: shutdown_vs_shutdown,
         must_see: &[],
     },
+    Scenario {
+        name: "copies_both_ways_vs_with_mapped",
+        run: copies_both_ways_vs_with_mapped,
+        must_see: &["copy: ok", "with_mapped: a call inside refused"],
+    },
+    Scenario {
+        name: "buffer_calls_vs_shutdown",
+        run: buffer_calls_vs_shutdown,
+        must_see: &["copy: ok", "copy: ShutDown", "free: ok"],
+    },
 ];
 
 /// The image the model backend loads (it looks at none).
@@ -716,4 +726,69 @@ fn lazy_open_vs_exit_hook() {
     } else {
         "lazy: the exit hook came first"
     });
+}
+
+/// L7 on the real buffer lock (`RwLock`, shuttle's here): two threads copy between two
+/// buffers in opposite directions while a third runs `with_mapped` on one and calls the
+/// other from inside (refused at once); a fourth frees a third buffer. No schedule may
+/// deadlock (shuttle fails an execution whose threads all block).
+fn copies_both_ways_vs_with_mapped() {
+    use crate::hal::MemKind;
+    let rt = Rt::init().expect("init");
+    let device = rt.devices().expect("devices").remove(0);
+    let a = Arc::new(device.alloc(8, MemKind::Host).expect("alloc"));
+    let b = Arc::new(device.alloc(8, MemKind::Host).expect("alloc"));
+    let c = device.alloc(8, MemKind::Host).expect("alloc");
+    let (a1, b1, a2, b2, a3, b3) = (a.clone(), b.clone(), a.clone(), b.clone(), a, b);
+    let t1 = spawn(move || {
+        b1.copy_from(0, &a1, 0, 8).expect("copy a into b");
+        seen("copy: ok");
+    });
+    let t2 = spawn(move || {
+        a2.copy_from(0, &b2, 0, 8).expect("copy b into a");
+        seen("copy: ok");
+    });
+    let t3 = spawn(move || {
+        let inside = b3
+            .with_mapped(|bytes| a3.read(0, &mut bytes[..4]))
+            .expect("with_mapped");
+        match inside {
+            Err(Error::InvalidArgument { .. }) => seen("with_mapped: a call inside refused"),
+            other => panic!("a call inside with_mapped answered {other:?}"),
+        }
+    });
+    let t4 = spawn(move || c.free().expect("free"));
+    join(vec![t1, t2, t3, t4]);
+    rt.shutdown().expect("shutdown");
+}
+
+/// L3/L4 on the real buffer lock: copies and a free race the last shutdown; each answers
+/// done or `ShutDown`, and the shutdown frees every buffer after the calls in flight
+/// (the backend panics on a call after its deinit; the end-of-execution check counts
+/// live buffers).
+fn buffer_calls_vs_shutdown() {
+    use crate::hal::MemKind;
+    let rt = Rt::init().expect("init");
+    let device = rt.devices().expect("devices").remove(0);
+    let a = device.alloc(8, MemKind::Host).expect("alloc");
+    let b = device.alloc(8, MemKind::Host).expect("alloc");
+    let c = device.alloc(8, MemKind::Host).expect("alloc");
+    let t1 = spawn(move || {
+        for _ in 0..2 {
+            match b.copy_from(0, &a, 0, 8) {
+                Ok(()) => seen("copy: ok"),
+                Err(Error::ShutDown { .. }) => seen("copy: ShutDown"),
+                Err(e) => panic!("a copy beside a shutdown answered {e:?}"),
+            }
+        }
+    });
+    let t2 = spawn(move || match c.free() {
+        Ok(()) => seen("free: ok"),
+        Err(Error::ShutDown { .. }) => seen("free: ShutDown"),
+        Err(e) => panic!("a free beside a shutdown answered {e:?}"),
+    });
+    let t3 = spawn(move || {
+        rt.shutdown().expect("shutdown");
+    });
+    join(vec![t1, t2, t3]);
 }

@@ -21,6 +21,10 @@ unsafe extern "C" {
 
 #[cfg(not(offload_model))]
 extern "C" fn on_exit() {
+    // A forked child owns nothing of the parent's runtime (L9): nothing to shut down.
+    if crate::runtime::fork::forked() {
+        return;
+    }
     // A panic must not cross the C boundary; the runtime's locks are poison-tolerant.
     let _ = std::panic::catch_unwind(crate::runtime::lifecycle::shutdown_at_exit);
 }

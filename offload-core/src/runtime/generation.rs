@@ -341,8 +341,12 @@ impl Generation {
     }
 
     /// Runs `f` on the live state, shared with other operations; `Error::ShutDown` once
-    /// the generation ended. Teardown waits for `f` to return.
+    /// the generation ended. Teardown waits for `f` to return. Refused inside
+    /// `Buffer::with_mapped`'s closure (a teardown waiting for the state may hold off this
+    /// read while it waits for that buffer, L7).
     pub(crate) fn with_live<T>(&self, f: impl FnOnce(&Live) -> Result<T>) -> Result<T> {
+        crate::runtime::fork::refuse("")?;
+        crate::runtime::reentry::refuse_in_mapped("")?;
         let guard = read(&self.live);
         f(guard.as_ref().ok_or_else(Error::shut_down)?)
     }

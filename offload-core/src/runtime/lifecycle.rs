@@ -112,6 +112,8 @@ pub(crate) fn acquire(
     extra: &[PlatformEntry],
     extensions: &[MakeExtension],
 ) -> Result<Arc<Generation>> {
+    crate::runtime::fork::refuse("Offload::init")?;
+    crate::runtime::fork::started();
     let mut state = lock(&LIFECYCLE);
     state = reap(state);
     // L2/L3: a fresh generation starts only after the previous one released its backend

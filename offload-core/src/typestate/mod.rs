@@ -613,6 +613,10 @@ impl<P> Clone for Offload<Ready, P> {
 
 impl Drop for Ready {
     fn drop(&mut self) {
+        // In a forked child the reference is forgotten (L9): no shutdown there.
+        if crate::runtime::fork::forget_in_child(&self.generation) {
+            return;
+        }
         if self.holds {
             self.holds = false;
             report_later(release(&self.generation).map(|_| ()));

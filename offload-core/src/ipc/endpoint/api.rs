@@ -359,6 +359,10 @@ impl IpcEndpoint {
 
 impl Drop for IpcEndpoint {
     fn drop(&mut self) {
+        // In a forked child the endpoint is forgotten, with its engine (L9).
+        if crate::runtime::fork::forget_in_child(&self.engine) {
+            return;
+        }
         let _ = self.engine.generation.with_live(|live| {
             live.forget(Kind::Ipc, self.key);
             Ok(())

@@ -1,10 +1,9 @@
-//! Each buffer's memory lock is biased to the thread that allocated it (`offload-thread`'s
-//! `BiasedLock`): that thread's calls take it without atomic read-modify-writes, and the
-//! first other thread revokes the bias. The lifecycle holds around it: a shutdown on
-//! another thread while the allocating thread copies drains the copy in flight and frees the
-//! memory after it (L3/L4); copies and fills from other threads work; a call on a buffer
-//! from inside `with_mapped` on it is a typed error on either thread, not a deadlock. Every
-//! test runs under a watchdog, since a broken revocation hangs.
+//! Each buffer's memory sits behind a standard `RwLock` (L7). The lifecycle holds around
+//! it: a shutdown on another thread while a thread copies drains the copy in flight and
+//! frees the memory after it (L3/L4); buffers move between threads; a call on a buffer from
+//! inside `with_mapped` is a typed error at once, not a deadlock; and a write (a launch, a
+//! free) gets the lock within 50 ms (p99) while four threads keep taking it shared. Every
+//! test runs under a watchdog, since a broken lock hangs.
 
 mod common;
 
@@ -46,7 +45,7 @@ fn assert_nested_refused(buf: &offload::Buffer) {
         match buf.read(0, &mut out) {
             Err(Error::InvalidArgument { reason, .. }) => {
                 assert!(
-                    reason.contains("already inside a call on this buffer"),
+                    reason.contains("inside Buffer::with_mapped's closure"),
                     "{reason}"
                 )
             }
@@ -67,11 +66,11 @@ fn a_call_inside_with_mapped_on_the_same_buffer_is_refused_on_any_thread() {
     let rt = Offload::init().unwrap();
     let dev = rt.devices().unwrap().remove(0);
     let buf = dev.alloc(16, MemKind::Host).unwrap();
-    assert_nested_refused(&buf); // the allocating thread: the fast path
+    assert_nested_refused(&buf); // the allocating thread
     std::thread::scope(|s| {
-        s.spawn(|| assert_nested_refused(&buf)); // another thread: the inner lock
+        s.spawn(|| assert_nested_refused(&buf)); // another thread
     });
-    assert_nested_refused(&buf); // the allocating thread again, bias revoked
+    assert_nested_refused(&buf);
     drop(buf);
     rt.shutdown().unwrap();
 }
@@ -144,5 +143,62 @@ fn buffers_move_between_threads() {
     a.read(0, &mut out).unwrap();
     assert_eq!(out, [9; 64]);
     drop((a, b));
+    rt.shutdown().unwrap();
+}
+
+/// Writer fairness: four threads each hold the buffer's lock shared for about 1 ms in a
+/// loop (8 MiB reads); meanwhile another thread writes 64 bytes 100 times (the exclusive
+/// hold a launch, a free or a write takes). The lock is the standard library's, which on
+/// Linux lets no new reader in while a writer waits: p99 of the writes' waits stays under
+/// 50 ms (a reader-preferring lock let a writer wait 1.14 s behind 4 readers).
+#[test]
+fn a_write_gets_in_while_four_threads_keep_reading() {
+    const BIG: usize = 8 << 20;
+    let _serial = common::serial();
+    let _dog = watchdog(Duration::from_secs(120), "writer fairness");
+    let rt = Offload::init().unwrap();
+    let dev = rt.devices().unwrap().remove(0);
+    let buf = dev.alloc(BIG, MemKind::Host).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut waits = Vec::new();
+    let mut held = Duration::ZERO;
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (buf, stop) = (&buf, &stop);
+                s.spawn(move || {
+                    let mut out = vec![0u8; BIG];
+                    let (mut reads, started) = (0u32, Instant::now());
+                    while !stop.load(Ordering::Relaxed) {
+                        buf.read(0, &mut out).unwrap();
+                        reads += 1;
+                    }
+                    started.elapsed() / reads.max(1)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..100 {
+            let asked = Instant::now();
+            buf.write(0, &[1; 64]).unwrap();
+            waits.push(asked.elapsed());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stop.store(true, Ordering::Relaxed);
+        held = readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .max()
+            .unwrap();
+    });
+    waits.sort();
+    let p99 = waits[98];
+    eprintln!(
+        "writer fairness: 100 writes beside 4 readers holding the lock {held:?} per read: \
+         median {:?}, p99 {p99:?}, max {:?}",
+        waits[50], waits[99]
+    );
+    assert!(p99 < Duration::from_millis(50), "p99 {p99:?}");
+    drop(buf);
     rt.shutdown().unwrap();
 }

@@ -1,0 +1,331 @@
+//! L7 by exhaustion: no pair of documented buffer operations deadlocks, whichever threads
+//! allocated the buffers.
+//!
+//! A cell is (operation on thread 1, operation on thread 2, who allocated the two buffers
+//! `a` and `b`: one of the two threads, each its own, or a third thread that has ended). Both
+//! threads run their operation [`ROUNDS`] times at once on the same two buffers; each cell
+//! runs under a watchdog that aborts the process naming the cell, so a hang fails the test
+//! instead of hanging it. The operations: reads, writes and fills; `copy_from` both ways;
+//! `with_mapped` on one buffer calling the other's operations (read, write, a launch and a
+//! sync: each answers at once, refused or done); launches over both buffers in both argument
+//! orders; queued copies both ways; a launch and a sync; an allocation and a free. A second
+//! table shuts the runtime down on one thread while the other runs each operation.
+//!
+//! It failed before the buffer lock was a standard `RwLock`: with the biased lock, thread A
+//! (which allocated `a`) copying `a` into `b` while thread B (which allocated `b`) ran
+//! `b.with_mapped(|m| a.read(..))` hung (the owner's shared guard was exclusive, so the
+//! address order of `copy_from` no longer prevented a cycle).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use offload::{Arg, Buffer, Device, Dims, Error, Kernel, MemKind, Offload, Program, Queue};
+
+/// Rounds per cell (`OFFLOAD_MATRIX_ROUNDS` overrides, e.g. 10 for a quick look).
+fn rounds() -> usize {
+    std::env::var("OFFLOAD_MATRIX_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// How long one cell may take before it counts as hung.
+const CELL_LIMIT: Duration = Duration::from_secs(30);
+
+const WORDS: usize = 64;
+const BYTES: usize = WORDS * 4;
+
+/// A kernel over two buffers: `mix(x, y, n)` adds `y[i]` to `x[i]`.
+fn mix_kernel(dev: &Device) -> Kernel {
+    let source = offload::Source::c(
+        "#include \"offload_host.h\"\n\
+         OFFLOAD_KERNEL(mix, \"bbI\") {\n\
+             uint32_t *x = OFFLOAD_BUFFER(uint32_t, 0);\n\
+             const uint32_t *y = OFFLOAD_BUFFER(uint32_t, 1);\n\
+             uint32_t n = OFFLOAD_SCALAR(uint32_t, 2);\n\
+             for (uint32_t t = 0; t < launch->block[0]; t++) {\n\
+                 uint64_t i = OFFLOAD_INDEX_X(t);\n\
+                 if (i < n) x[i] += y[i];\n\
+             }\n\
+         }\n",
+    );
+    Program::from_source(source)
+        .load(dev)
+        .and_then(|m| m.kernel("mix"))
+        .expect("the mix kernel compiles and loads (needs a C compiler)")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    ReadA,
+    WriteA,
+    FillB,
+    CopyAIntoB,
+    CopyBIntoA,
+    MapAReadB,
+    MapAWriteB,
+    MapBReadA,
+    MapBLaunchASync,
+    LaunchAB,
+    LaunchBA,
+    QueuedCopyAB,
+    QueuedCopyBA,
+    LaunchSync,
+    AllocFree,
+}
+
+const OPS: [Op; 15] = [
+    Op::ReadA,
+    Op::WriteA,
+    Op::FillB,
+    Op::CopyAIntoB,
+    Op::CopyBIntoA,
+    Op::MapAReadB,
+    Op::MapAWriteB,
+    Op::MapBReadA,
+    Op::MapBLaunchASync,
+    Op::LaunchAB,
+    Op::LaunchBA,
+    Op::QueuedCopyAB,
+    Op::QueuedCopyBA,
+    Op::LaunchSync,
+    Op::AllocFree,
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owners {
+    /// Thread 1 allocated both.
+    One,
+    /// Thread 1 allocated `a`, thread 2 `b`.
+    Each,
+    /// A third thread allocated both and has ended.
+    Third,
+}
+
+const OWNERS: [Owners; 3] = [Owners::One, Owners::Each, Owners::Third];
+
+struct Pair {
+    dev: Device,
+    a: Buffer,
+    b: Buffer,
+    mix: Kernel,
+}
+
+/// Runs `op` once with `queue`; the error of a call made inside `with_mapped`'s closure is
+/// returned beside (refused at once or done: either is fine, a wait is not).
+fn run_op(op: Op, p: &Pair, queue: &Queue) -> offload::Result<()> {
+    let mut out = [0u8; BYTES];
+    match op {
+        Op::ReadA => p.a.read(0, &mut out),
+        Op::WriteA => p.a.write(0, &[1; BYTES]),
+        Op::FillB => p.b.fill(0, BYTES, 2),
+        Op::CopyAIntoB => p.b.copy_from(0, &p.a, 0, BYTES),
+        Op::CopyBIntoA => p.a.copy_from(0, &p.b, 0, BYTES),
+        Op::MapAReadB => p.a.with_mapped(|m| inner(p.b.read(0, &mut m[..BYTES]))),
+        Op::MapAWriteB => p.a.with_mapped(|m| inner(p.b.write(0, &m[..BYTES]))),
+        Op::MapBReadA => p.b.with_mapped(|m| inner(p.a.read(0, &mut m[..BYTES]))),
+        Op::MapBLaunchASync => p.b.with_mapped(|_| {
+            inner(mix(queue, p, &p.a, &p.a));
+            inner(queue.sync());
+        }),
+        Op::LaunchAB => mix(queue, p, &p.a, &p.b),
+        Op::LaunchBA => mix(queue, p, &p.b, &p.a),
+        Op::QueuedCopyAB => queue.copy(&p.a, 0, &p.b, 0, BYTES),
+        Op::QueuedCopyBA => queue.copy(&p.b, 0, &p.a, 0, BYTES),
+        Op::LaunchSync => mix(queue, p, &p.a, &p.b).and_then(|()| queue.sync()),
+        Op::AllocFree => p.dev.alloc(64, MemKind::Host).and_then(Buffer::free),
+    }
+    .map(drop)
+}
+
+/// Queues `mix(x, y, WORDS)`: `x[i] += y[i]` over the first `WORDS` u32s.
+fn mix(queue: &Queue, p: &Pair, x: &Buffer, y: &Buffer) -> offload::Result<()> {
+    let n = WORDS as u32;
+    let dims = Dims::grid([1, 1, 1]).block([n, 1, 1]);
+    // SAFETY: `mix` touches the first `n` u32s of both buffers, which hold `WORDS` u32s.
+    unsafe {
+        queue.launch(
+            &p.mix,
+            dims,
+            &[Arg::buffer(x), Arg::buffer(y), Arg::scalar(&n)],
+        )
+    }
+}
+
+/// A call made inside `with_mapped`'s closure: done, or refused at once with
+/// `InvalidArgument` (L7), or `ShutDown` beside a shutdown; anything else fails the test.
+fn inner<T>(r: offload::Result<T>) {
+    match r {
+        Ok(_) | Err(Error::InvalidArgument { .. } | Error::ShutDown { .. }) => {}
+        Err(e) => panic!("a call inside with_mapped: {e:?}"),
+    }
+}
+
+/// Aborts the process naming `what` unless dropped within `limit`.
+struct Watchdog(Arc<AtomicBool>);
+
+fn watchdog(limit: Duration, what: String) -> Watchdog {
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    std::thread::spawn(move || {
+        let until = Instant::now() + limit;
+        while !flag.load(Ordering::Acquire) {
+            if Instant::now() > until {
+                eprintln!("deadlock matrix: {what} did not finish within {limit:?} (a hang)");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    Watchdog(done)
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+fn alloc_pair(dev: &Device) -> (Buffer, Buffer) {
+    (
+        dev.alloc(BYTES, MemKind::Host).unwrap().label("a"),
+        dev.alloc(BYTES, MemKind::Host).unwrap().label("b"),
+    )
+}
+
+/// One cell: thread 1 runs `op1`, thread 2 `op2`, `rounds` times each, at once.
+fn cell(dev: &Device, mix: &Kernel, op1: Op, op2: Op, owners: Owners, rounds: usize) {
+    // Buffers in an `Arc<Mutex<Option<..>>>` so the thread that allocates them can hand
+    // them over; the pair is built before the threads start their rounds.
+    let slot: Arc<Mutex<Option<Buffer>>> = Arc::default();
+    let (a, b) = match owners {
+        Owners::One => alloc_pair(dev),
+        Owners::Third => {
+            let d = dev.clone();
+            std::thread::spawn(move || alloc_pair(&d)).join().unwrap()
+        }
+        Owners::Each => {
+            let d = dev.clone();
+            let s = slot.clone();
+            // `b` from another thread that has ended; `a` from this (thread 1's) one below.
+            std::thread::spawn(move || {
+                *s.lock().unwrap() = Some(d.alloc(BYTES, MemKind::Host).unwrap().label("b"))
+            })
+            .join()
+            .unwrap();
+            (
+                dev.alloc(BYTES, MemKind::Host).unwrap().label("a"),
+                slot.lock().unwrap().take().unwrap(),
+            )
+        }
+    };
+    let pair = Pair {
+        dev: dev.clone(),
+        a,
+        b,
+        mix: mix.clone(),
+    };
+    let go = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        for op in [op1, op2] {
+            let (pair, go) = (&pair, &go);
+            s.spawn(move || {
+                let queue = pair.dev.queue().unwrap();
+                go.wait();
+                for _ in 0..rounds {
+                    if let Err(e) = run_op(op, pair, &queue) {
+                        panic!("{op:?}: {e:?}");
+                    }
+                }
+                queue.sync().unwrap();
+            });
+        }
+    });
+    drop(pair);
+}
+
+#[test]
+fn no_pair_of_buffer_operations_deadlocks() {
+    let _serial = common::serial();
+    let rounds = rounds();
+    let rt = Offload::init().unwrap();
+    let dev = rt.devices().unwrap().remove(0);
+    let mix = mix_kernel(&dev);
+    let started = Instant::now();
+    let mut cells = 0;
+    for (i, &op1) in OPS.iter().enumerate() {
+        for &op2 in &OPS[i..] {
+            for owners in OWNERS {
+                let what = format!("{op1:?} x {op2:?} ({owners:?})");
+                let _dog = watchdog(CELL_LIMIT, what);
+                cell(&dev, &mix, op1, op2, owners, rounds);
+                cells += 1;
+            }
+        }
+    }
+    eprintln!(
+        "deadlock matrix: {cells} cells x {rounds} rounds, 0 hangs, {:.1?}",
+        started.elapsed()
+    );
+    drop((mix, dev));
+    rt.shutdown().unwrap();
+}
+
+/// Each operation runs on one thread while another shuts the runtime down: every call
+/// completes or answers `ShutDown`, and the shutdown completes.
+#[test]
+fn a_shutdown_beside_any_buffer_operation_completes() {
+    let _serial = common::serial();
+    let rounds = rounds() / 10;
+    let started = Instant::now();
+    for op in OPS {
+        for owners in OWNERS {
+            let what = format!("shutdown beside {op:?} ({owners:?})");
+            let _dog = watchdog(CELL_LIMIT, what);
+            for _ in 0..rounds.max(1) {
+                shutdown_beside(op, owners);
+            }
+        }
+    }
+    eprintln!(
+        "deadlock matrix: shutdown beside {} operations x {} owners x {rounds} rounds, 0 \
+         hangs, {:.1?}",
+        OPS.len(),
+        OWNERS.len(),
+        started.elapsed()
+    );
+}
+
+fn shutdown_beside(op: Op, owners: Owners) {
+    let rt = Offload::init().unwrap();
+    let dev = rt.devices().unwrap().remove(0);
+    let mix = mix_kernel(&dev);
+    let (a, b) = match owners {
+        Owners::Third => {
+            let d = dev.clone();
+            std::thread::spawn(move || alloc_pair(&d)).join().unwrap()
+        }
+        _ => alloc_pair(&dev),
+    };
+    let pair = Pair { dev, a, b, mix };
+    let go = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        let (pair, go) = (&pair, &go);
+        s.spawn(move || {
+            let Ok(queue) = pair.dev.queue() else { return };
+            go.wait();
+            for _ in 0..50 {
+                match run_op(op, pair, &queue) {
+                    Ok(()) => {}
+                    Err(Error::ShutDown { .. }) => break,
+                    Err(e) => panic!("{op:?} beside a shutdown: {e:?}"),
+                }
+            }
+        });
+        go.wait();
+        rt.shutdown().unwrap();
+    });
+}

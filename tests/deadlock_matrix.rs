@@ -9,7 +9,9 @@
 //! `with_mapped` on one buffer calling the other's operations (read, write, a launch and a
 //! sync: each answers at once, refused or done); launches over both buffers in both argument
 //! orders; queued copies both ways; a launch and a sync; an allocation and a free. A second
-//! table shuts the runtime down on one thread while the other runs each operation.
+//! table shuts the runtime down on one thread while the other runs each operation (1,000
+//! rounds each), and a third has a host function use a buffer while another thread
+//! accesses it behind a launch queued after the function.
 //!
 //! It failed before the buffer lock was a standard `RwLock`: with the biased lock, thread A
 //! (which allocated `a`) copying `a` into `b` while thread B (which allocated `b`) ran
@@ -22,7 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use offload::{Arg, Buffer, Device, Dims, Error, Kernel, MemKind, Offload, Program, Queue};
+use offload::{
+    Arg, BackendKind, Buffer, Device, Dims, Error, Kernel, MemKind, Offload, Program, Queue,
+};
 
 /// Rounds per cell (`OFFLOAD_MATRIX_ROUNDS` overrides, e.g. 10 for a quick look).
 fn rounds() -> usize {
@@ -252,7 +256,7 @@ fn no_pair_of_buffer_operations_deadlocks() {
     let _serial = common::serial();
     let rounds = rounds();
     let rt = Offload::init().unwrap();
-    let dev = rt.devices().unwrap().remove(0);
+    let dev = rt.device(BackendKind::Host).unwrap();
     let mix = mix_kernel(&dev);
     let started = Instant::now();
     let mut cells = 0;
@@ -279,7 +283,7 @@ fn no_pair_of_buffer_operations_deadlocks() {
 #[test]
 fn a_shutdown_beside_any_buffer_operation_completes() {
     let _serial = common::serial();
-    let rounds = rounds() / 10;
+    let rounds = rounds();
     let started = Instant::now();
     for op in OPS {
         for owners in OWNERS {
@@ -299,10 +303,33 @@ fn a_shutdown_beside_any_buffer_operation_completes() {
     );
 }
 
+/// A kernel of a runtime that has ended, for the pairs whose operation launches nothing.
+fn stale_kernel() -> Kernel {
+    static STALE: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+    STALE
+        .get_or_init(|| {
+            let rt = Offload::init().unwrap();
+            let kernel = mix_kernel(&rt.device(BackendKind::Host).unwrap());
+            drop(rt);
+            kernel
+        })
+        .clone()
+}
+
 fn shutdown_beside(op: Op, owners: Owners) {
     let rt = Offload::init().unwrap();
-    let dev = rt.devices().unwrap().remove(0);
-    let mix = mix_kernel(&dev);
+    let dev = rt.device(BackendKind::Host).unwrap();
+    // The kernel only where the operation launches it (a load per round costs most of a
+    // round otherwise); the others get a kernel of the previous runtime, never launched.
+    let launches = matches!(
+        op,
+        Op::MapBLaunchASync | Op::LaunchAB | Op::LaunchBA | Op::LaunchSync
+    );
+    let mix = if launches {
+        mix_kernel(&dev)
+    } else {
+        stale_kernel()
+    };
     let (a, b) = match owners {
         Owners::Third => {
             let d = dev.clone();
@@ -317,7 +344,7 @@ fn shutdown_beside(op: Op, owners: Owners) {
         s.spawn(move || {
             let Ok(queue) = pair.dev.queue() else { return };
             go.wait();
-            for _ in 0..50 {
+            for _ in 0..20 {
                 match run_op(op, pair, &queue) {
                     Ok(()) => {}
                     Err(Error::ShutDown { .. }) => break,
@@ -328,4 +355,83 @@ fn shutdown_beside(op: Op, owners: Owners) {
         go.wait();
         rt.shutdown().unwrap();
     });
+}
+/// What a thread does to `a` while a host function, queued before a launch that uses `a`,
+/// uses `a` too.
+#[derive(Clone, Copy, Debug)]
+enum Access {
+    Read,
+    Write,
+    Fill,
+    Map,
+    CopyInto,
+    CopyOutOf,
+}
+
+/// A host function uses `a` while another thread accesses `a`, which a launch queued after
+/// the function uses: the access waits for the launch, the launch for the function; the
+/// function must not wait for the access (L7: the access waits for queued work with no
+/// lock of `a` held). It hung before (a read holding `a` shared waited for the launch while
+/// the host function's write waited for `a`).
+#[test]
+fn a_host_function_using_a_buffer_a_later_launch_uses_beside_host_accesses() {
+    let _serial = common::serial();
+    let rt = Offload::init().unwrap();
+    let dev = rt.device(BackendKind::Host).unwrap();
+    let mix_k = mix_kernel(&dev);
+    let (a, b) = alloc_pair(&dev);
+    let pair = Arc::new(Pair {
+        dev: dev.clone(),
+        a,
+        b,
+        mix: mix_k,
+    });
+    let queue = dev.queue().unwrap();
+    for access in [
+        Access::Read,
+        Access::Write,
+        Access::Fill,
+        Access::Map,
+        Access::CopyInto,
+        Access::CopyOutOf,
+    ] {
+        for host_fn_writes in [true, false] {
+            let _dog = watchdog(
+                CELL_LIMIT,
+                format!("{access:?} beside a host function (writes: {host_fn_writes})"),
+            );
+            for _ in 0..100 {
+                let p = pair.clone();
+                let (started, go) = std::sync::mpsc::channel();
+                queue
+                    .enqueue_host_fn(move || {
+                        started.send(()).unwrap();
+                        std::thread::sleep(Duration::from_micros(200));
+                        let mut out = [0u8; BYTES];
+                        if host_fn_writes {
+                            p.a.write(0, &[3; BYTES]).unwrap();
+                        } else {
+                            p.a.read(0, &mut out).unwrap();
+                        }
+                    })
+                    .unwrap();
+                mix(&queue, &pair, &pair.a, &pair.b).unwrap();
+                go.recv().unwrap();
+                let mut out = [0u8; BYTES];
+                match access {
+                    Access::Read => pair.a.read(0, &mut out),
+                    Access::Write => pair.a.write(0, &out),
+                    Access::Fill => pair.a.fill(0, BYTES, 1),
+                    Access::Map => pair.a.with_mapped(|m| m[0] = 1),
+                    Access::CopyInto => pair.a.copy_from(0, &pair.b, 0, BYTES),
+                    Access::CopyOutOf => pair.b.copy_from(0, &pair.a, 0, BYTES),
+                }
+                .unwrap();
+                queue.sync().unwrap();
+            }
+        }
+    }
+    drop(pair);
+    drop(queue);
+    rt.shutdown().unwrap();
 }

@@ -175,6 +175,12 @@ impl hal::Device for HostDevice {
         Ok(Some(buffer.counted(self.shared.clone())))
     }
 
+    /// The queued work that uses the buffer: host functions run on the queues' executors,
+    /// so that work may wait for user code that uses this very buffer (L7).
+    fn pending(&self, buffer: &HostBuffer) -> Option<hal::Pending> {
+        buffer.mem.uses.pending()
+    }
+
     fn with_mapped(&self, buffer: &mut HostBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         let bytes = buffer.exclusive_bytes().ok_or_else(|| Error::Unsupported {
             backend: BackendKind::Host,

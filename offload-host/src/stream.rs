@@ -498,6 +498,34 @@ impl Uses {
         }
     }
 
+    /// The recorded work that has not run yet, as a wait that holds the streams weakly and
+    /// not this: `None` when there is none, or only work of the stream this thread runs (a
+    /// host function does not wait for its own queue, as [`Uses::wait`] does not).
+    pub(crate) fn pending(&self) -> Option<offload_core::hal::Pending> {
+        if !self.any.load(Ordering::SeqCst) {
+            return None;
+        }
+        let left: Vec<(Weak<StreamCore>, u64)> = lock(&self.streams)
+            .iter()
+            .filter(|(s, t)| {
+                s.upgrade()
+                    .is_some_and(|s| !s.reached(*t) && !s.on_runner())
+            })
+            .cloned()
+            .collect();
+        if left.is_empty() {
+            return None;
+        }
+        Some(Box::new(move || {
+            for (stream, ticket) in left {
+                if let Some(stream) = stream.upgrade() {
+                    stream.wait(ticket);
+                }
+            }
+            Ok(())
+        }))
+    }
+
     #[cold]
     fn wait_for_streams(&self) {
         let pending: Vec<(Weak<StreamCore>, u64)> = lock(&self.streams).clone();

@@ -270,6 +270,10 @@ impl hal::Device for VulkanDevice {
         Ok(())
     }
 
+    // `pending` keeps its default (none): a Vulkan host function runs when it is enqueued,
+    // after the queue's earlier work, so queued GPU work never waits for host code, and a
+    // host access may wait for that work under the buffer's lock (L7).
+
     /// Host-visible memory (always `MemKind::Host`/`Shared`; `Device` where the device's
     /// memory is host-visible, as on lavapipe), not shared with other processes.
     fn with_mapped(&self, buffer: &mut VulkanBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {

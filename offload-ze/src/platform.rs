@@ -546,6 +546,12 @@ impl hal::Device for ZeDevice {
 
     /// Host (`zeMemAllocHost`) and shared (`zeMemAllocShared`) memory; device memory and
     /// imports are `Unsupported`.
+    /// The queued work on the buffer: a queue's later work waits for its host functions,
+    /// which may use this very buffer (L7).
+    fn pending(&self, buffer: &ZeBuffer) -> Option<hal::Pending> {
+        buffer.alloc.uses.pending()
+    }
+
     fn with_mapped(&self, buffer: &mut ZeBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         f(buffer.mapped_bytes()?);
         Ok(())

@@ -85,6 +85,8 @@ pub(crate) trait DynBuffer: Any + Send + Sync {
     fn fill(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
     fn copy_within(&mut self, src_offset: usize, dst_offset: usize, len: usize) -> Result<()>;
     fn with_mapped(&mut self, f: &mut dyn FnMut(&mut [u8])) -> Result<()>;
+    /// `hal::Device::pending`.
+    fn pending(&self) -> Option<hal::Pending>;
     /// `hal::Device::address`; `Error::Unsupported` where the backend has none.
     fn address(&self) -> Result<u64>;
     fn copy_from(
@@ -375,6 +377,10 @@ impl<P: hal::Platform> DynBuffer for ErasedBuffer<P> {
 
     fn with_mapped(&mut self, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         hal::Device::with_mapped(&self.device.raw, &mut self.raw, f)
+    }
+
+    fn pending(&self) -> Option<hal::Pending> {
+        hal::Device::pending(&self.device.raw, &self.raw)
     }
 
     fn address(&self) -> Result<u64> {

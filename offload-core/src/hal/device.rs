@@ -8,6 +8,12 @@ use super::{CompilerId, DeviceInfo, Event, Language, MemKind, Program, Queue, So
 /// released.
 pub type Owner = Box<dyn std::any::Any + Send + Sync>;
 
+/// A wait for the queued work that uses a buffer, taken out of the buffer
+/// ([`Device::pending`]) so that it runs with no lock of the buffer's held. It holds what
+/// the wait itself needs (its queues' state), never the buffer, and keeps no driver object
+/// alive past its platform's deinit in a way the backend does not handle.
+pub type Pending = Box<dyn FnOnce() -> crate::Result<()> + Send>;
+
 /// One device: its memory, the queues it makes and the images loaded on it.
 ///
 /// Buffers, queues, events and programs are associated types; the device's methods act on
@@ -87,6 +93,22 @@ pub trait Device: Send + Sync + Sized + 'static {
     /// buffer; `Error::Unsupported` where it cannot (unmappable device memory, or memory
     /// another process may write). Nothing else can use the buffer meanwhile (`&mut`).
     fn with_mapped(&self, buffer: &mut Self::Buffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()>;
+
+    /// The queued work that uses `buffer` and may not have finished, as a wait to run
+    /// without the buffer ([`Pending`]); `None` when there is none (the default: a backend
+    /// whose queued work never waits for host code).
+    ///
+    /// The runtime asks before every host access and copy, holding the buffer's lock; when
+    /// the answer is `Some` it lets the lock go, waits, and asks again. A host function
+    /// queued before that work may be waiting to use the buffer itself, so waiting under
+    /// the lock could close a cycle (L7). A backend whose queued work can wait for host
+    /// code (host functions run asynchronously) answers here, and then finds nothing to
+    /// wait for in its own read, write, fill, copy or `with_mapped` (no new work can use
+    /// the buffer while its lock is held: launches and queued copies take it too).
+    fn pending(&self, buffer: &Self::Buffer) -> Option<Pending> {
+        let _ = buffer;
+        None
+    }
 
     /// The address of `buffer`'s memory as this device's driver and the other libraries of
     /// the process name it (a `CUdeviceptr`, a host pointer), for handing the memory to one

@@ -543,27 +543,51 @@ impl Buffer {
         Error::invalid(call, format!("bytes {offset}..{end} are outside {self}"))
     }
 
-    /// Runs `f` on the live allocation, shared with other readers; teardown cannot free it
-    /// under the call.
+    /// Runs `f` on the live allocation, shared with other readers, after the queued work
+    /// that uses it; teardown cannot free it under the call.
     pub(crate) fn with_raw<T>(
         &self,
         call: &'static str,
         f: impl FnOnce(&dyn DynBuffer) -> Result<T>,
     ) -> Result<T> {
-        let guard = self.lock_shared(call)?;
+        let guard = self.settled(call, Self::lock_shared)?;
         let a = guard.as_ref().ok_or_else(|| self.gone(call))?;
         f(&*a.raw).map_err(|e| e.on(call, self))
     }
 
-    /// Runs `f` on the live allocation with exclusive access (the backend gets `&mut`).
+    /// Runs `f` on the live allocation with exclusive access (the backend gets `&mut`),
+    /// after the queued work that uses it.
     fn with_raw_mut<T>(
         &self,
         call: &'static str,
         f: impl FnOnce(&mut dyn DynBuffer) -> Result<T>,
     ) -> Result<T> {
-        let mut guard = self.lock_exclusive(call)?;
+        let mut guard = self.settled(call, Self::lock_exclusive)?;
         let a = guard.as_mut().ok_or_else(|| self.gone(call))?;
         f(&mut *a.raw).map_err(|e| e.on(call, self))
+    }
+
+    /// The allocation locked by `lock`, with no queued work on it left to wait for: while
+    /// the backend says some is pending, the lock is let go, the work waited for, and the
+    /// lock taken again (L7: a host function queued before that work may be waiting for
+    /// this very buffer; launches and queued copies take the lock, so none can be queued on
+    /// it while it is held).
+    fn settled<'a, G>(
+        &'a self,
+        call: &'static str,
+        lock: impl Fn(&'a Self, &'static str) -> Result<G>,
+    ) -> Result<G>
+    where
+        G: std::ops::Deref<Target = Option<Allocation>>,
+    {
+        loop {
+            let guard = lock(self, call)?;
+            let Some(wait) = guard.as_ref().and_then(|a| a.raw.pending()) else {
+                return Ok(guard);
+            };
+            drop(guard);
+            wait().map_err(|e| e.on(call, self))?;
+        }
     }
 
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
@@ -678,12 +702,25 @@ impl Buffer {
         #[cfg(offload_model)]
         let src_first =
             src_first || crate::model::planted(crate::model::Seed::CopyLocksInArgumentOrder);
-        let (src_guard, mut dst_guard) = if src_first {
-            let s = src.lock_shared(CALL)?;
-            (s, self.lock_exclusive(CALL)?)
-        } else {
-            let d = self.lock_exclusive(CALL)?;
-            (src.lock_shared(CALL)?, d)
+        let (src_guard, mut dst_guard) = loop {
+            let (s, d) = if src_first {
+                let s = src.lock_shared(CALL)?;
+                (s, self.lock_exclusive(CALL)?)
+            } else {
+                let d = self.lock_exclusive(CALL)?;
+                (src.lock_shared(CALL)?, d)
+            };
+            // Queued work on either is waited for with neither held (see `settled`).
+            let pending = |g: &Option<Allocation>| g.as_ref().and_then(|a| a.raw.pending());
+            match (pending(&s), pending(&d)) {
+                (None, None) => break (s, d),
+                waits => {
+                    drop((s, d));
+                    for wait in [waits.0, waits.1].into_iter().flatten() {
+                        wait()?;
+                    }
+                }
+            }
         };
         let s = src_guard.as_ref().ok_or_else(|| src.gone(CALL))?;
         let d = dst_guard.as_mut().ok_or_else(|| self.gone(CALL))?;
@@ -741,7 +778,10 @@ impl Buffer {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn address(&self) -> Result<u64> {
-        let base = self.with_raw("Buffer::address", |raw| raw.address())?;
+        const CALL: &str = "Buffer::address";
+        let guard = self.lock_shared(CALL)?;
+        let a = guard.as_ref().ok_or_else(|| self.gone(CALL))?;
+        let base = a.raw.address().map_err(|e| e.on(CALL, self))?;
         Ok(base + self.offset as u64)
     }
 

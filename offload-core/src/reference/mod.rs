@@ -83,15 +83,6 @@ impl std::fmt::Debug for RefDevice {
     }
 }
 
-impl RefDevice {
-    /// Runs the device's queued work before a host access (unless [`Unordered`]).
-    fn host_access(&self) {
-        if self.ordered {
-            self.queues.flush_all();
-        }
-    }
-}
-
 impl RefBuffer {
     fn len(&self) -> usize {
         read(&self.bytes).len()
@@ -251,7 +242,6 @@ impl hal::Device for RefDevice {
     }
 
     fn read(&self, buffer: &RefBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.host_access();
         let bytes = read(&buffer.bytes);
         let r = range(bytes.len(), offset, dst.len())?;
         dst.copy_from_slice(&bytes[r]);
@@ -259,7 +249,6 @@ impl hal::Device for RefDevice {
     }
 
     fn write(&self, buffer: &mut RefBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        self.host_access();
         let mut bytes = bytes_mut(buffer);
         let r = range(bytes.len(), offset, src.len())?;
         bytes[r].copy_from_slice(src);
@@ -267,7 +256,6 @@ impl hal::Device for RefDevice {
     }
 
     fn fill(&self, buffer: &mut RefBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        self.host_access();
         let mut bytes = bytes_mut(buffer);
         let r = range(bytes.len(), offset, len)?;
         bytes[r].fill(value);
@@ -282,7 +270,6 @@ impl hal::Device for RefDevice {
         d: usize,
         len: usize,
     ) -> Result<()> {
-        self.host_access();
         if Arc::ptr_eq(&src.bytes, &dst.bytes) {
             // An import of the same memory: one lock, overlapping ranges allowed.
             return self.copy_within(dst, so, d, len);
@@ -296,7 +283,6 @@ impl hal::Device for RefDevice {
     }
 
     fn copy_within(&self, buffer: &mut RefBuffer, so: usize, d: usize, len: usize) -> Result<()> {
-        self.host_access();
         let mut bytes = bytes_mut(buffer);
         let s = range(bytes.len(), so, len)?;
         range(bytes.len(), d, len)?;
@@ -308,10 +294,23 @@ impl hal::Device for RefDevice {
         parse(image).map(drop)
     }
 
+    /// A host access runs the device's queued work first (unless [`Unordered`]): here, as
+    /// a wait the runtime runs with no lock of the buffer held, since that work may hold
+    /// host functions that use this very buffer (L7). The accesses themselves run none.
+    fn pending(&self, _: &RefBuffer) -> Option<hal::Pending> {
+        if !self.ordered || self.queues.all_idle() {
+            return None;
+        }
+        let queues = self.queues.clone();
+        Some(Box::new(move || {
+            queues.flush_all();
+            Ok(())
+        }))
+    }
+
     /// The bytes are host memory: always mappable (an exportable or imported buffer
     /// too: the reference backend shares memory only within this process, under its lock).
     fn with_mapped(&self, buffer: &mut RefBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
-        self.host_access();
         f(&mut bytes_mut(buffer));
         Ok(())
     }

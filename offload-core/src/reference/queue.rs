@@ -63,6 +63,12 @@ impl Queues {
         queues.push(Arc::downgrade(queue));
     }
 
+    /// Whether no queue has work recorded or running.
+    pub(crate) fn all_idle(&self) -> bool {
+        let queues: Vec<Arc<Pending>> = lock(&self.0).iter().filter_map(Weak::upgrade).collect();
+        queues.iter().all(|q| q.is_idle())
+    }
+
     /// Runs every queue's recorded work.
     pub(crate) fn flush_all(&self) {
         let queues: Vec<Arc<Pending>> = lock(&self.0).iter().filter_map(Weak::upgrade).collect();

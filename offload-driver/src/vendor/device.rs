@@ -515,6 +515,12 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
 
     /// Pinned (`MemKind::Host`) and managed (`MemKind::Shared`) memory; device memory is
     /// `Unsupported`.
+    /// The queued work on the buffer: its queues' held work may wait for a host function
+    /// that uses this very buffer (L7).
+    fn pending(&self, b: &StreamBuffer<A>) -> Option<hal::Pending> {
+        b.alloc.uses.pending()
+    }
+
     fn with_mapped(&self, b: &mut StreamBuffer<A>, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         f(b.mapped_bytes()?);
         Ok(())

@@ -460,6 +460,10 @@ impl<P: hal::Platform> hal::Device for FaultyDevice<P> {
         self.raw.with_mapped(buffer, f)
     }
 
+    fn pending(&self, buffer: &Buf<P>) -> Option<hal::Pending> {
+        self.raw.pending(buffer)
+    }
+
     fn load(&self, image: &[u8]) -> Result<FaultyProgram<P>> {
         check(P::KIND, Site::Load)?;
         made(

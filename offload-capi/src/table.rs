@@ -347,11 +347,15 @@ pub(crate) fn get<T: Held>(call: &'static str, handle: u64) -> Res<Pinned<T>> {
     Err(refuse(call, T::KIND, handle))
 }
 
+/// Whether slot `index` holds an object of generation `generation` (no `Arc` taken).
+fn is_live(index: usize, generation: u32) -> bool {
+    let slot = slot(index);
+    slot.generation == generation && slot.object.is_some()
+}
+
 /// Whether `handle` names a live `T` right now.
 pub(crate) fn check<T: Held>(call: &'static str, handle: u64) -> Res {
-    match tag_of(handle) == T::KIND as u8
-        && lookup(index_of(handle), generation_of(handle)).is_some()
-    {
+    match tag_of(handle) == T::KIND as u8 && is_live(index_of(handle), generation_of(handle)) {
         true => Ok(()),
         false => Err(refuse(call, T::KIND, handle)),
     }

@@ -36,6 +36,38 @@ pub(crate) use shuttle::{
     thread_local,
 };
 
+/// Ordering bugs the model check must catch, planted in the crate's own code (model builds
+/// only; `model::check_catches` plants one): the proof that a scenario can fail. Here, at
+/// the bottom of the crate, so the code that reads a seed imports nothing above it.
+#[cfg(offload_model)]
+pub(crate) mod seed {
+    use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+
+    /// A planted bug.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(u8)]
+    pub enum Seed {
+        /// Nothing planted.
+        None = 0,
+        /// `Buffer::copy_from` takes its two buffers' locks in argument order (source,
+        /// then destination) instead of by address: two opposite copies can deadlock.
+        CopyLocksInArgumentOrder = 1,
+    }
+
+    /// The planted bug (a std atomic: reading it adds no scheduling point).
+    static PLANTED: AtomicU8 = AtomicU8::new(0);
+
+    /// Plants `seed` (`Seed::None` removes it).
+    pub(crate) fn plant(seed: Seed) {
+        PLANTED.store(seed as u8, SeqCst);
+    }
+
+    /// Whether `seed` is planted now.
+    pub(crate) fn planted(seed: Seed) -> bool {
+        PLANTED.load(SeqCst) == seed as u8
+    }
+}
+
 /// Locks `m`, poisoned or not.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

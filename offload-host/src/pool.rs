@@ -225,7 +225,10 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         lock(&self.shared.state).shutdown = true;
-        self.shared.wake.notify_all();
+        // Only workers wait on it (a notification is a system call).
+        if !self.workers.is_empty() {
+            self.shared.wake.notify_all();
+        }
         for thread in self.workers.drain(..) {
             thread.join();
         }

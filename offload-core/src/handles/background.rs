@@ -251,7 +251,10 @@ impl CompilePool {
                 std::mem::take(&mut state.threads),
             )
         };
-        self.shared.work.notify_all();
+        // Only started threads wait on it (a notification is a system call).
+        if !threads.is_empty() {
+            self.shared.work.notify_all();
+        }
         if !queue.is_empty() {
             tracing::debug!(target: "offload::compile", abandoned = queue.len(), "shutdown abandons queued background compiles");
         }

@@ -92,6 +92,10 @@ pub(crate) struct BufferEntry {
     after_free: OnceLock<fn()>,
     /// Set when the process that exported it unmapped it: calls answer a typed error.
     revoked: AtomicBool,
+    /// Work that uses it may be queued (set by every launch and queued copy under its
+    /// exclusive lock, cleared by a host access that found none pending under its lock): a
+    /// host access asks the backend only while it is set.
+    queued: AtomicBool,
     /// The user's name for it ([`Buffer::label`]), for messages.
     label: RwLock<Option<Arc<str>>>,
     /// The memory, shared by calls that read it, taken by those that write it and by
@@ -189,6 +193,7 @@ impl BufferEntry {
             before_free: OnceLock::new(),
             after_free: OnceLock::new(),
             revoked: AtomicBool::new(false),
+            queued: AtomicBool::new(false),
             label: RwLock::new(None),
             allocation: RwLock::new(Some(Allocation { raw })),
         });
@@ -505,10 +510,15 @@ impl Buffer {
         let mut order: SmallVec<[&'a Buffer; 8]> = buffers.into_iter().collect();
         order.sort_unstable_by_key(|b| b.entry_ptr());
         order.dedup_by_key(|b| b.entry_ptr());
-        let guards = order
+        let guards: SmallVec<[_; 8]> = order
             .iter()
             .map(|b| b.lock_exclusive(call))
             .collect::<Result<_>>()?;
+        // The caller queues work on them (a launch, a queued copy): host accesses ask the
+        // backend from now on (`Buffer::pending`).
+        for b in &order {
+            b.entry.queued.store(true, Ordering::Relaxed);
+        }
         Ok(LockedAll { order, guards })
     }
 
@@ -582,12 +592,28 @@ impl Buffer {
     {
         loop {
             let guard = lock(self, call)?;
-            let Some(wait) = guard.as_ref().and_then(|a| a.raw.pending()) else {
+            let Some(wait) = self.pending(&guard) else {
                 return Ok(guard);
             };
+            let _counted = self.generation.host_wait().map_err(|e| e.on(call, self))?;
             drop(guard);
             wait().map_err(|e| e.on(call, self))?;
         }
+    }
+
+    /// The backend's wait for the queued work on this allocation, if any may be queued;
+    /// `guard` is its lock, held (so no work can be queued meanwhile, and a `None` clears
+    /// the flag that says some may be).
+    #[inline(always)]
+    fn pending(&self, guard: &Option<Allocation>) -> Option<crate::hal::Pending> {
+        if !self.entry.queued.load(Ordering::Relaxed) {
+            return None;
+        }
+        let wait = guard.as_ref().and_then(|a| a.raw.pending());
+        if wait.is_none() {
+            self.entry.queued.store(false, Ordering::Relaxed);
+        }
+        wait
     }
 
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
@@ -700,8 +726,8 @@ impl Buffer {
         let src_first = Arc::as_ptr(&src.entry) < Arc::as_ptr(&self.entry);
         // The model check's planted bug: argument order (it must find the deadlock).
         #[cfg(offload_model)]
-        let src_first =
-            src_first || crate::model::planted(crate::model::Seed::CopyLocksInArgumentOrder);
+        let src_first = src_first
+            || crate::sync::seed::planted(crate::sync::seed::Seed::CopyLocksInArgumentOrder);
         let (src_guard, mut dst_guard) = loop {
             let (s, d) = if src_first {
                 let s = src.lock_shared(CALL)?;
@@ -711,10 +737,10 @@ impl Buffer {
                 (src.lock_shared(CALL)?, d)
             };
             // Queued work on either is waited for with neither held (see `settled`).
-            let pending = |g: &Option<Allocation>| g.as_ref().and_then(|a| a.raw.pending());
-            match (pending(&s), pending(&d)) {
+            match (src.pending(&s), self.pending(&d)) {
                 (None, None) => break (s, d),
                 waits => {
+                    let _counted = self.generation.host_wait().map_err(|e| e.on(CALL, self))?;
                     drop((s, d));
                     for wait in [waits.0, waits.1].into_iter().flatten() {
                         wait()?;

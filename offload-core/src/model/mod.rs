@@ -1,9 +1,10 @@
 //! The model check of the lifecycle, compiled only with `--cfg offload_model`
 //! (`scripts/model.sh`, run by the `offload-model` crate's tests): the crate's own code —
 //! `runtime/` (lifecycle, generations, lazy platforms, re-entry), the handles (devices,
-//! programs and their per-device load slot, modules and their callbacks) and the exit hook —
-//! run by `shuttle` with 2–3 threads racing init, clone, use, lazy platform opens, loads
-//! and shutdown, a thousand schedules per scenario.
+//! programs and their per-device load slot, modules and their callbacks, buffers and their
+//! memory locks) and the exit hook — run by `shuttle` with 2–4 threads racing init, clone,
+//! use, lazy platform opens, loads, copies, `with_mapped`, frees and shutdown, a thousand
+//! schedules per scenario.
 //!
 //! # How the real code gets here
 //!
@@ -11,16 +12,18 @@
 //! comes from `crate::sync`; with `--cfg offload_model` those are shuttle's, so shuttle's
 //! scheduler decides every interleaving of the lifecycle mutex, the reference counts, the
 //! generation's `RwLock<Option<Live>>` and registries, the `closing` flag, the loads in
-//! flight, each platform slot's opening lock, and each program's load slot (P2: its
-//! `RwLock`, the module's phase `Condvar`). The process-wide statics are declared with
+//! flight, each platform slot's opening lock, each program's load slot (P2: its `RwLock`,
+//! the module's phase `Condvar`), and each buffer's memory lock (L7: the `RwLock` the
+//! library uses, not a stand-in; [`Seed`] plants an ordering bug in `Buffer::copy_from` that
+//! the check must catch, and `offload-model`'s tests show it does). The process-wide statics are declared with
 //! `sync::statics!`, which makes them per execution here: every execution starts from the
 //! state a freshly loaded library has, and a failed one cannot leave a held lock or a live
 //! generation to the next. Thread-locals are shuttle's: one per model thread.
 //!
 //! Not real here, each for a stated reason:
-//! - the backend ([`backend`]): a model platform with one device that loads programs;
-//!   it yields inside every driver call and panics on any use after its platform's
-//!   `deinit`.
+//! - the backend ([`backend`]): a model platform with one device that loads programs and
+//!   has host-memory buffers (no queues); it yields inside every driver call and panics on
+//!   any use after its platform's `deinit`.
 //! - `atexit`: not registered (`runtime::exit_hook`); scenarios call the hook,
 //!   `lifecycle::shutdown_at_exit`, themselves.
 //! - queues: the model backend has none; one scenario registers a stand-in queue resource
@@ -68,25 +71,8 @@
 mod backend;
 mod scenarios;
 
-/// Ordering bugs the model check must catch, planted in the crate's own code (model
-/// builds only) by [`check_catches`]: the proof that a scenario can fail.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Seed {
-    /// Nothing planted.
-    None = 0,
-    /// `Buffer::copy_from` takes its two buffers' locks in argument order (source, then
-    /// destination) instead of by address: two opposite copies can deadlock.
-    CopyLocksInArgumentOrder = 1,
-}
-
-/// The planted bug (a std atomic: reading it adds no scheduling point).
-static PLANTED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Whether `seed` is planted now.
-pub(crate) fn planted(seed: Seed) -> bool {
-    PLANTED.load(SeqCst) == seed as u8
-}
+pub use crate::sync::seed::Seed;
+use crate::sync::seed::plant;
 
 /// Runs scenario `name` with `seed` planted: `Ok` with the model check's failure message
 /// when it caught the bug, `Err` when every execution passed (the check is blind to it).
@@ -96,9 +82,9 @@ pub fn check_catches(name: &str, seed: Seed) -> std::result::Result<String, Stri
     };
     let result = {
         let _serial = one_at_a_time();
-        PLANTED.store(seed as u8, SeqCst);
+        plant(seed);
         let caught = std::panic::catch_unwind(|| run_locked(scenario));
-        PLANTED.store(Seed::None as u8, SeqCst);
+        plant(Seed::None);
         caught
     };
     match result {

@@ -228,6 +228,11 @@ pub(crate) struct Generation {
     closing: AtomicBool,
     /// Loads in flight (setup included); shutdown waits for them before teardown.
     loads: AtomicUsize,
+    /// Host accesses waiting, with no lock held, for queued work on their buffer
+    /// (`Buffer::settled`, L7): each holds the backend's queue state meanwhile, so the
+    /// teardown lets them finish before it releases the queues (they end: phase 1 drained
+    /// the queues they wait for).
+    host_waits: AtomicUsize,
     /// Counts completed module setups (teardown runs newest first).
     setup_order: AtomicU64,
     /// The state modules above the runtime keep for this generation ([`Extension`]): the
@@ -294,6 +299,7 @@ impl Generation {
             deferred: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
             loads: AtomicUsize::new(0),
+            host_waits: AtomicUsize::new(0),
             setup_order: AtomicU64::new(0),
             extensions,
             listed: crate::sync::OnceLock::new(),
@@ -381,6 +387,20 @@ impl Generation {
         (!self.is_closing()).then_some(guard)
     }
 
+    /// Counts a host access waiting for queued work outside its buffer's lock until the
+    /// guard is dropped (see `host_waits`); `ShutDown` once a shutdown has begun (the
+    /// count goes up before `closing` is read, and the teardown sets `closing` before it
+    /// reads the count, both sequentially consistent: either the access sees the shutdown,
+    /// or the teardown waits for the access).
+    pub(crate) fn host_wait(&self) -> Result<HostWait<'_>> {
+        self.host_waits.fetch_add(1, Ordering::SeqCst);
+        let wait = HostWait(self);
+        if self.is_closing() {
+            return Err(Error::shut_down());
+        }
+        Ok(wait)
+    }
+
     pub(crate) fn next_setup_order(&self) -> u64 {
         self.setup_order.fetch_add(1, Ordering::SeqCst) + 1
     }
@@ -442,6 +462,10 @@ impl Generation {
         // of theirs may be waiting for the read lock (L2: no offload thread outlives the
         // shutdown).
         self.extensions.iter().for_each(|e| e.stop());
+        // Before the state's lock is asked for: what those waits wait for may take it.
+        while self.host_waits.load(Ordering::SeqCst) > 0 {
+            backoff();
+        }
         // Taking the write lock waits for every operation in flight on a device.
         let Some(live) = write(&self.live).take() else {
             return Error::join(errors);
@@ -483,6 +507,15 @@ impl Generation {
             "generation teardown finished"
         );
         Error::join(errors)
+    }
+}
+
+/// A host access waiting outside its buffer's lock ([`Generation::host_wait`]).
+pub(crate) struct HostWait<'a>(&'a Generation);
+
+impl Drop for HostWait<'_> {
+    fn drop(&mut self) {
+        self.0.host_waits.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

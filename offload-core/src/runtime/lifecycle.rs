@@ -64,6 +64,9 @@ struct Lifecycle {
     /// Generations whose helper thread could not be started: torn down by the next `init`
     /// or the exit hook.
     pending: Vec<Arc<Generation>>,
+    /// Threads waiting on `TORN_DOWN` (a teardown's end tells the condition variable only
+    /// when some are: telling it costs a system call, most of a quiet init → shutdown).
+    waiting: usize,
 }
 
 statics! {
@@ -75,6 +78,7 @@ statics! {
         releasing: 0,
         helpers: Vec::new(),
         pending: Vec::new(),
+        waiting: 0,
     });
 
     /// Signalled whenever a teardown ends.
@@ -121,7 +125,7 @@ pub(crate) fn acquire(
     // A teardown still running user code is not waited for (that code may be what calls
     // this, or wait for a thread that does: L6), nor is any by user code offload runs.
     while state.current.is_none() && state.releasing > 0 && !inside_teardown_or_load() {
-        state = wait(&TORN_DOWN, state);
+        state = wait_torn_down(state);
     }
     if let Some(current) = &state.current {
         // L1/L5: later inits share the generation and its configuration, unless they ask
@@ -289,9 +293,24 @@ impl Drop for TearingDown {
         if self.releasing.get() {
             state.releasing -= 1;
         }
+        // Read under the lock: a waiter counts itself there before it waits, and one that
+        // counts itself later sees the teardown ended before it waits.
+        let waiting = state.waiting > 0;
         drop(state);
-        TORN_DOWN.notify_all();
+        if waiting {
+            TORN_DOWN.notify_all();
+        }
     }
+}
+
+/// Waits on `TORN_DOWN`, counted in `waiting` meanwhile.
+fn wait_torn_down(
+    mut state: crate::sync::MutexGuard<'static, Lifecycle>,
+) -> crate::sync::MutexGuard<'static, Lifecycle> {
+    state.waiting += 1;
+    let mut state = wait(&TORN_DOWN, state);
+    state.waiting -= 1;
+    state
 }
 
 /// Takes the helper threads that have finished out of `state` (joining them returns at
@@ -458,7 +477,7 @@ pub(crate) fn settle_once() -> bool {
         return false;
     }
     if state.teardowns > 0 {
-        drop(wait(&TORN_DOWN, state));
+        drop(wait_torn_down(state));
         true
     } else if !state.helpers.is_empty() {
         // Every teardown ended; its helper is returning. Join it.

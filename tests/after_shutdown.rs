@@ -152,3 +152,23 @@ fn lent_devices_are_the_devices_and_their_clones_outlive_the_lender() {
     assert!(rt.shutdown().unwrap().was_last());
     shut_down("a lent device's clone", kept.info());
 }
+
+/// A module after the last shutdown: `unload`, `kernel` and `kernels` answer `ShutDown`
+/// (its teardown unloaded it; `unload` used to answer `Ok` and leave later calls saying
+/// "was unloaded").
+#[test]
+fn a_module_after_shutdown_is_shut_down() {
+    let _serial = common::serial();
+    let rt = Offload::init().unwrap();
+    let dev = rt.device(BackendKind::Host).unwrap();
+    let module = offload::Program::from_source(common::put_kernel("after-shutdown", 1))
+        .load(&dev)
+        .unwrap();
+    let again = module.clone();
+    rt.shutdown().unwrap();
+    shut_down("Module::kernel", module.kernel("put"));
+    shut_down("Module::kernels", module.kernels());
+    shut_down("Module::unload", module.unload());
+    shut_down("Module::kernel after unload", again.kernel("put"));
+    shut_down("Module::unload again", again.unload());
+}

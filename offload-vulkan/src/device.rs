@@ -329,8 +329,9 @@ impl hal::Ipc for VulkanDevice {
     }
 
     /// A new `OPAQUE_FD` of the buffer's memory, and a payload of `OFVK`, the memory type
-    /// index (u32) and the `allocationSize` (u64), little-endian, which an `OPAQUE_FD`
-    /// import must repeat (`VulkanBuffer::import` reads it).
+    /// index (u32) and the `allocationSize` (u64), which an `OPAQUE_FD` import must repeat
+    /// exactly, and a check word over those and the buffer's size (u64), all little-endian
+    /// (`VulkanBuffer::import` reads it: a corrupted field never reaches the driver).
     fn export(&self, buffer: &VulkanBuffer) -> Result<hal::Exported> {
         if !buffer.exportable {
             return Err(Error::invalid(
@@ -344,6 +345,9 @@ impl hal::Ipc for VulkanDevice {
         payload.extend_from_slice(&PAYLOAD_MAGIC);
         payload.extend_from_slice(&raw.type_index.to_le_bytes());
         payload.extend_from_slice(&raw.allocation_size.to_le_bytes());
+        let check =
+            crate::memory::payload_check(raw.type_index, raw.allocation_size, buffer.len as u64);
+        payload.extend_from_slice(&check.to_le_bytes());
         Ok(hal::Exported {
             size: buffer.len as u64,
             payload,

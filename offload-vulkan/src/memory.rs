@@ -119,7 +119,25 @@ fn close_if_still(fd: std::os::fd::RawFd, identity: Option<(u64, u64)>) {
 
 /// The first bytes of a Vulkan export payload, and its length.
 pub(crate) const PAYLOAD_MAGIC: [u8; 4] = *b"OFVK";
-pub(crate) const PAYLOAD_LEN: usize = 16;
+pub(crate) const PAYLOAD_LEN: usize = 24;
+
+/// The payload's check word over the memory type, the allocation size and the buffer's size
+/// (FNV-1a over their little-endian bytes): an import must repeat the first two exactly,
+/// and a driver given a corrupted one answers out of memory, or maps it. The check catches
+/// a corrupted handle before the driver; a forger who holds the descriptor can map the
+/// memory anyway, so no secret is needed.
+pub(crate) fn payload_check(type_index: u32, allocation_size: u64, size: u64) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let bytes = type_index
+        .to_le_bytes()
+        .into_iter()
+        .chain(allocation_size.to_le_bytes())
+        .chain(size.to_le_bytes());
+    for b in bytes {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
 
 /// A `VkBuffer` with its own bound memory, mapped when it can be. Destroyed only by
 /// [`RawAllocation::destroy`]; the owner decides when.
@@ -519,6 +537,20 @@ impl VulkanBuffer {
         type_index.copy_from_slice(&payload[4..8]);
         let mut allocation_size = [0u8; 8];
         allocation_size.copy_from_slice(&payload[8..16]);
+        let mut check = [0u8; 8];
+        check.copy_from_slice(&payload[16..24]);
+        if u64::from_le_bytes(check)
+            != payload_check(
+                u32::from_le_bytes(type_index),
+                u64::from_le_bytes(allocation_size),
+                exported.size,
+            )
+        {
+            return Err(bad(
+                "the payload's check does not match its memory type, allocation size and \
+                 buffer size (the handle was corrupted or forged)",
+            ));
+        }
         let size = usize::try_from(exported.size).map_err(|_| bad("size"))?;
         if size == 0 {
             return Err(bad("size 0"));
@@ -528,9 +560,9 @@ impl VulkanBuffer {
             return Err(bad("the handle's range is larger than its allocation"));
         }
         // Where the descriptor is a memory file (lavapipe's is a memfd), its size is known:
-        // a handle claiming more than it holds is forged, and is refused here rather than
-        // by the driver (which says `VK_ERROR_OUT_OF_DEVICE_MEMORY`). Other drivers' opaque
-        // descriptors are not regular files; the driver checks those.
+        // a handle claiming more than it holds is forged (with its check recomputed), and is
+        // refused here rather than by the driver (which says `VK_ERROR_OUT_OF_DEVICE_MEMORY`).
+        // Other drivers' opaque descriptors are not regular files; the driver checks those.
         if let Some(held) = regular_file_size(fd.as_raw_fd()) {
             if held < allocation_size {
                 return Err(bad(&format!(

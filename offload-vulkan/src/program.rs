@@ -696,6 +696,12 @@ impl hal::Program for VulkanModule {
         &kernel.params
     }
 
+    /// What the shader declares (`LocalSize`, `LocalSizeId`'s defaults, the `WorkgroupSize`
+    /// built-in).
+    fn workgroup_size(kernel: &VulkanKernel) -> Option<[u32; 3]> {
+        Some(kernel.workgroup_size())
+    }
+
     /// The `GLCompute` entry points.
     fn kernels(&self) -> Vec<String> {
         self.entry_points().map(str::to_string).collect()

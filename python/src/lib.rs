@@ -42,6 +42,7 @@ fn _offload(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_after_fork_child, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::compile_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::take_unreported_errors, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::host_stats, m)?)?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyTuple};
 
 use crate::buffer::{BorrowedBytes, PyBuffer};
-use crate::errors::{CallbackError, IntoPy, ShutDownError, invalid};
+use crate::errors::{IntoPy, ShutDownError, invalid};
 use crate::program::{PyKernel, scalar_type};
 use crate::runtime::{Held, PythonCall, blocking, check, lock};
 
@@ -23,7 +23,10 @@ use crate::runtime::{Held, PythonCall, blocking, check, lock};
 #[pyclass(name = "Queue", module = "offload", frozen)]
 pub(crate) struct PyQueue {
     inner: Held<Queue>,
-    /// Exceptions raised by this queue's host functions, for the next `sync`.
+    /// Exceptions raised by this queue's host functions: the `__cause__` of the
+    /// `CallbackError` the next `sync` raises. The error itself travels in the runtime, so
+    /// that a queue nobody syncs still delivers it (L8: to the next shutdown, or printed at
+    /// exit).
     errors: Arc<Mutex<Vec<PyErr>>>,
 }
 
@@ -35,24 +38,21 @@ impl PyQueue {
         }
     }
 
-    fn raise_pending(&self, py: Python<'_>, call: &str) -> PyResult<()> {
-        let first = {
-            let mut errors = lock(&self.errors);
-            if errors.is_empty() {
-                None
-            } else {
-                Some(errors.remove(0))
-            }
+    /// The runtime's answer to a sync, with the first exception a host function raised as
+    /// the `__cause__` of its `CallbackError` (the others are in its message).
+    fn synced(&self, py: Python<'_>, out: offload::Result<()>) -> PyResult<()> {
+        let callback = matches!(out, Err(offload::Error::Callback { .. }));
+        let err = match out {
+            Ok(()) => return Ok(()),
+            Err(e) => crate::errors::to_py(e),
         };
-        match first {
-            Some(cause) => {
-                let err =
-                    CallbackError::new_err(format!("{call}: a host function raised: {cause}"));
+        if callback {
+            let first = std::mem::take(&mut *lock(&self.errors)).into_iter().next();
+            if let Some(cause) = first {
                 err.set_cause(py, Some(cause));
-                Err(err)
             }
-            None => Ok(()),
         }
+        Err(err)
     }
 }
 
@@ -224,11 +224,17 @@ fn dim3(call: &str, obj: &Bound<'_, PyAny>) -> PyResult<[u32; 3]> {
     Ok(out)
 }
 
-/// `n` (elements, offload's default block size) or `(grid, block)`.
-fn dims(call: &str, obj: &Bound<'_, PyAny>, shared_memory: u32) -> PyResult<Dims> {
+/// `n` (elements: in blocks of the size `kernel` declares, if it declares one — what a
+/// WGSL kernel runs with — else offload's default block size) or `(grid, block)`.
+fn dims(
+    call: &str,
+    kernel: &offload::Kernel,
+    obj: &Bound<'_, PyAny>,
+    shared_memory: u32,
+) -> PyResult<Dims> {
     // Type tests first: a failed extraction builds an exception, which costs microseconds.
     let d = if obj.is_instance_of::<PyInt>() {
-        Dims::for_num_elems(
+        kernel.dims_for(
             obj.extract()
                 .map_err(|_| invalid(call, format!("dims {obj}: a u32")))?,
         )
@@ -305,7 +311,7 @@ impl PyQueue {
         shared_memory: u32,
     ) -> PyResult<()> {
         check("Queue.launch")?;
-        let d = self::dims("Queue.launch", dims, shared_memory)?;
+        let d = self::dims("Queue.launch", &kernel.inner, dims, shared_memory)?;
         let mut buffers = Vec::new();
         let values = convert("Queue::launch", kernel, args, &mut buffers)?;
         launch_on(py, &self.inner, kernel, d, &values, &buffers)
@@ -315,9 +321,8 @@ impl PyQueue {
     /// raised since the last sync, as `CallbackError`.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         check("Queue.sync")?;
-        let out = blocking(py, || self.inner.sync()).py_err();
-        self.raise_pending(py, "Queue.sync")?;
-        out
+        let out = blocking(py, || self.inner.sync());
+        self.synced(py, out)
     }
 
     /// Whether the queue's work is done (never waits).
@@ -341,12 +346,20 @@ impl PyQueue {
                     drop(f);
                     return;
                 };
-                Python::with_gil(|py| {
-                    if let Err(e) = f.call0(py) {
+                let raised = Python::with_gil(|py| {
+                    let raised = f.call0(py).err().map(|e| {
+                        let text = format!("a host function raised {e}");
                         lock(&errors).push(e);
-                    }
+                        text
+                    });
                     drop(f);
+                    raised
                 });
+                if let Some(text) = raised {
+                    // The runtime keeps it for the queue's next sync, or its drop and the
+                    // next shutdown (L8); no panic message is printed.
+                    std::panic::resume_unwind(Box::new(text));
+                }
             })
         })
         .py_err()
@@ -458,7 +471,7 @@ impl PyQueue {
         iterations: u32,
     ) -> PyResult<f64> {
         check("Queue._bench_launch_sync")?;
-        let d = self::dims("Queue._bench_launch_sync", dims, 0)?;
+        let d = self::dims("Queue._bench_launch_sync", &kernel.inner, dims, 0)?;
         let (q, k) = (&*self.inner, &*kernel.inner);
         blocking(py, || {
             let start = Instant::now();

@@ -251,10 +251,34 @@ impl RtCell {
     }
 }
 
+/// The errors of shutdowns nobody could be told about — the last runtime reference
+/// collected without `shutdown()`, a queue dropped with a host function's exception nobody
+/// synced — each once (L8). What is still unreported when the interpreter exits is printed
+/// then, as Python prints an exception it had to ignore.
+///
+/// ```python
+/// import offload
+/// assert offload.take_unreported_errors() == []
+/// ```
+#[pyfunction]
+pub(crate) fn take_unreported_errors(py: Python<'_>) -> Vec<PyObject> {
+    offload::take_unreported_errors()
+        .into_iter()
+        .map(|e| crate::errors::to_py(e).into_value(py).into_any())
+        .collect()
+}
+
+/// Prints `e` through `sys.unraisablehook` ("Exception ignored in: ..."), naming `what`.
+fn print_ignored(py: Python<'_>, e: offload::Error, what: &str) {
+    let obj = pyo3::types::PyString::new(py, what);
+    crate::errors::to_py(e).write_unraisable(py, Some(&obj));
+}
+
 /// Shuts down every runtime reference still held, with the GIL released, while the
 /// interpreter still runs (Python's `atexit`): host functions and teardown callbacks still
-/// pending then run normally. Errors are kept for `offload::take_unreported_errors()`
-/// semantics: nothing is printed.
+/// pending then run normally. Errors no call could return — these shutdowns', and those
+/// still in `take_unreported_errors()` — are printed as Python prints an exception it
+/// ignored (L8: nothing is lost).
 #[pyfunction]
 pub(crate) fn _at_exit(py: Python<'_>) {
     FINALISING_THREAD.with(|t| t.set(true));
@@ -268,8 +292,16 @@ pub(crate) fn _at_exit(py: Python<'_>) {
     let cells: Vec<Arc<RtCell>> = lock(&LIVE).drain(..).filter_map(|w| w.upgrade()).collect();
     for cell in cells {
         if let Some(rt) = cell.take() {
-            let _ = blocking(py, move || rt.shutdown().map(|_| ()));
+            let shut = blocking(py, move || {
+                rt.shutdown().map(|_| ()).map_err(offload::Error::from)
+            });
+            if let Err(e) = shut {
+                print_ignored(py, e, "offload runtime shut down at interpreter exit");
+            }
         }
+    }
+    for e in offload::take_unreported_errors() {
+        print_ignored(py, e, "offload (an error no call could return)");
     }
     // No new Python callback starts; those running (a runtime NumPy views still pin is not
     // shut down above) finish first, as Python waits for its non-daemon threads.

@@ -116,6 +116,7 @@ pub(crate) trait DynProgram: Send + Sync {
 /// A kernel with its type erased.
 pub(crate) trait DynKernel: Any + Send + Sync {
     fn params(&self) -> &[ParamKind];
+    fn workgroup_size(&self) -> Option<[u32; 3]>;
 }
 
 /// A queue with its type erased, together with its device.
@@ -471,6 +472,10 @@ struct ErasedKernel<P: hal::Platform> {
 impl<P: hal::Platform> DynKernel for ErasedKernel<P> {
     fn params(&self) -> &[ParamKind] {
         <ProgramOf<P> as hal::Program>::params(&self.raw)
+    }
+
+    fn workgroup_size(&self) -> Option<[u32; 3]> {
+        <ProgramOf<P> as hal::Program>::workgroup_size(&self.raw)
     }
 }
 

@@ -39,6 +39,15 @@ pub trait Program: Send + Sync + Sized + 'static {
     /// The kernel's parameters, in order, as the image declares them.
     fn params(kernel: &Self::Kernel) -> &[ParamKind];
 
+    /// The workgroup (block) size the kernel declares, where its language declares one
+    /// (WGSL's `@workgroup_size`, SPIR-V's `LocalSize`): the size the safe
+    /// [`Queue::run`](crate::Queue::run) launches it with (S1). `None`, the default, where
+    /// the launch chooses.
+    fn workgroup_size(kernel: &Self::Kernel) -> Option<[u32; 3]> {
+        let _ = kernel;
+        None
+    }
+
     /// The names of the program's kernels, in the image's order.
     fn kernels(&self) -> Vec<String>;
 

@@ -26,6 +26,8 @@ pub struct Kernel {
     pub(super) params: Arc<[ParamKind]>,
     /// Whether its program is proven memory-safe to launch (`hal::Program::verified`).
     pub(super) verified: bool,
+    /// The workgroup size it declares (`hal::Program::workgroup_size`).
+    pub(super) workgroup: Option<[u32; 3]>,
 }
 
 impl Kernel {
@@ -44,6 +46,42 @@ impl Kernel {
     /// ```
     pub fn is_verified(&self) -> bool {
         self.verified
+    }
+
+    /// The workgroup (block) size the kernel declares, where its language declares one
+    /// (WGSL's `@workgroup_size`, SPIR-V's `LocalSize`); `None` where the launch chooses
+    /// (C kernels, CUDA). [`Queue::run`](crate::Queue::run) launches a kernel that declares
+    /// one with that size only (S1).
+    ///
+    /// ```
+    /// # use offload::{Offload, Program};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("noop")?;
+    /// assert_eq!(k.workgroup_size(), None); // a C kernel: the launch chooses
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn workgroup_size(&self) -> Option<[u32; 3]> {
+        self.workgroup
+    }
+
+    /// A 1-D launch with at least one thread per element, in blocks of the size the kernel
+    /// declares when it declares a 1-D one (what [`Queue::run`](crate::Queue::run) needs),
+    /// otherwise [`Dims::for_num_elems`](crate::Dims::for_num_elems)'s.
+    ///
+    /// ```
+    /// # use offload::{Dims, Offload, Program};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let k = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("noop")?;
+    /// assert_eq!(k.dims_for(1000), Dims::for_num_elems(1000)); // it declares no size
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn dims_for(&self, n: u32) -> crate::Dims {
+        match self.workgroup {
+            Some([x, 1, 1]) if x > 0 => crate::Dims::grid([n.div_ceil(x), 1, 1]).block([x, 1, 1]),
+            _ => crate::Dims::for_num_elems(n),
+        }
     }
 
     /// Its name in the module.

@@ -21,6 +21,8 @@ use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, Resource
 pub(crate) struct KernelSlot {
     pub(super) name: String,
     pub(super) params: Arc<[ParamKind]>,
+    /// The workgroup size it declares (S1), if its language declares one.
+    pub(super) workgroup: Option<[u32; 3]>,
     pub(crate) raw: Box<dyn DynKernel>,
 }
 
@@ -306,7 +308,8 @@ impl Module {
         let guard = read(&self.entry.state);
         match guard.as_ref() {
             Some(loaded) => f(loaded),
-            None if self.entry.unloaded.load(Ordering::SeqCst) => {
+            // A module of an ended generation is shut down, unloaded before or not (L3).
+            None if self.entry.unloaded.load(Ordering::SeqCst) && self.generation.is_live() => {
                 Err(Error::invalid(call, format!("{self} was unloaded")))
             }
             None => Err(Error::ShutDown {
@@ -334,7 +337,11 @@ impl Module {
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let find = |kernels: &[KernelSlot]| {
             let index = kernels.iter().position(|k| k.name == name)?;
-            Some((index, kernels[index].params.clone()))
+            Some((
+                index,
+                kernels[index].params.clone(),
+                kernels[index].workgroup,
+            ))
         };
         self.with_loaded("Module::kernel", |loaded| {
             if let Some(found) = find(&read(&loaded.kernels)) {
@@ -363,6 +370,7 @@ impl Module {
                 other => other,
             })?;
             let params: Arc<[ParamKind]> = Arc::from(raw.params());
+            let workgroup = raw.workgroup_size();
             let mut kernels = write(&loaded.kernels);
             // Another thread may have resolved it meanwhile: keep one slot per name.
             if let Some(found) = find(&kernels) {
@@ -371,11 +379,12 @@ impl Module {
             kernels.push(KernelSlot {
                 name: name.to_string(),
                 params: params.clone(),
+                workgroup,
                 raw,
             });
-            Ok((kernels.len() - 1, params))
+            Ok((kernels.len() - 1, params, workgroup))
         })
-        .and_then(|(index, params)| {
+        .and_then(|(index, params, workgroup)| {
             let verified = self.with_loaded("Module::kernel", |l| Ok(l.raw.verified()))?;
             Ok(Kernel {
                 module: self.clone(),
@@ -383,6 +392,7 @@ impl Module {
                 name: Arc::from(name),
                 params,
                 verified,
+                workgroup,
             })
         })
     }
@@ -504,8 +514,14 @@ impl Module {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn unload(self) -> Result<()> {
+        const CALL: &str = "Module::unload";
+        // After the last shutdown its teardown unloaded it: `ShutDown`, as every handle of
+        // an ended generation answers (L3), not `Ok`.
+        if !self.generation.is_live() {
+            return Err(Error::shut_down().on(CALL, &self));
+        }
         self.entry.unloaded.store(true, Ordering::SeqCst);
-        release(&self.generation, &self.entry, Report::Return)
+        release(&self.generation, &self.entry, Report::Return).map_err(|e| e.on(CALL, &self))
     }
 }
 
@@ -525,6 +541,8 @@ pub(super) fn release(
         live.forget(Kind::Module, entry.key);
         Ok(entry.unload_now())
     });
+    // A shutdown that overtook the release (one its own teardown callback began, say)
+    // unloaded the module itself: nothing is left to report here.
     if let Ok(Err(e)) = unloaded {
         errors.push(e);
     }

@@ -36,6 +36,21 @@ pub(crate) struct Entry<T: ?Sized> {
     /// The user's name for it ([`Queue::label`]).
     label: RwLock<Option<Arc<str>>>,
     state: RwLock<Option<Box<T>>>,
+    /// What a queue's host functions panicked with, until delivered (L8): to the queue's
+    /// next `sync`; else, when the queue is dropped, to the runtime's next `shutdown`; else
+    /// to the teardown that drains it (an implicit one's errors go to
+    /// `take_unreported_errors`). Empty for events.
+    panics: Arc<crate::sync::Mutex<Panics>>,
+}
+
+/// A queue's undelivered host-function panics.
+#[derive(Default)]
+struct Panics {
+    texts: Vec<String>,
+    /// The queue was released and its panics taken: a later one (a captured value dropped
+    /// after the queue's work was done) goes straight to the generation, for its next
+    /// shutdown (L8).
+    released: bool,
 }
 
 impl<T: ?Sized> Entry<T> {
@@ -46,7 +61,22 @@ impl<T: ?Sized> Entry<T> {
             what,
             label: RwLock::new(None),
             state: RwLock::new(Some(raw)),
+            panics: Arc::default(),
         })
+    }
+
+    /// The host functions' panics not yet delivered, as one `Callback` error, taken;
+    /// `released`: the queue goes, and later ones go to the generation.
+    fn take_panics(&self, released: bool) -> Result<()> {
+        let panics = {
+            let mut panics = lock(&self.panics);
+            panics.released |= released;
+            std::mem::take(&mut panics.texts)
+        };
+        if panics.is_empty() {
+            return Ok(());
+        }
+        Err(host_fn_panicked(&self.to_string(), &panics))
     }
 
     /// Runs `f` on the backend object for the user's `call`, which names the errors that
@@ -83,16 +113,32 @@ impl<T: ?Sized> Entry<T> {
 
 impl Resource for Entry<dyn DynQueue> {
     /// L4's first step: drain.
+    /// Drains the queue for the teardown, which returns what its host functions panicked
+    /// with that nobody synced (L8).
     fn prepare(self: Arc<Self>, _generation: &Arc<Generation>) -> Result<()> {
-        match read(&self.state).as_ref() {
+        let drained = match read(&self.state).as_ref() {
             Some(queue) => queue.sync().map_err(|e| e.in_call("Queue::sync")),
             None => Ok(()),
-        }
+        };
+        Error::join(
+            [drained.err(), self.take_panics(false).err()]
+                .into_iter()
+                .flatten()
+                .collect(),
+        )
     }
 
+    /// Destroys the queue (after its work); returns what its host functions panicked with
+    /// that nobody synced (L8: a drop's error goes to the next shutdown).
     fn release(self: Arc<Self>) -> Result<()> {
         let destroyed = self.take().map_or(Ok(()), |queue| queue.destroy());
-        destroyed.map_err(|e| e.in_call("Queue::drop"))
+        let destroyed = destroyed.map_err(|e| e.in_call("Queue::drop"));
+        Error::join(
+            [destroyed.err(), self.take_panics(true).err()]
+                .into_iter()
+                .flatten()
+                .collect(),
+        )
     }
 }
 
@@ -144,8 +190,6 @@ pub struct Queue {
     generation: Arc<Generation>,
     key: ResourceKey,
     entry: Arc<Entry<dyn DynQueue>>,
-    /// What the queue's host functions panicked with, for its next `sync`.
-    panics: Arc<crate::sync::Mutex<Vec<String>>>,
 }
 
 /// A host function as offload hands it to a backend (L6): running it, and dropping it if it
@@ -156,7 +200,19 @@ struct HostFn {
     f: Option<Box<dyn FnOnce() + Send>>,
     /// (generation id, queue id).
     queue: (u64, u64),
-    panics: Arc<crate::sync::Mutex<Vec<String>>>,
+    panics: Arc<crate::sync::Mutex<Panics>>,
+    /// Where a panic goes once the queue was released.
+    generation: crate::sync::Weak<Generation>,
+    /// The queue, for that error's words.
+    queue_entry: crate::sync::Weak<Entry<dyn DynQueue>>,
+}
+
+/// The `Callback` error of a queue's host functions that panicked with `texts`.
+fn host_fn_panicked(queue: &str, texts: &[String]) -> Error {
+    Error::Callback {
+        callback: "Queue::enqueue_host_fn",
+        source: format!("{queue}: {}", texts.join("; ")).into(),
+    }
 }
 
 impl HostFn {
@@ -169,7 +225,20 @@ impl HostFn {
     fn as_user_code(&self, f: impl FnOnce()) {
         let _user = reentry::enter(Some(self.queue));
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-            lock(&self.panics).push(crate::error::panic_text(&*payload));
+            let text = crate::error::panic_text(&*payload);
+            let mut panics = lock(&self.panics);
+            if !panics.released {
+                panics.texts.push(text);
+                return;
+            }
+            drop(panics);
+            let named = self
+                .queue_entry
+                .upgrade()
+                .map_or_else(|| "a queue".to_string(), |e| e.to_string());
+            if let Some(generation) = self.generation.upgrade() {
+                generation.defer(Err(host_fn_panicked(&named, &[text])));
+            }
         }
     }
 }
@@ -197,7 +266,6 @@ impl Queue {
                 generation: generation.clone(),
                 key,
                 entry,
-                panics: Arc::default(),
             })
         })
     }
@@ -293,6 +361,12 @@ impl Queue {
     /// checks as [`Queue::launch`] run first. Any other kernel is `Error::InvalidArgument`,
     /// pointing at `launch`.
     ///
+    /// What the kernel declares is what runs (S1): a kernel that declares its workgroup
+    /// size ([`Kernel::workgroup_size`], WGSL's `@workgroup_size`) runs with blocks of that
+    /// size only; `dims` with another block is `Error::InvalidArgument` naming both (a WGSL
+    /// author may rely on the size, e.g. for a `var<workgroup>` tile). To run another size
+    /// on purpose, say so: [`Queue::run_resized`].
+    ///
     /// ```
     /// # use offload::{Dims, Error, Offload, Program};
     /// # let rt = Offload::init()?;
@@ -304,9 +378,58 @@ impl Queue {
     /// ```
     pub fn run(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
         const CALL: &str = "Queue::run";
-        if !kernel.is_verified() {
+        if kernel.is_verified()
+            && let Some(declared) = kernel.workgroup_size()
+            && dims.block != declared
+        {
             return Err(Error::invalid(
                 CALL,
+                format!(
+                    "{kernel} declares @workgroup_size{declared:?}, the launch asks for \
+                     blocks of {:?}: the safe run launches a kernel with the size it declares \
+                     (write `Dims::grid([..]).block({declared:?})`), or, if the kernel does \
+                     not depend on it, with another size said on purpose: \
+                     `queue.run_resized(..)`",
+                    dims.block
+                ),
+            ));
+        }
+        self.run_verified(CALL, kernel, dims, args)
+    }
+
+    /// [`Queue::run`] with a block size other than the one the kernel declares, chosen on
+    /// purpose: the backend resizes the kernel's workgroup (Vulkan respecialises or
+    /// patches it, keeping the dimensions the shader indexes; a size it cannot make is
+    /// `InvalidArgument`). Still memory-safe — every access stays clamped into its buffers
+    /// — but a kernel whose code depends on its declared size (a `var<workgroup>` tile of
+    /// that many elements, a reduction over `local_invocation_id`) computes something else:
+    /// use it only for kernels written for any size.
+    ///
+    /// ```
+    /// # use offload::{Dims, Error, Offload, Program};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let noop = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("noop")?;
+    /// // Like `run`, only for kernels offload verified.
+    /// let refused = dev.queue()?.run_resized(&noop, Dims::grid([1, 1, 1]), &[]);
+    /// assert!(matches!(refused, Err(Error::InvalidArgument { .. })));
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn run_resized(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
+        self.run_verified("Queue::run_resized", kernel, dims, args)
+    }
+
+    /// The launch of `run` and `run_resized`: verified kernels only.
+    fn run_verified(
+        &self,
+        call: &'static str,
+        kernel: &Kernel,
+        dims: Dims,
+        args: &[Arg<'_>],
+    ) -> Result<()> {
+        if !kernel.is_verified() {
+            return Err(Error::invalid(
+                call,
                 format!(
                     "{kernel} is code offload cannot verify (only WGSL programs offload \
                      compiled are): launch it with `unsafe {{ queue.launch(..) }}` and its \
@@ -318,7 +441,7 @@ impl Queue {
         // arguments, and the backend refuses buffers too small for its bindings.
         #[allow(unsafe_code)]
         unsafe {
-            self.enqueue_launch(CALL, kernel, dims, args)
+            self.enqueue_launch(call, kernel, dims, args)
         }
     }
 
@@ -420,14 +543,7 @@ impl Queue {
         let _span =
             tracing::debug_span!(target: "offload::launch", "sync", queue = self.id()).entered();
         self.entry.with("Queue::sync", |q| q.sync())?;
-        let panics = std::mem::take(&mut *lock(&self.panics));
-        if panics.is_empty() {
-            return Ok(());
-        }
-        Err(Error::Callback {
-            callback: "Queue::enqueue_host_fn",
-            source: format!("{self}: {}", panics.join("; ")).into(),
-        })
+        self.entry.take_panics(false)
     }
 
     /// Whether this thread is running a host function of this queue.
@@ -587,7 +703,9 @@ impl Queue {
         let wrapped = HostFn {
             f: Some(Box::new(f)),
             queue: (self.generation.id, self.id()),
-            panics: self.panics.clone(),
+            panics: self.entry.panics.clone(),
+            generation: crate::sync::Arc::downgrade(&self.generation),
+            queue_entry: Arc::downgrade(&self.entry),
         };
         self.entry.with("Queue::enqueue_host_fn", |q| {
             q.enqueue_host_fn(Box::new(move || wrapped.run()))

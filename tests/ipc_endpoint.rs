@@ -378,8 +378,17 @@ fn a_broadcast_to_three_peers_exports_once_and_imports_once_per_peer() {
         let after = offload::ipc::stats();
         assert_eq!(after.exports - before.exports, 1, "{kind}: one export");
         assert_eq!(after.one_shots - before.one_shots, 0, "{kind}: no one-shot");
-        assert_eq!(after.cache_misses - before.cache_misses, 3, "{kind}");
-        assert_eq!(after.cache_hits - before.cache_hits, 3000, "{kind}"); // 2,997 + 3 STATS
+        // Every send is a hit or a miss. A peer's mapping id arrives with its first answer:
+        // a send to it planned before that (pipelined, under load) sends its handle again,
+        // which the peer matches to the mapping it has (one import, asserted above). So
+        // the misses are at least one per peer, and how many more is timing, not the
+        // property (seen: 4 once, under load).
+        let (misses, hits) = (
+            after.cache_misses - before.cache_misses,
+            after.cache_hits - before.cache_hits,
+        );
+        assert!(misses >= 3, "{kind}: {misses} misses");
+        assert_eq!(misses + hits, 3003, "{kind}"); // 3,000 sends + 3 STATS
         for (peer, to) in peers {
             peer.exit(&endpoint, to, &buf);
         }

@@ -41,6 +41,10 @@ enum Inbound {
     Bytes(Vec<u8>),
 }
 
+/// How long an IPC failure with a local rank that still looks alive waits for it to be
+/// seen dead (its process ending) before it is reported as a plain IPC error.
+const DEATH_GRACE: Duration = Duration::from_secs(2);
+
 /// The ranks of a communicator as peers of this process's offload runtime.
 ///
 /// Made collectively over a communicator (usually the world) after [`crate::attach`]:
@@ -326,14 +330,32 @@ impl Ranks {
         }
     }
 
-    /// An IPC error of a call to `rank`, naming the rank (and saying whether it died).
+    /// An IPC error of a call to `rank`, naming the rank (and saying whether it died): one
+    /// outcome for a dead rank whichever side noticed first — its process seen ended, or its
+    /// socket closed a moment before (a killed process's socket closes while its last
+    /// thread exits, before `/proc` shows it ended: [`Ranks::seen_dead`] gives it that
+    /// moment).
     fn peer_error(&self, call: &'static str, rank: i32, e: Error) -> Error {
         match e {
-            Error::Ipc { .. } if self.comm.is_dead(rank) => {
+            Error::Ipc { .. } if self.seen_dead(rank) => {
                 mpi_error(call, format!("{}; {e}", self.dead(rank)))
             }
             Error::Ipc { .. } => mpi_error(call, format!("rank {rank}: {e}")),
             other => other,
+        }
+    }
+
+    /// Whether `rank` is dead, after an IPC failure with it: waits up to [`DEATH_GRACE`]
+    /// for a local rank that still looks alive to be seen ended.
+    fn seen_dead(&self, rank: i32) -> bool {
+        let until = Instant::now() + DEATH_GRACE;
+        loop {
+            match self.comm.procs.liveness(rank) {
+                crate::procs::Liveness::Dead => return true,
+                crate::procs::Liveness::Unknown => return false,
+                crate::procs::Liveness::Alive if Instant::now() >= until => return false,
+                crate::procs::Liveness::Alive => std::thread::sleep(Duration::from_millis(5)),
+            }
         }
     }
 

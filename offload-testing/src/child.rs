@@ -218,6 +218,40 @@ impl Child {
         assert_eq!(rc, 0, "kill({}, {signal})", self.pid);
     }
 
+    /// Stops the child (`SIGSTOP`) and waits, up to the [`WATCHDOG`], until every thread of
+    /// it has stopped: `kill` only asks, and a thread that runs on meanwhile (its progress
+    /// thread answering a message, say) makes a test that relies on the stop flaky.
+    ///
+    /// ```no_run
+    /// # let child: offload_testing::child::Child = unimplemented!();
+    /// child.stop();
+    /// ```
+    pub fn stop(&self) {
+        self.signal(libc::SIGSTOP);
+        let deadline = Instant::now() + WATCHDOG;
+        let stopped = || {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+                return false;
+            };
+            tasks.flatten().all(|task| {
+                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                    // The state follows the command name, which ends at the last ')'.
+                    stat.rfind(')')
+                        .and_then(|at| stat[at + 1..].split_whitespace().next())
+                        == Some("T")
+                })
+            })
+        };
+        while !stopped() {
+            assert!(
+                Instant::now() < deadline,
+                "child {} never stopped",
+                self.pid
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Kills the child (`SIGKILL`) and waits until it is gone.
     pub fn kill(&mut self) {
         self.child.kill().expect("kill the child");

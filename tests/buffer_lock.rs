@@ -7,36 +7,13 @@
 
 mod common;
 
+use common::watchdog;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use offload::{Error, MemKind, Offload};
-
-/// Aborts the test process with `what` if not dropped within `limit`.
-struct Watchdog(Arc<AtomicBool>);
-
-fn watchdog(limit: Duration, what: &'static str) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    std::thread::spawn(move || {
-        let until = Instant::now() + limit;
-        while !flag.load(Ordering::Acquire) {
-            if Instant::now() > until {
-                eprintln!("watchdog: {what} did not finish within {limit:?}");
-                std::process::abort();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
 
 fn assert_nested_refused(buf: &offload::Buffer) {
     buf.with_mapped(|bytes| {

@@ -20,7 +20,8 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use common::watchdog;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -165,31 +166,6 @@ fn inner<T>(r: offload::Result<T>) {
     match r {
         Ok(_) | Err(Error::InvalidArgument { .. } | Error::ShutDown { .. }) => {}
         Err(e) => panic!("a call inside with_mapped: {e:?}"),
-    }
-}
-
-/// Aborts the process naming `what` unless dropped within `limit`.
-struct Watchdog(Arc<AtomicBool>);
-
-fn watchdog(limit: Duration, what: String) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    std::thread::spawn(move || {
-        let until = Instant::now() + limit;
-        while !flag.load(Ordering::Acquire) {
-            if Instant::now() > until {
-                eprintln!("deadlock matrix: {what} did not finish within {limit:?} (a hang)");
-                std::process::abort();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
     }
 }
 

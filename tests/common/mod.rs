@@ -6,13 +6,42 @@
 
 pub mod ipc;
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Holds off the other tests of this binary that also take it.
 pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Aborts the test process naming `what` unless dropped within `limit`: a test that could
+/// hang (a lock, a wait) runs under one, so a hang fails the run instead of stalling it.
+pub struct Watchdog(Arc<AtomicBool>);
+
+pub fn watchdog(limit: Duration, what: impl Into<String>) -> Watchdog {
+    let what = what.into();
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    std::thread::spawn(move || {
+        let until = Instant::now() + limit;
+        while !flag.load(Ordering::Acquire) {
+            if Instant::now() > until {
+                eprintln!("watchdog: {what} did not finish within {limit:?} (a hang)");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    Watchdog(done)
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// Whether this runs under CI (`CI=true`), where a skip for a package CI installs fails.

@@ -7,7 +7,7 @@
 
 #include "offload.h"
 
-static int check_failures;
+static int check_failures __attribute__((unused));
 
 #define EXPECT(call, want)                                                                 \
     do {                                                                                   \
@@ -22,6 +22,18 @@ static int check_failures;
     } while (0)
 
 #define OK(call) EXPECT(call, OFFLOAD_OK)
+
+/* `call` must succeed, else the enclosing function returns 1 (for loops that stop at the
+ * first failure). */
+#define REQUIRE(call)                                                                      \
+    do {                                                                                   \
+        offload_status_t s_ = (call);                                                      \
+        if (s_ != OFFLOAD_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,              \
+                    offload_status_name((int)s_), offload_last_error());                    \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
 
 #define CHECK(cond)                                                                        \
     do {                                                                                   \

@@ -11,17 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "offload.h"
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        offload_status_t s_ = (call);                                                      \
-        if (s_ != OFFLOAD_OK) {                                                            \
-            fprintf(stderr, "%s: %s: %s\n", #call, offload_status_name((int)s_),          \
-                    offload_last_error());                                                 \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 #define FORKED(call)                                                                       \
     do {                                                                                   \
@@ -36,9 +26,9 @@ int main(void) {
     offload_runtime_t rt = 0;
     offload_device_t dev = 0;
     offload_buffer_t buf = 0;
-    CHECK(offload_init(NULL, &rt));
-    CHECK(offload_device_of(rt, OFFLOAD_BACKEND_HOST, &dev));
-    CHECK(offload_buffer_alloc(dev, 64, OFFLOAD_MEM_DEVICE, &buf));
+    REQUIRE(offload_init(NULL, &rt));
+    REQUIRE(offload_device_of(rt, OFFLOAD_BACKEND_HOST, &dev));
+    REQUIRE(offload_buffer_alloc(dev, 64, OFFLOAD_MEM_DEVICE, &buf));
     pid_t pid = fork();
     if (pid < 0) return 1;
     if (pid == 0) {
@@ -68,8 +58,8 @@ int main(void) {
                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         return 1;
     }
-    CHECK(offload_buffer_free(buf));
-    CHECK(offload_shutdown(rt, NULL));
+    REQUIRE(offload_buffer_free(buf));
+    REQUIRE(offload_shutdown(rt, NULL));
     printf("fork: the child got OFFLOAD_ERROR_FORKED from every call and exited\n");
     return 0;
 }

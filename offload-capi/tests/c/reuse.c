@@ -13,34 +13,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "offload.h"
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        offload_status_t s_ = (call);                                                      \
-        if (s_ != OFFLOAD_OK) {                                                            \
-            fprintf(stderr, "%s: %s: %s\n", #call, offload_status_name((int)s_),          \
-                    offload_last_error());                                                 \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 int main(int argc, char **argv) {
     long cycles = argc > 1 ? atol(argv[1]) : 10000000L;
     offload_runtime_t rt = 0;
     offload_device_t dev = 0;
     offload_buffer_t old = 0;
-    CHECK(offload_init(NULL, &rt));
-    CHECK(offload_device_of(rt, OFFLOAD_BACKEND_HOST, &dev));
-    CHECK(offload_buffer_alloc(dev, 16, OFFLOAD_MEM_DEVICE, &old));
+    REQUIRE(offload_init(NULL, &rt));
+    REQUIRE(offload_device_of(rt, OFFLOAD_BACKEND_HOST, &dev));
+    REQUIRE(offload_buffer_alloc(dev, 16, OFFLOAD_MEM_DEVICE, &old));
     uint8_t bytes[16];
     memset(bytes, 0x11, sizeof bytes);
-    CHECK(offload_buffer_write(old, 0, bytes, sizeof bytes));
-    CHECK(offload_buffer_free(old));
+    REQUIRE(offload_buffer_write(old, 0, bytes, sizeof bytes));
+    REQUIRE(offload_buffer_free(old));
     long same_slot = 0;
     for (long i = 0; i < cycles; i++) {
         offload_buffer_t b = 0;
-        CHECK(offload_buffer_alloc(dev, 16, OFFLOAD_MEM_DEVICE, &b));
+        REQUIRE(offload_buffer_alloc(dev, 16, OFFLOAD_MEM_DEVICE, &b));
         if (b == old) {
             fprintf(stderr, "cycle %ld: a new buffer got the released handle %#" PRIx64 "\n",
                     i, (uint64_t)old);
@@ -49,7 +39,7 @@ int main(int argc, char **argv) {
         /* The slot index: bits 49-32 (docs/c-api.md). */
         if (((b >> 32) & 0x3ffff) == ((old >> 32) & 0x3ffff)) same_slot++;
         memset(bytes, 0x22, sizeof bytes);
-        CHECK(offload_buffer_write(b, 0, bytes, sizeof bytes));
+        REQUIRE(offload_buffer_write(b, 0, bytes, sizeof bytes));
         uint8_t back[16] = {0};
         offload_status_t s = offload_buffer_read(old, 0, back, sizeof back);
         if (s != OFFLOAD_ERROR_INVALID_HANDLE) {
@@ -58,10 +48,10 @@ int main(int argc, char **argv) {
                     back[0]);
             return 1;
         }
-        CHECK(offload_buffer_free(b));
+        REQUIRE(offload_buffer_free(b));
     }
-    CHECK(offload_device_release(dev));
-    CHECK(offload_shutdown(rt, NULL));
+    REQUIRE(offload_device_release(dev));
+    REQUIRE(offload_shutdown(rt, NULL));
     printf("reuse: %ld cycles, %ld on the released handle's slot, the old handle refused every "
            "time\n",
            cycles, same_slot);

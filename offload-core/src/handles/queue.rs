@@ -159,13 +159,13 @@ pub(super) fn forget<T: ?Sized>(
 ) where
     Entry<T>: Resource,
 {
-    let released = generation.with_live(|live| {
+    // Deferred while the state is held: a teardown waiting for it then finds the error
+    // (L8; released after the lock, it could land once the shutdown had returned).
+    let _ = generation.with_live(|live| {
         live.forget(kind, key);
-        Ok(entry.release())
+        generation.defer(entry.release());
+        Ok(())
     });
-    if let Ok(result) = released {
-        generation.defer(result);
-    }
 }
 
 /// An in-order stream of work on one device. Dropping it waits for its work and destroys

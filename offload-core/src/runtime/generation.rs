@@ -223,7 +223,7 @@ pub(crate) struct Generation {
     pub(crate) refs: AtomicUsize,
     live: RwLock<Option<Live>>,
     /// Errors met while dropping handles; returned by the shutdown.
-    deferred: Mutex<Vec<Error>>,
+    deferred: Mutex<Deferred>,
     /// Set when shutdown begins: no new modules or queues from then on.
     closing: AtomicBool,
     /// Loads in flight (setup included); shutdown waits for them before teardown.
@@ -296,7 +296,7 @@ impl Generation {
                 platforms,
                 registries: Default::default(),
             })),
-            deferred: Mutex::new(Vec::new()),
+            deferred: Mutex::new(Deferred::default()),
             closing: AtomicBool::new(false),
             loads: AtomicUsize::new(0),
             host_waits: AtomicUsize::new(0),
@@ -405,10 +405,18 @@ impl Generation {
         self.setup_order.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    /// Keeps an error met where nobody can be told (a drop) for the shutdown to return.
+    /// Keeps an error met where nobody can be told (a drop) for the shutdown to return;
+    /// once the teardown has collected its errors, for `take_unreported_errors` (L8: a
+    /// drop that finishes on another thread after the shutdown returned is not lost).
     pub(crate) fn defer(&self, result: Result<()>) {
         if let Err(e) = result {
-            lock(&self.deferred).push(e);
+            let mut deferred = lock(&self.deferred);
+            if deferred.collected {
+                drop(deferred);
+                crate::runtime::lifecycle::report_later(Err(e));
+            } else {
+                deferred.errors.push(e);
+            }
         }
     }
 
@@ -470,7 +478,7 @@ impl Generation {
         let Some(live) = write(&self.live).take() else {
             return Error::join(errors);
         };
-        errors.append(&mut lock(&self.deferred));
+        errors.append(&mut lock(&self.deferred).errors);
         for kind in RELEASE_ORDER {
             let registry = std::mem::take(&mut *lock(&live.registries[kind as usize]));
             for (_, resource) in registry {
@@ -499,7 +507,11 @@ impl Generation {
             );
         }
         drop(opened);
-        errors.append(&mut lock(&self.deferred));
+        {
+            let mut deferred = lock(&self.deferred);
+            deferred.collected = true;
+            errors.append(&mut deferred.errors);
+        }
         tracing::debug!(
             target: "offload::generation",
             generation = self.id,
@@ -508,6 +520,14 @@ impl Generation {
         );
         Error::join(errors)
     }
+}
+
+/// Errors kept for the shutdown ([`Generation::defer`]).
+#[derive(Default)]
+struct Deferred {
+    errors: Vec<Error>,
+    /// The teardown took its last errors: later ones are reported elsewhere.
+    collected: bool,
 }
 
 /// A host access waiting outside its buffer's lock ([`Generation::host_wait`]).

@@ -14,7 +14,7 @@ use offload::{BackendKind, Device, Dims, Error, Offload, Program, Source};
 
 /// The kernel, as in the README: the storage buffers of group 0 in binding order, then the
 /// push-constant members (naga 28 spells push constants `var<immediate>`), so its
-/// parameters are `(x: f32[], y: f32[], a: f32, n: u32)`. Every index is clamped into its
+/// parameters are `(x: f32[], y: f32[], a: f32, n: u32)`. Every index is checked against its
 /// buffer by the compiler; the `if` keeps the idle threads of the last block from writing.
 const SAXPY: &str = "
 struct Params { a: f32, n: u32 }
@@ -80,7 +80,7 @@ fn saxpy_in_wgsl_from_source_matches_the_cpu() -> offload::Result<()> {
     let saxpy = program.load(&dev)?.kernel("saxpy")?; // compiled here, once
     let queue = dev.queue()?;
     // SAFETY: saxpy reads x[i] and writes y[i] for i < N only, and x and y hold N
-    // elements (and, compiled from WGSL, its indices are clamped into its buffers).
+    // elements (and, compiled from WGSL, its indices are checked against its buffers).
     unsafe {
         queue.launch(
             &saxpy,
@@ -95,7 +95,7 @@ fn saxpy_in_wgsl_from_source_matches_the_cpu() -> offload::Result<()> {
     let (from, to) = (1024, 3072);
     let len = (to - from) as u32;
     let (xv, yv) = (x.slice(from..to), y.slice(from..to));
-    // WGSL that offload compiled is verified (every index clamped into its buffer), so
+    // WGSL that offload compiled is verified (every index checked against its buffer), so
     // it also runs without `unsafe` (the safe path).
     assert!(saxpy.is_verified());
     queue.run(

@@ -155,7 +155,8 @@ impl VulkanModule {
     }
 
     /// Whether the module was compiled by offload from WGSL (the `wgsl` feature), with
-    /// every index clamped into its array: then each launch also checks that every buffer
+    /// every index checked against its array (an out-of-range read gives zero, an
+    /// out-of-range write does nothing): then each launch also checks that every buffer
     /// argument holds at least its binding's minimum size (the block's fixed members and
     /// one element of its runtime array), and the kernel's memory accesses stay inside its
     /// buffer arguments. `false` for SPIR-V images made elsewhere.
@@ -682,7 +683,7 @@ impl Drop for ModuleInner {
 impl hal::Program for VulkanModule {
     type Kernel = VulkanKernel;
 
-    /// WGSL compiled by offload: every index clamped, and launches refuse buffers below
+    /// WGSL compiled by offload: every index checked, and launches refuse buffers below
     /// their bindings' minimum size (see the crate's "Bounds" rule).
     fn verified(&self) -> bool {
         self.bounds_checked()

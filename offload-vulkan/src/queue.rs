@@ -1005,8 +1005,8 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
 
 /// Refuses a buffer (or range) of `len` bytes for binding `j` of `entry` (argument `arg`)
 /// when it is smaller than the binding's minimum size: the block's fixed members and one
-/// element of its runtime array. Below that, the shader's clamped indices (naga's
-/// `Restrict`) would still reach past the binding.
+/// element of its runtime array. Below that, the block's fixed members would lie past the
+/// binding, where the shader's bounds checks (which guard array indices) do not look.
 fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usize) -> Result<()> {
     let min = entry.min_sizes.get(j).copied().unwrap_or(0);
     if len >= min {

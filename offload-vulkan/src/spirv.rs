@@ -42,9 +42,10 @@ fn spend(budget: &mut u32) -> std::result::Result<(), String> {
 }
 
 /// The `OpSourceExtension` that marks a module as compiled by offload from WGSL with
-/// naga's `Restrict` bounds checks (`wgsl.rs`): its bindings' minimum sizes are then
-/// checked at every launch. A hand-written module may carry it too; it only adds checks.
-pub const BOUNDS_CHECKED: &str = "offload: bounds-checked (naga Restrict)";
+/// naga's bounds checks (`wgsl.rs`: an out-of-range read gives zero, an out-of-range write
+/// does nothing): its bindings' minimum sizes are then checked at every launch. A
+/// hand-written module may carry it too; it only adds checks.
+pub const BOUNDS_CHECKED: &str = "offload: bounds-checked (naga ReadZeroSkipWrite)";
 
 const MODE_LOCAL_SIZE: u32 = 17;
 const MODE_LOCAL_SIZE_ID: u32 = 38;
@@ -208,8 +209,8 @@ pub struct EntryPoint {
     /// to each of `bindings` must hold: its block's fixed members, and one element of a
     /// trailing runtime array (WebGPU's "minimum binding size"); 0 in other modules, and
     /// where the module does not say (a member without an `Offset`, a runtime array
-    /// without an `ArrayStride`). Checked at every launch, so a runtime array is never
-    /// empty and an index clamped to its last element stays inside the binding. A uniform
+    /// without an `ArrayStride`). Checked at every launch, so the block's fixed members
+    /// are inside the binding and a runtime array's length is what the buffer holds. A uniform
     /// block has no runtime array: its size is checked in every module.
     pub min_sizes: Vec<u64>,
     /// The push-constant members in declaration order: the by-value parameters.

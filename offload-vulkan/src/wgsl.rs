@@ -20,17 +20,19 @@
 //!    capability but `Shader`.
 //! 3. **Overrides**: the options set pipeline-overridable constants (`NAME=VALUE`, see
 //!    [`compile`]), which naga folds into plain constants (a workgroup size may be one).
-//! 4. **Write SPIR-V** (`naga::back::spv`) with every bounds-check policy `Restrict`:
-//!    each index into an array, vector or matrix — in a storage buffer, workgroup memory or
-//!    a local variable — is clamped to the last element (`min(i, len - 1)`, with
-//!    `OpArrayLength` for runtime arrays), and image loads likewise. Together with the
-//!    launch check that every bound buffer holds at least its binding's minimum size (the
-//!    block's fixed members and one runtime-array element; see `spirv.rs`), this is what
-//!    makes every memory access of a WGSL kernel provably in bounds of its arguments: an
-//!    out-of-range index reads or writes some element of the same buffer, never memory
-//!    beyond it. Loops are bounded (`force_loop_bounding`) and workgroup memory is
-//!    zeroed as WGSL requires. The whole module is written: every `@compute` entry point
-//!    is a kernel.
+//! 4. **Write SPIR-V** (`naga::back::spv`) with every bounds-check policy
+//!    `ReadZeroSkipWrite`: each index into an array, vector or matrix — in a storage
+//!    buffer, workgroup memory or a local variable — is compared with its length
+//!    (`OpArrayLength` for runtime arrays); an out-of-range read gives zero and an
+//!    out-of-range write does nothing, and image loads likewise. Together
+//!    with the launch check that every bound buffer holds at least its binding's minimum
+//!    size (the block's fixed members and one runtime-array element; see `spirv.rs`),
+//!    this is what makes every memory access of a WGSL kernel provably in bounds of its
+//!    arguments: an out-of-range index never reaches memory beyond its buffer, nor valid
+//!    data inside it (naga's `Restrict`, which clamps to the last element, let a stray
+//!    write land on that element). Loops are bounded (`force_loop_bounding`) and
+//!    workgroup memory is zeroed as WGSL requires. The whole module is written: every
+//!    `@compute` entry point is a kernel.
 //!
 //! The SPIR-V version is what the device accepts, at most 1.3 (Vulkan 1.0: 1.0; 1.1 and
 //! later: 1.3), so one compile serves every Vulkan 1.1+ device. The result is an
@@ -70,7 +72,7 @@ mod with_naga {
     const NAGA: &str = "naga 28";
 
     /// The writer settings that change naga's output (all fixed), for the cache key.
-    const SETTINGS: &str = "bounds=restrict, caps=Shader, debug-names, loop-bounding, \
+    const SETTINGS: &str = "bounds=read-zero-skip-write, caps=Shader, debug-names, loop-bounding, \
                             workgroup-zeroing=polyfill";
 
     /// A kernel whose SPIR-V fingerprints the exact naga build: a patch release that
@@ -201,7 +203,7 @@ mod with_naga {
             ));
         }
         let (module, info) = apply_overrides(&module, &info, &overrides)?;
-        let policy = BoundsCheckPolicy::Restrict;
+        let policy = BoundsCheckPolicy::ReadZeroSkipWrite;
         let options = spv::Options {
             lang_version: (version.major, version.minor),
             // Fixed flags (naga's default adds debug names only in its debug builds, so
@@ -224,8 +226,8 @@ mod with_naga {
         };
         let mut words = spv::write_vec(&module, &info, &options, None)
             .map_err(|e| error(format!("naga could not write SPIR-V {version}: {e}")))?;
-        // Turns on the launch check of the bindings' minimum sizes, which the clamping
-        // above relies on.
+        // Turns on the launch check of the bindings' minimum sizes (a block's fixed
+        // members must be there for the checks above to hold).
         crate::spirv::mark_bounds_checked(&mut words);
         Ok(words)
     }
@@ -317,7 +319,10 @@ mod tests {
     #[test]
     fn the_identity_fingerprints_naga_with_the_probe() {
         let id = compiler(V1_3).unwrap().identity;
-        assert!(id.starts_with("naga 28 (bounds=restrict"), "{id}");
+        assert!(
+            id.starts_with("naga 28 (bounds=read-zero-skip-write"),
+            "{id}"
+        );
         assert!(!id.ends_with("build 0000000000000000)"), "{id}");
     }
 

@@ -536,7 +536,7 @@ fn a_uniform_buffer_binds_and_is_checked_against_the_device_limits() {
 }
 
 /// Through the WGSL compiler: the uniform kernel is verified (its storage accesses are
-/// clamped, its uniform block's size is checked) and runs without `unsafe`; wgpu's
+/// bounds-checked, its uniform block's size is checked) and runs without `unsafe`; wgpu's
 /// `var<push_constant>` spelling gets a compile error naming naga 28's `var<immediate>`.
 #[cfg(feature = "wgsl")]
 #[test]

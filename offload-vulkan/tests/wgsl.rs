@@ -1,8 +1,9 @@
 //! Programs from WGSL source (the `wgsl` feature) on a real Vulkan device
 //! (lavapipe in CI): a kernel compiled by naga runs through the runtime with typed push
 //! constants; syntax, type and validation errors are `Error::Compile` with naga's log and
-//! the line; out-of-range indices are clamped into their buffer (a guard buffer stays
-//! untouched) and a buffer below its binding's minimum size is refused; sixteen threads
+//! the line; an out-of-range read gives zero and an out-of-range write is dropped (a
+//! guard buffer and the valid elements stay untouched) and a buffer below its binding's
+//! minimum size is refused; sixteen threads
 //! loading one program compile it once; options set pipeline-overridable constants.
 //!
 //! Without a Vulkan driver the tests are skipped with a printed reason, except with
@@ -188,7 +189,10 @@ fn axpb(@builtin(global_invocation_id) id: vec3<u32>) {
                 .unwrap()
                 .expect("a WGSL compiler");
             assert!(id.identity.starts_with("naga 28 ("), "{id:?}");
-            assert!(id.identity.contains("bounds=restrict"), "{id:?}");
+            assert!(
+                id.identity.contains("bounds=read-zero-skip-write"),
+                "{id:?}"
+            );
             // One identity per process: it is what the cache keys on.
             assert_eq!(dev.compiler(Language::Wgsl).unwrap().unwrap(), id);
             let api = dev.vulkan_info().used_api_version;
@@ -303,12 +307,13 @@ fn axpb(@builtin(global_invocation_id) id: vec3<u32>) {
         assert_no_validation_errors("tests/wgsl.rs");
     }
 
-    /// Writes and reads a million elements past the end: clamped to the last element of
-    /// the same buffer, so the guard buffer is untouched.
+    /// Writes and reads a million elements past the end: the writes are dropped (the
+    /// buffer's own elements and the guard buffer are untouched) and the reads give zero,
+    /// in storage buffers and in workgroup memory.
     #[test]
-    fn out_of_range_indices_are_clamped_into_their_buffer() {
+    fn out_of_range_reads_give_zero_and_writes_are_dropped() {
         let _serial = serial();
-        let Some(rt) = start("out_of_range_indices_are_clamped_into_their_buffer") else {
+        let Some(rt) = start("out_of_range_reads_give_zero_and_writes_are_dropped") else {
             return;
         };
         let dev = rt.devices().unwrap().remove(0);
@@ -333,13 +338,13 @@ fn stray(@builtin(global_invocation_id) id: vec3<u32>,
             .unwrap()
             .kernel("stray")
             .unwrap();
-        let buf = dev.alloc_zeros::<u32>(16).unwrap();
+        let buf = dev.upload(&[5u32; 16]).unwrap();
         let guard_data: Vec<u32> = (0..256).map(|i| 0x1000 + i).collect();
         let guard = dev.upload(&guard_data).unwrap();
         let seen = dev.alloc_zeros::<u32>(65).unwrap();
         let queue = dev.queue().unwrap();
-        // SAFETY: every access of `stray` is clamped into its buffers (compiled from WGSL
-        // with bounds checks), which is what this test checks.
+        // SAFETY: every access of `stray` is bounds-checked against its buffers (compiled
+        // from WGSL), which is what this test checks.
         unsafe {
             queue.launch(
                 &stray,
@@ -349,12 +354,10 @@ fn stray(@builtin(global_invocation_id) id: vec3<u32>,
         }
         .unwrap();
         queue.sync().unwrap();
-        let mut expected = vec![0u32; 16];
-        expected[15] = 0xdead_beef;
         assert_eq!(
             buf.to_vec().unwrap(),
-            expected,
-            "only the last element is written"
+            [5; 16],
+            "a write past the end lands nowhere (naga's Restrict put it on element 15)"
         );
         assert_eq!(
             guard.to_vec().unwrap(),
@@ -362,17 +365,64 @@ fn stray(@builtin(global_invocation_id) id: vec3<u32>,
             "the guard buffer is untouched"
         );
         let seen = seen.to_vec().unwrap();
-        // Reads past the end read the last element (the write to `seen[64]` is clamped in
-        // bounds too: 64 is its last index).
-        assert!(seen[..64].iter().all(|&v| v == 0x1000 + 255), "{seen:?}");
-        // Some thread's clamped write landed in tile[63].
-        assert!(seen[64] < 64, "{seen:?}");
+        // Reads past the end give zero.
+        assert_eq!(seen[..64], [0; 64], "{seen:?}");
+        // No thread's stray write reached the tile, which WGSL zeroes.
+        assert_eq!(seen[64], 0, "{seen:?}");
         rt.shutdown().unwrap();
         assert_no_validation_errors("tests/wgsl.rs");
     }
 
-    /// The clamping needs a non-empty array: a buffer (or range) smaller than the
-    /// binding's fixed members and one runtime-array element is refused at launch.
+    /// A kernel writing past the end of a 10-element output (one thread per element of a
+    /// 100-element input, 512 threads): the 10 valid elements hold what their threads
+    /// wrote, not a stray thread's value, and the queue runs the next launch correctly.
+    #[test]
+    fn a_write_past_a_ten_element_buffer_leaves_its_elements_untouched() {
+        let _serial = serial();
+        let Some(rt) = start("a_write_past_a_ten_element_buffer_leaves_its_elements_untouched")
+        else {
+            return;
+        };
+        let dev = rt.devices().unwrap().remove(0);
+        let text = "
+@group(0) @binding(0) var<storage, read> input: array<f32>;
+@group(0) @binding(1) var<storage, read_write> output: array<f32>;
+@compute @workgroup_size(64)
+fn double(@builtin(global_invocation_id) id: vec3<u32>) {
+    output[id.x] = 2.0 * input[id.x] + 1.0;
+}
+";
+        let double = Program::from_source(Source::wgsl(text))
+            .load(&dev)
+            .unwrap()
+            .kernel("double")
+            .unwrap();
+        let input: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        let input = dev.upload(&input).unwrap();
+        let output = dev.alloc_zeros::<f32>(10).unwrap();
+        let queue = dev.queue().unwrap();
+        let dims = Dims::grid([8, 1, 1]).block([64, 1, 1]);
+        queue
+            .run(&double, dims, &offload_core::args![&input, &output])
+            .unwrap();
+        queue.sync().unwrap();
+        let want: Vec<f32> = (0..10).map(|i| 2.0 * i as f32 + 1.0).collect();
+        assert_eq!(output.to_vec().unwrap(), want, "the 10 valid elements");
+        // Reads past the input's end give zero: a 200-element output's tail is 2*0+1.
+        let wide = dev.alloc_zeros::<f32>(200).unwrap();
+        queue
+            .run(&double, dims, &offload_core::args![&input, &wide])
+            .unwrap();
+        queue.sync().unwrap();
+        let wide = wide.to_vec().unwrap();
+        assert_eq!(wide[99], 199.0);
+        assert!(wide[100..].iter().all(|&v| v == 1.0), "{:?}", &wide[100..]);
+        rt.shutdown().unwrap();
+        assert_no_validation_errors("tests/wgsl.rs");
+    }
+
+    /// The checks need the block's fixed members in the binding: a buffer (or range)
+    /// smaller than them and one runtime-array element is refused at launch.
     #[test]
     fn a_buffer_below_its_bindings_minimum_size_is_refused() {
         let _serial = serial();
@@ -408,14 +458,14 @@ fn put() { data.items[data.count] = vec2(data.count, 7u); data.count += 1u; }
         // SAFETY: refused before anything is submitted.
         let e = unsafe { queue.launch(&put, one, &[range]) }.unwrap_err();
         assert!(e.to_string().contains("needs at least 16"), "{e}");
-        // Exactly the minimum: one element, and count past it is clamped onto it.
+        // Exactly the minimum: one element; the writes past it are dropped.
         let exact = dev.alloc_zeros::<u32>(4).unwrap();
         for _ in 0..3 {
-            // SAFETY: every access is clamped into the 16-byte buffer.
+            // SAFETY: every access is bounds-checked against the 16-byte buffer.
             unsafe { queue.launch(&put, one, &offload_core::args![&exact]) }.unwrap();
         }
         queue.sync().unwrap();
-        assert_eq!(exact.to_vec().unwrap(), [3, 0, 2, 7]);
+        assert_eq!(exact.to_vec().unwrap(), [3, 0, 0, 7]);
         rt.shutdown().unwrap();
         assert_no_validation_errors("tests/wgsl.rs");
     }

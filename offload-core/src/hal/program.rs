@@ -28,7 +28,7 @@ pub trait Program: Send + Sync + Sized + 'static {
 
     /// Whether every kernel of this program is proven to access memory only inside the
     /// buffers it is given, whatever the arguments that pass the core's checks and the
-    /// backend's launch checks (e.g. WGSL compiled with clamped indices, launched with
+    /// backend's launch checks (e.g. WGSL compiled with bounds-checked indices, launched with
     /// buffers at least their bindings' minimum size). Such kernels may be launched
     /// without `unsafe` ([`Queue::run`](crate::Queue::run)). The default, `false`, is the
     /// only honest answer for native code and for device code offload did not compile.

@@ -34,7 +34,7 @@ impl Kernel {
     /// Whether offload proved this kernel memory-safe to launch, so that
     /// [`Queue::run`](crate::Queue::run) launches it without `unsafe`: today, kernels of
     /// WGSL programs offload compiled (`Program::from_source(Source::wgsl(..))`), whose
-    /// every access is clamped into its buffer. Native and prebuilt device code is not.
+    /// every access is bounds-checked against its buffer. Native and prebuilt device code is not.
     ///
     /// ```
     /// # use offload::{Offload, Program};

@@ -357,7 +357,7 @@ impl Queue {
     }
 
     /// Enqueues a kernel offload proved memory-safe ([`Kernel::is_verified`]: WGSL that
-    /// offload compiled, every access clamped into its buffers) without `unsafe`; the same
+    /// offload compiled, every access bounds-checked against its buffers) without `unsafe`; the same
     /// checks as [`Queue::launch`] run first. Any other kernel is `Error::InvalidArgument`,
     /// pointing at `launch`.
     ///
@@ -400,7 +400,7 @@ impl Queue {
     /// [`Queue::run`] with a block size other than the one the kernel declares, chosen on
     /// purpose: the backend resizes the kernel's workgroup (Vulkan respecialises or
     /// patches it, keeping the dimensions the shader indexes; a size it cannot make is
-    /// `InvalidArgument`). Still memory-safe — every access stays clamped into its buffers
+    /// `InvalidArgument`). Still memory-safe — every access stays bounds-checked against its buffers
     /// — but a kernel whose code depends on its declared size (a `var<workgroup>` tile of
     /// that many elements, a reduction over `local_invocation_id`) computes something else:
     /// use it only for kernels written for any size.
@@ -437,7 +437,7 @@ impl Queue {
                 ),
             ));
         }
-        // SAFETY: the kernel is verified: its every access is clamped into its buffer
+        // SAFETY: the kernel is verified: its every access is bounds-checked against its buffer
         // arguments, and the backend refuses buffers too small for its bindings.
         #[allow(unsafe_code)]
         unsafe {

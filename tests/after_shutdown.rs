@@ -172,3 +172,97 @@ fn a_module_after_shutdown_is_shut_down() {
     shut_down("Module::kernel after unload", again.kernel("put"));
     shut_down("Module::unload again", again.unload());
 }
+
+/// The conformance suite's L3 table (`offload_testing::conformance::after_shutdown`, run on
+/// every backend) lists every public method of every handle type: this reads offload-core's
+/// source for the `pub fn`s of each type's inherent impls and fails on one the table lacks
+/// (or a row naming a method that no longer exists), so a new method cannot skip L3.
+#[test]
+fn the_l3_table_lists_every_public_method_of_every_handle() {
+    use offload_testing::conformance::after_shutdown::METHODS;
+    use std::collections::BTreeSet;
+    const TYPES: [&str; 11] = [
+        "Device",
+        "Buffer",
+        "TypedBuffer",
+        "BufferView",
+        "Queue",
+        "Event",
+        "Program",
+        "Module",
+        "Kernel",
+        "IpcEndpoint",
+        "Received",
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("offload-core/src");
+    let mut files = vec![root];
+    let mut declared = BTreeSet::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs")
+            || path.components().any(|c| c.as_os_str() == "model")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut current: Option<&str> = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("impl") {
+                // `impl Buffer {`, `impl<T: Pod> TypedBuffer<T> {`, not `impl X for Y`.
+                current = None;
+                if line.trim_end().ends_with('{') && !line.contains(" for ") {
+                    let rest = rest.trim_start();
+                    let rest = if rest.starts_with('<') {
+                        let mut depth = 0;
+                        let end = rest
+                            .char_indices()
+                            .find(|&(_, c)| {
+                                depth += match c {
+                                    '<' => 1,
+                                    '>' => -1,
+                                    _ => 0,
+                                };
+                                depth == 0
+                            })
+                            .map_or(0, |(i, _)| i + 1);
+                        rest[end..].trim_start()
+                    } else {
+                        rest
+                    };
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    current = TYPES.iter().copied().find(|t| *t == name);
+                }
+            } else if line.starts_with('}') {
+                current = None;
+            } else if let Some(ty) = current {
+                let item = line
+                    .strip_prefix("    pub ")
+                    .map(|r| r.trim_start_matches("unsafe ").trim_start_matches("const "));
+                if let Some(name) = item.and_then(|r| r.strip_prefix("fn ")) {
+                    let name: String = name
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    declared.insert((ty.to_string(), name));
+                }
+            }
+        }
+    }
+    let listed: BTreeSet<(String, String)> = METHODS
+        .iter()
+        .map(|&(t, m, _)| (t.to_string(), m.to_string()))
+        .collect();
+    assert!(declared.len() > 90, "the scan found only {declared:?}");
+    let missing: Vec<_> = declared.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&declared).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "public methods missing from the L3 table: {missing:?}; rows for no method: {stale:?}"
+    );
+}

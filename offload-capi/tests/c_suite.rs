@@ -165,3 +165,43 @@ fn c_suite_under_asan() {
     let out = run_ok(cmd, Duration::from_secs(300));
     assert!(out.contains("suite: all checks held"));
 }
+
+fn after_shutdown() -> std::path::PathBuf {
+    compile(
+        &[&crate_dir().join("tests/c/after_shutdown.c")],
+        &work_dir("after_shutdown").join("after_shutdown"),
+        Link::Shared,
+        &[],
+    )
+}
+
+/// L3 in C, by exhaustion (tests/c/after_shutdown.c): every function of offload.h on the
+/// handles of a finished runtime, after the last shutdown and with the next one live,
+/// answers `OFFLOAD_ERROR_SHUT_DOWN`; and that program calls every function the header
+/// declares, so a new one cannot skip it.
+#[test]
+fn every_c_function_on_handles_of_a_finished_runtime_is_shut_down() {
+    let header = std::fs::read_to_string(crate_dir().join("include/offload.h")).unwrap();
+    let program = std::fs::read_to_string(crate_dir().join("tests/c/after_shutdown.c")).unwrap();
+    let declared: Vec<&str> = header
+        .lines()
+        .filter(|l| !l.starts_with(' ') && !l.starts_with("//") && !l.starts_with("typedef"))
+        .filter_map(|l| {
+            // `offload_status_t offload_buffer_read(...`: the identifier before the `(`.
+            let before = &l[..l.find('(')?];
+            let name = before.rsplit([' ', '*']).next()?;
+            name.starts_with("offload_").then_some(name)
+        })
+        .collect();
+    assert!(declared.len() > 60, "the scan found only {declared:?}");
+    let missing: Vec<_> = declared
+        .iter()
+        .filter(|f| !program.contains(&format!("{f}(")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "functions of offload.h that tests/c/after_shutdown.c never calls: {missing:?}"
+    );
+    let out = run_ok(Command::new(after_shutdown()), Duration::from_secs(120));
+    assert!(out.contains("every call answered as L3 says"), "{out}");
+}

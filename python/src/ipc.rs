@@ -85,13 +85,16 @@ impl PyEndpoint {
         nbytes: Option<usize>,
         tag: u64,
     ) -> PyResult<()> {
-        let id = lock(&self.peers).get(peer).copied().ok_or_else(|| {
+        // One guard, dropped before the error is made: the error used to take the lock
+        // again inside the same expression, and a send to an unknown peer hung for good.
+        let (id, met) = {
+            let peers = lock(&self.peers);
+            (peers.get(peer).copied(), peers.len())
+        };
+        let id = id.ok_or_else(|| {
             invalid(
                 "IpcEndpoint.send",
-                format!(
-                    "peer {peer}: this endpoint has met {} peers",
-                    lock(&self.peers).len()
-                ),
+                format!("peer {peer}: this endpoint has met {met} peers"),
             )
         })?;
         let n = nbytes.unwrap_or(buffer.size_of().saturating_sub(offset));

@@ -341,7 +341,13 @@ impl Program {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn compile_in_background(&self, device: &Device) -> Result<()> {
-        schedule(self, device).map_err(|e| e.on("Program::compile_in_background", device))
+        // L3: a device of a finished generation answers `ShutDown`, not a compile queued
+        // for nothing.
+        device
+            .generation()
+            .with_live(|_| Ok(()))
+            .and_then(|()| schedule(self, device))
+            .map_err(|e| e.on("Program::compile_in_background", device))
     }
 
     /// Whether this program's compile for `device` has ended, so that

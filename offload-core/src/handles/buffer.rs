@@ -526,6 +526,13 @@ impl Buffer {
     #[cold]
     #[inline(never)]
     pub(crate) fn gone(&self, call: &'static str) -> Error {
+        // L3 before the IPC words: a teardown revokes imported mappings too, and a handle
+        // of a finished generation answers `ShutDown` whatever released its memory. (A
+        // flag, not the state's lock: a buffer's lock may be held here, and teardown takes
+        // the state before buffers.)
+        if self.generation.is_closing() {
+            return Error::shut_down().on(call, self);
+        }
         self.entry.gone(call).on(call, self)
     }
 

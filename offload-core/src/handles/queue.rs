@@ -378,6 +378,7 @@ impl Queue {
     /// ```
     pub fn run(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
         const CALL: &str = "Queue::run";
+        self.check_live(CALL, kernel)?;
         if kernel.is_verified()
             && let Some(declared) = kernel.workgroup_size()
             && dims.block != declared
@@ -427,6 +428,7 @@ impl Queue {
         dims: Dims,
         args: &[Arg<'_>],
     ) -> Result<()> {
+        self.check_live(call, kernel)?;
         if !kernel.is_verified() {
             return Err(Error::invalid(
                 call,
@@ -443,6 +445,13 @@ impl Queue {
         unsafe {
             self.enqueue_launch(call, kernel, dims, args)
         }
+    }
+
+    /// `ShutDown` when the queue or the kernel's module belongs to a finished generation
+    /// (L3: before the safe path's own refusals, which would name something else).
+    fn check_live(&self, call: &'static str, kernel: &Kernel) -> Result<()> {
+        self.entry.with(call, |_| Ok(()))?;
+        kernel.module().with_loaded(call, |_| Ok(()))
     }
 
     /// The checks and enqueue of `launch` and `run`.

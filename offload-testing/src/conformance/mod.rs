@@ -30,7 +30,9 @@
 //!   once, while the module is still loaded, whether by `unload()`, the last drop or
 //!   shutdown, newest module first at shutdown; a failing teardown at shutdown is returned
 //!   and the rest of the shutdown still ran; 8 threads loading one program at once get one
-//!   module whose setup ran once (P2, P3).
+//!   module whose setup ran once (P2, P3); and L3 by exhaustion
+//!   ([`after_shutdown`]): every public method of every handle type, called after the last
+//!   shutdown and again with the next generation live, answers as its table says.
 //! - **State machine.** Each case runs 1 to [`SuiteConfig::max_threads`] real threads at
 //!   once, each executing its own random list of operations (init, shutdown, alloc —
 //!   exportable or not —, free, write, read, load, unload, launch of `add_one` / `fill` /
@@ -279,6 +281,8 @@ fn runner(cases: u32) -> TestRunner {
 /// A check: `Err` says what went wrong.
 mod reentry;
 
+pub mod after_shutdown;
+
 type Check<T = ()> = std::result::Result<T, String>;
 
 macro_rules! ensure {
@@ -385,7 +389,7 @@ use programs::*;
 
 type FixedTest = fn(&Fixtures) -> Check;
 
-fn fixed_tests<P: Platforms>() -> [(&'static str, FixedTest); 16] {
+fn fixed_tests<P: Platforms>() -> [(&'static str, FixedTest); 17] {
     [
         ("runtime_is_free", runtime_is_free::<P>),
         ("init_shutdown_cycles", init_shutdown_cycles::<P>),
@@ -412,5 +416,9 @@ fn fixed_tests<P: Platforms>() -> [(&'static str, FixedTest); 16] {
         ),
         ("concurrent_load", concurrent_load::<P>),
         ("reentrancy", reentry::reentrancy::<P>),
+        (
+            "handles_after_the_last_shutdown",
+            after_shutdown::handles_after_the_last_shutdown::<P>,
+        ),
     ]
 }

@@ -350,10 +350,17 @@ impl IpcEndpoint {
             Ok(())
         });
         let closed = self.engine.close();
-        match result {
-            Ok(()) | Err(Error::ShutDown { .. }) => closed,
-            Err(e) => Err(e),
-        }
+        // After its runtime's shutdown the endpoint was closed by the teardown: `ShutDown`
+        // (L3), as every call on it.
+        Error::join(
+            [
+                result.err().map(|e| e.in_call("IpcEndpoint::close")),
+                closed.err(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        )
     }
 }
 

@@ -20,7 +20,7 @@ use offload_core::{
 };
 
 use super::lifecycle::{first_device, init, last};
-use super::{Check, Fixtures, err_text, ok};
+use super::{Check, Fixtures, err_text, nothing_unreported, ok};
 
 /// What a method of a handle whose generation ended answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -528,16 +528,5 @@ pub(super) fn handles_after_the_last_shutdown<P: Platforms>(fixtures: &Fixtures)
     ok("Buffer::free (new generation)", buf.free())?;
     drop(dev);
     last(rt2)?;
-    let unreported = take_unreported_errors();
-    if !unreported.is_empty() {
-        return Err(format!(
-            "left unreported: {}",
-            unreported
-                .iter()
-                .map(err_text)
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
-    }
-    Ok(())
+    nothing_unreported("left unreported")
 }

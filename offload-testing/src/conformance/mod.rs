@@ -321,6 +321,16 @@ fn err_text(e: &Error) -> String {
     format!("Error::{} ({e})", variant(e))
 }
 
+/// `Err` saying `what` and the errors if `take_unreported_errors` has any.
+fn nothing_unreported(what: &str) -> Check {
+    let unreported = take_unreported_errors();
+    if unreported.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<String> = unreported.iter().map(err_text).collect();
+    Err(format!("{what}: {}", texts.join("; ")))
+}
+
 fn describe<T>(r: &Result<T>) -> String {
     match r {
         Ok(_) => "success".into(),

@@ -134,6 +134,7 @@ fn call_back(
     // SAFETY: the caller of `offload_program_on_setup`/`_on_teardown` promised `f` may be
     // called with `user_data` from any thread while the program lives.
     let code = unsafe { f(handle, user.0) };
+    // The callback may have released the handle itself; either way it is gone now.
     let _ = table::remove::<Module>("callback", handle);
     if code == 0 {
         Ok(())

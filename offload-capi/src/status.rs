@@ -157,6 +157,7 @@ thread_local! {
 /// Keeps `message` as this thread's last error (cut to fit, NUL-terminated).
 fn set_last_error(message: &str) {
     const ELLIPSIS: &str = "…";
+    // During thread exit the slot is gone: the status code still says what failed.
     let _ = LAST_ERROR.try_with(|cell| {
         let Ok(mut last) = cell.try_borrow_mut() else {
             return;

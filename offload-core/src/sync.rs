@@ -174,6 +174,7 @@ impl JoinHandle {
         self.thread.join();
         #[cfg(offload_model)]
         if !self.is_current() {
+            // The model's helper thread returns nothing; its panic already failed the run.
             let _ = self.thread.join();
         }
     }

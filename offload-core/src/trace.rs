@@ -322,6 +322,7 @@ pub(crate) fn write(path: Option<&Path>) {
     tmp.push(format!(".{}.tmp", std::process::id()));
     let written = std::fs::write(&tmp, json.as_bytes()).and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
+        // Best effort: the write's error is what is logged below.
         let _ = std::fs::remove_file(&tmp);
         tracing::warn!(
             target: "offload::trace",

@@ -348,6 +348,7 @@ mod remembered {
         {
             return;
         }
+        // Best effort: without the directory the compile cache is simply not used.
         let _ = fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -496,6 +497,7 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        // Best effort: a temp directory left behind is the OS's to sweep.
         let _ = fs::remove_dir_all(&self.0);
     }
 }

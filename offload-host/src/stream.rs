@@ -349,6 +349,7 @@ impl StreamCore {
                     )
                 }),
             Command::Record(time) => {
+                // Set once: the first time the queue reached it is the event's time.
                 let _ = time.set(Instant::now());
                 Ok(())
             }

@@ -459,6 +459,7 @@ fn exchange(
                     return true;
                 };
                 progressed = true;
+                // Drained to make progress; its contents were already matched by tag above.
                 let _ = receive_bytes(msg, &status);
                 if status.tag() == tag {
                     return false;

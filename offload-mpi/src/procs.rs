@@ -145,6 +145,7 @@ fn ended(state: &str) -> bool {
 /// namespace.
 fn node_key() -> u64 {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+    // Each missing piece makes the key `None` below: no node sharing is assumed.
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
     let ns = std::fs::read_link("/proc/self/ns/pid").ok();
     let (Some(boot), Some(host), Some(ns)) = (boot, host, ns) else {

@@ -65,6 +65,8 @@ extern "C" fn start(arg: *mut c_void) -> *mut c_void {
         // bytes plus NUL (a longer one only fails the call).
         unsafe { libc::pthread_setname_np(libc::pthread_self(), name.as_ptr()) };
     }
+    // A panic must not unwind out of a pthread start routine; every body offload runs
+    // catches and reports its own user code's panics before this.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
     finished.store(true, Ordering::Release);
     std::ptr::null_mut()

@@ -303,6 +303,7 @@ impl DeviceContext {
     /// must not destroy objects the device may still use.
     pub(crate) fn wait_for_or_idle(&self, value: u64) -> Result<()> {
         self.wait_for(value).inspect_err(|_| {
+            // The device is lost or stuck: waiting idle is all that is left to try here.
             let _ = self.wait_idle();
         })
     }

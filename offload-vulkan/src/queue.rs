@@ -188,6 +188,7 @@ impl VulkanEvent {
 impl Drop for VulkanEvent {
     fn drop(&mut self) {
         if let Some(pool) = self.query.take() {
+            // A drop has no caller: a lost device is reported by the next call that meets it.
             let _ = self.device.wait_for_or_idle(self.value);
             // SAFETY: the submission that writes the query has finished (waited above).
             unsafe { self.device.raw.destroy_query_pool(pool, None) };
@@ -1071,6 +1072,7 @@ impl Drop for QueueShared {
             // SAFETY: never submitted.
             unsafe { open.batch.destroy(&self.device) };
         }
+        // A drop has no caller: a lost device is reported by the next call that meets it.
         let _ = self.device.wait_for_or_idle(*self.last.get_mut());
         for b in inner.idle.drain(..).chain(inner.in_flight.drain(..)) {
             // SAFETY: every submission of the queue finished (waited above).

@@ -70,9 +70,11 @@ impl Usage {
     pub(crate) fn wait_or_idle(&self, device: &DeviceContext) {
         match self.flush() {
             Ok(value) => {
+                // For drops: a lost device is reported by the next call that meets it.
                 let _ = device.wait_for_or_idle(value);
             }
             Err(_) => {
+                // For drops: a lost device is reported by the next call that meets it.
                 let _ = device.wait_idle();
             }
         }

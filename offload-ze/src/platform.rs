@@ -227,6 +227,7 @@ impl std::fmt::Debug for ZeDevice {
 }
 
 fn limits(driver: &ffi::Driver, device: DeviceHandle) -> LaunchLimits {
+    // Optional properties: without them the limits fall back to the defaults below.
     let compute = driver.compute(device).ok();
     let or = |v: u32, fallback: u32| if v > 0 { v } else { fallback };
     LaunchLimits {
@@ -290,6 +291,7 @@ impl hal::Platform for ZePlatform {
                 driver: driver.clone(),
             });
             for handle in handles {
+                // Optional: a device that will not describe itself gets generic words and values.
                 let description = driver.describe(handle).ok();
                 devices.push(Arc::new(DeviceShared {
                     context: context.clone(),

@@ -293,6 +293,7 @@ impl Drop for EventInner {
             // wait on it hold this record until they have passed it.
             unsafe {
                 if driver.event_destroy(self.raw).is_ok() {
+                    // A drop has no caller: a pool the driver refuses to destroy stays leaked.
                     let _ = driver.pool_destroy(self.pool);
                 }
             }
@@ -388,8 +389,10 @@ impl ZeQueue {
                             all &= driver.event_destroy(event).is_ok();
                         }
                         if all {
+                            // Cleanup on an error path: the first error is what is returned.
                             let _ = driver.pool_destroy(pool);
                         }
+                        // Cleanup on an error path: the first error is what is returned.
                         let _ = driver.list_destroy(list);
                     }
                     return Err(failed(e));
@@ -674,6 +677,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
             // SAFETY: made just above; nothing was appended that uses them.
             unsafe {
                 if driver.event_destroy(raw).is_ok() {
+                    // Cleanup on an error path: the first error is what is returned.
                     let _ = driver.pool_destroy(pool);
                 }
             }

@@ -193,6 +193,7 @@ unsafe extern "C" fn dl_deleter(managed: *mut DlManagedTensor) {
     if managed.is_null() {
         return;
     }
+    // A panic must not cross DLPack's C boundary; freeing is all this does.
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: `managed` and its context were made by `Box::into_raw` in `__dlpack__`, and
         // DLPack calls the deleter exactly once (the consumer, or our capsule destructor
@@ -208,6 +209,7 @@ unsafe extern "C" fn dl_deleter_versioned(managed: *mut DlManagedTensorVersioned
     if managed.is_null() {
         return;
     }
+    // A panic must not cross DLPack's C boundary; freeing is all this does.
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: as in `dl_deleter`.
         let managed = unsafe { Box::from_raw(managed) };

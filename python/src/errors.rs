@@ -145,10 +145,12 @@ pub(crate) fn to_py(e: offload::Error) -> PyErr {
                     .map(|inner| to_py(inner).into_value(py).into_any())
                     .collect();
                 if let Ok(list) = PyList::new(py, list) {
+                    // An extra attribute: without it the exception still carries its message.
                     let _ = value.setattr("errors", list);
                 }
             }
             E::Driver { code, .. } => {
+                // An extra attribute: without it the exception still carries its message.
                 let _ = value.setattr("code", code);
             }
             _ => {}

@@ -117,6 +117,7 @@ impl<'a> Cache<'a> {
             None => {
                 CORRUPT.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(target: "offload::compile", entry = %path.display(), bytes = bytes.len(), "corrupt compile cache entry: deleted, compiling again");
+                // Best effort: a corrupt entry left behind is found corrupt again and recompiled.
                 let _ = fs::remove_file(&path);
                 None
             }
@@ -150,6 +151,7 @@ impl<'a> Cache<'a> {
                 self.trim(key);
             }
             Err(e) => {
+                // Best effort: the write's own error is what is reported; a stale temp is swept later.
                 let _ = fs::remove_file(&temp);
                 tracing::debug!(target: "offload::compile", error = %e, "compile cache entry not written");
             }
@@ -176,6 +178,7 @@ impl<'a> Cache<'a> {
                     .duration_since(modified)
                     .is_ok_and(|age| age > STALE_TEMP)
                 {
+                    // Best effort: another process may have swept it first.
                     let _ = fs::remove_file(item.path());
                 }
             } else if name.ends_with(SUFFIX) {

@@ -851,6 +851,7 @@ impl Drop for Queue {
             // to return (and, on some backends, joins the thread running it), so a helper
             // thread releases it once it has. Without one, the generation's teardown does.
             let (generation, key, entry) = (self.generation.clone(), self.key, self.entry.clone());
+            // `false` (no thread): the teardown releases it, as said above; nothing is lost.
             let _ = crate::runtime::lifecycle::run_later("offload-queue-release", move || {
                 forget(&generation, Kind::Queue, key, entry);
             });

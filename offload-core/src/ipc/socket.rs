@@ -107,6 +107,7 @@ pub(crate) fn remove_stale(dir: &Path) {
             continue;
         };
         if rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH) {
+            // Best effort: a dead process's socket file; another sweeper may have taken it.
             let _ = std::fs::remove_file(entry.path());
         }
     }

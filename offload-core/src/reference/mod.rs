@@ -422,6 +422,7 @@ impl hal::Queue<RefDevice> for RefQueue {
         let at = Arc::new(OnceLock::new());
         let mark = at.clone();
         self.pending.push(Box::new(move || {
+            // Set once: the first time the work ran is the event's time.
             let _ = mark.set(Instant::now());
         }));
         Ok(RefEvent {

@@ -111,6 +111,7 @@ impl Live {
         index: usize,
         config: &Config,
     ) -> impl Iterator<Item = (DeviceKey, &Arc<dyn DynDevice>)> {
+        // A platform that fails to open is listed in `unavailable()` with its error.
         let open = self.platforms[index].open(config).ok();
         open.into_iter().flat_map(move |open| {
             open.devices.iter().enumerate().map(move |(i, raw)| {
@@ -342,6 +343,7 @@ impl Generation {
     /// Opens every platform not tried yet (for the queries that list them all).
     pub(crate) fn open_all(&self, live: &Live) {
         for slot in &live.platforms {
+            // Each failure is kept in its slot and listed by `unavailable()`.
             let _ = slot.open(&self.config);
         }
     }

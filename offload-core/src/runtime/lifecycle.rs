@@ -141,6 +141,7 @@ pub(crate) fn acquire(
                 .with_live(|live| {
                     for slot in &live.platforms {
                         if every || extra_kinds.contains(&slot.kind()) {
+                            // Each failure is kept in its slot and listed by `unavailable()`.
                             let _ = slot.open(&current.config);
                         }
                     }

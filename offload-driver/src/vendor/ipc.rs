@@ -62,6 +62,8 @@ impl<A: StreamApi> Mapping<A> {
 
 impl<A: StreamApi> Drop for Mapping<A> {
     fn drop(&mut self) {
+        // The endpoint closes mappings explicitly (reporting errors); this is the fallback of a
+        // mapping dropped on an error path, which has no caller to tell.
         let _ = self.close();
     }
 }

@@ -466,7 +466,8 @@ impl<A: StreamApi> Drop for QueueShared<A> {
         if self.core.bind_to_release().is_ok() {
             let api = self.core.api();
             // SAFETY: the stream is live and of the bound device; it is destroyed once,
-            // here, after its work (waited for first: the kept bytes go after).
+            // here, after its work (waited for first: the kept bytes go after). A drop has
+            // no caller: a failure shows in the next call that meets the device.
             unsafe {
                 let _ = api.stream_synchronize(Some(self.stream));
                 let _ = api.stream_destroy(self.stream);

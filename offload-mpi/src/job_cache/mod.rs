@@ -252,6 +252,7 @@ impl<'u> JobCache<'u> {
                 cache.server.as_ref().and_then(|s| lock(&s.service).take())
             {
                 stop.store(true, Ordering::Release);
+                // The loser's thread: its panic would only repeat the error returned below.
                 let _ = service.join();
             }
             return Err(e);
@@ -615,6 +616,7 @@ impl Cache {
         let mut looked = Instant::now();
         loop {
             if let Some((msg, status)) = server.immediate_matched_probe() {
+                // Drained while waiting for the server's goodbye; only its tag matters.
                 let _ = hook::receive_bytes(msg, &status);
                 if status.tag() == BYE_TAG {
                     break;

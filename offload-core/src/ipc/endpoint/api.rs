@@ -370,6 +370,7 @@ impl Drop for IpcEndpoint {
         if crate::runtime::fork::forget_in_child(&self.engine) {
             return;
         }
+        // `ShutDown` only: the teardown already forgot (and closed) it.
         let _ = self.engine.generation.with_live(|live| {
             live.forget(Kind::Ipc, self.key);
             Ok(())

@@ -538,6 +538,7 @@ impl Engine {
         drop(deliveries); // their views answer errors now; their drops find no peer
         drop(peers); // their sockets were shut down by `kill`
         self.shared.remove_endpoint(self.id);
+        // Best effort: the socket file may be gone already; a stale one is swept at bind.
         let _ = std::fs::remove_file(&self.path);
         self.signal();
         Ok(())
@@ -593,6 +594,7 @@ fn kill(peer: &mut Peer, news: &mut Vec<CacheNews>, why: &'static str) {
     peer.alive = false;
     peer.outbox.clear();
     peer.unacked.clear();
+    // The peer is already marked dead; a socket the other side closed fails here harmlessly.
     let _ = rustix::net::shutdown(&*peer.socket, rustix::net::Shutdown::Both);
     news.push(CacheNews::Gone(peer.id));
 }

@@ -12,6 +12,7 @@ impl Engine {
             if !wait.is_zero() {
                 let state = lock(&self.state);
                 self.waiting.fetch_add(1, Ordering::SeqCst);
+                // A wake-up or a timeout: either way the loop looks again.
                 let _ = self.changed.wait_timeout(state, wait.min(POLL_SLICE));
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
             }
@@ -73,6 +74,7 @@ impl Engine {
                     tv_sec: timeout.as_secs() as i64,
                     tv_nsec: i64::from(timeout.subsec_nanos()),
                 };
+                // Readiness or an interrupt: the round reads whatever is there either way.
                 let _ = rustix::event::poll(&mut fds, Some(&timeout));
             }
         }

@@ -377,25 +377,7 @@ impl Queue {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn run(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
-        const CALL: &str = "Queue::run";
-        self.check_live(CALL, kernel)?;
-        if kernel.is_verified()
-            && let Some(declared) = kernel.workgroup_size()
-            && dims.block != declared
-        {
-            return Err(Error::invalid(
-                CALL,
-                format!(
-                    "{kernel} declares @workgroup_size{declared:?}, the launch asks for \
-                     blocks of {:?}: the safe run launches a kernel with the size it declares \
-                     (write `Dims::grid([..]).block({declared:?})`), or, if the kernel does \
-                     not depend on it, with another size said on purpose: \
-                     `queue.run_resized(..)`",
-                    dims.block
-                ),
-            ));
-        }
-        self.run_verified(CALL, kernel, dims, args)
+        self.run_verified("Queue::run", kernel, dims, args, true)
     }
 
     /// [`Queue::run`] with a block size other than the one the kernel declares, chosen on
@@ -417,16 +399,18 @@ impl Queue {
     /// # Ok::<(), offload::Error>(())
     /// ```
     pub fn run_resized(&self, kernel: &Kernel, dims: Dims, args: &[Arg<'_>]) -> Result<()> {
-        self.run_verified("Queue::run_resized", kernel, dims, args)
+        self.run_verified("Queue::run_resized", kernel, dims, args, false)
     }
 
-    /// The launch of `run` and `run_resized`: verified kernels only.
+    /// The launch of `run` and `run_resized`: verified kernels only, and with
+    /// `declared_size`, only with the block the kernel declares.
     fn run_verified(
         &self,
         call: &'static str,
         kernel: &Kernel,
         dims: Dims,
         args: &[Arg<'_>],
+        declared_size: bool,
     ) -> Result<()> {
         self.check_live(call, kernel)?;
         if !kernel.is_verified() {
@@ -436,6 +420,22 @@ impl Queue {
                     "{kernel} is code offload cannot verify (only WGSL programs offload \
                      compiled are): launch it with `unsafe {{ queue.launch(..) }}` and its \
                      safety contract"
+                ),
+            ));
+        }
+        if declared_size
+            && let Some(declared) = kernel.workgroup_size()
+            && dims.block != declared
+        {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "{kernel} declares @workgroup_size{declared:?}, the launch asks for \
+                     blocks of {:?}: the safe run launches a kernel with the size it declares \
+                     (write `Dims::grid([..]).block({declared:?})`), or, if the kernel does \
+                     not depend on it, with another size said on purpose: \
+                     `queue.run_resized(..)`",
+                    dims.block
                 ),
             ));
         }

@@ -65,6 +65,10 @@ typedef enum {
   // (its runtime's threads did not survive the fork), and every call answers this at
   // once (`Error::Forked`, L9). Start offload in a fresh process, or `exec` after `fork`.
   OFFLOAD_ERROR_FORKED = 18,
+  // A bounds-checked kernel (WGSL on Vulkan) indexed past the end of an array in one of
+  // its buffers; the access was not made, nothing else changed, and the queue stays
+  // usable. Returned by the next sync of the queue that ran it (`Error::OutOfBounds`).
+  OFFLOAD_ERROR_OUT_OF_BOUNDS = 19,
 } offload_status_t;
 
 // Where a buffer lives.

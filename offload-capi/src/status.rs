@@ -64,6 +64,10 @@ pub enum offload_status_t {
     /// (its runtime's threads did not survive the fork), and every call answers this at
     /// once (`Error::Forked`, L9). Start offload in a fresh process, or `exec` after `fork`.
     OFFLOAD_ERROR_FORKED = 18,
+    /// A bounds-checked kernel (WGSL on Vulkan) indexed past the end of an array in one of
+    /// its buffers; the access was not made, nothing else changed, and the queue stays
+    /// usable. Returned by the next sync of the queue that ran it (`Error::OutOfBounds`).
+    OFFLOAD_ERROR_OUT_OF_BOUNDS = 19,
 }
 
 impl offload_status_t {
@@ -89,6 +93,7 @@ impl offload_status_t {
             Self::OFFLOAD_ERROR_INVALID_HANDLE => "OFFLOAD_ERROR_INVALID_HANDLE\0",
             Self::OFFLOAD_ERROR_INTERNAL => "OFFLOAD_ERROR_INTERNAL\0",
             Self::OFFLOAD_ERROR_FORKED => "OFFLOAD_ERROR_FORKED\0",
+            Self::OFFLOAD_ERROR_OUT_OF_BOUNDS => "OFFLOAD_ERROR_OUT_OF_BOUNDS\0",
         }
     }
 }
@@ -131,6 +136,7 @@ fn status_of(e: &Error) -> offload_status_t {
         Error::Compile { .. } => OFFLOAD_ERROR_COMPILE,
         Error::Driver { .. } => OFFLOAD_ERROR_DRIVER,
         Error::Forked { .. } => OFFLOAD_ERROR_FORKED,
+        Error::OutOfBounds { .. } => OFFLOAD_ERROR_OUT_OF_BOUNDS,
         // A variant added later: its words still reach the caller.
         _ => OFFLOAD_ERROR_DRIVER,
     }

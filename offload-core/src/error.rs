@@ -117,6 +117,34 @@ pub enum Error {
         reason: String,
     },
 
+    /// A bounds-checked kernel (WGSL on Vulkan) indexed past the end of an array in one of
+    /// its buffer arguments. The access was not made (a read gave zero, a write or atomic
+    /// was dropped), so no data outside the index's array changed; the device and the queue
+    /// stay usable. Recorded on the device by the first such access and returned by the
+    /// next `sync` of the queue that launched it; `more` counts the out-of-range accesses
+    /// after it up to that sync.
+    #[error("{}", out_of_bounds_text(self))]
+    OutOfBounds {
+        /// Backend that ran the kernel.
+        backend: BackendKind,
+        /// The offload call that reported it (a sync).
+        call: &'static str,
+        /// The kernel (entry point) that made the access.
+        kernel: String,
+        /// The kernel argument the array is in, numbered from 1 (0: not known).
+        argument: usize,
+        /// The binding of that argument in the kernel's source (`@binding(n)`).
+        binding: u32,
+        /// The index used (a negative signed index reads as a large unsigned one).
+        index: u64,
+        /// The array's length in elements, when the access was made.
+        length: u64,
+        /// `"read"`, `"write"` or `"atomic"`.
+        access: &'static str,
+        /// Out-of-range accesses after the first, up to the sync that reported it.
+        more: u64,
+    },
+
     /// A user callback (`on_setup`, `on_teardown`, …) returned an error.
     #[error("{callback} callback failed: {source}")]
     Callback {
@@ -262,6 +290,43 @@ fn shut_down_text(call: &str, object: &str) -> String {
     )
 }
 
+fn out_of_bounds_text(e: &Error) -> String {
+    let Error::OutOfBounds {
+        backend,
+        call,
+        kernel,
+        argument,
+        binding,
+        index,
+        length,
+        access,
+        more,
+    } = e
+    else {
+        return String::new();
+    };
+    let (verb, outcome) = match *access {
+        "read" => ("read", "the read gave zero"),
+        "write" => ("wrote", "the write was dropped"),
+        _ => ("updated", "the atomic was dropped"),
+    };
+    let argument = if *argument == 0 {
+        format!("binding {binding}")
+    } else {
+        format!("argument {argument} (binding {binding})")
+    };
+    let more = match more {
+        0 => String::new(),
+        1 => "; 1 more out-of-range access followed before this report".to_string(),
+        n => format!("; {n} more out-of-range accesses followed before this report"),
+    };
+    format!(
+        "{backend}: {}kernel `{kernel}` {verb} index {index} of an array of {length} elements \
+         in {argument}: out of bounds, so {outcome} (no other data changed){more}",
+        at(call)
+    )
+}
+
 /// `main` returning `Err` prints an error with `{:?}`: it says what `Display` says (the
 /// call, the object and what to do), not the variant's fields.
 impl std::fmt::Debug for Error {
@@ -399,6 +464,7 @@ impl Error {
             | Error::Ipc { call, .. }
             | Error::Quarantined { call, .. }
             | Error::Compile { call, .. }
+            | Error::OutOfBounds { call, .. }
             | Error::Driver { call, .. } => {
                 if call.is_empty() {
                     *call = to;

@@ -28,6 +28,7 @@ from ._offload import (  # noqa: F401
     NoDeviceError,
     Offload,
     OffloadError,
+    OutOfBoundsError,
     OutOfMemoryError,
     Program,
     QuarantinedError,

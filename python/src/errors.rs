@@ -112,6 +112,14 @@ create_exception!(
     "The runtime was inherited through fork(): it cannot be used in the child."
 );
 
+create_exception!(
+    offload,
+    OutOfBoundsError,
+    OffloadError,
+    "A bounds-checked kernel indexed past an array of one of its buffers (the access was \
+     not made); `.kernel`, `.argument`, `.binding`, `.index`, `.length`, `.access` say where."
+);
+
 /// The Python exception for `e`, with the Rust message; `Multiple` carries `.errors` and
 /// `Driver` carries `.code`.
 pub(crate) fn to_py(e: offload::Error) -> PyErr {
@@ -134,6 +142,7 @@ pub(crate) fn to_py(e: offload::Error) -> PyErr {
         E::Compile { .. } => CompileError::new_err(msg),
         E::Driver { .. } => DriverError::new_err(msg),
         E::Forked { .. } => ForkedError::new_err(msg),
+        E::OutOfBounds { .. } => OutOfBoundsError::new_err(msg),
         _ => OffloadError::new_err(msg),
     };
     Python::with_gil(|py| {
@@ -152,6 +161,23 @@ pub(crate) fn to_py(e: offload::Error) -> PyErr {
             E::Driver { code, .. } => {
                 // An extra attribute: without it the exception still carries its message.
                 let _ = value.setattr("code", code);
+            }
+            E::OutOfBounds {
+                kernel,
+                argument,
+                binding,
+                index,
+                length,
+                access,
+                ..
+            } => {
+                // Extra attributes: without them the exception still carries its message.
+                let _ = value.setattr("kernel", kernel);
+                let _ = value.setattr("argument", argument);
+                let _ = value.setattr("binding", binding);
+                let _ = value.setattr("index", index);
+                let _ = value.setattr("length", length);
+                let _ = value.setattr("access", access);
             }
             _ => {}
         }
@@ -201,5 +227,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CompileError", py.get_type::<CompileError>())?;
     m.add("DriverError", py.get_type::<DriverError>())?;
     m.add("ForkedError", py.get_type::<ForkedError>())?;
+    m.add("OutOfBoundsError", py.get_type::<OutOfBoundsError>())?;
     Ok(())
 }

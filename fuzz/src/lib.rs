@@ -291,7 +291,7 @@ pub fn spirv(data: &[u8]) -> bool {
     }
     if !r.bounds_checked {
         let mut words = r.words.clone();
-        vulkan_spirv::mark_bounds_checked(&mut words);
+        vulkan_spirv::mark_bounds_checked(&mut words, None);
         let marked = vulkan_spirv::reflect(&bytes(&words), newest, "fuzz")
             .expect("marking keeps a module valid");
         assert!(marked.bounds_checked);

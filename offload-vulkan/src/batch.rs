@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use ash::vk;
 use offload_core::Result;
 
+use crate::bounds::{Found, Reports};
 use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err};
 use crate::memory::RawAllocation;
@@ -86,6 +87,8 @@ pub(crate) struct Batch {
     written: Option<Written>,
     /// What the command buffer has bound (see [`Bound`]).
     pub(crate) bound: Bound,
+    /// Where its launches record out-of-range accesses (`crate::bounds`).
+    pub(crate) reports: Reports,
 }
 
 // SAFETY: the only non-`Send` members are the staging allocations' mapped pointers, which
@@ -103,6 +106,7 @@ impl Batch {
             value: 0,
             written: None,
             bound: Bound::default(),
+            reports: Reports::default(),
         }
     }
 
@@ -210,12 +214,16 @@ impl Batch {
         })
     }
 
-    /// Lets go of what the last submission held: resets the descriptor pools, frees the
-    /// staging memory, releases the modules.
+    /// Lets go of what the last submission held: reads its bounds reports, resets the
+    /// descriptor pools, frees the staging memory, releases the modules. Returns the
+    /// out-of-range accesses its launches reported, for the queue's next sync.
     ///
     /// # Safety
     /// The batch's last submission must have finished, or it was never submitted.
-    pub(crate) unsafe fn recycle(&mut self, device: &DeviceContext) {
+    #[must_use = "an out-of-range access the batch reported is for the queue's next sync"]
+    pub(crate) unsafe fn recycle(&mut self, device: &DeviceContext) -> Option<Found> {
+        // SAFETY: the caller's guarantee.
+        let found = unsafe { self.reports.harvest(device) };
         // Its sets go with the pools' reset; its command buffer is begun again before use.
         self.written = None;
         self.bound = Bound::default();
@@ -241,6 +249,7 @@ impl Batch {
             device.allocations.fetch_sub(1, Ordering::SeqCst);
         }
         self.modules.clear();
+        found
     }
 
     /// Destroys the batch's own objects (the command buffer goes with its pool).
@@ -248,8 +257,12 @@ impl Batch {
     /// # Safety
     /// As for [`Batch::recycle`]; the batch must not be used afterwards.
     pub(crate) unsafe fn destroy(mut self, device: &DeviceContext) {
-        // SAFETY: guaranteed by the caller.
-        unsafe { self.recycle(device) };
+        // SAFETY: guaranteed by the caller. A report still here is of a queue being
+        // destroyed without a sync (`VulkanQueue::destroy` syncs first, and so reads it):
+        // nothing is left to return it to.
+        let _unreported = unsafe { self.recycle(device) };
+        // SAFETY: as above.
+        unsafe { self.reports.destroy(device) };
         for pool in self.pools.drain(..) {
             // SAFETY: as above; each pool is destroyed once.
             unsafe { device.raw.destroy_descriptor_pool(pool.raw, None) };

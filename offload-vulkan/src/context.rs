@@ -48,6 +48,9 @@ pub(crate) struct DeviceContext {
     /// Whether `MemKind::Device` buffers in host-visible memory are mapped (see
     /// [`crate::VulkanOptions::map_device_memory`]).
     pub(crate) map_device_memory: bool,
+    /// Whether WGSL kernels are compiled with the bounds report (see
+    /// [`crate::VulkanOptions::bounds_report`]).
+    pub(crate) bounds_report: bool,
     queue: Mutex<QueueState>,
     /// `VkDeviceMemory` objects alive on this device (buffers and staging), checked against
     /// `maxMemoryAllocationCount`.
@@ -89,6 +92,7 @@ impl DeviceContext {
         info: &VulkanDeviceInfo,
         platform_live: Arc<AtomicUsize>,
         map_device_memory: bool,
+        bounds_report: bool,
     ) -> Result<DeviceContext> {
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
@@ -133,6 +137,7 @@ impl DeviceContext {
             api,
             queue_family: info.compute_queue_family,
             map_device_memory,
+            bounds_report,
             queue: Mutex::new(QueueState {
                 queue,
                 transfer: Transfer::default(),

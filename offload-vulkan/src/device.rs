@@ -294,7 +294,7 @@ impl hal::Device for VulkanDevice {
     /// feature).
     fn compiler(&self, language: Language) -> Result<Option<CompilerId>> {
         Ok(match language {
-            Language::Wgsl => wgsl::compiler(self.context.api),
+            Language::Wgsl => wgsl::compiler(self.context.api, self.context.bounds_report),
             _ => None,
         })
     }
@@ -302,7 +302,7 @@ impl hal::Device for VulkanDevice {
     /// WGSL to bounds-checked SPIR-V by naga (see the crate docs, "Programs from WGSL").
     #[cfg(feature = "wgsl")]
     fn compile(&self, source: &hal::Source) -> Result<Vec<u8>> {
-        wgsl::compile(source, self.context.api)
+        wgsl::compile(source, self.context.api, self.context.bounds_report)
     }
 
     fn queue(&self) -> Result<VulkanQueue> {

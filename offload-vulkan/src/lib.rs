@@ -3,6 +3,8 @@
 
 // Batches of queued work, submitted together.
 mod batch;
+// The queue's side of the WGSL bounds report.
+mod bounds;
 // One `VkDevice` with its compute queue, shared by everything made on it.
 mod context;
 // The device handle and its `hal::Device` and `hal::Ipc` impls.

@@ -9,6 +9,18 @@ fn validation_from_environment() -> bool {
     })
 }
 
+/// Whether `OFFLOAD_VULKAN_BOUNDS_REPORT` asks for the bounds report (`1`, `true`, `yes` or
+/// `on`; unset: off).
+fn bounds_report_from_environment() -> bool {
+    std::env::var("OFFLOAD_VULKAN_BOUNDS_REPORT").is_ok_and(|v| {
+        let v = v.trim();
+        v == "1"
+            || v.eq_ignore_ascii_case("true")
+            || v.eq_ignore_ascii_case("yes")
+            || v.eq_ignore_ascii_case("on")
+    })
+}
+
 /// Choices made when a platform opens, beyond [`Config`]. The runtime opens platforms with
 /// the defaults; [`VulkanPlatform::open_with`] takes others.
 ///
@@ -24,15 +36,18 @@ fn validation_from_environment() -> bool {
 pub struct VulkanOptions {
     pub(crate) map_device_memory: bool,
     pub(crate) validation: bool,
+    pub(crate) bounds_report: bool,
 }
 
 impl Default for VulkanOptions {
     /// Mapped device memory; validation as `OFFLOAD_VULKAN_VALIDATION` says (off unless it
-    /// is `1`, `true` or `yes`).
+    /// is `1`, `true` or `yes`); the bounds report as `OFFLOAD_VULKAN_BOUNDS_REPORT` says (off
+    /// unless it is `1`, `true`, `yes` or `on`).
     fn default() -> Self {
         VulkanOptions {
             map_device_memory: true,
             validation: validation_from_environment(),
+            bounds_report: bounds_report_from_environment(),
         }
     }
 }
@@ -83,5 +98,36 @@ impl VulkanOptions {
     /// ```
     pub fn validates(&self) -> bool {
         self.validation
+    }
+
+    /// Whether WGSL kernels record their first out-of-range access of each launch for the
+    /// queue's next `sync`, which returns it as `Error::OutOfBounds` naming the kernel, the
+    /// argument, the index and the array's length (the *report*). The protection does not
+    /// depend on it: with the report off an out-of-range read still gives zero and an
+    /// out-of-range write is still dropped, silently.
+    ///
+    /// Off by default: on lavapipe it makes a memory-bound kernel (a STREAM triad over
+    /// 64 MiB arrays) about 1.5 times slower (`benches/bounds_report.rs`; docs/benchmarks.md),
+    /// above the 5% a default may cost. Turn it on while developing a kernel. The default
+    /// follows the environment variable `OFFLOAD_VULKAN_BOUNDS_REPORT` (`1`, `true`, `yes` or
+    /// `on`). It is part of the WGSL compiler's identity, so the compile cache keeps kernels
+    /// compiled with and without it apart.
+    ///
+    /// ```
+    /// use offload_vulkan::VulkanOptions;
+    /// assert!(VulkanOptions::default().bounds_report(true).reports_bounds());
+    /// ```
+    pub fn bounds_report(mut self, on: bool) -> Self {
+        self.bounds_report = on;
+        self
+    }
+
+    /// The current setting of [`VulkanOptions::bounds_report`].
+    ///
+    /// ```
+    /// assert!(offload_vulkan::VulkanOptions::default().bounds_report(true).reports_bounds());
+    /// ```
+    pub fn reports_bounds(&self) -> bool {
+        self.bounds_report
     }
 }

@@ -103,6 +103,7 @@ impl VulkanPlatform {
                 &info,
                 live_buffers.clone(),
                 options.map_device_memory,
+                options.bounds_report,
             )?;
             devices.push(Arc::new(context));
             infos.push(Arc::new(info));

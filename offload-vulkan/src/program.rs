@@ -172,6 +172,26 @@ impl VulkanModule {
     pub fn bounds_checked(&self) -> bool {
         self.inner.reflection.bounds_checked
     }
+
+    /// Whether the module's kernels record their first out-of-range access of each launch
+    /// (the bounds report of WGSL kernels, [`VulkanOptions::bounds_report`]), which the
+    /// queue's next sync returns as `Error::OutOfBounds`. `false` for SPIR-V images made
+    /// elsewhere, for WGSL compiled with the report off, and for a kernel without an array
+    /// access to check.
+    ///
+    /// ```
+    /// # use offload_core::hal::{Device as _, Platform as _};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&offload_core::Config::default()) else { return Ok(()) };
+    /// # let dev = vk.devices().remove(0);
+    /// let module = dev.load(offload_vulkan::fixtures::KERNELS)?;
+    /// assert!(!module.reports_bounds());
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    ///
+    /// [`VulkanOptions::bounds_report`]: crate::VulkanOptions::bounds_report
+    pub fn reports_bounds(&self) -> bool {
+        self.inner.reflection.report.is_some()
+    }
 }
 
 /// An entry point of a [`VulkanModule`], ready to launch: its pipeline for the declared
@@ -463,15 +483,40 @@ impl ModuleInner {
         }
     }
 
+    /// The kernel and its argument number (from 1; 0: not one of its arguments) that a
+    /// bounds report names by the entry point's index in the report and the binding.
+    pub(crate) fn report_names(&self, entry: u32, binding: u32) -> (String, usize) {
+        let name = self
+            .reflection
+            .report
+            .as_ref()
+            .and_then(|r| r.entries.get(entry as usize))
+            .cloned()
+            .unwrap_or_else(|| format!("#{entry} of its module"));
+        let argument = self
+            .reflection
+            .entry_points
+            .iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.bindings.iter().position(|&b| b == binding))
+            .map_or(0, |i| i + 1);
+        (name, argument)
+    }
+
     /// Makes the layouts and the base pipeline of an entry point.
     fn make_entry(&self, entry: usize) -> Result<EntryObjects> {
         let e = &self.reflection.entry_points[entry];
         let dev = &self.device.raw;
+        // The parameters' bindings, then the bounds report's (a storage buffer the queue
+        // binds, `crate::bounds`).
+        let report = e.report_binding.map(|b| (b, false));
         let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = e
             .bindings
             .iter()
-            .zip(&e.uniform)
-            .map(|(&b, &uniform)| {
+            .copied()
+            .zip(e.uniform.iter().copied())
+            .chain(report)
+            .map(|(b, uniform)| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
                     .descriptor_type(descriptor_type(uniform))

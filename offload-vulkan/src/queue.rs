@@ -71,6 +71,8 @@ struct QueueInner {
     open: Option<Open>,
     /// A timeline value the next submission waits for (`wait_event`); 0: none.
     wait: u64,
+    /// Out-of-range accesses reported by finished batches, for the next sync.
+    found: Option<crate::bounds::Found>,
 }
 
 /// A queue's state, shared with the usages that name it (so a host access can submit its
@@ -214,7 +216,8 @@ impl QueueShared {
             }
             if let Some(mut done) = inner.in_flight.pop_front() {
                 // SAFETY: its submission finished (checked or waited above).
-                unsafe { done.recycle(&self.device) };
+                let found = unsafe { done.recycle(&self.device) };
+                crate::bounds::merge(&mut inner.found, found);
                 inner.idle.push(done);
             }
         }
@@ -397,8 +400,9 @@ impl QueueShared {
                 for usage in usages {
                     usage.submitted(me, 0);
                 }
-                // SAFETY: never submitted; beginning it again resets it.
-                unsafe { batch.recycle(&self.device) };
+                // SAFETY: never submitted; beginning it again resets it. Its launches never
+                // ran, so they reported nothing.
+                let _never_ran = unsafe { batch.recycle(&self.device) };
                 inner.idle.push(batch);
                 Err(Error::Driver {
                     backend: BackendKind::Vulkan,
@@ -409,6 +413,27 @@ impl QueueShared {
                     ),
                 })
             }
+        }
+    }
+
+    /// Reads the bounds reports of the finished batches; returns the first out-of-range
+    /// access reported since the last call (once).
+    fn reports(&self) -> Result<()> {
+        let mut inner = self.lock();
+        while let Some(front) = inner.in_flight.front() {
+            if !self.device.is_complete(front.value)? {
+                break;
+            }
+            if let Some(mut done) = inner.in_flight.pop_front() {
+                // SAFETY: its submission finished (checked above).
+                let found = unsafe { done.recycle(&self.device) };
+                crate::bounds::merge(&mut inner.found, found);
+                inner.idle.push(done);
+            }
+        }
+        match inner.found.take() {
+            Some(found) => Err(found.into_error()),
+            None => Ok(()),
         }
     }
 
@@ -439,6 +464,7 @@ impl VulkanQueue {
                     in_flight: VecDeque::new(),
                     open: None,
                     wait: 0,
+                    found: None,
                 }),
                 last: AtomicU64::new(0),
             }),
@@ -478,11 +504,14 @@ impl VulkanQueue {
         Ok(())
     }
 
+    /// Submits, waits for everything enqueued, and returns the first out-of-range access
+    /// the finished work reported (`crate::bounds`).
     fn sync_as(&self) -> Result<()> {
         self.shared.flush()?;
         self.shared
             .device
-            .wait_for(self.shared.last.load(Ordering::Acquire))
+            .wait_for(self.shared.last.load(Ordering::Acquire))?;
+        self.shared.reports()
     }
 }
 
@@ -672,10 +701,15 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 KernelArg::Scalar(_) => None,
             })
         };
-        // What the set's bindings describe, in binding order of the entry point.
-        let described = || {
-            entry.bindings.iter().zip(&entry.uniform).zip(bound()).map(
-                |((&binding, &uniform), (b, offset, range))| -> Described {
+        // What the set's bindings describe, in binding order of the entry point, then the
+        // bounds report's slot (`crate::bounds`).
+        let described = |report: Option<Described>| {
+            entry
+                .bindings
+                .iter()
+                .zip(&entry.uniform)
+                .zip(bound())
+                .map(|((&binding, &uniform), (b, offset, range))| -> Described {
                     (
                         binding,
                         descriptor_type(uniform),
@@ -683,8 +717,8 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                         offset,
                         range,
                     )
-                },
-            )
+                })
+                .chain(report)
         };
         let buffers = bound().map(|(b, ..)| b);
         self.shared
@@ -702,16 +736,23 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                     batch.bound.pipeline(pipeline);
                 }
                 if let Some(layout) = kernel.set_layout {
-                    let set = match batch.written_set(layout, described()) {
+                    let report = match entry.report_binding {
+                        Some(b) => Some(batch.reports.slot(device, &kernel.module, b)?),
+                        None => None,
+                    };
+                    let set = match batch.written_set(layout, described(report)) {
                         Some(set) => set,
                         None => {
                             let uniforms = entry.uniform.iter().filter(|&&u| u).count() as u32;
-                            let count = [entry.bindings.len() as u32 - uniforms, uniforms];
-                            let set = batch.descriptor_set(device, layout, count)?;
+                            let storage = entry.bindings.len() as u32 - uniforms
+                                + u32::from(report.is_some());
+                            let set = batch.descriptor_set(device, layout, [storage, uniforms])?;
                             // SAFETY: the set is fresh; `launch` checked every buffer
-                            // and range it describes.
-                            unsafe { write_set(dev, set, described()) };
-                            batch.wrote_set(layout, described(), set);
+                            // and range it describes; the report's slot is a range of
+                            // the batch's own report memory, aligned to
+                            // minStorageBufferOffsetAlignment (`crate::bounds`).
+                            unsafe { write_set(dev, set, described(report)) };
+                            batch.wrote_set(layout, described(report), set);
                             set
                         }
                     };

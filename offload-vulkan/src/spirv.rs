@@ -26,7 +26,7 @@ use offload_spirv::{Constant, Context, EntryDecl, HEADER_WORDS, Module, Type};
 
 /// The largest binding number offload binds: drivers size a descriptor set layout by its
 /// largest binding (lavapipe crashes on one near `u32::MAX`).
-const MAX_BINDING: u32 = 4095;
+pub(crate) const MAX_BINDING: u32 = 4095;
 /// How many type nodes one size or push-constant walk may visit. A struct may name the same
 /// member type many times at every level, so a walk of 16 levels would otherwise visit up
 /// to (members)^16 nodes: a few kilobytes of SPIR-V could keep it busy for ever (and push
@@ -41,11 +41,45 @@ fn spend(budget: &mut u32) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The `OpSourceExtension` that marks a module as compiled by offload from WGSL with
-/// naga's bounds checks (`wgsl.rs`: an out-of-range read gives zero, an out-of-range write
+/// The `OpSourceExtension` that marks a module as compiled by offload from WGSL with its
+/// bounds checks (`wgsl/checks.rs`: an out-of-range read gives zero, an out-of-range write
 /// does nothing): its bindings' minimum sizes are then checked at every launch. A
 /// hand-written module may carry it too; it only adds checks.
-pub const BOUNDS_CHECKED: &str = "offload: bounds-checked (naga ReadZeroSkipWrite)";
+pub const BOUNDS_CHECKED: &str = "offload: bounds-checked (offload checks over naga Restrict)";
+
+/// How the `OpSourceExtension` begins that says where a WGSL kernel's bounds report is
+/// bound (`wgsl/report.rs`): `offload: bounds report at binding B for a,b,c`, with the
+/// entry points in the order the report numbers them. Read only beside
+/// [`BOUNDS_CHECKED`]; the binding is then not a parameter: the queue binds its own
+/// memory there.
+pub const BOUNDS_REPORT: &str = "offload: bounds report at binding ";
+
+/// Where a module's bounds report is bound, and its entry points as the report numbers
+/// them (see [`BOUNDS_REPORT`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundsReport {
+    pub binding: u32,
+    pub entries: Vec<String>,
+}
+
+/// The [`BOUNDS_REPORT`] marker for a report at `binding` of a module with `entries`.
+///
+/// ```
+/// let m = offload_vulkan::spirv::report_marker(7, &["a".into(), "b".into()]);
+/// assert_eq!(m, "offload: bounds report at binding 7 for a,b");
+/// ```
+pub fn report_marker(binding: u32, entries: &[String]) -> String {
+    format!("{BOUNDS_REPORT}{binding} for {}", entries.join(","))
+}
+
+/// Reads a [`BOUNDS_REPORT`] marker; `None` when it is malformed.
+fn parse_report(marker: &str) -> Option<BoundsReport> {
+    let rest = marker.strip_prefix(BOUNDS_REPORT)?;
+    let (binding, entries) = rest.split_once(" for ")?;
+    let binding = binding.parse().ok().filter(|&b| b <= MAX_BINDING)?;
+    let entries = entries.split(',').map(str::to_string).collect();
+    Some(BoundsReport { binding, entries })
+}
 
 const MODE_LOCAL_SIZE: u32 = 17;
 const MODE_LOCAL_SIZE_ID: u32 = 38;
@@ -222,6 +256,9 @@ pub struct EntryPoint {
     /// Why offload cannot launch this entry point, if it cannot (a valid module that uses
     /// what the argument convention has no place for: images, uniform buffers, set 1, …).
     pub unsupported: Option<String>,
+    /// The binding of the module's bounds report, where this entry point uses it (not one
+    /// of `bindings`: the queue binds its own memory there).
+    pub report_binding: Option<u32>,
 }
 
 impl EntryPoint {
@@ -247,6 +284,8 @@ pub struct Reflection {
     pub entry_points: Vec<EntryPoint>,
     /// Whether the module carries the [`BOUNDS_CHECKED`] marker.
     pub bounds_checked: bool,
+    /// Where its kernels record their first out-of-range access ([`BOUNDS_REPORT`]).
+    pub report: Option<BoundsReport>,
 }
 
 impl Reflection {
@@ -281,7 +320,7 @@ pub fn reflect(image: &[u8], max: SpirvVersion, call: &'static str) -> Result<Re
             "SPIR-V {version} is newer than the {max} this device's Vulkan version accepts"
         )));
     }
-    let (entry_points, bounds_checked) = {
+    let (entry_points, bounds_checked, report) = {
         let module = ctx.module(&words, header)?;
         Vk { m: &module }.run()?
     };
@@ -290,15 +329,17 @@ pub fn reflect(image: &[u8], max: SpirvVersion, call: &'static str) -> Result<Re
         version,
         entry_points,
         bounds_checked,
+        report,
     })
 }
 
-/// Marks a module as bounds-checked ([`BOUNDS_CHECKED`]): an `OpSourceExtension` inserted
+/// Marks a module as bounds-checked ([`BOUNDS_CHECKED`]), and where its bounds report is
+/// bound ([`report_marker`]) if it has one: `OpSourceExtension`s inserted
 /// before the first instruction of the debug section (after the capabilities,
 /// extensions, imports, memory model, entry points and execution modes), where the
 /// specification's layout puts it. `words` is a whole module, header included.
 #[cfg_attr(not(feature = "wgsl"), allow(dead_code))]
-pub fn mark_bounds_checked(words: &mut Vec<u32>) {
+pub fn mark_bounds_checked(words: &mut Vec<u32>, report: Option<&str>) {
     const PROLOGUE: [u16; 7] = [
         CAPABILITY,
         EXTENSION,
@@ -316,14 +357,17 @@ pub fn mark_bounds_checked(words: &mut Vec<u32>) {
         }
         at += count;
     }
-    let mut bytes = BOUNDS_CHECKED.as_bytes().to_vec();
-    bytes.resize(bytes.len() / 4 * 4 + 4, 0); // nul-terminated, whole words
-    let mut inst = vec![((bytes.len() as u32 / 4 + 1) << 16) | u32::from(SOURCE_EXTENSION)];
-    inst.extend(
-        bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-    );
+    let mut inst = Vec::new();
+    for text in std::iter::once(BOUNDS_CHECKED).chain(report) {
+        let mut bytes = text.as_bytes().to_vec();
+        bytes.resize(bytes.len() / 4 * 4 + 4, 0); // nul-terminated, whole words
+        inst.push(((bytes.len() as u32 / 4 + 1) << 16) | u32::from(SOURCE_EXTENSION));
+        inst.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+    }
     let at = at.min(words.len());
     words.splice(at..at, inst);
 }
@@ -355,8 +399,9 @@ impl Deref for Declared<'_> {
 }
 
 impl Vk<'_, '_> {
-    /// The compute entry points, and whether the module is marked [`BOUNDS_CHECKED`].
-    fn run(&self) -> Result<(Vec<EntryPoint>, bool)> {
+    /// The compute entry points, whether the module is marked [`BOUNDS_CHECKED`], and its
+    /// bounds report.
+    fn run(&self) -> Result<(Vec<EntryPoint>, bool, Option<BoundsReport>)> {
         if self.capabilities.contains(&CAPABILITY_KERNEL) {
             return Err(self.err(
                 "the module declares the Kernel capability: an OpenCL kernel, not a Vulkan \
@@ -425,7 +470,22 @@ impl Vk<'_, '_> {
                 }
             }
         }
-        Ok((entry_points, bounds_checked))
+        let report = bounds_checked
+            .then(|| self.source_extensions.iter().find_map(|s| parse_report(s)))
+            .flatten();
+        if let Some(report) = &report {
+            for e in &mut entry_points {
+                // Only a storage binding can be the report; anything else stays a parameter.
+                let at = e.bindings.iter().position(|&b| b == report.binding);
+                if let Some(i) = at.filter(|&i| !e.uniform[i]) {
+                    e.bindings.remove(i);
+                    e.uniform.remove(i);
+                    e.min_sizes.remove(i);
+                    e.report_binding = Some(report.binding);
+                }
+            }
+        }
+        Ok((entry_points, bounds_checked, report))
     }
 
     fn entry_point(
@@ -566,6 +626,7 @@ impl Vk<'_, '_> {
             push_size,
             uses_workgroup_memory,
             unsupported: (!unsupported.is_empty()).then(|| unsupported.join("; ")),
+            report_binding: None,
         })
     }
 
@@ -1015,7 +1076,7 @@ mod tests {
         assert_eq!(plain.entry_points[0].bindings, [0, 1, 2]);
         assert_eq!(plain.entry_points[0].min_sizes, [0, 0, 0]);
 
-        mark_bounds_checked(&mut words);
+        mark_bounds_checked(&mut words, None);
         let marked = reflect(&bytes(&words), V13, "t").unwrap();
         assert!(marked.bounds_checked);
         // Head: count at 0, pad (a vec3, aligned to 16) at 16..28, items (aligned to 8)
@@ -1061,7 +1122,7 @@ mod tests {
     #[test]
     fn a_marked_module_without_strides_has_unknown_minimum_sizes() {
         let mut words = minimal(0x0001_0300);
-        mark_bounds_checked(&mut words);
+        mark_bounds_checked(&mut words, None);
         let r = reflect(&bytes(&words), V16, "t").unwrap();
         assert!(r.bounds_checked);
         assert_eq!(r.entry_points[0].min_sizes, [0]);

@@ -190,7 +190,7 @@ fn axpb(@builtin(global_invocation_id) id: vec3<u32>) {
                 .expect("a WGSL compiler");
             assert!(id.identity.starts_with("naga 28 ("), "{id:?}");
             assert!(
-                id.identity.contains("bounds=read-zero-skip-write"),
+                id.identity.contains("bounds=offload-checks+restrict"),
                 "{id:?}"
             );
             // One identity per process: it is what the cache keys on.
@@ -353,7 +353,14 @@ fn stray(@builtin(global_invocation_id) id: vec3<u32>,
             )
         }
         .unwrap();
-        queue.sync().unwrap();
+        // 64 writes past `buf` and 64 reads past `guard` (workgroup memory is protected
+        // but not reported): the first is reported, the others counted.
+        match queue.sync() {
+            Err(Error::OutOfBounds {
+                more: 127, length, ..
+            }) if length == 16 || length == 256 => {}
+            other => panic!("{other:?}"),
+        }
         assert_eq!(
             buf.to_vec().unwrap(),
             [5; 16],
@@ -374,8 +381,10 @@ fn stray(@builtin(global_invocation_id) id: vec3<u32>,
     }
 
     /// A kernel writing past the end of a 10-element output (one thread per element of a
-    /// 100-element input, 512 threads): the 10 valid elements hold what their threads
-    /// wrote, not a stray thread's value, and the queue runs the next launch correctly.
+    /// 100-element input, 512 threads): the next sync returns `OutOfBounds` naming the
+    /// kernel, the argument and an index past the end; the 10 valid elements hold what
+    /// their threads wrote, not a stray thread's value; the queue runs the next launch
+    /// correctly, and reports its reads past the input's end the same way.
     #[test]
     fn a_write_past_a_ten_element_buffer_leaves_its_elements_untouched() {
         let _serial = serial();
@@ -405,6 +414,20 @@ fn double(@builtin(global_invocation_id) id: vec3<u32>) {
         queue
             .run(&double, dims, &offload_core::args![&input, &output])
             .unwrap();
+        match queue.sync() {
+            Err(Error::OutOfBounds {
+                kernel,
+                argument: 2,
+                binding: 1,
+                index,
+                length: 10,
+                access: "write",
+                call: "Queue::sync",
+                ..
+            }) if kernel == "double" && (10..512).contains(&index) => {}
+            other => panic!("the write past the end was not reported: {other:?}"),
+        }
+        // Reported once: the next sync has nothing.
         queue.sync().unwrap();
         let want: Vec<f32> = (0..10).map(|i| 2.0 * i as f32 + 1.0).collect();
         assert_eq!(output.to_vec().unwrap(), want, "the 10 valid elements");
@@ -413,7 +436,25 @@ fn double(@builtin(global_invocation_id) id: vec3<u32>) {
         queue
             .run(&double, dims, &offload_core::args![&input, &wide])
             .unwrap();
-        queue.sync().unwrap();
+        let Err(e) = queue.sync() else {
+            panic!("reads past the input's end were not reported");
+        };
+        let text = e.to_string();
+        assert!(
+            matches!(
+                e,
+                Error::OutOfBounds {
+                    argument: 1,
+                    binding: 0,
+                    length: 100,
+                    access: "read",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(text.contains("kernel `double` read index"), "{text}");
+        assert!(text.contains("the read gave zero"), "{text}");
         let wide = wide.to_vec().unwrap();
         assert_eq!(wide[99], 199.0);
         assert!(wide[100..].iter().all(|&v| v == 1.0), "{:?}", &wide[100..]);
@@ -464,7 +505,17 @@ fn put() { data.items[data.count] = vec2(data.count, 7u); data.count += 1u; }
             // SAFETY: every access is bounds-checked against the 16-byte buffer.
             unsafe { queue.launch(&put, one, &offload_core::args![&exact]) }.unwrap();
         }
-        queue.sync().unwrap();
+        // The second launch's write is the first out of range, the third's follows.
+        match queue.sync() {
+            Err(Error::OutOfBounds {
+                index: 1,
+                length: 1,
+                more: 1,
+                access: "write",
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
         assert_eq!(exact.to_vec().unwrap(), [3, 0, 0, 7]);
         rt.shutdown().unwrap();
         assert_no_validation_errors("tests/wgsl.rs");

@@ -3,7 +3,7 @@
 //! `Language::Wgsl` (the compile cache's identity and target) and what
 //! [`Device::compile`](offload_core::hal::Device::compile) does with the text.
 //!
-//! naga compiles in process, in four steps, each of which can refuse the source with
+//! naga compiles in process, in five steps, each of which can refuse the source with
 //! `Error::Compile` and naga's diagnostics (where naga knows the span, and it does for
 //! every parse error: `wgsl:LINE:COLUMN`, with the offending source line underlined):
 //!
@@ -20,19 +20,24 @@
 //!    capability but `Shader`.
 //! 3. **Overrides**: the options set pipeline-overridable constants (`NAME=VALUE`, see
 //!    [`compile`]), which naga folds into plain constants (a workgroup size may be one).
-//! 4. **Write SPIR-V** (`naga::back::spv`) with every bounds-check policy
-//!    `ReadZeroSkipWrite`: each index into an array, vector or matrix — in a storage
-//!    buffer, workgroup memory or a local variable — is compared with its length
-//!    (`OpArrayLength` for runtime arrays); an out-of-range read gives zero and an
-//!    out-of-range write does nothing, and image loads likewise. Together
-//!    with the launch check that every bound buffer holds at least its binding's minimum
-//!    size (the block's fixed members and one runtime-array element; see `spirv.rs`),
-//!    this is what makes every memory access of a WGSL kernel provably in bounds of its
-//!    arguments: an out-of-range index never reaches memory beyond its buffer, nor valid
-//!    data inside it (naga's `Restrict`, which clamps to the last element, let a stray
-//!    write land on that element). Loops are bounded (`force_loop_bounding`) and
-//!    workgroup memory is zeroed as WGSL requires. The whole module is written: every
-//!    `@compute` entry point is a kernel.
+//! 4. **Check bounds** (`checks.rs`): every load, store and atomic through an index into
+//!    an array, vector or matrix — in a storage buffer, workgroup memory or a variable —
+//!    is compared with its length (`arrayLength` for runtime arrays); an out-of-range read
+//!    gives zero and an out-of-range write or atomic does nothing. With the bounds report
+//!    ([`crate::VulkanOptions::bounds_report`]) the first such access of a launch is
+//!    also recorded for the queue's next sync.
+//! 5. **Write SPIR-V** (`naga::back::spv`) with naga's `Restrict` policy under those
+//!    checks: every index is clamped into its array as well, so no access leaves its array
+//!    even where the checks do not look (an array held in a value). Together with the
+//!    launch check that every bound buffer holds at least its binding's minimum size (the
+//!    block's fixed members and one runtime-array element; see `spirv.rs`), this is what
+//!    makes every memory access of a WGSL kernel provably in bounds of its arguments: an
+//!    out-of-range index never reaches memory beyond its buffer, nor valid data inside it.
+//!    (naga's own `ReadZeroSkipWrite` policy, used before, gives the same reads and writes
+//!    but cannot write an atomic on an indexed element at all; `Restrict` alone clamps a
+//!    stray write onto the array's last element.) Loops are bounded
+//!    (`force_loop_bounding`) and workgroup memory is zeroed as WGSL requires. The whole
+//!    module is written: every `@compute` entry point is a kernel.
 //!
 //! The SPIR-V version is what the device accepts, at most 1.3 (Vulkan 1.0: 1.0; 1.1 and
 //! later: 1.3), so one compile serves every Vulkan 1.1+ device. The result is an
@@ -41,13 +46,16 @@
 
 /// No compiler without the `wgsl` feature: the core answers `Error::Unsupported`.
 #[cfg(not(feature = "wgsl"))]
-pub(crate) fn compiler(api: u32) -> Option<offload_core::CompilerId> {
-    let _ = api;
+pub(crate) fn compiler(api: u32, report: bool) -> Option<offload_core::CompilerId> {
+    let _ = (api, report);
     None
 }
 
 #[cfg(feature = "wgsl")]
 pub(crate) use with_naga::{compile, compiler};
+
+#[cfg(feature = "wgsl")]
+mod checks;
 
 #[cfg(feature = "wgsl")]
 mod with_naga {
@@ -71,9 +79,10 @@ mod with_naga {
     /// The naga release series this crate is built against (Cargo.toml: `naga = "28"`).
     const NAGA: &str = "naga 28";
 
-    /// The writer settings that change naga's output (all fixed), for the cache key.
-    const SETTINGS: &str = "bounds=read-zero-skip-write, caps=Shader, debug-names, loop-bounding, \
-                            workgroup-zeroing=polyfill";
+    /// The writer settings that change naga's output (all fixed but the report), for the
+    /// cache key.
+    const SETTINGS: &str = "bounds=offload-checks+restrict, caps=Shader, debug-names, \
+                            loop-bounding, workgroup-zeroing=polyfill";
 
     /// A kernel whose SPIR-V fingerprints the exact naga build: a patch release that
     /// writes other code gives another identity, so the compile cache compiles again.
@@ -110,14 +119,16 @@ mod with_naga {
         }
     }
 
-    /// `naga 28 (<settings>; build <fingerprint>)` with target `spirv-1.x`.
-    pub(crate) fn compiler(api: u32) -> Option<CompilerId> {
-        static IDENTITY: OnceLock<String> = OnceLock::new();
-        let identity = IDENTITY.get_or_init(|| {
+    /// `naga 28 (<settings>, report=on|off; build <fingerprint>)` with target `spirv-1.x`;
+    /// `report`: whether kernels record their first out-of-range access (the bounds
+    /// report, `VulkanOptions::bounds_report`).
+    pub(crate) fn compiler(api: u32, report: bool) -> Option<CompilerId> {
+        static IDENTITY: [OnceLock<String>; 2] = [OnceLock::new(), OnceLock::new()];
+        let identity = IDENTITY[usize::from(report)].get_or_init(|| {
             let probe = Source::wgsl(PROBE);
             // FNV-1a over the probe's words at the newest target: stable across Rust
             // releases and processes (unlike the standard library's hasher).
-            let fingerprint = compile_words(&probe, SpirvVersion { major: 1, minor: 3 })
+            let fingerprint = compile_words(&probe, SpirvVersion { major: 1, minor: 3 }, report)
                 .map(|words| {
                     words
                         .iter()
@@ -127,7 +138,8 @@ mod with_naga {
                         })
                 })
                 .unwrap_or(0);
-            format!("{NAGA} ({SETTINGS}; build {fingerprint:016x})")
+            let report = if report { "on" } else { "off" };
+            format!("{NAGA} ({SETTINGS}, report={report}; build {fingerprint:016x})")
         });
         Some(CompilerId::new(
             identity.clone(),
@@ -141,8 +153,8 @@ mod with_naga {
     /// Options: each is `NAME=VALUE`, setting the pipeline-overridable constant `NAME`
     /// (`override NAME: u32 = 64;`, or its `@id(n)` as `n=VALUE`) to `VALUE`, a number
     /// or `true`/`false`. Any other option, or a name the source does not declare, is
-    /// `Error::Compile` saying so.
-    pub(crate) fn compile(source: &Source, api: u32) -> Result<Vec<u8>> {
+    /// `Error::Compile` saying so. `report`: add the bounds report (`report.rs`).
+    pub(crate) fn compile(source: &Source, api: u32, report: bool) -> Result<Vec<u8>> {
         if source.language() != Language::Wgsl {
             return Err(Error::Unsupported {
                 backend: BackendKind::Vulkan,
@@ -153,22 +165,24 @@ mod with_naga {
                 ),
             });
         }
-        let words = compile_words(source, target(api))?;
+        let words = compile_words(source, target(api), report)?;
         Ok(words.iter().flat_map(|w| w.to_ne_bytes()).collect())
     }
 
-    fn compile_words(source: &Source, version: SpirvVersion) -> Result<Vec<u32>> {
+    fn compile_words(source: &Source, version: SpirvVersion, report: bool) -> Result<Vec<u32>> {
         // naga is a large parser and code generator; a bug in it that panics must not
         // unwind through the compile cache's lock into the caller.
-        catch_unwind(AssertUnwindSafe(|| naga_compile(source, version))).unwrap_or_else(|panic| {
-            Err(error(format!(
-                "naga panicked compiling this source: {}",
-                offload_core::hal::panic_text(&*panic)
-            )))
-        })
+        catch_unwind(AssertUnwindSafe(|| naga_compile(source, version, report))).unwrap_or_else(
+            |panic| {
+                Err(error(format!(
+                    "naga panicked compiling this source: {}",
+                    offload_core::hal::panic_text(&*panic)
+                )))
+            },
+        )
     }
 
-    fn naga_compile(source: &Source, version: SpirvVersion) -> Result<Vec<u32>> {
+    fn naga_compile(source: &Source, version: SpirvVersion, report: bool) -> Result<Vec<u32>> {
         let text = source.text();
         let overrides = parse_options(source.options())?;
         let module = naga::front::wgsl::parse_str(text).map_err(|e| {
@@ -203,7 +217,10 @@ mod with_naga {
             ));
         }
         let (module, info) = apply_overrides(&module, &info, &overrides)?;
-        let policy = BoundsCheckPolicy::ReadZeroSkipWrite;
+        let (module, info, plan) = checked(module.into_owned(), &info, report)?;
+        // Under offload's checks (`checks.rs`), naga's `Restrict`: every index clamped into
+        // its array, so memory stays inside the arrays even where the checks do not look.
+        let policy = BoundsCheckPolicy::Restrict;
         let options = spv::Options {
             lang_version: (version.major, version.minor),
             // Fixed flags (naga's default adds debug names only in its debug builds, so
@@ -227,9 +244,32 @@ mod with_naga {
         let mut words = spv::write_vec(&module, &info, &options, None)
             .map_err(|e| error(format!("naga could not write SPIR-V {version}: {e}")))?;
         // Turns on the launch check of the bindings' minimum sizes (a block's fixed
-        // members must be there for the checks above to hold).
-        crate::spirv::mark_bounds_checked(&mut words);
+        // members must be there for the checks above to hold), and says where the report
+        // is bound.
+        let report = plan.map(|p| crate::spirv::report_marker(p.binding, &p.entries));
+        crate::spirv::mark_bounds_checked(&mut words, report.as_deref());
         Ok(words)
+    }
+
+    /// The module with offload's bounds checks (and the report, with `report`), validated
+    /// again, and the report's plan where it has one.
+    fn checked(
+        mut module: naga::Module,
+        info: &ModuleInfo,
+        report: bool,
+    ) -> Result<(naga::Module, ModuleInfo, Option<super::checks::Plan>)> {
+        let bug = |what: String| {
+            error(format!(
+                "offload's bounds-check pass failed on this module (an offload bug; please \
+                 report it with the source): {what}"
+            ))
+        };
+        let plan = super::checks::instrument(&mut module, info, report, crate::spirv::MAX_BINDING)
+            .map_err(bug)?;
+        let info = Validator::new(ValidationFlags::all(), Capabilities::IMMEDIATES)
+            .validate(&module)
+            .map_err(|e| bug(e.emit_to_string("")))?;
+        Ok((module, info, plan))
     }
 
     /// The options as pipeline constants (`NAME=VALUE`).
@@ -311,16 +351,16 @@ mod tests {
         assert_eq!(target(V1_0), v(1, 0));
         assert_eq!(target(ash::vk::API_VERSION_1_1), v(1, 3));
         assert_eq!(target(V1_3), v(1, 3));
-        assert_eq!(compiler(V1_0).unwrap().target, "spirv-1.0");
-        assert_eq!(compiler(V1_3).unwrap().target, "spirv-1.3");
+        assert_eq!(compiler(V1_0, true).unwrap().target, "spirv-1.0");
+        assert_eq!(compiler(V1_3, true).unwrap().target, "spirv-1.3");
     }
 
     /// The probe compiles (a failure would leave the identity without its fingerprint).
     #[test]
     fn the_identity_fingerprints_naga_with_the_probe() {
-        let id = compiler(V1_3).unwrap().identity;
+        let id = compiler(V1_3, true).unwrap().identity;
         assert!(
-            id.starts_with("naga 28 (bounds=read-zero-skip-write"),
+            id.starts_with("naga 28 (bounds=offload-checks+restrict"),
             "{id}"
         );
         assert!(!id.ends_with("build 0000000000000000)"), "{id}");
@@ -328,9 +368,9 @@ mod tests {
 
     #[test]
     fn the_output_is_marked_validated_spirv_for_both_targets() {
-        let text = include_str!("../tests/fixtures/kernels.wgsl");
+        let text = include_str!("../../tests/fixtures/kernels.wgsl");
         for (api, minor) in [(V1_0, 0), (V1_3, 3)] {
-            let image = compile(&Source::wgsl(text), api).unwrap();
+            let image = compile(&Source::wgsl(text), api, true).unwrap();
             let r = reflect(&image, SpirvVersion { major: 1, minor }, "t").unwrap();
             assert_eq!(r.version, SpirvVersion { major: 1, minor });
             assert!(r.bounds_checked);
@@ -343,13 +383,83 @@ mod tests {
         }
     }
 
+    /// The checks rebuild every function: a module with every kind of statement and
+    /// expression they meet (loops with `continuing` and `break if`, a switch, early
+    /// returns, helper functions with pointer and value parameters, local initialisers,
+    /// composite loads, atomics with and without their result, workgroup and private
+    /// arrays, a uniform block) compiles, with and without the report, and the report is
+    /// bound after the last binding and hidden from the parameters.
+    #[test]
+    fn the_checks_keep_every_kind_of_function_valid() {
+        let text = "
+struct P { a: u32, b: array<u32, 3> }
+struct U { k: vec4<u32>, m: mat4x4<f32> }
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@group(0) @binding(1) var<storage, read_write> ps: array<P>;
+@group(0) @binding(2) var<storage, read_write> c: array<atomic<i32>>;
+@group(0) @binding(3) var<uniform> u: U;
+var<workgroup> w: array<atomic<u32>, 8>;
+var<private> pr: array<f32, 4>;
+fn bump(p: ptr<function, array<u32, 4>>, i: u32) -> u32 { (*p)[i] += 1u; return (*p)[i]; }
+fn pick(v: vec4<u32>, i: i32) -> u32 { return v[i]; }
+@compute @workgroup_size(8)
+fn zoo(@builtin(local_invocation_index) l: u32, @builtin(global_invocation_id) g: vec3<u32>) {
+    var acc = array<u32, 4>(1u, 2u, 3u, 4u);
+    let named = ps[g.x];
+    if g.x > 100u { return; }
+    var i = 0u;
+    loop {
+        if i >= out[0] { break; }
+        acc[i % 5u] += bump(&acc, i) + named.b[i];
+        continuing { i += 1u; break if i > 8u; }
+    }
+    switch l { case 0u: { out[g.x + 1u] = pick(u.k, i32(l) - 1); } default: { pr[l] = u.m[l % 5u][1]; } }
+    let old = atomicAdd(&c[g.x * 7u], -1);
+    atomicMax(&c[l], old);
+    let r = atomicCompareExchangeWeak(&c[g.y], 0, 1);
+    atomicOr(&w[l + 1u], 2u);
+    workgroupBarrier();
+    out[l] = atomicLoad(&w[l]) + u32(r.exchanged) + u32(pr[l % 4u]) + acc[l & 3u];
+}";
+        for report in [false, true] {
+            let image = compile(&Source::wgsl(text), V1_3, report).unwrap();
+            let r = reflect(&image, SpirvVersion { major: 1, minor: 3 }, "t").unwrap();
+            assert!(r.bounds_checked);
+            let e = &r.entry_points[0];
+            assert_eq!(e.bindings, [0, 1, 2, 3], "{e:?}");
+            assert_eq!(r.report.is_some(), report);
+            assert_eq!(e.report_binding, report.then_some(4));
+            spirv_val(&image);
+        }
+    }
+
+    /// Runs `spirv-val` (SPIRV-Tools) on `image` where it is installed; says so where not.
+    fn spirv_val(image: &[u8]) {
+        let path = std::env::temp_dir().join(format!("offload-checks-{}.spv", std::process::id()));
+        std::fs::write(&path, image).unwrap();
+        let run = std::process::Command::new("spirv-val")
+            .args(["--target-env", "vulkan1.1"])
+            .arg(&path)
+            .output();
+        let _ = std::fs::remove_file(&path);
+        match run {
+            Ok(out) => assert!(
+                out.status.success(),
+                "spirv-val: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("spirv-val not run (install spirv-tools): {e}"),
+        }
+    }
+
     /// wgpu's `var<push_constant>` is naga 28's `var<immediate>`: the error says so.
     #[test]
     fn push_constant_is_refused_with_a_hint_naming_immediate() {
         let text = "struct A { n: u32 }\nvar<push_constant> args: A;\n\
                     @group(0) @binding(0) var<storage, read_write> b: array<u32>;\n\
                     @compute @workgroup_size(1) fn f() { b[0] = args.n; }";
-        let Err(Error::Compile { log, .. }) = compile(&Source::wgsl(text), V1_3) else {
+        let Err(Error::Compile { log, .. }) = compile(&Source::wgsl(text), V1_3, true) else {
             panic!("var<push_constant> compiled");
         };
         assert!(log.contains("unknown address space"), "{log}");
@@ -357,7 +467,7 @@ mod tests {
         assert!(log.contains("`var<immediate>`"), "{log}");
         // Other unknown address spaces get no such hint.
         let other = text.replace("push_constant", "constant");
-        let Err(Error::Compile { log, .. }) = compile(&Source::wgsl(&other), V1_3) else {
+        let Err(Error::Compile { log, .. }) = compile(&Source::wgsl(&other), V1_3, true) else {
             panic!("var<constant> compiled");
         };
         assert!(!log.contains("var<immediate>"), "{log}");
@@ -365,7 +475,7 @@ mod tests {
 
     #[test]
     fn other_languages_are_not_compiled_here() {
-        let e = compile(&Source::c("int x;"), V1_3).unwrap_err();
+        let e = compile(&Source::c("int x;"), V1_3, true).unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
     }
 }

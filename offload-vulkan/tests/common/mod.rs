@@ -192,7 +192,11 @@ mod validated {
         const KIND: BackendKind = BackendKind::Vulkan;
 
         fn open(config: &Config) -> Result<Self> {
-            let options = VulkanOptions::default().validation(true);
+            // The bounds report on too (off by default): every test of the runtime on Vulkan
+            // then runs WGSL kernels the way a user who asks for it does.
+            let options = VulkanOptions::default()
+                .validation(true)
+                .bounds_report(true);
             VulkanPlatform::open_with(config, options).map(Validated)
         }
         fn name(&self) -> String {

@@ -1,6 +1,7 @@
 //! One submission of a queue: a command buffer with what its commands need until the
-//! device has run them — descriptor pools, staging memory for queued writes, and the
-//! modules whose pipelines it binds. A batch is reused once the timeline has passed the
+//! device has run them — descriptor pools, staging memory for queued writes, the modules
+//! whose pipelines it binds, the events' timestamp queries it writes, and buffers freed
+//! while it was held behind a host function (gate.rs). A batch is reused once the timeline has passed the
 //! value its last submission signalled; [`Batch::recycle`] lets go of what that submission
 //! held.
 
@@ -13,8 +14,9 @@ use offload_core::Result;
 use crate::bounds::{Found, Reports};
 use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err};
-use crate::memory::RawAllocation;
+use crate::memory::{RawAllocation, Released};
 use crate::program::ModuleInner;
+use crate::queue::Query;
 
 /// Descriptor sets one pool holds, and descriptors of each type (storage and uniform
 /// buffers).
@@ -79,6 +81,10 @@ pub(crate) struct Batch {
     staging: Vec<RawAllocation>,
     /// Modules whose pipelines the commands bind.
     modules: Vec<Arc<ModuleInner>>,
+    /// Timestamp queries the commands write.
+    queries: Vec<Arc<Query>>,
+    /// Buffers freed behind the gate, destroyed once the batch has run.
+    released: Vec<Released>,
     /// The timeline value its last submission signals.
     pub(crate) value: u64,
     /// The last descriptor set allocated from the batch's pools and written: a launch of the
@@ -103,6 +109,8 @@ impl Batch {
             pools: Vec::new(),
             staging: Vec::new(),
             modules: Vec::new(),
+            queries: Vec::new(),
+            released: Vec::new(),
             value: 0,
             written: None,
             bound: Bound::default(),
@@ -145,6 +153,16 @@ impl Batch {
         if !self.modules.iter().any(|m| Arc::ptr_eq(m, module)) {
             self.modules.push(module.clone());
         }
+    }
+
+    /// Keeps `query` until the batch has run.
+    pub(crate) fn hold_query(&mut self, query: &Arc<Query>) {
+        self.queries.push(query.clone());
+    }
+
+    /// Keeps `released` until the batch has run, then destroys it.
+    pub(crate) fn hold_released(&mut self, released: Released) {
+        self.released.push(released);
     }
 
     /// Keeps `staging` until the batch has run, then frees it.
@@ -215,8 +233,9 @@ impl Batch {
     }
 
     /// Lets go of what the last submission held: reads its bounds reports, resets the
-    /// descriptor pools, frees the staging memory, releases the modules. Returns the
-    /// out-of-range accesses its launches reported, for the queue's next sync.
+    /// descriptor pools, frees the staging memory, releases the modules, queries and freed
+    /// buffers. Returns the out-of-range accesses its launches reported, for the queue's
+    /// next sync.
     ///
     /// # Safety
     /// The batch's last submission must have finished, or it was never submitted.
@@ -249,6 +268,8 @@ impl Batch {
             device.allocations.fetch_sub(1, Ordering::SeqCst);
         }
         self.modules.clear();
+        self.queries.clear();
+        self.released.clear();
         found
     }
 

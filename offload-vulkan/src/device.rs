@@ -270,9 +270,18 @@ impl hal::Device for VulkanDevice {
         Ok(())
     }
 
-    // `pending` keeps its default (none): a Vulkan host function runs when it is enqueued,
-    // after the queue's earlier work, so queued GPU work never waits for host code, and a
-    // host access may wait for that work under the buffer's lock (L7).
+    /// The queued work on the buffer, where some of it is held behind a host function
+    /// (gate.rs): that work waits for the function, which may be waiting for this very
+    /// buffer (L7). Submitted work never waits for host code: a host access waits for it
+    /// under the buffer's lock (`None`).
+    fn pending(&self, buffer: &VulkanBuffer) -> Option<hal::Pending> {
+        let usage = buffer.usage();
+        if !usage.is_held() {
+            return None;
+        }
+        let (usage, device) = (usage.clone(), buffer.device().clone());
+        Some(Box::new(move || usage.wait(&device)))
+    }
 
     /// Host-visible memory (always `MemKind::Host`/`Shared`; `Device` where the device's
     /// memory is host-visible, as on lavapipe), not shared with other processes.

@@ -11,6 +11,8 @@ mod context;
 mod device;
 // Vulkan results as offload errors.
 mod error;
+// The gate that holds a queue's work behind its host functions.
+mod gate;
 // What Vulkan says about a physical device.
 mod info;
 // The `VkInstance` and the loader.

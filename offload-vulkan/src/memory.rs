@@ -724,12 +724,40 @@ impl Drop for VulkanBuffer {
     fn drop(&mut self) {
         // Queued work that uses it may still run: submit and wait for it (`Device::free`
         // waited already and reported an error; here one can only be ignored, after waiting
-        // idle).
-        self.usage.wait_or_idle(&self.device);
+        // idle). Work held behind the host function this thread runs may use it too (its
+        // free was refused, L6): that queue destroys it once the work has run.
+        let released = Released {
+            raw: RawAllocation { ..self.raw },
+            device: self.device.clone(),
+        };
+        if let Some(queue) = self.usage.wait_or_idle(&self.device) {
+            queue.release_after(released);
+            return;
+        }
+        drop(released);
+    }
+}
+
+/// A buffer's memory on its way out: destroyed when this is dropped, once no GPU work
+/// uses it (a buffer's drop waits for that first, or hands this to the batch after which
+/// none does, batch.rs).
+#[derive(Debug)]
+pub(crate) struct Released {
+    raw: RawAllocation,
+    device: Arc<DeviceContext>,
+}
+
+// SAFETY: as for `VulkanBuffer`, whose memory this owns from its drop on: the mapped
+// pointer is never used again, and Vulkan objects may be destroyed from any thread.
+unsafe impl Send for Released {}
+
+impl Drop for Released {
+    fn drop(&mut self) {
         // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
         // transfer that used it completed before its call returned, and every launch that
-        // used it has finished (waited above), so no GPU work on it is pending; it is
-        // destroyed exactly once, here.
+        // used it has finished (its drop waited, or the batch holding this has run), so no
+        // GPU work on it is pending; it is destroyed exactly once, here (the
+        // `VulkanBuffer` it came from destroys nothing).
         unsafe { self.raw.destroy(&self.device.raw) };
         self.device.allocations.fetch_sub(1, Ordering::SeqCst);
         self.device.platform_live.fetch_sub(1, Ordering::SeqCst);

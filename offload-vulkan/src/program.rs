@@ -690,7 +690,8 @@ pub(crate) fn unload(module: VulkanModule) -> Result<()> {
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        // Batches that use it hold it, so by now they have run: this returns at once.
+        // Batches that use it hold it, so by now they have run: this returns at once (and
+        // no held batch uses it, so no queue is handed back to keep it).
         self.usage.wait_or_idle(&self.device);
         let dev = &self.device.raw;
         for entry in &mut self.entries {

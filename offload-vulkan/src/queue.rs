@@ -20,22 +20,28 @@
 //! hand-written command buffer would.
 //!
 //! What a batch uses is noted in each buffer's and module's [`Usage`]: its open batch
-//! until it is submitted, then its timeline value. An [`VulkanEvent`] is a timeline value
-//! plus a timestamp query.
+//! until it is submitted, then its timeline value. A [`VulkanEvent`] is a timeline value
+//! (known once the batch before it is submitted) plus a timestamp query.
+//!
+//! Host functions never block their caller: the queue holds the work enqueued after one
+//! behind its gate until the function has run on the queue's thread (gate.rs).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use ash::vk;
 use offload_core::hal::{self, HostFn};
 use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
+use offload_driver::{HostFailure, HostThread};
+
 use crate::batch::{Batch, Bound, Described};
 use crate::context::DeviceContext;
 use crate::device::VulkanDevice;
 use crate::error::{At, check_range, map_vk_err};
+use crate::gate::{Gate, Held, Holders, Mark};
 use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
 use crate::program::{ModuleInner, VulkanKernel, descriptor_type};
 use crate::usage::Usage;
@@ -55,7 +61,7 @@ const PUSH_INLINE: usize = 256;
 const INLINE_WRITE: usize = 65536;
 
 /// The batch being recorded.
-struct Open {
+pub(crate) struct Open {
     batch: Batch,
     commands: u32,
     /// Buffers used by commands since the last barrier.
@@ -64,24 +70,33 @@ struct Open {
     usages: Vec<Arc<Usage>>,
 }
 
-struct QueueInner {
+pub(crate) struct QueueInner {
     pool: vk::CommandPool,
     idle: Vec<Batch>,
-    in_flight: VecDeque<Batch>,
+    pub(crate) in_flight: VecDeque<Batch>,
     open: Option<Open>,
     /// A timeline value the next submission waits for (`wait_event`); 0: none.
-    wait: u64,
+    pub(crate) wait: u64,
+    /// The gate behind host functions (gate.rs).
+    pub(crate) gate: Gate,
     /// Out-of-range accesses reported by finished batches, for the next sync.
     found: Option<crate::bounds::Found>,
 }
 
 /// A queue's state, shared with the usages that name it (so a host access can submit its
-/// open batch).
+/// open batch), with its events and with its host functions' thread.
 pub(crate) struct QueueShared {
-    device: Arc<DeviceContext>,
+    pub(crate) device: Arc<DeviceContext>,
     inner: Mutex<QueueInner>,
+    /// Told when the gate opens and held batches are submitted.
+    pub(crate) changed: Condvar,
     /// The timeline value of this queue's last submission.
     last: AtomicU64,
+    /// Where its host functions run (joined when the queue goes).
+    pub(crate) host: HostThread,
+    /// A host function's panic, reported by the next sync.
+    pub(crate) failure: HostFailure,
+    pub(crate) holders: Arc<Holders>,
 }
 
 impl std::fmt::Debug for QueueShared {
@@ -138,10 +153,42 @@ pub struct VulkanQueue {
 #[derive(Debug)]
 pub struct VulkanEvent {
     device: Arc<DeviceContext>,
-    value: u64,
-    query: Option<vk::QueryPool>,
+    /// Its timeline value, known once the batch before it is submitted (gate.rs).
+    mark: Arc<Mark>,
+    query: Option<Arc<Query>>,
     /// Host time when the event was first seen complete (devices without timestamps).
     observed: OnceLock<Instant>,
+}
+
+/// A timestamp query pool of one query. The event and the batch that writes it each hold
+/// it; the last to let it go destroys it, so it outlives the work that writes it.
+#[derive(Debug)]
+pub(crate) struct Query {
+    device: Arc<DeviceContext>,
+    pool: vk::QueryPool,
+}
+
+impl Query {
+    fn new(device: &Arc<DeviceContext>) -> Result<Query> {
+        let info = vk::QueryPoolCreateInfo::default()
+            .query_type(vk::QueryType::TIMESTAMP)
+            .query_count(1);
+        // SAFETY: the device is live; `info` lives across the call.
+        let pool = unsafe { device.raw.create_query_pool(&info, None) }
+            .map_err(|e| map_vk_err(At::new("vkCreateQueryPool"), e))?;
+        Ok(Query {
+            device: device.clone(),
+            pool,
+        })
+    }
+}
+
+impl Drop for Query {
+    fn drop(&mut self) {
+        // SAFETY: no pending work uses the pool: the batch that writes it holds it until
+        // its submission has finished (or it was never submitted); destroyed once, here.
+        unsafe { self.device.raw.destroy_query_pool(self.pool, None) };
+    }
 }
 
 impl VulkanEvent {
@@ -164,7 +211,8 @@ impl VulkanEvent {
     }
 
     fn complete(&self) -> Result<()> {
-        self.device.wait_for(self.value)?;
+        let value = self.mark.wait()?;
+        self.device.wait_for(value)?;
         self.observed.get_or_init(Instant::now);
         Ok(())
     }
@@ -189,20 +237,20 @@ impl VulkanEvent {
 
 impl Drop for VulkanEvent {
     fn drop(&mut self) {
-        if let Some(pool) = self.query.take() {
-            // A drop has no caller: a lost device is reported by the next call that meets it.
-            let _ = self.device.wait_for_or_idle(self.value);
-            // SAFETY: the submission that writes the query has finished (waited above).
-            unsafe { self.device.raw.destroy_query_pool(pool, None) };
-        }
+        // Its query goes with the last of it and the batch that writes it (`Query`).
         crate::stats::LIVE_EVENTS.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl QueueShared {
-    fn lock(&self) -> MutexGuard<'_, QueueInner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, QueueInner> {
         // Each step under the lock is one driver call or a push/pop: never half-done.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The timeline value of the queue's last submission.
+    pub(crate) fn last(&self) -> u64 {
+        self.last.load(Ordering::Acquire)
     }
 
     /// A batch whose last submission has finished (recycled), or a new one.
@@ -345,12 +393,25 @@ impl QueueShared {
         Ok(())
     }
 
-    /// Submits the open batch, if any (with its trailing barrier). On failure the batch's
-    /// commands are dropped, never run, and the error says so.
-    fn submit(&self, inner: &mut QueueInner) -> Result<()> {
+    /// Closes the open batch, if any: submits it, or holds it behind the closed gate
+    /// (gate.rs). On a failed submission the batch's commands are dropped, never run, and
+    /// the error says so.
+    pub(crate) fn submit(&self, inner: &mut QueueInner) -> Result<()> {
         let Some(open) = inner.open.take() else {
             return Ok(());
         };
+        inner.gate.closed += 1;
+        if inner.gate.blocked.is_some() {
+            inner.gate.held.push_back(Held::Batch(Box::new(open)));
+            return Ok(());
+        }
+        self.send(inner, open)
+    }
+
+    /// Submits a closed batch (with its trailing barrier), after the timeline value
+    /// `inner.wait`.
+    pub(crate) fn send(&self, inner: &mut QueueInner, open: Open) -> Result<()> {
+        inner.gate.released += 1;
         let Open {
             mut batch, usages, ..
         } = open;
@@ -436,12 +497,6 @@ impl QueueShared {
             None => Ok(()),
         }
     }
-
-    /// Submits the open batch, if any.
-    pub(crate) fn flush(&self) -> Result<()> {
-        let mut inner = self.lock();
-        self.submit(&mut inner)
-    }
 }
 
 impl VulkanQueue {
@@ -464,9 +519,14 @@ impl VulkanQueue {
                     in_flight: VecDeque::new(),
                     open: None,
                     wait: 0,
+                    gate: Gate::default(),
                     found: None,
                 }),
+                changed: Condvar::new(),
                 last: AtomicU64::new(0),
+                host: HostThread::default(),
+                failure: HostFailure::default(),
+                holders: Arc::default(),
             }),
         })
     }
@@ -504,14 +564,25 @@ impl VulkanQueue {
         Ok(())
     }
 
-    /// Submits, waits for everything enqueued, and returns the first out-of-range access
-    /// the finished work reported (`crate::bounds`).
+    /// Waits for everything enqueued (host functions and held work first); reports (once)
+    /// a held operation's failure, a host function's panic and the first out-of-range
+    /// access the finished work recorded (`crate::bounds`), each of them (L6, L8).
     fn sync_as(&self) -> Result<()> {
-        self.shared.flush()?;
-        self.shared
-            .device
-            .wait_for(self.shared.last.load(Ordering::Acquire))?;
-        self.shared.reports()
+        self.shared.drain()?;
+        self.shared.device.wait_for(self.shared.last())?;
+        let failed = self.shared.take_failed();
+        let panicked = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .map(|text| Error::Callback {
+                callback: offload_core::hal::HOST_FN_CALLBACK,
+                source: text.into(),
+            });
+        let strayed = self.shared.reports().err();
+        Error::join(failed.into_iter().chain(panicked).chain(strayed).collect())
     }
 }
 
@@ -942,21 +1013,12 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         })
     }
 
-    /// Runs `f` once the work enqueued before it has finished: submits, waits, and runs it
-    /// on the calling thread, so work enqueued after it comes after it. (Blocking: a
-    /// `VkQueue` has no host callbacks; see docs/backends.md.)
+    /// Queues `f` and returns: it runs on the queue's thread once the work enqueued before
+    /// it has finished, and the work enqueued after it is held in offload until it has run
+    /// (gate.rs; a `VkQueue` has no host callbacks). Its panic is the next sync's
+    /// `Error::Callback`.
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
-        self.sync_as()?;
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
-            Error::Callback {
-                callback: offload_core::hal::HOST_FN_CALLBACK,
-                source: format!(
-                    "the host function panicked: {}",
-                    offload_core::hal::panic_text(&*payload)
-                )
-                .into(),
-            }
-        })
+        self.shared.enqueue_host_fn(f)
     }
 
     /// Submits, then waits for everything enqueued on this queue.
@@ -964,67 +1026,67 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
         self.sync_as()
     }
 
-    /// Submits, then says whether everything enqueued has finished.
+    /// Submits, then says whether everything enqueued has finished (never, while a host
+    /// function is pending or work is held behind one).
     fn is_idle(&self) -> Result<bool> {
-        self.shared.flush()?;
-        self.shared
-            .device
-            .is_complete(self.shared.last.load(Ordering::Acquire))
-    }
-
-    /// Records an event after the work enqueued so far, and submits it.
-    fn record(&self) -> Result<VulkanEvent> {
-        let device = &self.shared.device;
-        let dev = &device.raw;
-        if device.limits.timestamp_valid_bits == 0 {
-            // No timestamps on this queue: the event is the queue's last value.
+        {
             let mut inner = self.shared.lock();
+            if !inner.gate.is_quiet() {
+                return Ok(false);
+            }
             self.shared.submit(&mut inner)?;
-            crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
-            return Ok(VulkanEvent {
-                device: device.clone(),
-                value: self.shared.last.load(Ordering::Acquire).max(inner.wait),
-                query: None,
-                observed: OnceLock::new(),
-            });
         }
-        let info = vk::QueryPoolCreateInfo::default()
-            .query_type(vk::QueryType::TIMESTAMP)
-            .query_count(1);
-        // SAFETY: the device is live; `info` lives across the call.
-        let pool = unsafe { dev.create_query_pool(&info, None) }
-            .map_err(|e| map_vk_err(At::new("vkCreateQueryPool"), e))?;
-        let submitted = self.shared.record(&[], None, |_, cb| {
-            // SAFETY: the command buffer is recording; the pool is live with one query, which
-            // is reset before it is written; the queue family has timestamp bits.
-            unsafe {
-                dev.cmd_reset_query_pool(cb, pool, 0, 1);
-                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, 0);
-            }
-            Ok(())
-        });
-        let submitted = submitted.and_then(|()| self.shared.flush());
-        match submitted {
-            Ok(()) => {
-                crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
-                Ok(VulkanEvent {
-                    device: device.clone(),
-                    value: self.shared.last.load(Ordering::Acquire),
-                    query: Some(pool),
-                    observed: OnceLock::new(),
-                })
-            }
-            Err(e) => {
-                // SAFETY: not submitted (the batch that recorded it was dropped): no work
-                // uses the pool.
-                unsafe { dev.destroy_query_pool(pool, None) };
-                Err(e)
-            }
-        }
+        self.shared.device.is_complete(self.shared.last())
     }
 
-    /// Makes the next submission of this queue wait for `event` (which was submitted when
-    /// it was recorded).
+    /// Records an event after the work enqueued so far, and submits it (behind a host
+    /// function, holds it: the event's value is known once it is submitted).
+    fn record(&self) -> Result<VulkanEvent> {
+        let shared = &self.shared;
+        let device = &shared.device;
+        let dev = &device.raw;
+        let query = match device.limits.timestamp_valid_bits {
+            // No timestamps on this queue: the event is a timeline value.
+            0 => None,
+            _ => Some(Arc::new(Query::new(device)?)),
+        };
+        let mark = Arc::new(Mark::new(shared));
+        let recorded = match &query {
+            None => Ok(()),
+            Some(query) => shared.record(&[], None, |batch, cb| {
+                // SAFETY: the command buffer is recording; the pool is live with one query,
+                // which is reset before it is written; the queue family has timestamp bits;
+                // the batch holds the pool until it has run.
+                unsafe {
+                    dev.cmd_reset_query_pool(cb, query.pool, 0, 1);
+                    dev.cmd_write_timestamp(
+                        cb,
+                        vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                        query.pool,
+                        0,
+                    );
+                }
+                batch.hold_query(query);
+                Ok(())
+            }),
+        };
+        let after = recorded.and_then(|()| {
+            let mut inner = shared.lock();
+            shared.settle_after(&mut inner, mark.clone())
+        })?;
+        shared.finish(after);
+        crate::stats::LIVE_EVENTS.fetch_add(1, Ordering::SeqCst);
+        Ok(VulkanEvent {
+            device: device.clone(),
+            mark,
+            query,
+            observed: OnceLock::new(),
+        })
+    }
+
+    /// Makes the next submission of this queue wait for `event`; where the event is still
+    /// held behind a host function of its queue, holds this queue's later work until it is
+    /// submitted (never blocking the caller).
     fn wait_event(&self, event: &VulkanEvent) -> Result<()> {
         if !Arc::ptr_eq(&event.device, &self.shared.device) {
             return Err(Error::invalid(
@@ -1032,9 +1094,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
                 "the vulkan event is of another device than the queue",
             ));
         }
-        let mut inner = self.shared.lock();
-        inner.wait = inner.wait.max(event.value);
-        Ok(())
+        self.shared.wait_for_mark(&event.mark)
     }
 
     /// Waits for the queue's work, then releases it.
@@ -1095,15 +1155,28 @@ fn check_dims(dims: &Dims, limits: &crate::info::Limits, name: &str) -> Result<(
 }
 
 impl Drop for VulkanQueue {
+    /// Dropping a queue drains it (L4): its host functions run and its held work is
+    /// submitted; then no thread holds the queue, so it is released here. (Its own host
+    /// function never drops it here: the runtime releases such a queue on a helper thread,
+    /// L6; if one did, the wait is refused and the function's thread releases it.)
     fn drop(&mut self) {
-        // Submit what is recorded: dropping a queue drains it (L4).
-        let _ = self.shared.flush();
+        let drained = self.shared.drain();
+        if self.shared.is_own() {
+            return;
+        }
+        if drained.is_err() {
+            // A failed submission dropped the open batch (nobody is left to report it to):
+            // wait for the rest.
+            let _ = self.shared.drain();
+        }
+        self.shared.holders.wait_none();
     }
 }
 
 impl Drop for QueueShared {
     fn drop(&mut self) {
         let me: *const QueueShared = self;
+        let last = *self.last.get_mut();
         let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         if let Some(open) = inner.open.take() {
             // Not submitted (the flush failed): its commands never run.
@@ -1113,8 +1186,31 @@ impl Drop for QueueShared {
             // SAFETY: never submitted.
             unsafe { open.batch.destroy(&self.device) };
         }
+        // What is still held (only behind a wait for an event that never settled): batches
+        // never run; events recorded behind them settle, so nothing waits for them.
+        let mut after = crate::gate::After::default();
+        let mut left = Vec::new();
+        for op in std::mem::take(&mut inner.gate.held) {
+            match op {
+                Held::Batch(open) => {
+                    let open = *open;
+                    for usage in open.usages {
+                        usage.submitted(me, 0);
+                    }
+                    // SAFETY: never submitted.
+                    unsafe { open.batch.destroy(&self.device) };
+                }
+                Held::Settle(mark) => after.settled(&mark, last),
+                other => left.push(other),
+            }
+        }
         // A drop has no caller: a lost device is reported by the next call that meets it.
-        let _ = self.device.wait_for_or_idle(*self.last.get_mut());
+        let _ = self.device.wait_for_or_idle(last);
+        // Buffers released behind the gate (no work uses them now), host functions never
+        // run (dropped: the runtime reports what their drop does).
+        drop(left);
+        self.finish(after);
+        let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         for b in inner.idle.drain(..).chain(inner.in_flight.drain(..)) {
             // SAFETY: every submission of the queue finished (waited above).
             unsafe { b.destroy(&self.device) };
@@ -1204,9 +1300,9 @@ impl hal::Event for VulkanEvent {
         start.complete()?;
         end.complete()?;
         let limits = &end.device.limits;
-        match (start.query, end.query) {
+        match (&start.query, &end.query) {
             (Some(a), Some(b)) => {
-                let (t0, t1) = (start.ticks(a)?, end.ticks(b)?);
+                let (t0, t1) = (start.ticks(a.pool)?, end.ticks(b.pool)?);
                 let ticks = match limits.timestamp_valid_bits {
                     64.. => t1.saturating_sub(t0),
                     bits => t1.wrapping_sub(t0) & ((1u64 << bits) - 1),
@@ -1229,16 +1325,23 @@ impl hal::Event for VulkanEvent {
         self.complete()
     }
 
-    /// Waits for the event's submission, then destroys it.
+    /// Waits for the event's submission (where it has been submitted), then destroys it.
     fn destroy(self) -> Result<()> {
-        let waited = self.device.wait_for(self.value);
+        let waited = self
+            .mark
+            .value()
+            .map_or(Ok(()), |value| self.device.wait_for(value));
         drop(self);
         waited
     }
 
-    /// Whether the event has completed, without waiting.
+    /// Whether the event has completed, without waiting (not while it is held behind a
+    /// host function).
     fn is_complete(&self) -> Result<bool> {
-        let done = self.device.is_complete(self.value)?;
+        let Some(value) = self.mark.value() else {
+            return Ok(false);
+        };
+        let done = self.device.is_complete(value)?;
         if done {
             self.observed.get_or_init(Instant::now);
         }

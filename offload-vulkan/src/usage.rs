@@ -4,7 +4,9 @@
 //! queue.rs), so "the work that uses this buffer" is of two kinds: batches already
 //! submitted, summed up by the timeline value of the last of them, and the open batches of
 //! some queues, not yet submitted. A host access, a free or an unload first submits those
-//! open batches, then waits for the timeline value.
+//! open batches, then waits for the timeline value. A queue whose gate is closed behind a
+//! host function (gate.rs) submits them only once the function has run: the flush waits
+//! for that, except from that function itself, which gets `InvalidArgument` (L6).
 //!
 //! Lock order: a queue's lock, then a usage's (recording and submitting take them so);
 //! [`Usage::flush`] lets go of the usage's lock before it takes any queue's.
@@ -51,13 +53,34 @@ impl Usage {
         self.lock().retain(|q| !std::ptr::eq(q.as_ptr(), queue));
     }
 
+    /// The queues whose open (or held) batches use this.
+    fn queues(&self) -> Vec<Arc<QueueShared>> {
+        self.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
     /// Submits the open batches that use this; returns the timeline value to wait for.
+    /// Every queue but the one whose host function this thread runs is flushed even when
+    /// that one refuses (its refusal comes last).
     pub(crate) fn flush(&self) -> Result<u64> {
-        let queues: Vec<Arc<QueueShared>> = self.lock().iter().filter_map(Weak::upgrade).collect();
-        for queue in queues {
-            queue.flush()?;
+        let mut refused = None;
+        for queue in self.queues() {
+            if let Err(e) = queue.flush() {
+                if !queue.is_own() {
+                    return Err(e);
+                }
+                refused = Some(e);
+            }
         }
-        Ok(self.last.load(Ordering::Acquire))
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(self.last.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Whether work held behind a host function uses this: a host access must wait for
+    /// it with no lock of the buffer held (`hal::Device::pending`, L7).
+    pub(crate) fn is_held(&self) -> bool {
+        self.queues().iter().any(|q| q.is_gated())
     }
 
     /// Submits the open batches that use this, then waits until no GPU work uses it.
@@ -66,16 +89,26 @@ impl Usage {
         device.wait_for(value)
     }
 
-    /// [`Usage::wait`] for `Drop`s: an error leaves the device waited idle instead.
-    pub(crate) fn wait_or_idle(&self, device: &DeviceContext) {
+    /// [`Usage::wait`] for `Drop`s: an error leaves the device waited idle instead. From
+    /// a host function whose queue holds work that uses this, returns that queue, which
+    /// must keep what is dropped until the work has run (`QueueShared::release_after`);
+    /// the other queues' work was waited for.
+    pub(crate) fn wait_or_idle(&self, device: &DeviceContext) -> Option<Arc<QueueShared>> {
         match self.flush() {
             Ok(value) => {
                 // For drops: a lost device is reported by the next call that meets it.
                 let _ = device.wait_for_or_idle(value);
+                None
             }
             Err(_) => {
+                if let Some(own) = self.queues().into_iter().find(|q| q.is_own()) {
+                    // For drops: as above.
+                    let _ = device.wait_for_or_idle(self.last.load(Ordering::Acquire));
+                    return Some(own);
+                }
                 // For drops: a lost device is reported by the next call that meets it.
                 let _ = device.wait_idle();
+                None
             }
         }
     }

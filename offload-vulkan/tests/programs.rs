@@ -829,12 +829,14 @@ fn queued_work_is_batched_and_ordered() {
         dev.read(&large, 0, &mut back).unwrap();
         assert!(back == big, "{path}: a staged 70,000-byte queued write");
 
-        // A host function runs after the work before it (on Vulkan: at once, blocking).
+        // A host function runs after the work before it, on the queue's thread, by the
+        // next sync (tests/host_fn.rs checks the order and that enqueueing never waits).
         let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
         add_one(&q, &k_add, &buf, 1, Dims::grid([1, 1, 1]).block([64, 1, 1]));
         let flag = seen.clone();
         q.enqueue_host_fn(Box::new(move || *flag.lock().unwrap() = Some(())))
             .unwrap();
+        q.sync().unwrap();
         assert!(seen.lock().unwrap().is_some());
         assert!(q.is_idle().unwrap());
 

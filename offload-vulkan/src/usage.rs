@@ -19,43 +19,59 @@ use offload_core::Result;
 use crate::context::DeviceContext;
 use crate::queue::QueueShared;
 
+/// The queues whose unsubmitted batches use something, each with how many of them do (one
+/// open batch, and those held behind a host function).
+type Open = Vec<(Weak<QueueShared>, usize)>;
+
 /// The queued work that uses one buffer or module.
 #[derive(Debug, Default)]
 pub(crate) struct Usage {
     /// The timeline value of the last submitted batch that uses it (0: none).
     last: AtomicU64,
-    /// The queues whose open batch uses it.
-    open: Mutex<Vec<Weak<QueueShared>>>,
+    /// The queues whose unsubmitted batches use it.
+    open: Mutex<Open>,
 }
 
 impl Usage {
-    fn lock(&self) -> MutexGuard<'_, Vec<Weak<QueueShared>>> {
-        // Each step under the lock is one push or removal: never half-done.
+    fn lock(&self) -> MutexGuard<'_, Open> {
+        // Each step under the lock is one push, count or removal: never half-done.
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Notes that `queue`'s open batch uses this (called with the queue's lock held).
+    /// Notes that `queue`'s open batch uses this: once per batch (called with the queue's
+    /// lock held).
     pub(crate) fn opened_by(&self, queue: &Arc<QueueShared>) {
         let mut open = self.lock();
-        if !open
-            .iter()
-            .any(|q| std::ptr::eq(q.as_ptr(), Arc::as_ptr(queue)))
+        match open
+            .iter_mut()
+            .find(|(q, _)| std::ptr::eq(q.as_ptr(), Arc::as_ptr(queue)))
         {
-            open.push(Arc::downgrade(queue));
+            Some((_, batches)) => *batches += 1,
+            None => open.push((Arc::downgrade(queue), 1)),
         }
     }
 
-    /// `queue`'s open batch that used this was submitted with timeline value `value`
-    /// (0: it was abandoned, never submitted).
+    /// A batch of `queue` that used this was submitted with timeline value `value` (0: it
+    /// was abandoned, never submitted).
     pub(crate) fn submitted(&self, queue: *const QueueShared, value: u64) {
         // Stamp first: a flush that no longer finds the queue below must see the value.
         self.last.fetch_max(value, Ordering::AcqRel);
-        self.lock().retain(|q| !std::ptr::eq(q.as_ptr(), queue));
+        let mut open = self.lock();
+        if let Some((_, batches)) = open
+            .iter_mut()
+            .find(|(q, _)| std::ptr::eq(q.as_ptr(), queue))
+        {
+            *batches = batches.saturating_sub(1);
+        }
+        open.retain(|(_, batches)| *batches > 0);
     }
 
     /// The queues whose open (or held) batches use this.
     fn queues(&self) -> Vec<Arc<QueueShared>> {
-        self.lock().iter().filter_map(Weak::upgrade).collect()
+        self.lock()
+            .iter()
+            .filter_map(|(q, _)| q.upgrade())
+            .collect()
     }
 
     /// Submits the open batches that use this; returns the timeline value to wait for.

@@ -491,6 +491,24 @@ fn host_access_waits_for_held_work() {
         2,
         "the free waited for the held work"
     );
+    // Two batches behind the gate use the buffer: the first, submitted when the gate
+    // opens, must not make a host access forget the second (still open).
+    let (go_tx, go_rx) = mpsc::channel();
+    q.enqueue_host_fn(Box::new(move || go_rx.recv().unwrap()))
+        .unwrap();
+    s.spin(&q, &buf);
+    let closes = q.record().unwrap();
+    s.spin(&q, &buf);
+    go_tx.send(()).unwrap();
+    while !closes.is_complete().unwrap() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        counters(&s.dev, &buf),
+        vec![3; 64],
+        "a read saw only the first batch"
+    );
+    closes.destroy().unwrap();
     q.destroy().unwrap();
     s.dev.free(buf).unwrap();
     assert_eq!(stats().live_allocations, allocations);

@@ -7,7 +7,7 @@
 //!   report (every index also checked for the report: three checks a thread), one without
 //!   (offload's protection only, which both have). The triad is
 //!   memory-bound, the case the issue names. **Goal: with / without ≤ 1.05**, for the
-//!   report to be on by default. Not met on lavapipe (about 1.5: each invocation's
+//!   report to be on by default. Not met on lavapipe (about 1.6: each invocation's
 //!   `atomicAdd` at its exit runs masked for every lane there), so the report is off by
 //!   default (docs/benchmarks.md).
 //!

@@ -107,7 +107,7 @@ impl VulkanOptions {
     /// out-of-range write is still dropped, silently.
     ///
     /// Off by default: on lavapipe it makes a memory-bound kernel (a STREAM triad over
-    /// 64 MiB arrays) about 1.5 times slower (`benches/bounds_report.rs`; docs/benchmarks.md),
+    /// 64 MiB arrays) about 1.6 times slower (`benches/bounds_report.rs`; docs/benchmarks.md),
     /// above the 5% a default may cost. Turn it on while developing a kernel. The default
     /// follows the environment variable `OFFLOAD_VULKAN_BOUNDS_REPORT` (`1`, `true`, `yes` or
     /// `on`). It is part of the WGSL compiler's identity, so the compile cache keeps kernels

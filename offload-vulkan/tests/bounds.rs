@@ -368,3 +368,34 @@ fn the_report_counts_every_buffer_access_out_of_range() {
         ("shapes".to_string(), 4, 3, 1000, 4, "write", 10)
     );
 }
+
+/// Behind a host function (its queue holds the later work until it has run): a stray
+/// launch before it and one after it are reported by the same sync as the function's
+/// panic, each once (L8).
+#[test]
+fn a_stray_launch_behind_a_host_function_is_reported_beside_its_panic() {
+    let Some(f) = Fixture::new(
+        "a_stray_launch_behind_a_host_function_is_reported_beside_its_panic",
+        true,
+    ) else {
+        return;
+    };
+    let queue = f.dev.queue().unwrap();
+    f.launch(&queue, "via_helper", 1);
+    queue
+        .enqueue_host_fn(Box::new(|| panic!("a planted panic")))
+        .unwrap();
+    f.launch(&queue, "count", 2);
+    let Err(Error::Multiple(errors)) = queue.sync() else {
+        panic!("not both errors");
+    };
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(matches!(errors[0], Error::Callback { .. }), "{errors:?}");
+    assert!(
+        matches!(errors[1], Error::OutOfBounds { more: 2, .. }),
+        "{errors:?}"
+    );
+    queue.sync().unwrap();
+    queue.destroy().unwrap();
+    f.close();
+}

@@ -431,10 +431,14 @@ fn double(@builtin(global_invocation_id) id: vec3<u32>) {
         queue.sync().unwrap();
         let want: Vec<f32> = (0..10).map(|i| 2.0 * i as f32 + 1.0).collect();
         assert_eq!(output.to_vec().unwrap(), want, "the 10 valid elements");
-        // Reads past the input's end give zero: a 200-element output's tail is 2*0+1.
-        let wide = dev.alloc_zeros::<f32>(200).unwrap();
+        // Reads past the input's end give zero: a 256-element output's tail is 2*0+1. (One
+        // thread per output element, so the reads are the only strays: with more threads
+        // than elements the first report could be a read or a write, whichever thread
+        // came first.)
+        let wide = dev.alloc_zeros::<f32>(256).unwrap();
+        let exact = Dims::grid([4, 1, 1]).block([64, 1, 1]);
         queue
-            .run(&double, dims, &offload_core::args![&input, &wide])
+            .run(&double, exact, &offload_core::args![&input, &wide])
             .unwrap();
         let Err(e) = queue.sync() else {
             panic!("reads past the input's end were not reported");
@@ -448,6 +452,7 @@ fn double(@builtin(global_invocation_id) id: vec3<u32>) {
                     binding: 0,
                     length: 100,
                     access: "read",
+                    more: 155,
                     ..
                 }
             ),

@@ -1106,8 +1106,9 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
 }
 
 /// Refuses a buffer (or range) of `len` bytes for binding `j` of `entry` (argument `arg`)
-/// when it is smaller than the binding's minimum size: the block's fixed members and one
-/// element of its runtime array. Below that, the block's fixed members would lie past the
+/// when it is smaller than the binding's minimum size: its block (a uniform block, a
+/// storage block without a runtime array), or its fixed members and one element of its
+/// runtime array; the refusal says which. Below that, the block's fixed members would lie past the
 /// binding, where the shader's bounds checks (which guard array indices) do not look.
 fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usize) -> Result<()> {
     let min = entry.min_sizes.get(j).copied().unwrap_or(0);
@@ -1115,12 +1116,22 @@ fn check_min_size(entry: &crate::spirv::EntryPoint, j: usize, len: u64, arg: usi
         return Ok(());
     }
     let binding = entry.bindings.get(j).copied().unwrap_or(0);
+    // What the binding declares, so the message describes the shader that is there.
+    let holds = match entry.array_strides.get(j).copied().flatten() {
+        Some(stride) => format!(
+            "its {} bytes of fixed members and one {stride}-byte element of its runtime array",
+            min.saturating_sub(stride)
+        ),
+        None if entry.uniform.get(j).copied().unwrap_or(false) => {
+            format!("its {min}-byte uniform block")
+        }
+        None => format!("its {min}-byte block"),
+    };
     Err(Error::invalid(
         "",
         format!(
             "argument {arg} of vulkan kernel `{}`: {len} bytes bound to binding {binding}, \
-             which needs at least {min} (its fixed members and one element of its runtime \
-             array)",
+             which needs at least {min} ({holds})",
             entry.name
         ),
     ))

@@ -247,6 +247,10 @@ pub struct EntryPoint {
     /// are inside the binding and a runtime array's length is what the buffer holds. A uniform
     /// block has no runtime array: its size is checked in every module.
     pub min_sizes: Vec<u64>,
+    /// The `ArrayStride` of each of `bindings`' trailing runtime array, where its block
+    /// ends in one (one element of it is in `min_sizes`): so that a refusal can say what
+    /// the binding holds.
+    pub array_strides: Vec<Option<u64>>,
     /// The push-constant members in declaration order: the by-value parameters.
     pub push: Vec<PushLeaf>,
     /// Bytes of push constants to cover (the end of the last member, rounded up to 4).
@@ -481,6 +485,7 @@ impl Vk<'_, '_> {
                     e.bindings.remove(i);
                     e.uniform.remove(i);
                     e.min_sizes.remove(i);
+                    e.array_strides.remove(i);
                     e.report_binding = Some(report.binding);
                 }
             }
@@ -519,7 +524,7 @@ impl Vk<'_, '_> {
             v.sort_unstable();
             v
         };
-        let mut bindings = Vec::new();
+        let mut bindings: Vec<(u32, u64, bool, Option<u64>)> = Vec::new();
         let mut push = Vec::new();
         let mut push_blocks = 0;
         let mut uses_workgroup_memory = false;
@@ -576,14 +581,18 @@ impl Vk<'_, '_> {
                             "{what} binding {binding} (offload binds 0 to {MAX_BINDING})"
                         ));
                     } else {
-                        let min = self.min_binding_size(pointee).unwrap_or(0);
-                        match bindings.iter_mut().find(|(b, _, _)| *b == binding) {
-                            Some((_, known, u)) if *u == uniform => *known = min.max(*known),
+                        let (min, stride) = self.min_binding_size(pointee).unwrap_or((0, None));
+                        match bindings.iter_mut().find(|(b, ..)| *b == binding) {
+                            Some((_, known, u, s)) if *u == uniform => {
+                                if min > *known {
+                                    (*known, *s) = (min, stride);
+                                }
+                            }
                             Some(_) => unsupported.push(format!(
                                 "binding {binding} is used as both a storage and a uniform \
                                  buffer"
                             )),
-                            None => bindings.push((binding, min, uniform)),
+                            None => bindings.push((binding, min, uniform, stride)),
                         }
                     }
                 }
@@ -608,6 +617,7 @@ impl Vk<'_, '_> {
         bindings.sort_unstable();
         let min_sizes = bindings.iter().map(|b| b.1).collect();
         let uniform = bindings.iter().map(|b| b.2).collect();
+        let array_strides = bindings.iter().map(|b| b.3).collect();
         let bindings = bindings.iter().map(|b| b.0).collect();
         let push_end = push
             .iter()
@@ -622,6 +632,7 @@ impl Vk<'_, '_> {
             bindings,
             uniform,
             min_sizes,
+            array_strides,
             push,
             push_size,
             uses_workgroup_memory,
@@ -835,18 +846,23 @@ impl Vk<'_, '_> {
     }
 
     /// The fewest bytes a buffer bound to storage block `block` must hold: the end of its
-    /// last member, a trailing runtime array counting one element (its `ArrayStride`).
-    /// `None` where the module leaves a size open (no `Offset`, no `ArrayStride`).
-    fn min_binding_size(&self, block: u32) -> Option<u64> {
+    /// last member, a trailing runtime array counting one element (its `ArrayStride`, the
+    /// second value, where the block has one). `None` where the module leaves a size open (no `Offset`, no `ArrayStride`).
+    fn min_binding_size(&self, block: u32) -> Option<(u64, Option<u64>)> {
         let Some(Type::Struct(members)) = self.types.get(&block) else {
             return None;
         };
         let deco = self.decorations.get(&block)?;
         let mut end = 0u64;
+        let mut stride = None;
         for (m, &member) in members.iter().enumerate() {
             let (offset, matrix_stride) = deco.members.get(&(m as u32)).copied()?;
             let size = match self.types.get(&member) {
-                Some(Type::RuntimeArray) => self.decorations.get(&member)?.array_stride?,
+                Some(Type::RuntimeArray) => {
+                    let s = self.decorations.get(&member)?.array_stride?;
+                    stride = Some(u64::from(s));
+                    s
+                }
                 _ => {
                     let mut budget = TYPE_BUDGET;
                     self.size_of(member, matrix_stride, 0, &mut budget).ok()?
@@ -854,7 +870,7 @@ impl Vk<'_, '_> {
             };
             end = end.max(u64::from(offset?) + u64::from(size));
         }
-        Some(end)
+        Some((end, stride))
     }
 
     /// The size in bytes of a push-constant member's (or a storage block member's) type.

@@ -526,6 +526,81 @@ fn put() { data.items[data.count] = vec2(data.count, 7u); data.count += 1u; }
         assert_no_validation_errors("tests/wgsl.rs");
     }
 
+    /// A size refusal describes the binding that is there: a uniform block by its size
+    /// (it has no runtime array), a storage block by its fixed members and one element of
+    /// its runtime array.
+    #[test]
+    fn a_size_refusal_describes_the_binding_that_is_there() {
+        let _serial = serial();
+        let Some(rt) = start("a_size_refusal_describes_the_binding_that_is_there") else {
+            return;
+        };
+        let dev = rt.devices().unwrap().remove(0);
+        let text = "
+struct U { a: vec2<f32>, b: vec2<f32>, c: vec2<f32> }
+struct Block { count: u32, pad: u32, items: array<vec2<u32>> }
+@group(0) @binding(0) var<uniform> u: U;
+@group(0) @binding(1) var<storage, read_write> data: Block;
+@compute @workgroup_size(1)
+fn put() { data.items[0] = vec2(u32(u.a.x + u.b.y + u.c.x), 7u); }
+";
+        let put = Program::from_source(Source::wgsl(text))
+            .load(&dev)
+            .unwrap()
+            .kernel("put")
+            .unwrap();
+        let queue = dev.queue().unwrap();
+        let one = Dims::grid([1, 1, 1]).block([1, 1, 1]);
+        let (small, block) = (
+            dev.alloc(8, MemKind::Device).unwrap(),
+            dev.alloc_zeros::<u32>(4).unwrap(),
+        );
+        // SAFETY: refused before anything is submitted.
+        let e = unsafe { queue.launch(&put, one, &[Arg::uniform(&small), Arg::from(&block)]) }
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "8 bytes bound to binding 0, which needs at least 24 (its 24-byte uniform block)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("runtime array"), "{text}");
+        let uniform = dev.alloc_zeros::<u32>(6).unwrap();
+        let small = dev.alloc(12, MemKind::Device).unwrap();
+        // SAFETY: refused before anything is submitted.
+        let e = unsafe {
+            queue.launch(
+                &put,
+                one,
+                &[Arg::uniform(uniform.as_bytes()), Arg::buffer(&small)],
+            )
+        }
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "12 bytes bound to binding 1, which needs at least 16 (its 8 bytes of fixed \
+                 members and one 8-byte element of its runtime array)"
+            ),
+            "{text}"
+        );
+        // The sizes themselves pass.
+        // SAFETY: u holds its 24 bytes and data its 8 fixed bytes and one element.
+        unsafe {
+            queue.launch(
+                &put,
+                one,
+                &[Arg::uniform(uniform.as_bytes()), Arg::from(&block)],
+            )
+        }
+        .unwrap();
+        queue.sync().unwrap();
+        assert_eq!(block.to_vec().unwrap(), [0, 0, 0, 7]);
+        rt.shutdown().unwrap();
+        assert_no_validation_errors("tests/wgsl.rs");
+    }
+
     #[test]
     fn sixteen_threads_loading_one_program_compile_it_once() {
         let _serial = serial();

@@ -65,7 +65,8 @@ mod typestate;
 mod vocab;
 
 /// Plain-old-data element types for [`TypedBuffer`]: derive `Pod` and `Zeroable` for your
-/// own `#[repr(C)]` structs.
+/// own `#[repr(C)]` structs, with `#[bytemuck(crate = "offload::bytemuck")]` where your
+/// crate has no `bytemuck` dependency of its own (the derive names `::bytemuck` otherwise).
 pub use bytemuck;
 pub use compile::{CompileKey, CompileStats, SharedCache, compile_stats, set_shared_cache};
 pub use config::{

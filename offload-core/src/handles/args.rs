@@ -334,7 +334,10 @@ impl<'a> Arg<'a> {
     /// let a = Arg::pod(&v);
     /// assert!(matches!(a, Arg::Pod { bytes, elem: Some(ScalarType::F32), .. } if bytes.len() == 8));
     ///
+    /// // Through offload's re-export, the derive is told where bytemuck is: a crate
+    /// // without its own bytemuck dependency has no `::bytemuck` (docs/launches.md).
     /// #[derive(Clone, Copy, offload::bytemuck::Pod, offload::bytemuck::Zeroable)]
+    /// #[bytemuck(crate = "offload::bytemuck")]
     /// #[repr(C)]
     /// struct Light { color: [f32; 3], intensity: f32 }
     /// let light = Light { color: [1.0, 0.5, 0.0], intensity: 2.0 };

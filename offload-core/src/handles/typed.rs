@@ -8,8 +8,10 @@
 //!
 //! Element types are [`bytemuck::Pod`]: every bit pattern is a value and there is no
 //! padding, so bytes a kernel wrote can be read as `T` without `unsafe`. Derive it for
-//! your own `#[repr(C)]` structs with `#[derive(Pod, Zeroable, Clone, Copy)]`
-//! (`offload::bytemuck`).
+//! your own `#[repr(C)]` structs through the re-export, with no bytemuck dependency of
+//! your own: `#[derive(Pod, Zeroable, Clone, Copy)]` (from `offload::bytemuck`) and
+//! `#[bytemuck(crate = "offload::bytemuck")]`, which tells the derive where the crate is
+//! (docs/launches.md, "Your own element types").
 
 use std::fmt;
 use std::marker::PhantomData;

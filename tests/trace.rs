@@ -1,16 +1,18 @@
 //! The Chrome time trace (`OFFLOAD_TRACE`, docs/trace.md): two rounds of the quickstart's
 //! steps, run in a child process with the trace on, write a file that parses as Chrome trace JSON, named with
 //! the child's pid, holding complete events for init, platform opens, loads, launches,
-//! syncs and shutdown; a runtime never shut down is traced by the exit hook; a file that
-//! cannot be written is a warning, not a failure of the program.
+//! syncs and shutdown, and a `thread_name` metadata event for every thread in it; a free of
+//! exported memory a peer process mapped has a span for its wait on the peer; a runtime
+//! never shut down is traced by the exit hook; a file that cannot be written is a warning,
+//! not a failure of the program.
 #![cfg(feature = "fixtures")]
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
-use offload::{MemKind, Offload};
-use offload_testing::child;
+use offload::{BackendKind, MemKind, Offload};
+use offload_testing::child::{self, Child};
 use serde_json::Value;
 
 /// The quickstart's steps, twice: init, allocate, write, load, launch, read back, shut down.
@@ -31,12 +33,67 @@ fn two_rounds() -> offload::Result<()> {
     Ok(())
 }
 
-/// What a child does, by `TRACE_CHILD`: `two_rounds`, or `no_shutdown` (init, a sync, and
-/// exit with the runtime still live). Without it, nothing (a plain run of this binary).
+/// A host runtime whose exported buffer a peer process (`ipc_peer`, untraced) maps, then
+/// frees it: the free waits for the peer's unmap.
+fn ipc_free() {
+    let rt = Offload::builder()
+        .backends([BackendKind::Host])
+        .start()
+        .expect("start");
+    let endpoint = rt.ipc_endpoint().expect("endpoint");
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["--exact", "trace_child", "--nocapture"])
+        .env("TRACE_CHILD", "ipc_peer")
+        .env("OFFLOAD_BACKENDS", "host")
+        .env_remove("OFFLOAD_TRACE")
+        .env_remove("XDG_RUNTIME_DIR");
+    let peer = Child::from_command(command);
+    let name = peer.expect("NAME ")["NAME ".len()..].to_string();
+    let to = endpoint.connect(&name).expect("connect");
+    let dev = rt.device(BackendKind::Host).expect("host device");
+    let buf = dev.alloc_exportable(4096, MemKind::Device).expect("alloc");
+    endpoint.send(to, &buf, 0, 4096, 1).expect("send");
+    peer.expect("GOT");
+    buf.free().expect("free");
+    let last = dev.alloc_exportable(64, MemKind::Device).expect("alloc");
+    endpoint.send(to, &last, 0, 4, 2).expect("send the end");
+    peer.expect("BYE");
+    peer.finish();
+    drop((endpoint, last));
+    rt.shutdown().expect("shutdown");
+}
+
+/// The peer of `ipc_free`: maps what it receives (tag 1: says GOT; the mapping stays
+/// cached), until tag 2.
+fn ipc_peer() {
+    let rt = Offload::init().expect("init");
+    let endpoint = rt.ipc_endpoint().expect("endpoint");
+    child::say(&format!("NAME {}", endpoint.name()));
+    loop {
+        let got = endpoint.recv().expect("recv");
+        if got.tag() == 2 {
+            break;
+        }
+        got.buffer().read(0, &mut [0u8; 4]).expect("read the view");
+        drop(got);
+        child::say("GOT");
+    }
+    drop(endpoint);
+    rt.shutdown().expect("shutdown");
+    child::say("BYE");
+}
+
+/// What a child does, by `TRACE_CHILD`: `two_rounds`, `ipc_free` (with its peer,
+/// `ipc_peer`), or `no_shutdown` (init, a sync, and exit with the runtime still live).
+/// Without it, nothing (a plain run of this binary).
 #[test]
 fn trace_child() {
     match std::env::var("TRACE_CHILD").as_deref() {
         Ok("two_rounds") => two_rounds().expect("two rounds"),
+        Ok("ipc_free") => ipc_free(),
+        Ok("ipc_peer") => ipc_peer(),
         Ok("no_shutdown") => {
             let rt = Offload::init().expect("init");
             rt.devices().expect("devices")[0]
@@ -123,6 +180,35 @@ fn complete_events(trace: &Value, pid: u64) -> Vec<(String, f64, f64)> {
     out
 }
 
+/// The `thread_name` metadata events, as (tid, name); each tid of a complete event has
+/// one, and no tid has two.
+fn thread_names(trace: &Value) -> Vec<(u64, String)> {
+    let events = trace["traceEvents"]
+        .as_array()
+        .expect("a traceEvents array");
+    let mut names: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| {
+            let name = e["args"]["name"].as_str().unwrap_or_else(|| panic!("{e}"));
+            assert!(!name.is_empty(), "{e}");
+            (e["tid"].as_u64().unwrap(), name.to_owned())
+        })
+        .collect();
+    names.sort();
+    let mut tids: Vec<u64> = names.iter().map(|(t, _)| *t).collect();
+    tids.dedup();
+    assert_eq!(tids.len(), names.len(), "a thread named twice: {names:?}");
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let tid = e["tid"].as_u64().unwrap();
+        assert!(
+            tids.contains(&tid),
+            "thread {tid} has no thread_name: {e}; names: {names:?}"
+        );
+    }
+    names
+}
+
 fn count(events: &[(String, f64, f64)], name: &str) -> usize {
     events.iter().filter(|(n, ..)| n == name).count()
 }
@@ -160,6 +246,27 @@ fn two_rounds_write_a_chrome_trace() {
     );
     assert_eq!(trace["otherData"]["dropped_events"].as_u64(), Some(0));
     assert_eq!(trace["displayTimeUnit"].as_str(), Some("ns"));
+    // The child's test runs on a thread the test harness names after it: the trace shows
+    // that name, not a number.
+    let names = thread_names(&trace);
+    assert!(names.iter().any(|(_, n)| n == "trace_child"), "{names:?}");
+}
+
+#[test]
+fn a_free_that_waits_for_a_peer_has_a_span() {
+    let (trace, pid) = traced_child("ipc_free");
+    let events = complete_events(&trace, pid);
+    let names: Vec<&str> = events.iter().map(|(n, ..)| n.as_str()).collect();
+    assert_eq!(count(&events, "ipc_unmap_wait"), 1, "{names:?}");
+    let wait = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "ipc_unmap_wait")
+        .unwrap();
+    assert!(wait["args"]["mappings"].as_u64() >= Some(1), "{wait}");
+    assert_eq!(wait["cat"].as_str(), Some("offload::ipc"), "{wait}");
+    thread_names(&trace);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! A Chrome time trace of the runtime: `OFFLOAD_TRACE=<file>` (or the builder's
 //! [`trace`](crate::Offload::trace)) writes offload's own `tracing` spans — `init`,
-//! `platform_open`, `compile`, `load`, `launch`, `sync`, `ipc_send`, `shutdown` — as
+//! `platform_open`, `compile`, `load`, `launch`, `sync`, `ipc_send`, `ipc_unmap_wait`,
+//! `shutdown` — as
 //! complete events (`"ph":"X"`, microseconds) of the JSON `traceEvents` format that
 //! Perfetto (<https://ui.perfetto.dev>) and `chrome://tracing` read. It is offload's
 //! counterpart of Proteus's `PROTEUS_ENABLE_TIME_TRACE`.
@@ -19,7 +20,10 @@
 //! # What is recorded, and when it is written
 //!
 //! A span is one event per entry (enter to exit, on the thread that entered it), with its
-//! fields as `args`. At most [`MAX_EVENTS`] are kept per process; later ones are counted,
+//! fields as `args`. Every thread with an event gets a `thread_name` metadata event:
+//! offload's own threads by their job (`offload executor (queue 0)`, `offload IPC
+//! progress`, `offload compile pool`, `offload host functions`, `offload host worker 0`),
+//! the process's first thread `main`, others by their OS name, else `thread <n>`. At most [`MAX_EVENTS`] are kept per process; later ones are counted,
 //! not kept (`otherData.dropped_events` in the file). The file is written, whole, at every
 //! deinitialising shutdown of a traced runtime (the last `shutdown`, the last drop, or the
 //! exit hook for a runtime never shut down), so a process that starts and stops offload
@@ -86,6 +90,7 @@ statics! {
         events: Vec::new(),
         dropped: 0,
         dirty: false,
+        threads: Vec::new(),
     });
     static NEXT_TID: AtomicU64 = AtomicU64::new(1);
     /// Spans in `Recorder::open` (changed under its lock): enter, exit and close return at once
@@ -129,6 +134,8 @@ struct Recorder {
     dropped: u64,
     /// Events recorded since the file was last written.
     dirty: bool,
+    /// Each traced thread's number and name (`thread_name` metadata in the file).
+    threads: Vec<(u64, String)>,
 }
 
 impl Recorder {
@@ -165,13 +172,66 @@ fn recorder() -> MutexGuard<'static, Recorder> {
     RECORDER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// This thread's number in the trace; the first time, its name is noted too. Never called
+/// with the recorder's lock held.
 fn tid() -> u64 {
     TID.with(|t| {
         if t.get() == 0 {
-            t.set(NEXT_TID.fetch_add(1, Ordering::Relaxed));
+            let tid = NEXT_TID.fetch_add(1, Ordering::Relaxed);
+            t.set(tid);
+            let name = thread_label(os_thread_name().as_deref(), is_main_thread(), tid);
+            let mut r = recorder();
+            // Bounded as the events are: past that, a thread shows as its number.
+            if r.threads.len() < MAX_EVENTS {
+                r.threads.push((tid, name));
+            }
         }
         t.get()
     })
+}
+
+/// The calling thread's name as the kernel keeps it (15 bytes at most), if it can be read.
+fn os_thread_name() -> Option<String> {
+    let comm = std::fs::read_to_string("/proc/thread-self/comm").ok()?;
+    Some(comm.trim_end_matches('\n').to_owned())
+}
+
+/// Whether the calling thread is the process's first (`/proc/thread-self` is
+/// `<pid>/task/<tid>`, and the first thread's id is the pid).
+fn is_main_thread() -> bool {
+    std::fs::read_link("/proc/thread-self").is_ok_and(|link| {
+        let mut parts = link.to_str().unwrap_or_default().split('/');
+        matches!((parts.next(), parts.next(), parts.next()), (Some(pid), Some("task"), Some(tid)) if pid == tid)
+    })
+}
+
+/// A thread's name in the trace: offload's own threads (named by `offload-thread`, cut to
+/// 15 bytes by the kernel) by their job, the process's first thread `main`, another thread
+/// by its OS name, else `thread <tid>`.
+fn thread_label(os_name: Option<&str>, main: bool, tid: u64) -> String {
+    if main {
+        return "main".into();
+    }
+    let Some(name) = os_name.filter(|n| !n.is_empty()) else {
+        return format!("thread {tid}");
+    };
+    let number = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if let Some(q) = number("offload-q") {
+        format!("offload executor (queue {q})")
+    } else if let Some(w) = number("offload-host-") {
+        format!("offload host worker {w}")
+    } else if name == "offload-host-fn" {
+        "offload host functions".into()
+    } else if name.starts_with("offload-ipc") {
+        "offload IPC progress".into()
+    } else if name == "offload-compile" {
+        "offload compile pool".into()
+    } else {
+        name.to_owned()
+    }
 }
 
 fn is_offload(meta: &Metadata<'_>) -> bool {
@@ -365,6 +425,15 @@ fn json(r: &Recorder) -> String {
         out,
         "{{\"traceEvents\":[\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"offload\"}}}}"
     );
+    // A name for every thread that has an event in the file.
+    let shown: std::collections::BTreeSet<u64> = r.events.iter().map(|e| e.tid).collect();
+    for (tid, name) in r.threads.iter().filter(|(t, _)| shown.contains(t)) {
+        let _ = write!(
+            out,
+            ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
+            JsonStr(name)
+        );
+    }
     for e in &r.events {
         let ts = e.start.saturating_duration_since(epoch).as_nanos();
         let _ = write!(
@@ -613,6 +682,36 @@ mod tests {
     }
 
     #[test]
+    fn offloads_threads_are_named_for_their_jobs() {
+        let label = |name, main| thread_label(name, main, 7);
+        assert_eq!(
+            label(Some("offload-q3"), false),
+            "offload executor (queue 3)"
+        );
+        assert_eq!(
+            label(Some("offload-host-0"), false),
+            "offload host worker 0"
+        );
+        assert_eq!(
+            label(Some("offload-host-fn"), false),
+            "offload host functions"
+        );
+        // `offload-ipc-progress`, as the kernel keeps it.
+        assert_eq!(
+            label(Some("offload-ipc-pro"), false),
+            "offload IPC progress"
+        );
+        assert_eq!(
+            label(Some("offload-compile"), false),
+            "offload compile pool"
+        );
+        assert_eq!(label(Some("render"), false), "render");
+        assert_eq!(label(Some("app"), true), "main");
+        assert_eq!(label(Some(""), false), "thread 7");
+        assert_eq!(label(None, false), "thread 7");
+    }
+
+    #[test]
     fn the_recorder_keeps_at_most_max_events_and_counts_the_rest() {
         let start = Instant::now();
         let mut r = Recorder {
@@ -621,6 +720,7 @@ mod tests {
             events: Vec::new(),
             dropped: 0,
             dirty: false,
+            threads: vec![(1, "main".into()), (2, "idle".into())],
         };
         for _ in 0..MAX_EVENTS + 3 {
             r.push(Complete {
@@ -637,6 +737,10 @@ mod tests {
         assert!(text.starts_with("{\"traceEvents\":["), "{}", &text[..80]);
         assert!(text.contains(r#""dur":1.500"#));
         assert!(text.contains(r#""args":{"kernel":"noop"}"#));
+        // Named: the threads with events, not the others.
+        assert!(text.contains(r#"{"name":"thread_name","ph":"M","pid":"#));
+        assert!(text.contains(r#""tid":1,"args":{"name":"main"}}"#));
+        assert!(!text.contains("idle"));
         assert!(text.ends_with(
             r#""dropped_events":3,"max_events":100000}}
 "#

@@ -136,7 +136,17 @@ fn before_free(
         mappings = unmaps.len(),
         "freeing exported memory: peers unmap it first"
     );
+    // The wait for the peers' acknowledgements, up to the unmap timeout: its own span, so
+    // a trace shows where a free's time went.
+    let wait = tracing::debug_span!(
+        target: "offload::ipc",
+        "ipc_unmap_wait",
+        allocation = entry.id,
+        mappings = unmaps.len(),
+    )
+    .entered();
     let unanswered = ipc.send_unmaps(unmaps, true);
+    drop(wait);
     if unanswered.is_empty() {
         return None;
     }

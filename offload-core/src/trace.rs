@@ -425,7 +425,8 @@ fn json(r: &Recorder) -> String {
         out,
         "{{\"traceEvents\":[\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"offload\"}}}}"
     );
-    // A name for every thread that has an event in the file.
+    // A name for every thread that has an event in the file (writing to a String cannot
+    // fail, here and below).
     let shown: std::collections::BTreeSet<u64> = r.events.iter().map(|e| e.tid).collect();
     for (tid, name) in r.threads.iter().filter(|(t, _)| shown.contains(t)) {
         let _ = write!(

@@ -81,10 +81,10 @@
 #![warn(missing_docs)]
 
 pub use offload_core::{
-    Arg, BackendKind, Buffer, BufferView, CallbackError, CompileKey, CompileStats, CompilerId,
-    Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo, Kernel,
-    Language, MAX_DEFAULT_COMPILE_THREADS, MemKind, Module, ParamKind, PlatformInfo, Program,
-    Queue, Ready, Result, Scalar, ScalarType, SharedCache, Shutdown, Source, TypedBuffer,
+    Arg, BackendKind, Buffer, BufferView, CallbackError, Caller, CompileKey, CompileStats,
+    CompilerId, Config, DEFAULT_IPC_CACHE_SIZE, Device, DeviceInfo, Dims, Error, Event, GlobalInfo,
+    Kernel, Language, MAX_DEFAULT_COMPILE_THREADS, MemKind, Module, ParamKind, PlatformInfo,
+    Program, Queue, Ready, Result, Scalar, ScalarType, SharedCache, Shutdown, Source, TypedBuffer,
     Unavailable, Uninit, args, bytemuck, compile_stats, default_compile_threads, ipc,
     platform_open_attempts, set_shared_cache, take_unreported_errors,
 };

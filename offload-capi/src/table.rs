@@ -284,6 +284,7 @@ fn refuse(call: &'static str, want: Kind, handle: u64) -> Fail {
         return Fail::Offload(offload::Error::ShutDown {
             call,
             object: format!("{noun} handle {handle:#018x}"),
+            caller: offload::Caller::C,
         });
     }
     Fail::Handle(format!(
@@ -296,6 +297,7 @@ fn shut_down(call: &'static str) -> Fail {
     Fail::Offload(offload::Error::ShutDown {
         call,
         object: String::new(),
+        caller: offload::Caller::C,
     })
 }
 

@@ -45,13 +45,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The runtime generation that made this handle has been shut down (L3). The handle
     /// stays safe to drop; a new `Offload::init()` gives new handles.
-    #[error("{}", shut_down_text(call, object))]
+    #[error("{}", shut_down_text(call, object, *caller))]
     ShutDown {
         /// The offload call that was made (empty when the runtime could not tell).
         call: &'static str,
         /// The handle it was made on, in the user's words (its label, or its kind and
         /// size); empty when the runtime could not tell.
         object: String,
+        /// Whose call it was: the advice (how to make new handles) is in its words.
+        caller: Caller,
     },
 
     /// A program image that the backend cannot load: corrupt, truncated or for another
@@ -160,7 +162,7 @@ pub enum Error {
 
     /// The backend's driver library could not be opened, lacks a required symbol, or has
     /// no driver behind it (a loader without an installed driver).
-    #[error("{}", driver_not_found_text(*backend, library, reason))]
+    #[error("{}", driver_not_found_text(*backend, library, reason, *caller))]
     DriverNotFound {
         /// Backend whose driver is missing.
         backend: BackendKind,
@@ -168,6 +170,8 @@ pub enum Error {
         library: String,
         /// What the dynamic loader said.
         reason: String,
+        /// Whose call it was: the advice (how to leave the backend out) is in its words.
+        caller: Caller,
     },
 
     /// The backend's driver loaded and initialised but found no device it can use (a
@@ -273,7 +277,28 @@ pub enum Error {
     },
 }
 
-fn shut_down_text(call: &str, object: &str) -> String {
+/// The language of the call an error is about: the advice an error gives (how to make new
+/// handles after a shutdown, how to leave a backend out) is written in that language's
+/// words. Rust's, unless the error was re-named for a call of another language's API by
+/// [`Error::for_call`].
+///
+/// ```
+/// use offload::{Caller, Error};
+/// let gone = Error::ShutDown { call: "Buffer::read", object: "buffer".into(), caller: Caller::Rust };
+/// assert!(gone.to_string().ends_with("make new ones from a new Offload::init()"));
+/// assert_eq!(Caller::default(), Caller::Rust);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Caller {
+    /// The Rust API (`Offload::init()`, `Buffer::read`).
+    #[default]
+    Rust,
+    /// The C API (`offload_init()`, `offload_buffer_read`).
+    C,
+}
+
+fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
     let what = if object.is_empty() {
         "this handle".to_string()
     } else {
@@ -284,9 +309,13 @@ fn shut_down_text(call: &str, object: &str) -> String {
     } else {
         format!("{call}: ")
     };
+    let init = match caller {
+        Caller::Rust => "Offload::init()",
+        Caller::C => "offload_init()",
+    };
     format!(
         "{call}{what} belongs to an offload runtime that has been shut down; handles do not \
-         outlive their runtime: make new ones from a new Offload::init()"
+         outlive their runtime: make new ones from a new {init}"
     )
 }
 
@@ -337,15 +366,23 @@ impl std::fmt::Debug for Error {
 
 /// `cuda: driver not found: libcuda.so.1 (cannot open shared object file: …); install …`:
 /// the library named once (the dynamic loader's message repeats it), and what to do.
-fn driver_not_found_text(backend: BackendKind, library: &str, reason: &str) -> String {
+fn driver_not_found_text(
+    backend: BackendKind,
+    library: &str,
+    reason: &str,
+    caller: Caller,
+) -> String {
     let reason = reason
         .strip_prefix(library)
         .and_then(|r| r.strip_prefix(": "))
         .unwrap_or(reason);
+    let setting = match caller {
+        Caller::Rust => "`Offload::builder().backends(..)`",
+        Caller::C => "`offload_config_t`'s `backends`",
+    };
     format!(
         "{backend}: driver not found: {library} ({reason}); install the {backend} driver, or \
-         leave {backend} out of the backends asked for (OFFLOAD_BACKENDS, \
-         `Offload::builder().backends(..)`)"
+         leave {backend} out of the backends asked for (OFFLOAD_BACKENDS, {setting})"
     )
 }
 
@@ -383,7 +420,11 @@ impl Error {
     /// ```
     /// use offload::Error;
     /// assert!(Error::join(vec![]).is_ok());
-    /// let gone = || Error::ShutDown { call: "Buffer::read", object: "buffer \"x\"".into() };
+    /// let gone = || Error::ShutDown {
+    ///     call: "Buffer::read",
+    ///     object: "buffer \"x\"".into(),
+    ///     caller: offload::Caller::Rust,
+    /// };
     /// let one = Error::join(vec![gone()]).unwrap_err();
     /// assert!(matches!(one, Error::ShutDown { .. }));
     /// let two = Error::join(vec![gone(), gone()]).unwrap_err();
@@ -410,7 +451,11 @@ impl Error {
     ///
     /// ```
     /// use offload::Error;
-    /// let gone = || Error::ShutDown { call: "Queue::sync", object: "queue \"io\"".into() };
+    /// let gone = || Error::ShutDown {
+    ///     call: "Queue::sync",
+    ///     object: "queue \"io\"".into(),
+    ///     caller: offload::Caller::Rust,
+    /// };
     /// let e = Error::Multiple(vec![gone(), gone()]);
     /// assert_eq!(e.iter().count(), 2);
     /// assert_eq!(gone().iter().count(), 1);
@@ -428,6 +473,7 @@ impl Error {
         Error::ShutDown {
             call: "",
             object: String::new(),
+            caller: Caller::Rust,
         }
     }
 
@@ -435,9 +481,12 @@ impl Error {
     /// other error gets the call where it did not name one ([`Error::in_call`]).
     pub(crate) fn on(self, call: &'static str, object: &dyn std::fmt::Display) -> Self {
         match self {
-            Error::ShutDown { call: "", .. } => Error::ShutDown {
+            Error::ShutDown {
+                call: "", caller, ..
+            } => Error::ShutDown {
                 call,
                 object: object.to_string(),
+                caller,
             },
             other => other.in_call(call),
         }
@@ -480,6 +529,57 @@ impl Error {
             | Error::Callback { .. }
             | Error::DriverNotFound { .. }
             | Error::NoDevice { .. } => {}
+        }
+    }
+
+    /// The error as a call of another language's API names it: every `call` it carries
+    /// (those inside an `Error::Multiple` too) becomes `call`, the name of the function
+    /// that was called (`offload_buffer_read`), and its advice is given in `caller`'s words
+    /// (`offload_init()` for C, not `Offload::init()`). A binding (the C API) applies it to
+    /// every error it passes on, so its users read their own calls, never the Rust ones
+    /// the binding made for them.
+    ///
+    /// ```
+    /// use offload::{Caller, Error};
+    /// let e = Error::invalid("Buffer::read", "bytes 8..12 are outside an 8-byte buffer");
+    /// let c = e.for_call(Caller::C, "offload_buffer_read");
+    /// assert_eq!(
+    ///     c.to_string(),
+    ///     "offload_buffer_read: invalid argument: bytes 8..12 are outside an 8-byte buffer"
+    /// );
+    /// let gone = Error::ShutDown { call: "Buffer::read", object: "buffer".into(), caller: Caller::Rust };
+    /// let both = Error::Multiple(vec![gone, c]).for_call(Caller::C, "offload_shutdown");
+    /// let text = both.to_string();
+    /// assert!(text.contains("offload_shutdown: buffer belongs to"));
+    /// assert!(text.contains("offload_init()") && !text.contains("::"));
+    /// ```
+    #[must_use]
+    pub fn for_call(mut self, caller: Caller, call: &'static str) -> Self {
+        self.rename(caller, call);
+        self
+    }
+
+    fn rename(&mut self, to_caller: Caller, to: &'static str) {
+        match self {
+            Error::ShutDown { call, caller, .. } => {
+                *call = to;
+                *caller = to_caller;
+            }
+            Error::DriverNotFound { caller, .. } => *caller = to_caller,
+            Error::InvalidBinary { call, .. }
+            | Error::SymbolNotFound { call, .. }
+            | Error::OutOfMemory { call, .. }
+            | Error::InvalidArgument { call, .. }
+            | Error::InvalidIpcHandle { call, .. }
+            | Error::Unsupported { call, .. }
+            | Error::Ipc { call, .. }
+            | Error::Quarantined { call, .. }
+            | Error::Compile { call, .. }
+            | Error::OutOfBounds { call, .. }
+            | Error::Driver { call, .. }
+            | Error::Forked { call, .. } => *call = to,
+            Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.rename(to_caller, to)),
+            Error::Callback { .. } | Error::NoDevice { .. } => {}
         }
     }
 
@@ -527,6 +627,7 @@ mod tests {
             library: "libcuda.so.1".into(),
             reason: "libcuda.so.1: cannot open shared object file: No such file or directory"
                 .into(),
+            caller: Caller::Rust,
         };
         let text = e.to_string();
         assert_eq!(text.matches("libcuda.so.1").count(), 1, "{text}");
@@ -543,10 +644,46 @@ mod tests {
             backend: BackendKind::Ze,
             library: "libze_loader.so.1".into(),
             reason: "missing symbol zeInit".into(),
+            caller: Caller::Rust,
         };
         assert!(
             e.to_string()
                 .contains("libze_loader.so.1 (missing symbol zeInit)")
+        );
+    }
+
+    #[test]
+    fn for_call_names_the_call_everywhere_and_gives_the_callers_advice() {
+        let missing = || Error::DriverNotFound {
+            backend: BackendKind::Vulkan,
+            library: "libvulkan.so.1".into(),
+            reason: "not found".into(),
+            caller: Caller::Rust,
+        };
+        let rust = missing().to_string();
+        assert!(rust.contains("`Offload::builder().backends(..)`"), "{rust}");
+        let e = Error::Multiple(vec![
+            missing(),
+            Error::shut_down(),
+            Error::invalid("Buffer::read", "bytes 8..12"),
+            Error::Multiple(vec![Error::invalid("", "nested")]),
+        ])
+        .for_call(Caller::C, "offload_init");
+        let c = e.to_string();
+        assert!(!c.contains("::"), "{c}");
+        assert!(c.contains("`offload_config_t`'s `backends`"), "{c}");
+        assert!(c.contains("offload_init: this handle belongs to"), "{c}");
+        assert!(c.contains("a new offload_init()"), "{c}");
+        assert!(
+            c.contains("offload_init: invalid argument: bytes 8..12"),
+            "{c}"
+        );
+        assert!(c.contains("offload_init: invalid argument: nested"), "{c}");
+        // Rust's words are the default, and stay Rust's.
+        assert!(
+            Error::shut_down()
+                .to_string()
+                .ends_with("a new Offload::init()")
         );
     }
 

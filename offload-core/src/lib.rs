@@ -74,7 +74,7 @@ pub use config::{
     default_compile_threads,
 };
 pub use erased::{NoPlatforms, PlatformEntry, Platforms};
-pub use error::{Error, Result};
+pub use error::{Caller, Error, Result};
 pub use hal::{
     BackendKind, CompilerId, DeviceInfo, Dims, GlobalInfo, KernelArg, Language, MemKind, ParamKind,
     ScalarType, Source,

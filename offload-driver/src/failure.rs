@@ -57,6 +57,7 @@ pub fn driver_not_found(
         backend: kind,
         library: library.into(),
         reason: reason.into(),
+        caller: offload_core::Caller::Rust,
     }
 }
 

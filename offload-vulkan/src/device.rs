@@ -72,6 +72,7 @@ impl VulkanDevice {
             return Err(Error::ShutDown {
                 call: "",
                 object: String::new(),
+                caller: offload_core::Caller::Rust,
             });
         }
         Ok(&self.context)

@@ -75,6 +75,7 @@ pub(crate) fn driver_not_found(reason: impl Into<String>) -> Error {
         backend: BackendKind::Vulkan,
         library: LOADER.into(),
         reason: reason.into(),
+        caller: offload_core::Caller::Rust,
     }
 }
 

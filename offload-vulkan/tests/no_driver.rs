@@ -48,6 +48,7 @@ fn child() {
             backend,
             library,
             reason,
+            ..
         }) => {
             assert_eq!(backend, BackendKind::Vulkan);
             assert_eq!(library, "libvulkan.so.1");

@@ -315,6 +315,7 @@ impl Module {
             None => Err(Error::ShutDown {
                 call,
                 object: self.to_string(),
+                caller: crate::Caller::Rust,
             }),
         }
         .map_err(|e| e.on(call, self))

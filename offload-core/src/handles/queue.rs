@@ -89,6 +89,7 @@ impl<T: ?Sized> Entry<T> {
         let raw = guard.as_ref().ok_or_else(|| Error::ShutDown {
             call: "",
             object: self.to_string(),
+            caller: crate::Caller::Rust,
         })?;
         f(raw).map_err(|e| e.in_call(call))
     }

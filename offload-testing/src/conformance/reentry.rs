@@ -256,6 +256,7 @@ fn use_a_runtime<P: Platforms>() -> offload_core::Result<()> {
         .ok_or_else(|| Error::ShutDown {
             call: "Offload::devices",
             object: "a runtime with no device left".into(),
+            caller: offload_core::Caller::Rust,
         })?;
     dev.alloc(64, MemKind::Device)?.free()?;
     drop(dev);

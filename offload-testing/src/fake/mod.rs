@@ -253,6 +253,7 @@ fn fields(e: &Error) -> String {
             backend,
             library,
             reason,
+            ..
         } => format!(
             "DriverNotFound {{ backend: {backend:?}, library: {library:?}, reason: {reason:?} }}"
         ),

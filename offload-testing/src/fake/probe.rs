@@ -49,6 +49,7 @@ impl Probe {
             backend,
             library,
             reason,
+            ..
         }
         | Error::NoDevice {
             backend,

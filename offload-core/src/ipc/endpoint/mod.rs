@@ -364,6 +364,7 @@ impl Engine {
             Error::ShutDown {
                 call,
                 object: "the IPC endpoint".into(),
+                caller: crate::Caller::Rust,
             }
         }
     }

@@ -19,8 +19,8 @@
 #define OFFLOAD_IPC_HANDLE_MAX_BYTES 256
 
 // The status every function of the C API returns: `OFFLOAD_OK`, or what went wrong.
-// `offload_last_error()` then holds the message, in the same words as the Rust
-// `offload::Error`.
+// `offload_last_error()` then holds the message: the words of the Rust `offload::Error`,
+// naming the `offload_*` function that was called and giving its advice in C's terms.
 typedef enum {
   // Success.
   OFFLOAD_OK = 0,
@@ -780,10 +780,11 @@ offload_status_t offload_device_info(offload_device_t device, offload_device_inf
 // the last `offload_shutdown`).
 size_t offload_live_handles(void);
 
-// The message of the last failed call on this thread, NUL-terminated UTF-8, in the same
-// words as the Rust `offload::Error` (an empty string if no call has failed on this
-// thread). The pointer stays valid for the thread's life; the text changes with the
-// thread's next failing call. Successful calls leave it alone.
+// The message of the last failed call on this thread, NUL-terminated UTF-8 (an empty
+// string if no call has failed on this thread). It starts with the name of the function
+// that failed (`offload_buffer_read: invalid argument: …`) and gives its advice in C's
+// terms (`offload_init()`). The pointer stays valid for the thread's life; the text
+// changes with the thread's next failing call. Successful calls leave it alone.
 const char *offload_last_error(void);
 
 // The name of a status (`"OFFLOAD_ERROR_SHUT_DOWN"`), NUL-terminated, static; `"?"` for

@@ -10,7 +10,8 @@
 //!   runtime that was shut down answers `OFFLOAD_ERROR_SHUT_DOWN` (L3). Never undefined
 //!   behaviour.
 //! - Every function returns an `offload_status_t`; `offload_last_error()` gives the
-//!   message of the thread's last failure in the same words as the Rust `offload::Error`.
+//!   message of the thread's last failure in the words of the Rust `offload::Error`, naming
+//!   the `offload_*` function that was called and giving C advice (`Error::for_call`).
 //! - No panic crosses into C: each function catches it (`OFFLOAD_ERROR_INTERNAL`).
 //! - The lifecycle is the Rust one (L1–L6): `offload_init` is reference counted and
 //!   thread-safe, the last `offload_shutdown` deinitialises in order and makes every

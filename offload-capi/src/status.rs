@@ -15,8 +15,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use offload::Error;
 
 /// The status every function of the C API returns: `OFFLOAD_OK`, or what went wrong.
-/// `offload_last_error()` then holds the message, in the same words as the Rust
-/// `offload::Error`.
+/// `offload_last_error()` then holds the message: the words of the Rust `offload::Error`,
+/// naming the `offload_*` function that was called and giving its advice in C's terms.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
@@ -196,26 +196,32 @@ fn set_last_error(message: &str) {
 pub(crate) fn guard(call: &'static str, body: impl FnOnce() -> Res) -> offload_status_t {
     // In a forked child, before any lock (a thread of the parent may have held it, L9).
     if offload_thread::fork::forked() {
-        return failed(Fail::Offload(Error::Forked {
+        return failed(
             call,
-            pid: std::process::id(),
-        }));
+            Fail::Offload(Error::Forked {
+                call,
+                pid: std::process::id(),
+            }),
+        );
     }
     // The status is made inside the catch, so that what crosses it is a number or a panic.
     let run = AssertUnwindSafe(|| match body() {
         Ok(()) => offload_status_t::OFFLOAD_OK,
-        Err(fail) => failed(fail),
+        Err(fail) => failed(call, fail),
     });
     catch_unwind(run).unwrap_or_else(|panic| panicked(call, panic))
 }
 
 /// [`guard`]'s answer to a failed call (out of line: the calls that succeed should not
-/// carry it).
+/// carry it). An error of the Rust runtime is re-named for the C caller first: it names
+/// `call`, the C function that was called (not the Rust method it called, `Buffer::read`),
+/// and gives its advice in C's words (`offload_init()`, not `Offload::init()`).
 #[cold]
 #[inline(never)]
-fn failed(fail: Fail) -> offload_status_t {
+fn failed(call: &'static str, fail: Fail) -> offload_status_t {
     match fail {
         Fail::Offload(e) => {
+            let e = e.for_call(offload::Caller::C, call);
             set_last_error(&e.to_string());
             status_of(&e)
         }
@@ -239,10 +245,11 @@ fn panicked(call: &'static str, panic: Box<dyn std::any::Any + Send>) -> offload
     offload_status_t::OFFLOAD_ERROR_INTERNAL
 }
 
-/// The message of the last failed call on this thread, NUL-terminated UTF-8, in the same
-/// words as the Rust `offload::Error` (an empty string if no call has failed on this
-/// thread). The pointer stays valid for the thread's life; the text changes with the
-/// thread's next failing call. Successful calls leave it alone.
+/// The message of the last failed call on this thread, NUL-terminated UTF-8 (an empty
+/// string if no call has failed on this thread). It starts with the name of the function
+/// that failed (`offload_buffer_read: invalid argument: …`) and gives its advice in C's
+/// terms (`offload_init()`). The pointer stays valid for the thread's life; the text
+/// changes with the thread's next failing call. Successful calls leave it alone.
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_last_error() -> *const c_char {
     LAST_ERROR
@@ -302,9 +309,9 @@ mod tests {
 
     #[test]
     fn errors_keep_the_runtime_words_and_success_keeps_the_last_error() {
-        let s = guard("c", || {
+        let s = guard("offload_x", || {
             Err(Fail::from(Error::invalid(
-                "offload_x",
+                "Buffer::read",
                 "`out` is a null pointer",
             )))
         });
@@ -317,6 +324,30 @@ mod tests {
         assert_eq!(
             last(),
             "offload_x: invalid argument: `out` is a null pointer"
+        );
+    }
+
+    #[test]
+    fn an_error_names_the_c_call_and_gives_c_advice() {
+        let gone = || Error::ShutDown {
+            call: "Buffer::read",
+            object: "buffer \"x\"".into(),
+            caller: offload::Caller::Rust,
+        };
+        let s = guard("offload_buffer_read", || {
+            Err(Fail::from(Error::Multiple(vec![
+                gone(),
+                Error::invalid("Device::alloc", "zero-size allocation"),
+            ])))
+        });
+        assert_eq!(s, offload_status_t::OFFLOAD_ERROR_MULTIPLE);
+        let text = last();
+        assert!(
+            text.contains("offload_buffer_read: buffer \"x\" belongs to")
+                && text.contains("a new offload_init()")
+                && text.contains("offload_buffer_read: invalid argument: zero-size")
+                && !text.contains("::"),
+            "{text}"
         );
     }
 

@@ -103,6 +103,23 @@ fn a_forked_child_gets_offload_error_forked() {
     );
 }
 
+/// Issue 46: every message a C program can provoke on the host names the `offload_*`
+/// function it called, in C's words (no `Buffer::read`, no `Offload::init()`; tests/c/c_words.c).
+#[test]
+fn messages_name_the_c_call_in_c_words() {
+    let exe = compile(
+        &[&crate_dir().join("tests/c/c_words.c")],
+        &work_dir("c_words").join("c_words"),
+        Link::Shared,
+        &[],
+    );
+    let out = run_ok(Command::new(exe), LIMIT);
+    assert!(
+        out.contains("c_words: every message names its C call in C's words"),
+        "{out}"
+    );
+}
+
 /// The example (examples/saxpy.c) builds and runs: SAXPY from C source on the host, and
 /// from WGSL on Vulkan when there is a device.
 #[test]

@@ -13,6 +13,7 @@
 //!   probe and real-driver cycles the GPU kit reuses.
 //! - [`child`]: the one child-process runner of the workspace's tests: a test of the same
 //!   binary (or any program) in a child under a watchdog, or spoken to line by line.
+//! - [`watchdog()`]: the in-process watchdog a test that could hang holds.
 //!
 //! Test support: a failed check panics, which is what a test harness reports.
 //!
@@ -28,6 +29,9 @@ pub mod child;
 pub mod conformance;
 pub mod fake;
 pub mod faults;
+mod watchdog;
+
+pub use watchdog::{Watchdog, watchdog};
 
 /// Locks `m`, taking over a lock poisoned by a failed check on another thread: the check
 /// already reported the failure.

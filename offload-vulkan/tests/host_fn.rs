@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::{close, open, serial, spirv_of, words};
 use offload_core::hal::{Device as _, Event as _, Platform as _, Program as _, Queue as _};
 use offload_core::{Dims, Error, KernelArg, MemKind};
+use offload_testing::watchdog;
 use offload_vulkan::{VulkanBuffer, VulkanDevice, VulkanKernel, VulkanQueue, stats};
 
 /// `spin(buf, iters)` over `groups` workgroups of 64 threads: each thread runs `iters`
@@ -84,31 +85,6 @@ fn calibrate(dev: &VulkanDevice, q: &VulkanQueue, k: &VulkanKernel, at_least: Du
             return groups;
         }
         groups *= 2;
-    }
-}
-
-/// Aborts the process if the test has not finished in time (a hang is a failure).
-struct Watchdog(Arc<AtomicBool>);
-
-fn watchdog(limit: Duration, what: &'static str) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    std::thread::spawn(move || {
-        let until = Instant::now() + limit;
-        while !flag.load(Ordering::Acquire) {
-            if Instant::now() > until {
-                eprintln!("watchdog: {what} did not finish within {limit:?} (a hang)");
-                std::process::abort();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
     }
 }
 

@@ -6,9 +6,7 @@
 
 pub mod ipc;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -17,32 +15,10 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Aborts the test process naming `what` unless dropped within `limit`: a test that could
-/// hang (a lock, a wait) runs under one, so a hang fails the run instead of stalling it.
-pub struct Watchdog(Arc<AtomicBool>);
-
-pub fn watchdog(limit: Duration, what: impl Into<String>) -> Watchdog {
-    let what = what.into();
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    std::thread::spawn(move || {
-        let until = Instant::now() + limit;
-        while !flag.load(Ordering::Acquire) {
-            if Instant::now() > until {
-                eprintln!("watchdog: {what} did not finish within {limit:?} (a hang)");
-                std::process::abort();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
+/// The watchdog a test that could hang holds (offload-testing's, shared with the backends'
+/// tests). Not every test binary holds one.
+#[allow(unused_imports)]
+pub use offload_testing::{Watchdog, watchdog};
 
 /// Whether this runs under CI (`CI=true`), where a skip for a package CI installs fails.
 pub fn in_ci() -> bool {

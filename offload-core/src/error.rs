@@ -504,7 +504,24 @@ impl Error {
 
     fn fill_call(&mut self, to: &'static str) {
         match self {
-            Error::InvalidBinary { call, .. }
+            Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.fill_call(to)),
+            // Named with its object by `Error::on`.
+            Error::ShutDown { .. } => {}
+            other => {
+                if let Some(call) = other.call_mut().filter(|c| c.is_empty()) {
+                    *call = to;
+                }
+            }
+        }
+    }
+
+    /// The offload call a variant names, for those that carry one (every variant but
+    /// `Multiple`, whose members carry their own, `Callback`, `DriverNotFound` and
+    /// `NoDevice`): the one list `in_call` and `for_call` fill in.
+    fn call_mut(&mut self) -> Option<&mut &'static str> {
+        match self {
+            Error::ShutDown { call, .. }
+            | Error::InvalidBinary { call, .. }
             | Error::SymbolNotFound { call, .. }
             | Error::OutOfMemory { call, .. }
             | Error::InvalidArgument { call, .. }
@@ -514,21 +531,12 @@ impl Error {
             | Error::Quarantined { call, .. }
             | Error::Compile { call, .. }
             | Error::OutOfBounds { call, .. }
-            | Error::Driver { call, .. } => {
-                if call.is_empty() {
-                    *call = to;
-                }
-            }
-            Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.fill_call(to)),
-            Error::Forked { call, .. } => {
-                if call.is_empty() {
-                    *call = to;
-                }
-            }
-            Error::ShutDown { .. }
+            | Error::Driver { call, .. }
+            | Error::Forked { call, .. } => Some(call),
+            Error::Multiple(_)
             | Error::Callback { .. }
             | Error::DriverNotFound { .. }
-            | Error::NoDevice { .. } => {}
+            | Error::NoDevice { .. } => None,
         }
     }
 
@@ -560,26 +568,15 @@ impl Error {
     }
 
     fn rename(&mut self, to_caller: Caller, to: &'static str) {
-        match self {
-            Error::ShutDown { call, caller, .. } => {
-                *call = to;
-                *caller = to_caller;
-            }
-            Error::DriverNotFound { caller, .. } => *caller = to_caller,
-            Error::InvalidBinary { call, .. }
-            | Error::SymbolNotFound { call, .. }
-            | Error::OutOfMemory { call, .. }
-            | Error::InvalidArgument { call, .. }
-            | Error::InvalidIpcHandle { call, .. }
-            | Error::Unsupported { call, .. }
-            | Error::Ipc { call, .. }
-            | Error::Quarantined { call, .. }
-            | Error::Compile { call, .. }
-            | Error::OutOfBounds { call, .. }
-            | Error::Driver { call, .. }
-            | Error::Forked { call, .. } => *call = to,
-            Error::Multiple(errors) => errors.iter_mut().for_each(|e| e.rename(to_caller, to)),
-            Error::Callback { .. } | Error::NoDevice { .. } => {}
+        if let Error::Multiple(errors) = self {
+            errors.iter_mut().for_each(|e| e.rename(to_caller, to));
+            return;
+        }
+        if let Some(call) = self.call_mut() {
+            *call = to;
+        }
+        if let Error::ShutDown { caller, .. } | Error::DriverNotFound { caller, .. } = self {
+            *caller = to_caller;
         }
     }
 

@@ -34,49 +34,26 @@ pub(crate) struct Reports {
     modules: Vec<Arc<ModuleInner>>,
 }
 
-/// An out-of-range access read from a report: the first, and how many followed.
+/// An out-of-range access read from a report (`Error::OutOfBounds`): the first, with the
+/// accesses that followed counted in its `more`.
 #[derive(Debug)]
-pub(crate) struct Found {
-    first: Error,
-    more: u64,
-}
+pub(crate) struct Found(Error);
 
 impl Found {
-    /// Adds a later report: its accesses count as more.
+    /// Adds a later report: its first access and those after it count as more.
     pub(crate) fn add(&mut self, later: Found) {
-        let extra = match &later.first {
+        let extra = match later.0 {
             Error::OutOfBounds { more, .. } => 1 + more,
             _ => 1,
         };
-        self.more += extra + later.more;
+        if let Error::OutOfBounds { more, .. } = &mut self.0 {
+            *more += extra;
+        }
     }
 
     /// The error the next sync returns.
     pub(crate) fn into_error(self) -> Error {
-        match self.first {
-            Error::OutOfBounds {
-                backend,
-                call,
-                kernel,
-                argument,
-                binding,
-                index,
-                length,
-                access,
-                more,
-            } => Error::OutOfBounds {
-                backend,
-                call,
-                kernel,
-                argument,
-                binding,
-                index,
-                length,
-                access,
-                more: more + self.more,
-            },
-            other => other,
-        }
+        self.0
     }
 }
 
@@ -201,18 +178,15 @@ fn decode(module: &ModuleInner, words: [u32; 6]) -> Found {
         1 => "write",
         _ => "atomic",
     };
-    Found {
-        first: Error::OutOfBounds {
-            backend: BackendKind::Vulkan,
-            call: "",
-            kernel,
-            argument,
-            binding,
-            index: u64::from(index),
-            length: u64::from(length),
-            access,
-            more: u64::from(count.saturating_sub(1)),
-        },
-        more: 0,
-    }
+    Found(Error::OutOfBounds {
+        backend: BackendKind::Vulkan,
+        call: "",
+        kernel,
+        argument,
+        binding,
+        index: u64::from(index),
+        length: u64::from(length),
+        access,
+        more: u64::from(count.saturating_sub(1)),
+    })
 }

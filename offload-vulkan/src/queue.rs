@@ -253,11 +253,13 @@ impl QueueShared {
         self.last.load(Ordering::Acquire)
     }
 
-    /// A batch whose last submission has finished (recycled), or a new one.
-    fn batch(&self, inner: &mut QueueInner) -> Result<Batch> {
+    /// Recycles the batches whose submission has finished, oldest first, keeping what
+    /// their bounds reports found for the next sync; with `make_room`, waits for the
+    /// oldest while [`MAX_IN_FLIGHT`] are in flight and none is idle.
+    fn reap(&self, inner: &mut QueueInner, make_room: bool) -> Result<()> {
         while let Some(front) = inner.in_flight.front() {
             let full = inner.in_flight.len() >= MAX_IN_FLIGHT && inner.idle.is_empty();
-            if full {
+            if make_room && full {
                 self.device.wait_for(front.value)?;
             } else if !self.device.is_complete(front.value)? {
                 break;
@@ -269,6 +271,12 @@ impl QueueShared {
                 inner.idle.push(done);
             }
         }
+        Ok(())
+    }
+
+    /// A batch whose last submission has finished (recycled), or a new one.
+    fn batch(&self, inner: &mut QueueInner) -> Result<Batch> {
+        self.reap(inner, true)?;
         if let Some(b) = inner.idle.pop() {
             return Ok(b);
         }
@@ -481,17 +489,7 @@ impl QueueShared {
     /// access reported since the last call (once).
     fn reports(&self) -> Result<()> {
         let mut inner = self.lock();
-        while let Some(front) = inner.in_flight.front() {
-            if !self.device.is_complete(front.value)? {
-                break;
-            }
-            if let Some(mut done) = inner.in_flight.pop_front() {
-                // SAFETY: its submission finished (checked above).
-                let found = unsafe { done.recycle(&self.device) };
-                crate::bounds::merge(&mut inner.found, found);
-                inner.idle.push(done);
-            }
-        }
+        self.reap(&mut inner, false)?;
         match inner.found.take() {
             Some(found) => Err(found.into_error()),
             None => Ok(()),

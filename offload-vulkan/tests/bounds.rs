@@ -186,11 +186,7 @@ fn each_kind_of_stray_access_is_reported_with_its_kernel_argument_and_index() {
     // set out[0] to what its stray read gave: zero.
     let mut out = [0u8; 32];
     f.dev.read(&f.out, 0, &mut out).unwrap();
-    let out: Vec<u32> = out
-        .chunks(4)
-        .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
-        .collect();
-    assert_eq!(out, [4, 5, 5, 5, 5, 5, 5, 5]);
+    assert_eq!(common::words(&out), [4, 5, 5, 5, 5, 5, 5, 5]);
     queue.destroy().unwrap();
     f.close();
     common::assert_no_validation_errors("tests/bounds_report.rs");
@@ -298,8 +294,6 @@ fn run_shapes(test: &str, report: bool) -> Option<(Vec<Vec<u32>>, offload_core::
     let image = dev.compile(&Source::wgsl(SHAPES)).unwrap();
     let module = dev.load(&image).unwrap();
     let kernel = module.kernel("shapes").unwrap();
-    let words =
-        |values: &[u32]| -> Vec<u8> { values.iter().flat_map(|v| v.to_ne_bytes()).collect() };
     let inputs: [Vec<u32>; 4] = [
         vec![0; 16],
         (1..=8).collect(),
@@ -308,7 +302,7 @@ fn run_shapes(test: &str, report: bool) -> Option<(Vec<Vec<u32>>, offload_core::
     ];
     let mut buffers = Vec::new();
     for values in &inputs {
-        let bytes = words(values);
+        let bytes = common::bytes_of(values);
         let mut b = dev.alloc(bytes.len(), MemKind::Device).unwrap();
         dev.write(&mut b, 0, &bytes).unwrap();
         buffers.push(b);
@@ -323,12 +317,7 @@ fn run_shapes(test: &str, report: bool) -> Option<(Vec<Vec<u32>>, offload_core::
     for b in buffers {
         let mut bytes = vec![0u8; b.len()];
         dev.read(&b, 0, &mut bytes).unwrap();
-        after.push(
-            bytes
-                .chunks(4)
-                .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
-                .collect(),
-        );
+        after.push(common::words(&bytes));
         dev.free(b).unwrap();
     }
     queue.destroy().unwrap();

@@ -138,7 +138,7 @@ pub(crate) fn instrument(
     // then reads too.
     let mut helpers = false;
     for (handle, function) in functions.iter_mut() {
-        helpers |= Rebuild::run(
+        let rebuilt = Rebuild::run(
             types,
             global_variables,
             &info[handle],
@@ -146,11 +146,14 @@ pub(crate) fn instrument(
             globals,
             false,
         )?;
+        helpers |= rebuilt.reported;
     }
     let mut reported = helpers;
+    // Each entry point's own record (its local variables), for its exits.
+    let mut records = Vec::with_capacity(entry_points.len());
     for (i, ep) in entry_points.iter_mut().enumerate() {
         let info = info.get_entry_point(i);
-        reported |= Rebuild::run(
+        let rebuilt = Rebuild::run(
             types,
             global_variables,
             info,
@@ -158,13 +161,17 @@ pub(crate) fn instrument(
             globals,
             true,
         )?;
+        reported |= rebuilt.reported;
+        records.push(rebuilt.record);
     }
     let (Some(binding), Some(g), true) = (binding, globals, reported) else {
         // No report: its buffer stays unused (no entry point binds it).
         return Ok(None);
     };
-    for (i, ep) in entry_points.iter_mut().enumerate() {
-        exits::add(&mut ep.function, g, i as u32, helpers);
+    for (i, (ep, record)) in entry_points.iter_mut().zip(records).enumerate() {
+        if let Some(own) = record {
+            exits::add(&mut ep.function, g, own, i as u32, helpers);
+        }
     }
     Ok(Some(Plan {
         binding,
@@ -289,8 +296,17 @@ struct Rebuild<'a> {
     reported: bool,
 }
 
+/// What [`Rebuild::run`] made of a function.
+struct Rebuilt {
+    /// Whether a check counts misses into the record.
+    reported: bool,
+    /// The record's pointers in the function's new arena (an entry point's local
+    /// variables, the private variables elsewhere), where it has one.
+    record: Option<[Handle<Expression>; 4]>,
+}
+
 impl<'a> Rebuild<'a> {
-    /// Rebuilds `function`; returns whether it counts misses into the record.
+    /// Rebuilds `function`.
     fn run(
         types: &'a mut UniqueArena<Type>,
         globals: &'a Arena<GlobalVariable>,
@@ -298,7 +314,7 @@ impl<'a> Rebuild<'a> {
         function: &'a mut Function,
         report: Option<ReportGlobals>,
         entry: bool,
-    ) -> Result<bool, String> {
+    ) -> Result<Rebuilt, String> {
         let old = std::mem::take(&mut function.expressions);
         let body = std::mem::take(&mut function.body);
         // The function's own locals (the pass adds more, whose initialisers are new).
@@ -335,10 +351,13 @@ impl<'a> Rebuild<'a> {
                 function.named_expressions.insert(*n, name);
             }
         }
-        let reported = pass.reported;
+        let rebuilt = Rebuilt {
+            reported: pass.reported,
+            record: pass.record,
+        };
         function.expressions = pass.new;
         function.body = body;
-        Ok(reported)
+        Ok(rebuilt)
     }
 
     fn mapped(&self, old: Handle<Expression>) -> Result<Handle<Expression>, String> {
@@ -629,11 +648,17 @@ impl<'a> Rebuild<'a> {
         if steps.is_empty() {
             return Ok(None);
         }
-        let report = self.report.zip(binding);
-        // Literals first: no `Emit` covers them (they stay valid everywhere).
-        let zero = literal(&mut self.new, 0);
-        let one = literal(&mut self.new, 1);
-        let what = literal(&mut self.new, binding.unwrap_or(0) | (access as u32) << 16);
+        // Literals first: no `Emit` covers them (they stay valid everywhere). The record's
+        // (zero, one, what the access is) only where the access is reported.
+        let report = match (self.report, binding) {
+            (Some(g), Some(binding)) => Some((
+                self.record(g),
+                literal(&mut self.new, 0),
+                literal(&mut self.new, 1),
+                literal(&mut self.new, binding | (access as u32) << 16),
+            )),
+            _ => None,
+        };
         let mut lits = Vec::with_capacity(steps.len());
         for step in &steps {
             let index = match step.index {
@@ -643,7 +668,6 @@ impl<'a> Rebuild<'a> {
             let length = step.length.map(|n| literal(&mut self.new, n));
             lits.push((index, length));
         }
-        let record = report.map(|(g, _)| self.record(g));
         let mut run = Vec::new();
         let mut outside = None;
         let mut first = None::<(Handle<Expression>, Handle<Expression>)>;
@@ -707,7 +731,7 @@ impl<'a> Rebuild<'a> {
         let (Some(outside), Some((index, length))) = (outside, first) else {
             return Ok(None);
         };
-        if let Some([misses, kept_what, kept_index, kept_length]) = record {
+        if let Some(([misses, kept_what, kept_index, kept_length], zero, one, what)) = report {
             self.reported = true;
             let mut stores = Vec::new();
             for (var, value) in [
@@ -1105,28 +1129,17 @@ fn mark_emitted(block: &Block, emitted: &mut [bool]) {
 mod exits {
     use super::*;
 
-    /// Makes entry point `index` hand its record (the local variables the rebuild made,
-    /// the first four of its locals named `offload_bounds_*`) to the report at every
-    /// `return` (naga ends every body with one); with `helpers` the private record starts
-    /// empty and is added in.
-    pub(super) fn add(function: &mut Function, g: ReportGlobals, index: u32, helpers: bool) {
-        let record: Vec<Handle<LocalVariable>> = function
-            .local_variables
-            .iter()
-            .filter(|(_, v)| {
-                v.name.as_deref().is_some_and(|n| {
-                    n.starts_with("offload_bounds_") && n != "offload_bounds_temporary"
-                })
-            })
-            .map(|(h, _)| h)
-            .take(4)
-            .collect();
-        let [misses, what, kept_index, kept_length] = record[..] else {
-            return;
-        };
+    /// Makes entry point `index` hand its record (`own`: the pointers to the local
+    /// variables the rebuild made) to the report at every `return` (naga ends every body
+    /// with one); with `helpers` the private record starts empty and is added in.
+    pub(super) fn add(
+        function: &mut Function,
+        g: ReportGlobals,
+        own: [Handle<Expression>; 4],
+        index: u32,
+        helpers: bool,
+    ) {
         let exprs = &mut function.expressions;
-        let own = [misses, what, kept_index, kept_length]
-            .map(|v| exprs.append(Expression::LocalVariable(v), Span::UNDEFINED));
         let mut body = Block::with_capacity(function.body.len() + 4);
         let privates = helpers.then(|| {
             g.record

@@ -38,17 +38,23 @@
 //!   finding the compute queue family and creating and destroying the device (and instance,
 //!   and closing the loader). **Goal: offload / raw_ash ≤ 1.05.**
 //!
-//! The paired medians and ratios are printed at the end. Run with
+//! The raw side is `benches/common/raw.rs` (shared with `benches/babelstream.rs`). The
+//! paired medians and ratios are printed at the end. Run with
 //! `cargo bench -p offload-vulkan --bench vulkan`. Without a Vulkan driver it says so and
 //! measures nothing.
 
-use std::ffi::CStr;
 use std::hint::black_box;
+use std::rc::Rc;
 
 use ash::vk;
 use criterion::Criterion;
 use offload_bench::{Paired, paired};
 use offload_core::{Arg, Dims, MemKind, NoPlatforms, Offload, Program, Uninit};
+
+// The raw-ash side: device, buffers, pipelines, submissions (shared with babelstream.rs).
+#[path = "common/raw.rs"]
+mod raw;
+use raw::{RawBuffer, RawDevice, RawPipeline, RawSubmitter};
 
 const WORDS: u32 = 1 << 20;
 const BLOCK: u32 = 64;
@@ -76,384 +82,68 @@ fn start() -> Option<Offload<offload_core::Ready, NoPlatforms>> {
         .ok()
 }
 
-/// The raw-ash counterpart of a runtime with one device and one queue.
-struct RawDevice {
-    _entry: ash::Entry,
-    instance: ash::Instance,
-    device: ash::Device,
-    physical: vk::PhysicalDevice,
-    family: u32,
-    queue: vk::Queue,
-}
-
-impl RawDevice {
-    /// Loader, instance (Vulkan 1.3 or what the loader has), first physical device with a
-    /// compute family, one queue of it.
-    fn new() -> RawDevice {
-        // SAFETY: the system loader; kept open in `_entry` while its objects live.
-        let entry = unsafe { ash::Entry::load() }.expect("libvulkan");
-        // SAFETY: plain instance-level calls on a loaded loader with valid create infos.
-        unsafe {
-            let api = entry
-                .try_enumerate_instance_version()
-                .ok()
-                .flatten()
-                .unwrap_or(vk::API_VERSION_1_0)
-                .min(vk::API_VERSION_1_3);
-            let app = vk::ApplicationInfo::default()
-                .application_name(c"raw")
-                .api_version(api);
-            let instance = entry
-                .create_instance(
-                    &vk::InstanceCreateInfo::default().application_info(&app),
-                    None,
-                )
-                .expect("instance");
-            let physical = instance.enumerate_physical_devices().expect("devices")[0];
-            let family = instance
-                .get_physical_device_queue_family_properties(physical)
-                .iter()
-                .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
-                .expect("a compute family") as u32;
-            let priorities = [1.0];
-            let queues = [vk::DeviceQueueCreateInfo::default()
-                .queue_family_index(family)
-                .queue_priorities(&priorities)];
-            // Timeline semaphores, as offload enables them (Vulkan 1.2 core).
-            let mut features12 = vk::PhysicalDeviceVulkan12Features::default()
-                .timeline_semaphore(api >= vk::API_VERSION_1_2);
-            let device = instance
-                .create_device(
-                    physical,
-                    &vk::DeviceCreateInfo::default()
-                        .queue_create_infos(&queues)
-                        .push_next(&mut features12),
-                    None,
-                )
-                .expect("device");
-            let queue = device.get_device_queue(family, 0);
-            RawDevice {
-                _entry: entry,
-                instance,
-                device,
-                physical,
-                family,
-                queue,
-            }
-        }
-    }
-}
-
-impl Drop for RawDevice {
-    fn drop(&mut self) {
-        // SAFETY: the device is idle (callers waited) and every child object is gone.
-        unsafe {
-            self.device.destroy_device(None);
-            self.instance.destroy_instance(None);
-        }
-    }
-}
-
 /// `add_one` set up by hand: the pipeline, its layouts, one descriptor set, the buffer.
 struct RawAddOne {
-    dev: RawDevice,
-    shader: vk::ShaderModule,
-    set_layout: vk::DescriptorSetLayout,
-    layout: vk::PipelineLayout,
-    pipeline: vk::Pipeline,
-    descriptors: vk::DescriptorPool,
-    set: vk::DescriptorSet,
-    buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
-    pool: vk::CommandPool,
-    commands: vk::CommandBuffer,
-    timeline: vk::Semaphore,
-    value: std::cell::Cell<u64>,
+    pipeline: RawPipeline,
+    _buffer: RawBuffer,
+    submitter: RawSubmitter,
 }
 
 impl RawAddOne {
     fn new(words: &[u32]) -> RawAddOne {
-        let dev = RawDevice::new();
-        let d = &dev.device;
-        // SAFETY: straightforward object creation with valid create infos on a live device;
-        // everything is destroyed in `Drop`.
-        unsafe {
-            let shader = d
-                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
-                .unwrap();
-            let bindings = [vk::DescriptorSetLayoutBinding::default()
-                .binding(0)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(1)
-                .stage_flags(vk::ShaderStageFlags::COMPUTE)];
-            let set_layout = d
-                .create_descriptor_set_layout(
-                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                    None,
-                )
-                .unwrap();
-            let ranges = [vk::PushConstantRange::default()
-                .stage_flags(vk::ShaderStageFlags::COMPUTE)
-                .size(4)];
-            let sets = [set_layout];
-            let layout = d
-                .create_pipeline_layout(
-                    &vk::PipelineLayoutCreateInfo::default()
-                        .set_layouts(&sets)
-                        .push_constant_ranges(&ranges),
-                    None,
-                )
-                .unwrap();
-            let name: &CStr = c"add_one";
-            let stage = vk::PipelineShaderStageCreateInfo::default()
-                .stage(vk::ShaderStageFlags::COMPUTE)
-                .module(shader)
-                .name(name);
-            let pipeline = d
-                .create_compute_pipelines(
-                    vk::PipelineCache::null(),
-                    &[vk::ComputePipelineCreateInfo::default()
-                        .stage(stage)
-                        .layout(layout)],
-                    None,
-                )
-                .unwrap()[0];
-            let sizes = [vk::DescriptorPoolSize::default()
-                .ty(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(1)];
-            let descriptors = d
-                .create_descriptor_pool(
-                    &vk::DescriptorPoolCreateInfo::default()
-                        .max_sets(1)
-                        .pool_sizes(&sizes),
-                    None,
-                )
-                .unwrap();
-            let set = d
-                .allocate_descriptor_sets(
-                    &vk::DescriptorSetAllocateInfo::default()
-                        .descriptor_pool(descriptors)
-                        .set_layouts(&sets),
-                )
-                .unwrap()[0];
-            let size = u64::from(WORDS) * 4;
-            let buffer = d
-                .create_buffer(
-                    &vk::BufferCreateInfo::default().size(size).usage(
-                        vk::BufferUsageFlags::STORAGE_BUFFER
-                            | vk::BufferUsageFlags::TRANSFER_SRC
-                            | vk::BufferUsageFlags::TRANSFER_DST,
-                    ),
-                    None,
-                )
-                .unwrap();
-            let needs = d.get_buffer_memory_requirements(buffer);
-            let props = dev
-                .instance
-                .get_physical_device_memory_properties(dev.physical);
-            let types = props.memory_types_as_slice();
-            let pick = |want: vk::MemoryPropertyFlags| {
-                (0..types.len()).find(|&i| {
-                    needs.memory_type_bits & (1 << i) != 0 && types[i].property_flags.contains(want)
-                })
-            };
-            let index = pick(vk::MemoryPropertyFlags::DEVICE_LOCAL)
-                .or(pick(vk::MemoryPropertyFlags::empty()))
-                .unwrap() as u32;
-            let memory = d
-                .allocate_memory(
-                    &vk::MemoryAllocateInfo::default()
-                        .allocation_size(needs.size)
-                        .memory_type_index(index),
-                    None,
-                )
-                .unwrap();
-            d.bind_buffer_memory(buffer, memory, 0).unwrap();
-            let info = [vk::DescriptorBufferInfo::default()
-                .buffer(buffer)
-                .range(vk::WHOLE_SIZE)];
-            d.update_descriptor_sets(
-                &[vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(0)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(&info)],
-                &[],
-            );
-            let pool = d
-                .create_command_pool(
-                    &vk::CommandPoolCreateInfo::default()
-                        .queue_family_index(dev.family)
-                        .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
-                    None,
-                )
-                .unwrap();
-            let commands = d
-                .allocate_command_buffers(
-                    &vk::CommandBufferAllocateInfo::default()
-                        .command_pool(pool)
-                        .command_buffer_count(1),
-                )
-                .unwrap()[0];
-            let mut kind = vk::SemaphoreTypeCreateInfo::default()
-                .semaphore_type(vk::SemaphoreType::TIMELINE)
-                .initial_value(0);
-            let timeline = d
-                .create_semaphore(
-                    &vk::SemaphoreCreateInfo::default().push_next(&mut kind),
-                    None,
-                )
-                .expect("timeline semaphore");
-            let raw = RawAddOne {
-                dev,
-                shader,
-                set_layout,
-                layout,
-                pipeline,
-                descriptors,
-                set,
-                buffer,
-                memory,
-                pool,
-                commands,
-                timeline,
-                value: std::cell::Cell::new(0),
-            };
-            raw.launch_sync(); // the first dispatch compiles on lavapipe
-            raw
-        }
+        let dev = Rc::new(RawDevice::new());
+        let pipeline = RawPipeline::new(&dev, words, "add_one", &[0], 4);
+        let buffer = RawBuffer::new(
+            &dev,
+            u64::from(WORDS) * 4,
+            vk::MemoryPropertyFlags::DEVICE_LOCAL,
+        );
+        pipeline.bind(&[0], &[&buffer]);
+        let raw = RawAddOne {
+            pipeline,
+            _buffer: buffer,
+            submitter: RawSubmitter::new(&dev),
+        };
+        raw.launch_sync(); // the first dispatch compiles on lavapipe
+        raw
     }
 
     /// `count` dispatches of one workgroup over the first 64 words, each after a barrier
     /// on the one before, in one command buffer; submitted and waited for.
     fn chain(&self, count: u32) {
-        let d = &self.dev.device;
-        let cb = self.commands;
-        // SAFETY: as in `launch_sync`.
+        let barrier = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+        // SAFETY: the pipeline, its set and the buffer bound there are live; the push
+        // constant is the kernel's 4-byte count.
         unsafe {
-            d.begin_command_buffer(
-                cb,
-                &vk::CommandBufferBeginInfo::default()
-                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-            )
-            .unwrap();
-            d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, self.pipeline);
-            d.cmd_bind_descriptor_sets(
-                cb,
-                vk::PipelineBindPoint::COMPUTE,
-                self.layout,
-                0,
-                &[self.set],
-                &[],
-            );
-            d.cmd_push_constants(
-                cb,
-                self.layout,
-                vk::ShaderStageFlags::COMPUTE,
-                0,
-                &BLOCK.to_ne_bytes(),
-            );
-            let barrier = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-            for i in 0..count {
-                if i > 0 {
-                    d.cmd_pipeline_barrier(
-                        cb,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::DependencyFlags::empty(),
-                        &barrier,
-                        &[],
-                        &[],
-                    );
+            self.submitter.run(|d, cb| {
+                self.pipeline.record_bind(cb, &BLOCK.to_ne_bytes());
+                for i in 0..count {
+                    if i > 0 {
+                        d.cmd_pipeline_barrier(
+                            cb,
+                            vk::PipelineStageFlags::COMPUTE_SHADER,
+                            vk::PipelineStageFlags::COMPUTE_SHADER,
+                            vk::DependencyFlags::empty(),
+                            &barrier,
+                            &[],
+                            &[],
+                        );
+                    }
+                    d.cmd_dispatch(cb, 1, 1, 1);
                 }
-                d.cmd_dispatch(cb, 1, 1, 1);
-            }
-            d.end_command_buffer(cb).unwrap();
-            self.submit_wait(cb);
+            });
         }
-    }
-
-    /// Submits `cb`, signalling the next timeline value, and waits for it.
-    ///
-    /// # Safety
-    /// `cb` is recorded, not pending, and uses only live objects.
-    unsafe fn submit_wait(&self, cb: vk::CommandBuffer) {
-        let d = &self.dev.device;
-        let buffers = [cb];
-        let value = [self.value.get() + 1];
-        let semaphores = [self.timeline];
-        let mut values = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&value);
-        // SAFETY: guaranteed by the caller; the value is above every earlier one.
-        unsafe {
-            d.queue_submit(
-                self.dev.queue,
-                &[vk::SubmitInfo::default()
-                    .command_buffers(&buffers)
-                    .signal_semaphores(&semaphores)
-                    .push_next(&mut values)],
-                vk::Fence::null(),
-            )
-            .unwrap();
-            let wait = vk::SemaphoreWaitInfo::default()
-                .semaphores(&semaphores)
-                .values(&value);
-            d.wait_semaphores(&wait, u64::MAX).unwrap();
-        }
-        self.value.set(value[0]);
     }
 
     fn launch_sync(&self) {
-        let d = &self.dev.device;
-        let cb = self.commands;
-        // SAFETY: the command buffer is not pending (every submission is waited for); all
-        // objects are live; each submission signals a timeline value above every earlier one.
+        // SAFETY: as in `chain`; the grid covers the buffer's words exactly.
         unsafe {
-            d.begin_command_buffer(
-                cb,
-                &vk::CommandBufferBeginInfo::default()
-                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-            )
-            .unwrap();
-            d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, self.pipeline);
-            d.cmd_bind_descriptor_sets(
-                cb,
-                vk::PipelineBindPoint::COMPUTE,
-                self.layout,
-                0,
-                &[self.set],
-                &[],
-            );
-            d.cmd_push_constants(
-                cb,
-                self.layout,
-                vk::ShaderStageFlags::COMPUTE,
-                0,
-                &WORDS.to_ne_bytes(),
-            );
-            d.cmd_dispatch(cb, WORDS / BLOCK, 1, 1);
-            d.end_command_buffer(cb).unwrap();
-            self.submit_wait(cb);
-        }
-    }
-}
-
-impl Drop for RawAddOne {
-    fn drop(&mut self) {
-        let d = &self.dev.device;
-        // SAFETY: every submission was waited for; each object is destroyed once, children
-        // before what they were made from.
-        unsafe {
-            d.destroy_semaphore(self.timeline, None);
-            d.destroy_command_pool(self.pool, None);
-            d.destroy_descriptor_pool(self.descriptors, None);
-            d.destroy_pipeline(self.pipeline, None);
-            d.destroy_pipeline_layout(self.layout, None);
-            d.destroy_descriptor_set_layout(self.set_layout, None);
-            d.destroy_shader_module(self.shader, None);
-            d.destroy_buffer(self.buffer, None);
-            d.free_memory(self.memory, None);
+            self.submitter.run(|d, cb| {
+                self.pipeline.record_bind(cb, &WORDS.to_ne_bytes());
+                d.cmd_dispatch(cb, WORDS / BLOCK, 1, 1);
+            });
         }
     }
 }

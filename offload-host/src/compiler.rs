@@ -28,11 +28,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use offload_core::{BackendKind, CompilerId, Error, Language, Result, Source};
 
-/// The flags every host compile gets, before the user's options (a later `-O` or `-std`
-/// of the user's wins). `-O3`, not `-O2`: GCC 12's `-O2` vectorises only loops whose trip
-/// count it knows to be a multiple of the vector width, which a kernel's block range
-/// never is.
+/// The flags every host compile gets, before the user's options (a later `-O`, `-std` or
+/// `-march` of the user's wins). `-O3`, not `-O2`: GCC 12's `-O2` vectorises only loops
+/// whose trip count it knows to be a multiple of the vector width, which a kernel's block
+/// range never is.
 pub(crate) const FLAGS: &[&str] = &["-shared", "-fPIC", "-O3", "-std=c11"];
+
+/// Code for the CPU it runs on: the whole instruction set (AVX2 and FMA where the CPU has
+/// them; a plain x86-64 build has SSE2 only). Given where the compiler accepts it and the
+/// CPU has a [`crate::cpu::fingerprint`], which then joins the compiler's target (and so
+/// every cache key): a program compiled here is never served to another CPU.
+pub(crate) const NATIVE: &str = "-march=native";
+
+/// What a probed target carries when the compiler accepted [`NATIVE`] (remembered with it).
+const NATIVE_MARK: &str = " +native";
 
 /// The most bytes of compiler output an error carries.
 const MAX_LOG: usize = 64 << 10;
@@ -47,7 +56,32 @@ const OUTPUT_NAME: &str = "kernel.so";
 struct Cc {
     /// The program run (absolute, or as `$CC` named it with a `/`).
     program: PathBuf,
+    /// Its identity; with [`NATIVE`], the target names this machine's CPU too.
     id: CompilerId,
+    /// Whether compiles get [`NATIVE`].
+    native: bool,
+}
+
+impl Cc {
+    /// The compiler as probed (its target carrying [`NATIVE_MARK`] if it accepts
+    /// [`NATIVE`]), for this machine: [`NATIVE`] where the CPU has a fingerprint, whose
+    /// name then replaces the mark.
+    fn new(program: PathBuf, probed: &CompilerId) -> Cc {
+        let (target, accepts) = match probed.target.strip_suffix(NATIVE_MARK) {
+            Some(target) => (target, true),
+            None => (probed.target.as_str(), false),
+        };
+        let cpu = crate::cpu::fingerprint().filter(|_| accepts);
+        let target = match cpu {
+            Some(cpu) => format!("{target} {NATIVE} for {cpu}"),
+            None => target.to_string(),
+        };
+        Cc {
+            program,
+            id: CompilerId::new(probed.identity.clone(), target),
+            native: cpu.is_some(),
+        }
+    }
 }
 
 /// One compiler's identity once probed; its lock is held by the one probing it.
@@ -99,17 +133,11 @@ fn find(cache: Option<&Path>) -> Result<Cc> {
     };
     let mut id = lock(&slot);
     if let Some(id) = id.as_ref() {
-        return Ok(Cc {
-            program,
-            id: id.clone(),
-        });
+        return Ok(Cc::new(program, id));
     }
     let probed = identify(&program, &file, cache)?;
     *id = Some(probed.clone());
-    Ok(Cc {
-        program,
-        id: probed,
-    })
+    Ok(Cc::new(program, &probed))
 }
 
 /// The program `$CC` (or `cc`) names, checked to be an executable file, and what `stat`
@@ -156,6 +184,17 @@ fn executable(path: &Path) -> Option<fs::Metadata> {
         .filter(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Whether `program` ran with `args` and succeeded.
+fn ask_ok(program: &Path, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Runs `program` with `args` and returns its output, or `None` if it could not run or
 /// failed.
 fn ask(program: &Path, args: &[&str]) -> Option<String> {
@@ -171,7 +210,8 @@ fn ask(program: &Path, args: &[&str]) -> Option<String> {
 }
 
 /// The compiler's identity (first line of `--version` and its full version) and target
-/// (`-dumpmachine`).
+/// (`-dumpmachine`, with [`NATIVE_MARK`] if the compiler accepts [`NATIVE`]: some do not,
+/// GCC before 6 on AArch64 for one).
 fn probe(program: &Path) -> Result<CompilerId> {
     let version = ask(program, &["--version"]).ok_or_else(|| {
         compile_error(format!(
@@ -187,6 +227,16 @@ fn probe(program: &Path) -> Result<CompilerId> {
     let target = ask(program, &["-dumpmachine"])
         .and_then(|t| t.lines().next().map(str::to_string))
         .unwrap_or_else(|| format!("{}-linux", std::env::consts::ARCH));
+    // Preprocessing an empty file is enough for the driver to check the option.
+    let native = ask_ok(
+        program,
+        &[NATIVE, "-E", "-x", "c", "/dev/null", "-o", "/dev/null"],
+    );
+    let target = if native {
+        format!("{target}{NATIVE_MARK}")
+    } else {
+        target
+    };
     Ok(CompilerId::new(identity, target))
 }
 
@@ -279,7 +329,8 @@ mod remembered {
 
     use offload_core::CompilerId;
 
-    const FORMAT: &str = "offload cc identity v1";
+    /// v2: the target carries `NATIVE_MARK` where the compiler accepts `-march=native`.
+    const FORMAT: &str = "offload cc identity v2";
 
     /// The attribute's name for `program`: FNV-1a of its path, stable across processes
     /// and builds.
@@ -388,6 +439,7 @@ pub(crate) fn compile(source: &Source, cache: Option<&Path>) -> Result<Vec<u8>> 
         .map_err(|e| io_error("write the source to a temporary directory", &e))?;
     let run = Command::new(&cc.program)
         .args(FLAGS)
+        .args(cc.native.then_some(NATIVE))
         .arg("-I")
         .arg(dir.path())
         .args(source.options())

@@ -3,6 +3,8 @@
 
 // The C compiler behind programs from source, and its identity for the compile cache.
 mod compiler;
+// This machine's CPU, which host programs are compiled for.
+mod cpu;
 // The device and its `hal::Device` and `hal::Ipc` impls.
 mod device;
 // Public only for the fuzz targets (`fuzz/`) and the image tests, which reach the parser

@@ -186,6 +186,68 @@ OFFLOAD_KERNEL(put, "bI") { /* (uint32_t *out, uint32_t n) */
     );
 }
 
+/// A kernel that reports, in `out[0]`, whether the compiler targeted AVX2 (x86-64) or
+/// SVE (AArch64): what `-march=native` turns on for a CPU that has it.
+const FEATURE: &str = r#"#include <offload_host.h>
+OFFLOAD_KERNEL(feature, "b") {
+    uint32_t *out = OFFLOAD_BUFFER(uint32_t, 0);
+#if defined(__AVX2__) || defined(__ARM_FEATURE_SVE)
+    out[0] = 1;
+#else
+    out[0] = 0;
+#endif
+}
+"#;
+
+/// Whether this CPU has the feature [`FEATURE`] looks for.
+fn cpu_has_feature() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx2");
+    #[cfg(target_arch = "aarch64")]
+    return std::arch::is_aarch64_feature_detected!("sve");
+    #[allow(unreachable_code)]
+    false
+}
+
+fn feature_compiled(dev: &Device, source: Source) -> bool {
+    let kernel = Program::from_source(source)
+        .load(dev)
+        .unwrap()
+        .kernel("feature")
+        .unwrap();
+    let out = dev.alloc_zeros::<u32>(1).unwrap();
+    let queue = dev.queue().unwrap();
+    // SAFETY: feature writes out[0] of its one-element buffer.
+    unsafe { queue.launch(&kernel, Dims::grid([1, 1, 1]), &offload_core::args![&out]) }.unwrap();
+    queue.sync().unwrap();
+    out.to_vec().unwrap()[0] == 1
+}
+
+#[test]
+fn c_is_compiled_for_this_cpu_unless_the_program_says_otherwise() {
+    let _serial = serial();
+    let rt = runtime();
+    let dev = rt.devices().unwrap().remove(0);
+    let has = cpu_has_feature();
+    if !has {
+        eprintln!("skipped: this CPU has neither AVX2 nor SVE, so -march=native shows nothing");
+        return;
+    }
+    // The default flags target this CPU: a plain x86-64 (or armv8-a) build has no AVX2
+    // (SVE).
+    assert!(feature_compiled(&dev, Source::c(unique(FEATURE))));
+    // The program's own -march comes after the defaults, and wins.
+    let baseline = if cfg!(target_arch = "x86_64") {
+        "-march=x86-64"
+    } else {
+        "-march=armv8-a"
+    };
+    assert!(!feature_compiled(
+        &dev,
+        Source::c(unique(FEATURE)).option(baseline)
+    ));
+}
+
 #[test]
 fn two_devices_loading_one_program_compile_it_once() {
     let _serial = serial();
@@ -236,7 +298,14 @@ fn the_host_names_its_c_compiler_and_compiles_no_other_language() {
     assert!(!id.identity.is_empty());
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let machine = Command::new(&cc).arg("-dumpmachine").output().unwrap();
-    assert_eq!(id.target, String::from_utf8_lossy(&machine.stdout).trim());
+    let machine = String::from_utf8_lossy(&machine.stdout).trim().to_string();
+    // GCC and clang on Linux take -march=native, and /proc/cpuinfo names the CPU: the
+    // target says the code is for this CPU (so the cache key holds it).
+    let native = id
+        .target
+        .strip_prefix(&machine)
+        .and_then(|rest| rest.strip_prefix(" -march=native for "));
+    assert!(native.is_some_and(|cpu| cpu.contains('#')), "{}", id.target);
     assert_eq!(dev.compiler(Language::C).unwrap(), Some(id), "stable");
     assert_eq!(dev.compiler(Language::Wgsl).unwrap(), None);
     assert_eq!(dev.compiler(Language::Cuda).unwrap(), None);

@@ -40,9 +40,10 @@
 //! over rounds of offload MB/s / raw MB/s (the spread, min–max, is printed beside it); the
 //! MB/s columns are medians over rounds.
 //!
-//! Defaults: N = 2^25 (BabelStream's), 8 rounds of 3 iterations, 24 iterations per side
+//! Defaults: N = 2^25 (BabelStream's), 6 rounds of 6 iterations, 36 iterations per side
 //! (BabelStream runs 100; on lavapipe on the 2-core VM one iteration of the five kernels
-//! takes about 2–3 s, and the bench runs three sides: about 4 minutes in all); override
+//! takes about 1 s, and the bench runs three sides: about 3 minutes in all; 3 iterations
+//! a round left a best of 2, too few to tell 5% on this VM); override
 //! with `OFFLOAD_BABELSTREAM_N`, `OFFLOAD_BABELSTREAM_ITERS` (per round, at least 2: the
 //! first is not counted) and `OFFLOAD_BABELSTREAM_ROUNDS`. The output says what was used.
 //!
@@ -109,8 +110,8 @@ impl Setup {
         let n = var("OFFLOAD_BABELSTREAM_N", 1 << 25);
         let setup = Setup {
             n: u32::try_from(n).expect("OFFLOAD_BABELSTREAM_N: at most 2^32 - 1"),
-            iters: var("OFFLOAD_BABELSTREAM_ITERS", 3),
-            rounds: var("OFFLOAD_BABELSTREAM_ROUNDS", 8),
+            iters: var("OFFLOAD_BABELSTREAM_ITERS", 6),
+            rounds: var("OFFLOAD_BABELSTREAM_ROUNDS", 6),
         };
         assert!(setup.n > 0, "OFFLOAD_BABELSTREAM_N: at least 1");
         assert!(

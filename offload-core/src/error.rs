@@ -296,6 +296,8 @@ pub enum Caller {
     Rust,
     /// The C API (`offload_init()`, `offload_buffer_read`).
     C,
+    /// The Python package (`offload.Offload()`, `Buffer.read`).
+    Python,
 }
 
 fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
@@ -312,6 +314,7 @@ fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
     let init = match caller {
         Caller::Rust => "Offload::init()",
         Caller::C => "offload_init()",
+        Caller::Python => "offload.Offload()",
     };
     format!(
         "{call}{what} belongs to an offload runtime that has been shut down; handles do not \
@@ -379,6 +382,7 @@ fn driver_not_found_text(
     let setting = match caller {
         Caller::Rust => "`Offload::builder().backends(..)`",
         Caller::C => "`offload_config_t`'s `backends`",
+        Caller::Python => "`offload.Offload(backends=[...])`",
     };
     format!(
         "{backend}: driver not found: {library} ({reason}); install the {backend} driver, or \
@@ -563,17 +567,46 @@ impl Error {
     /// ```
     #[must_use]
     pub fn for_call(mut self, caller: Caller, call: &'static str) -> Self {
-        self.rename(caller, call);
+        self.rename_with(caller, &|_| call);
         self
     }
 
-    fn rename(&mut self, to_caller: Caller, to: &'static str) {
+    /// The error in a binding's words where the binding's calls are named after the Rust
+    /// ones: every `call` it carries (inside an `Error::Multiple` too) becomes
+    /// `name(call)`, and its advice is given in `caller`'s words. The Python package
+    /// applies it with `Buffer::read` → `Buffer.read`.
+    ///
+    /// ```
+    /// use offload::{Caller, Error};
+    /// let gone = Error::ShutDown { call: "Buffer::read", object: "buffer".into(), caller: Caller::Rust };
+    /// let e = Error::Multiple(vec![gone, Error::invalid("Device::alloc", "zero bytes")])
+    ///     .in_words_of(Caller::Python, |call| match call {
+    ///         "Buffer::read" => "Buffer.read",
+    ///         _ => "Device.alloc",
+    ///     });
+    /// let text = e.to_string();
+    /// assert!(text.contains("Buffer.read: buffer belongs to"), "{text}");
+    /// assert!(text.contains("a new offload.Offload()") && text.contains("Device.alloc: "));
+    /// ```
+    #[must_use]
+    pub fn in_words_of(
+        mut self,
+        caller: Caller,
+        name: impl Fn(&'static str) -> &'static str,
+    ) -> Self {
+        self.rename_with(caller, &name);
+        self
+    }
+
+    fn rename_with(&mut self, to_caller: Caller, name: &dyn Fn(&'static str) -> &'static str) {
         if let Error::Multiple(errors) = self {
-            errors.iter_mut().for_each(|e| e.rename(to_caller, to));
+            errors
+                .iter_mut()
+                .for_each(|e| e.rename_with(to_caller, name));
             return;
         }
         if let Some(call) = self.call_mut() {
-            *call = to;
+            *call = name(call);
         }
         if let Error::ShutDown { caller, .. } | Error::DriverNotFound { caller, .. } = self {
             *caller = to_caller;

@@ -120,10 +120,31 @@ create_exception!(
      not made); `.kernel`, `.argument`, `.binding`, `.index`, `.length`, `.access` say where."
 );
 
-/// The Python exception for `e`, with the Rust message; `Multiple` carries `.errors` and
-/// `Driver` carries `.code`.
+/// The name Python calls `call` by: the package's classes and methods are the Rust ones,
+/// `Type::method` written `Type.method` (`Offload::init` is the `Offload()` constructor).
+/// Each distinct name is made once and kept for the process (the set is the API's calls).
+fn python_name(call: &'static str) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static NAMES: Mutex<Option<HashMap<&'static str, &'static str>>> = Mutex::new(None);
+    if !call.contains("::") {
+        return call;
+    }
+    if call == "Offload::init" {
+        return "Offload";
+    }
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    names
+        .get_or_insert_with(HashMap::new)
+        .entry(call)
+        .or_insert_with(|| Box::leak(call.replace("::", ".").into_boxed_str()))
+}
+
+/// The Python exception for `e`, with its message in Python's words (`Buffer.read`, "a new
+/// offload.Offload()"); `Multiple` carries `.errors` and `Driver` carries `.code`.
 pub(crate) fn to_py(e: offload::Error) -> PyErr {
     use offload::Error as E;
+    let e = e.in_words_of(offload::Caller::Python, python_name);
     let msg = e.to_string();
     let err = match &e {
         E::ShutDown { .. } => ShutDownError::new_err(msg),

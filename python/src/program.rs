@@ -134,7 +134,8 @@ impl PyProgram {
 #[pyclass(name = "Module", module = "offload", frozen)]
 pub(crate) struct PyModule {
     inner: Held<Module>,
-    #[allow(dead_code)] // kept for symmetry with the other objects: the runtime it came from
+    /// The runtime reference this module holds (see `RtCell`); none for the module a
+    /// setup or teardown callback is handed, which lives inside the runtime's own call.
     cell: Option<Arc<RtCell>>,
 }
 
@@ -144,7 +145,7 @@ impl PyModule {
     fn kernel(&self, py: Python<'_>, name: &str) -> PyResult<PyKernel> {
         check("Module.kernel")?;
         let k = blocking(py, || self.inner.kernel(name)).py_err()?;
-        Ok(PyKernel::new(k))
+        Ok(PyKernel::new(k, self.cell.clone()))
     }
 
     /// The module's kernel names.
@@ -184,14 +185,17 @@ impl PyModule {
 pub(crate) struct PyKernel {
     pub(crate) inner: Held<Kernel>,
     pub(crate) params: Vec<ParamKind>,
+    /// The runtime reference this kernel holds (see `RtCell`).
+    _cell: Option<Arc<RtCell>>,
 }
 
 impl PyKernel {
-    fn new(k: Kernel) -> Self {
+    fn new(k: Kernel, cell: Option<Arc<RtCell>>) -> Self {
         let params = k.params().to_vec();
         PyKernel {
             inner: Held::new(k),
             params,
+            _cell: cell,
         }
     }
 }

@@ -17,7 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyTuple};
 use crate::buffer::{BorrowedBytes, PyBuffer};
 use crate::errors::{IntoPy, ShutDownError, invalid};
 use crate::program::{PyKernel, scalar_type};
-use crate::runtime::{Held, PythonCall, blocking, check, lock};
+use crate::runtime::{Held, PythonCall, RtCell, blocking, check, lock};
 
 /// A queue of in-order, asynchronous work on one device.
 #[pyclass(name = "Queue", module = "offload", frozen)]
@@ -28,13 +28,16 @@ pub(crate) struct PyQueue {
     /// that a queue nobody syncs still delivers it (L8: to the next shutdown, or printed at
     /// exit).
     errors: Arc<Mutex<Vec<PyErr>>>,
+    /// The runtime reference this queue holds (see `RtCell`).
+    cell: Arc<RtCell>,
 }
 
 impl PyQueue {
-    pub(crate) fn new(q: Queue) -> Self {
+    pub(crate) fn new(q: Queue, cell: Arc<RtCell>) -> Self {
         PyQueue {
             inner: Held::new(q),
             errors: Arc::new(Mutex::new(Vec::new())),
+            cell,
         }
     }
 
@@ -313,7 +316,7 @@ impl PyQueue {
         check("Queue.launch")?;
         let d = self::dims("Queue.launch", &kernel.inner, dims, shared_memory)?;
         let mut buffers = Vec::new();
-        let values = convert("Queue::launch", kernel, args, &mut buffers)?;
+        let values = convert("Queue.launch", kernel, args, &mut buffers)?;
         launch_on(py, &self.inner, kernel, d, &values, &buffers)
     }
 
@@ -371,6 +374,7 @@ impl PyQueue {
         let e = blocking(py, || self.inner.record()).py_err()?;
         Ok(PyEvent {
             inner: Held::new(e),
+            _cell: self.cell.clone(),
         })
     }
 
@@ -495,6 +499,8 @@ impl PyQueue {
 #[pyclass(name = "Event", module = "offload", frozen)]
 pub(crate) struct PyEvent {
     inner: Held<Event>,
+    /// The runtime reference this event holds (see `RtCell`).
+    _cell: Arc<RtCell>,
 }
 
 #[pymethods]

@@ -219,8 +219,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One runtime reference (`offload::Offload`), shared by the Python `Offload` and the
-/// objects made from it, which use it to pin the runtime while NumPy views its memory.
+/// One runtime reference (`offload::Offload`), shared by the Python `Offload` and every
+/// object made from it (devices, buffers, queues, events, modules, kernels, endpoints), as
+/// CuPy's arrays hold their context: the reference is given back when the last of them is
+/// collected (so a device of a temporary `Offload()` works, and `del rt` leaves buffers
+/// working), or by `Offload.shutdown()` / leaving its `with`, which gives back the hold of
+/// every object made from that `Offload` too (L1: the runtime ends when no reference is
+/// left, and its handles then raise `ShutDownError`).
 pub(crate) struct RtCell {
     rt: Mutex<Option<Offload>>,
     generation: u64,
@@ -248,6 +253,17 @@ impl RtCell {
     /// Takes the reference out (shutdown).
     fn take(&self) -> Option<Offload> {
         lock(&self.rt).take()
+    }
+}
+
+impl Drop for RtCell {
+    fn drop(&mut self) {
+        // The last object holding the reference is gone (L1): given back without the GIL,
+        // since it may drain queues whose host functions need it.
+        let rt = self.rt.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(rt) = rt {
+            release(rt);
+        }
     }
 }
 
@@ -544,16 +560,6 @@ impl PyOffload {
     }
 }
 
-impl Drop for PyOffload {
-    fn drop(&mut self) {
-        // The last Python reference going is a drop of the runtime reference (L1): without
-        // the GIL, since it may drain queues whose host functions need it.
-        if let Some(rt) = self.cell.take() {
-            release(rt);
-        }
-    }
-}
-
 /// A device of the runtime.
 #[pyclass(name = "Device", module = "offload", frozen)]
 pub(crate) struct PyDevice {
@@ -619,7 +625,7 @@ impl PyDevice {
     fn queue(&self, py: Python<'_>) -> PyResult<PyQueue> {
         check("Device.queue")?;
         let q = blocking(py, || self.inner.queue()).py_err()?;
-        Ok(PyQueue::new(q))
+        Ok(PyQueue::new(q, self.cell.clone()))
     }
 
     fn __eq__(&self, other: &Self) -> bool {

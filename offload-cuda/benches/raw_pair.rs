@@ -18,109 +18,14 @@
 //! protocol fake (LD_LIBRARY_PATH at offload-driver's fake) it runs too, which checks the
 //! harness, not the speed of anything.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
 
 use offload_core::{BackendKind, Dims, MemKind, NoPlatforms, Offload, Program, Ready, Uninit};
 
-type CuResult = c_int;
-type Ptr = *mut c_void;
-
-/// The raw driver entry points the harness calls, as libcuda exports them.
-struct Raw {
-    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
-    mem_free: unsafe extern "C" fn(u64) -> CuResult,
-    htod: unsafe extern "C" fn(u64, *const c_void, usize) -> CuResult,
-    dtod_async: unsafe extern "C" fn(u64, u64, usize, Ptr) -> CuResult,
-    load: unsafe extern "C" fn(*mut Ptr, *const c_void) -> CuResult,
-    unload: unsafe extern "C" fn(Ptr) -> CuResult,
-    function: unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> CuResult,
-    #[allow(clippy::type_complexity)]
-    launch: unsafe extern "C" fn(
-        Ptr,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        Ptr,
-        *mut Ptr,
-        *mut Ptr,
-    ) -> CuResult,
-    stream_sync: unsafe extern "C" fn(Ptr) -> CuResult,
-    stream_create: unsafe extern "C" fn(*mut Ptr, c_uint) -> CuResult,
-    stream_destroy: unsafe extern "C" fn(Ptr) -> CuResult,
-    release: unsafe extern "C" fn(c_int) -> CuResult,
-    context: Ptr,
-    stream: Ptr,
-    _library: libloading::Library,
-}
-
-/// Panics naming the call unless it succeeded (a benchmark has no error path to report to).
-fn check(call: &str, code: CuResult) {
-    assert_eq!(code, 0, "{call} failed with CUresult {code}");
-}
-
-impl Raw {
-    /// Opens libcuda, initialises it and makes device 0's primary context current on this
-    /// thread (the one offload's CUDA backend uses too).
-    fn open() -> Option<Raw> {
-        // SAFETY: libcuda.so.1 is the CUDA driver; its initialisers only set up the driver.
-        let library = unsafe { libloading::Library::new("libcuda.so.1") }.ok()?;
-        macro_rules! sym {
-            ($name:literal) => {
-                // SAFETY: the field's type is the documented C signature of this entry point.
-                *unsafe { library.get(concat!($name, "\0").as_bytes()) }
-                    .unwrap_or_else(|e| panic!("libcuda has no {}: {e}", $name))
-            };
-        }
-        let init: unsafe extern "C" fn(c_uint) -> CuResult = sym!("cuInit");
-        let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult = sym!("cuDeviceGet");
-        let retain: unsafe extern "C" fn(*mut Ptr, c_int) -> CuResult =
-            sym!("cuDevicePrimaryCtxRetain");
-        let set_current: unsafe extern "C" fn(Ptr) -> CuResult = sym!("cuCtxSetCurrent");
-        let mut raw = Raw {
-            mem_alloc: sym!("cuMemAlloc_v2"),
-            mem_free: sym!("cuMemFree_v2"),
-            htod: sym!("cuMemcpyHtoD_v2"),
-            dtod_async: sym!("cuMemcpyDtoDAsync_v2"),
-            load: sym!("cuModuleLoadData"),
-            unload: sym!("cuModuleUnload"),
-            function: sym!("cuModuleGetFunction"),
-            launch: sym!("cuLaunchKernel"),
-            stream_sync: sym!("cuStreamSynchronize"),
-            stream_create: sym!("cuStreamCreate"),
-            stream_destroy: sym!("cuStreamDestroy_v2"),
-            release: sym!("cuDevicePrimaryCtxRelease_v2"),
-            context: std::ptr::null_mut(),
-            stream: std::ptr::null_mut(),
-            _library: library,
-        };
-        let mut device = 0;
-        // SAFETY: plain driver calls with out-pointers to locals; cuInit comes first.
-        unsafe {
-            if init(0) != 0 || device_get(&mut device, 0) != 0 {
-                return None;
-            }
-            check("cuDevicePrimaryCtxRetain", retain(&mut raw.context, device));
-            check("cuCtxSetCurrent", set_current(raw.context));
-            check("cuStreamCreate", (raw.stream_create)(&mut raw.stream, 1));
-        }
-        Some(raw)
-    }
-}
-
-impl Drop for Raw {
-    fn drop(&mut self) {
-        // SAFETY: the stream and the retained context are this harness's own.
-        unsafe {
-            (self.stream_destroy)(self.stream);
-            (self.release)(0);
-        }
-    }
-}
+// The raw driver side: libcuda's entry points and the context (shared with babelstream.rs).
+#[path = "common/raw.rs"]
+mod raw;
+use raw::{Ptr, Raw, check};
 
 /// The median of `samples`.
 fn median(mut samples: Vec<Duration>) -> Duration {

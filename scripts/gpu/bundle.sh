@@ -21,6 +21,8 @@
 #                       then meets the CUDA platform too
 #   embed               the dlopen test and liboffload_embed.so beside it (200 cycles)
 #   raw_pair            offload against raw driver calls, paired (offload-cuda/benches)
+#   babelstream         BabelStream's five f64 kernels, offload against raw driver calls on
+#                       the same PTX, paired and verified (offload-cuda/benches)
 #   offload-info        with every backend
 #   python/offload      the Python package (host and CUDA) and dlpack_gpu.py: DLPack with
 #                       CuPy and PyTorch on CUDA memory, both ways
@@ -96,8 +98,9 @@ pick() {
 echo "== offload-cuda tests (real-driver switch: OFFLOAD_CUDA_REAL=1)"
 build test --no-run -p offload-cuda --all-features |
     pick cuda-test "" fake_backend nvrtc_fake probe
-echo "== the paired benchmark against raw driver calls"
-build build -p offload-cuda --bench raw_pair | pick bench "" raw_pair
+echo "== the paired benchmarks against raw driver calls (raw_pair, babelstream)"
+build build -p offload-cuda --bench raw_pair --bench babelstream |
+    pick bench "" raw_pair babelstream
 echo "== facade tests with the cuda feature"
 build test --no-run -p offload-rt --features cuda,fixtures \
     --test after_shutdown --test bad_input --test lifecycle_stress --test reinit \
@@ -106,15 +109,15 @@ build test --no-run -p offload-rt --features cuda,fixtures \
 echo "== embed: the dlopen test and its library"
 build test --no-run -p offload-embed --features offload/cuda | pick embed-test "" dlopen
 cargo build "${profile_args[@]}" -p offload-embed --features offload/cuda
-out_dir=release
-[[ $profile == dev ]] && out_dir=debug
-add embed-lib liboffload_embed "target/$out_dir/liboffload_embed.so" liboffload_embed.so
+out_dir=${CARGO_TARGET_DIR:-target}/release
+[[ $profile == dev ]] && out_dir=${CARGO_TARGET_DIR:-target}/debug
+add embed-lib liboffload_embed "$out_dir/liboffload_embed.so" liboffload_embed.so
 echo "== the Python package (host and CUDA), for the DLPack step with CuPy and PyTorch"
 cargo build "${profile_args[@]}" -p offload-python --no-default-features \
     --features pyo3/extension-module
 mkdir -p "$KIT/python/offload"
 cp python/offload/__init__.py "$KIT/python/offload/"
-cp "target/$out_dir/liboffload_python.so" "$KIT/python/offload/_offload.abi3.so"
+cp "$out_dir/liboffload_python.so" "$KIT/python/offload/_offload.abi3.so"
 strip "$KIT/python/offload/_offload.abi3.so" 2>/dev/null || true
 printf '%s %s %s\n' python-ext _offload.abi3.so "$(wc -c <"$KIT/python/offload/_offload.abi3.so")" >>"$manifest"
 cp scripts/gpu/dlpack_gpu.py "$KIT/dlpack_gpu.py"
@@ -144,7 +147,7 @@ if $check; then
         echo "CHECK FAILED: the kit is $size_kib KiB, over $LIMIT_MIB MiB" >&2
         fail=1
     fi
-    for need in fake_backend nvrtc_fake probe raw_pair after_shutdown bad_input \
+    for need in fake_backend nvrtc_fake probe raw_pair babelstream after_shutdown bad_input \
         lifecycle_stress reinit deinit_errors ipc_handles dlopen liboffload_embed.so \
         offload-info; do
         if [[ ! -s $KIT/bin/$need ]]; then

@@ -35,6 +35,7 @@ PLAN=(
     "cuda-cases|300|conformance (fixed + 256 cases), 8 threads x 25 runtimes, memory kinds, fixture kernels, queues, bad images, OOM, IPC between two processes|./fake_backend --test-threads=4 --nocapture"
     "nvrtc|120|NVRTC: CUDA C++ compiled, loaded and launched; compile errors with NVRTC's log|./nvrtc_fake --test-threads=2 --nocapture"
     "bench|180|offload against raw driver calls, paired|./raw_pair"
+    "babelstream|120|BabelStream's five f64 kernels (N = 2^25, 5 rounds of 100 iterations a side), offload against raw driver calls on the same PTX, verified|./babelstream"
     "dlpack|120|DLPack on CUDA memory with CuPy and PyTorch, both ways, no copy (Python)|DLPACK"
     "facade|240|the facade's tests built with the cuda feature|FACADE"
     "dlopen|240|200 dlopen/init/launch/shutdown/dlclose cycles of the embedding library, unmapped each time|./dlopen --test-threads=1 --nocapture --skip hip_fake --skip ze_fake"
@@ -200,6 +201,17 @@ cases=$(grep -m1 -oE 'offload conformance: fixed tests and [0-9]+ state-machine 
     echo "|---|---|---|---|"
     grep '^PAIR ' "$LOGS" | sed -E 's/^PAIR ([^ ]+) offload=([0-9]+) raw=([0-9]+) ratio=([0-9.]+)/| \1 | \2 | \3 | \4 |/'
     grep '^BANDWIDTH ' "$LOGS" | sed 's/^/\n/'
+    if grep -q '^BABEL ' "$LOGS"; then
+        echo
+        echo "## BabelStream, f64 (MB/s: medians over rounds of each round's best; ratio: median of offload/raw)"
+        echo
+        grep -E '^(BABELSTREAM|BABEL_PEAK|BABEL_NOTE) ' "$LOGS" | sed 's/^/- /'
+        echo
+        echo "| kernel | offload MB/s | raw MB/s | ratio | offload / theoretical peak |"
+        echo "|---|---|---|---|---|"
+        grep '^BABEL ' "$LOGS" | sed -E 's/^BABEL ([^ ]+) offload=([0-9]+) raw=([0-9]+) ratio=([0-9.]+) peak=([0-9.]+|n\/a)/| \1 | \2 | \3 | \4 | \5 |/'
+        grep '^FAILED verification' "$LOGS" | sed 's/^/\n**/; s/$/**/'
+    fi
     if [[ -n $failed_tests ]]; then
         echo
         echo "## failed tests"

@@ -206,8 +206,8 @@ pub(crate) fn param_name(p: &ParamKind) -> String {
         ParamKind::Buffer => "buffer".into(),
         ParamKind::Typed(t) => t.name().into(),
         ParamKind::Scalar(n) => format!("scalar of {n} bytes"),
-        ParamKind::Pod { size, .. } => format!("value of {size} bytes"),
-        _ => "parameter".into(),
+        ParamKind::Pod { name, size, .. } => format!("{name} ({size} bytes)"),
+        ParamKind::Uniform => "uniform buffer".into(),
     }
 }
 

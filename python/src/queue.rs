@@ -62,6 +62,15 @@ impl PyQueue {
 /// One launch argument, converted but not yet borrowed.
 enum Value {
     Buffer(usize),
+    /// A buffer bound as a uniform buffer (a `var<uniform>` parameter).
+    Uniform(usize),
+    /// The bytes of a vector, matrix, array or struct value (`Arg::Pod`): `what` names the
+    /// Python value in messages; `elem` is its element type where it has one.
+    Pod {
+        bytes: Vec<u8>,
+        what: &'static str,
+        elem: Option<ScalarType>,
+    },
     U8(u8),
     I8(i8),
     U16(u16),
@@ -75,9 +84,19 @@ enum Value {
 }
 
 impl Value {
-    fn arg<'a>(&self, buffers: &'a [&'a Buffer]) -> Option<Arg<'a>> {
+    fn arg<'a>(&'a self, buffers: &'a [&'a Buffer]) -> Option<Arg<'a>> {
         Some(match *self {
             Value::Buffer(i) => Arg::buffer(buffers.get(i)?),
+            Value::Uniform(i) => Arg::uniform(*buffers.get(i)?),
+            Value::Pod {
+                ref bytes,
+                what,
+                elem,
+            } => Arg::Pod {
+                bytes,
+                type_name: what,
+                elem,
+            },
             Value::U8(v) => Arg::value(v),
             Value::I8(v) => Arg::value(v),
             Value::U16(v) => Arg::value(v),
@@ -109,6 +128,118 @@ fn scalar_as(obj: &Bound<'_, PyAny>, t: ScalarType) -> Option<Value> {
     })
 }
 
+/// The native bytes of a scalar value.
+fn scalar_bytes(v: &Value) -> Vec<u8> {
+    match *v {
+        Value::U8(x) => x.to_ne_bytes().to_vec(),
+        Value::I8(x) => x.to_ne_bytes().to_vec(),
+        Value::U16(x) => x.to_ne_bytes().to_vec(),
+        Value::I16(x) => x.to_ne_bytes().to_vec(),
+        Value::U32(x) => x.to_ne_bytes().to_vec(),
+        Value::I32(x) => x.to_ne_bytes().to_vec(),
+        Value::U64(x) => x.to_ne_bytes().to_vec(),
+        Value::I64(x) => x.to_ne_bytes().to_vec(),
+        Value::F32(x) => x.to_ne_bytes().to_vec(),
+        Value::F64(x) => x.to_ne_bytes().to_vec(),
+        Value::Buffer(_) | Value::Uniform(_) | Value::Pod { .. } => Vec::new(),
+    }
+}
+
+/// Whether `obj` is a NumPy array (or another object exporting an array interface) with
+/// dimensions, not a NumPy scalar.
+fn is_array(obj: &Bound<'_, PyAny>) -> bool {
+    obj.hasattr("__array_interface__").unwrap_or(false)
+        && obj
+            .getattr("ndim")
+            .and_then(|d| d.extract::<usize>())
+            .is_ok_and(|d| d > 0)
+}
+
+/// The value of a vector, matrix, array or struct parameter (`ParamKind::Pod`) from Python:
+/// a tuple or list of numbers (each of the parameter's element type), `bytes`-like
+/// contents, or a NumPy array or (structured) scalar, whose bytes are taken. The size and
+/// element type are checked by offload, which names the parameter's type.
+fn pod_value(
+    call: &str,
+    at: &str,
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    elem: Option<ScalarType>,
+) -> PyResult<Value> {
+    if obj.is_instance_of::<pyo3::types::PyTuple>() || obj.is_instance_of::<pyo3::types::PyList>() {
+        let Some(t) = elem else {
+            return Err(invalid(
+                call,
+                format!(
+                    "{at} is a {name} whose members have different types: pass its bytes \
+                     (`bytes`, or a NumPy scalar of a structured dtype)"
+                ),
+            ));
+        };
+        let mut bytes = Vec::new();
+        for item in obj.try_iter()? {
+            let item = item?;
+            let v = scalar_as(&item, t).ok_or_else(|| {
+                invalid(
+                    call,
+                    format!("{at} is a {name}: its element {item} is not a {}", t.name()),
+                )
+            })?;
+            bytes.extend(scalar_bytes(&v));
+        }
+        return Ok(Value::Pod {
+            bytes,
+            what: "a tuple",
+            elem: Some(t),
+        });
+    }
+    if let Ok(b) = obj.downcast::<PyBytes>() {
+        return Ok(Value::Pod {
+            bytes: b.as_bytes().to_vec(),
+            what: "bytes",
+            elem: None,
+        });
+    }
+    if obj.is_instance_of::<pyo3::types::PyByteArray>()
+        || obj.is_instance_of::<pyo3::types::PyMemoryView>()
+    {
+        // bytes(obj): the contents, copied.
+        let bytes: Vec<u8> = obj.py().get_type::<PyBytes>().call1((obj,))?.extract()?;
+        return Ok(Value::Pod {
+            bytes,
+            what: "bytes",
+            elem: None,
+        });
+    }
+    if let Ok(dtype) = obj.getattr("dtype") {
+        let bytes: Vec<u8> = obj.call_method0("tobytes")?.extract()?;
+        // A plain numeric dtype names the element type; a structured one does not.
+        let plain = dtype.getattr("fields").is_ok_and(|f| f.is_none());
+        let elem = if plain {
+            let kind: String = dtype.getattr("kind")?.extract()?;
+            let size: usize = dtype.getattr("itemsize")?.extract()?;
+            scalar_type(kind.chars().next().unwrap_or('?'), size)
+        } else {
+            None
+        };
+        return Ok(Value::Pod {
+            bytes,
+            what: "a NumPy value",
+            elem,
+        });
+    }
+    Err(invalid(
+        call,
+        format!(
+            "{at} is a {name}: pass a tuple of its elements, its bytes, or a NumPy value; got {}",
+            obj.get_type()
+                .name()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        ),
+    ))
+}
+
 fn is_int(t: ScalarType) -> bool {
     !matches!(t, ScalarType::F32 | ScalarType::F64)
 }
@@ -128,9 +259,37 @@ fn convert<'py>(
         let declared = kernel.params.get(i);
         let n = i + 1;
         if let Ok(b) = obj.downcast::<PyBuffer>() {
-            out.push(Value::Buffer(buffers.len()));
+            out.push(if matches!(declared, Some(ParamKind::Uniform)) {
+                Value::Uniform(buffers.len())
+            } else {
+                Value::Buffer(buffers.len())
+            });
             buffers.push(b.clone());
             continue;
+        }
+        let at = format!("argument {n} of `{name}`");
+        if let Some(ParamKind::Pod {
+            name: type_name,
+            elem,
+            ..
+        }) = declared
+        {
+            out.push(pod_value(call, &at, &obj, type_name, *elem)?);
+            continue;
+        }
+        if is_array(&obj) {
+            let wanted =
+                declared.map_or_else(|| "parameter".to_string(), crate::program::param_name);
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                if matches!(declared, Some(ParamKind::Buffer | ParamKind::Uniform)) {
+                    format!(
+                        "{call}: {at} is a {wanted}; got a NumPy array: upload it first \
+                     (`buf = dev.upload(array)`) and pass the buffer"
+                    )
+                } else {
+                    format!("{call}: {at} is a {wanted}; got a NumPy array, not one value")
+                },
+            ));
         }
         let does_not_fit = |t: &str| {
             invalid(

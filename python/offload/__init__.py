@@ -114,6 +114,31 @@ def _numpy(self):
     return np.frombuffer(bytearray(self.read()), dtype=np.dtype(fmt)).reshape(shape)  # writable copy
 
 
+def _array(self, dtype=None, copy=None):
+    """NumPy's conversion, reached only where the buffer protocol is refused: a freed buffer
+    or memory that is not the host device's. Both raise, as CuPy does, rather than give a
+    0-d object array."""
+    if self.freed:
+        raise InvalidArgumentError(
+            "numpy.asarray(Buffer): invalid argument: the buffer was freed (Buffer.free); "
+            "allocate a new one (Device.alloc)"
+        )
+    raise UnsupportedError(
+        f"{self.backend}: numpy.asarray(Buffer): unsupported: zero-copy views exist for "
+        "host-device memory only; copy with Buffer.numpy() or Buffer.read()"
+    )
+
+
+def _dtype(self):
+    """The NumPy dtype views see (uint8 bytes until `view`, `zeros`, `empty` or `upload`
+    gave the buffer one)."""
+    import numpy as np
+
+    return np.dtype(self._layout[0])
+
+
+Buffer.__array__ = _array
+Buffer.dtype = property(_dtype)
 Device.empty = _empty
 Device.zeros = _zeros
 Device.upload = _upload

@@ -21,7 +21,7 @@ use crate::dlpack::{
     CAPSULE, CAPSULE_VERSIONED, DL_CPU, DlDevice, DlManagedTensor, DlManagedTensorVersioned,
     DlTensor, dl_type,
 };
-use crate::errors::{IntoPy, ShutDownError, UnsupportedError, invalid};
+use crate::errors::{IntoPy, UnsupportedError, invalid};
 use crate::runtime::{PyDevice, RtCell, blocking, check, lock, release};
 
 /// How views see the bytes: a struct-module format character, its size, and a C-order shape.
@@ -30,6 +30,15 @@ struct Layout {
     format: String,
     itemsize: usize,
     shape: Vec<usize>,
+}
+
+/// The error of a call on a buffer after its `free()`: the caller's mistake, not a
+/// runtime that ended (that is `ShutDownError`).
+pub(crate) fn freed(call: &str) -> PyErr {
+    invalid(
+        call,
+        "the buffer was freed (Buffer.free); allocate a new one (Device.alloc)",
+    )
 }
 
 /// Device memory.
@@ -43,6 +52,8 @@ pub(crate) struct PyBuffer {
     device_index: u32,
     kind: MemKind,
     exports: AtomicUsize,
+    /// Set when `free()` released the memory (not when it found the runtime shut down).
+    user_freed: std::sync::atomic::AtomicBool,
     layout: Mutex<Layout>,
 }
 
@@ -71,6 +82,7 @@ impl PyBuffer {
             inner: RwLock::new(Some(buffer)),
             cell,
             exports: AtomicUsize::new(0),
+            user_freed: std::sync::atomic::AtomicBool::new(false),
             layout: Mutex::new(Layout {
                 format: "B".into(),
                 itemsize: 1,
@@ -79,7 +91,8 @@ impl PyBuffer {
         }
     }
 
-    /// Runs `f` on the buffer (read lock held, GIL released); `ShutDownError` after `free()`.
+    /// Runs `f` on the buffer (read lock held, GIL released); `InvalidArgumentError` after
+    /// `free()` ([`freed`]).
     pub(crate) fn with<T: Send>(
         &self,
         py: Python<'_>,
@@ -91,11 +104,27 @@ impl PyBuffer {
             let guard = self.inner.read().unwrap_or_else(|p| p.into_inner());
             match guard.as_ref() {
                 Some(b) => f(b).py_err(),
-                None => Err(ShutDownError::new_err(format!(
-                    "{call}: the buffer was freed"
-                ))),
+                None => Err(self.gone(call)),
             }
         })
+    }
+
+    /// Whether `free()` released the memory.
+    pub(crate) fn is_freed(&self) -> bool {
+        self.user_freed.load(Ordering::Acquire)
+    }
+
+    /// The error of `call` on a buffer whose handle is gone: freed by `Buffer.free`
+    /// (`InvalidArgumentError`, [`freed`]), or given up by a `free()` that found its
+    /// runtime shut down (`ShutDownError`).
+    pub(crate) fn gone(&self, call: &str) -> PyErr {
+        if self.is_freed() {
+            freed(call)
+        } else {
+            crate::errors::ShutDownError::new_err(format!(
+                "{call}: the buffer belongs to an offload runtime that has been shut down"
+            ))
+        }
     }
 
     pub(crate) fn size_of(&self) -> usize {
@@ -244,6 +273,26 @@ unsafe extern "C" fn capsule_destructor_versioned(capsule: *mut ffi::PyObject) {
 #[pymethods]
 impl PyBuffer {
     /// Size in bytes.
+    /// Whether `free()` released the memory (every later call raises
+    /// `InvalidArgumentError`).
+    #[getter]
+    fn freed(&self) -> bool {
+        self.is_freed()
+    }
+
+    /// Its size in bytes (NumPy's name).
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.size
+    }
+
+    /// The shape views see (`(size,)` bytes until `view`, `zeros`, `empty` or `upload`
+    /// gave it one).
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+        pyo3::types::PyTuple::new(py, lock(&self.layout).shape.iter().copied())
+    }
+
     #[getter]
     fn size(&self) -> usize {
         self.size
@@ -355,7 +404,7 @@ impl PyBuffer {
     }
 
     /// Frees the memory now; refused while a NumPy array, memoryview or DLPack capsule views
-    /// it. Later calls on the buffer raise `ShutDownError`.
+    /// it. Later calls on the buffer raise `InvalidArgumentError` naming `Buffer.free`.
     fn free(&self, py: Python<'_>) -> PyResult<()> {
         check("Buffer.free")?;
         blocking(py, || {
@@ -368,7 +417,11 @@ impl PyBuffer {
                 )));
             }
             match guard.take() {
-                Some(b) => b.free().py_err(),
+                Some(b) => {
+                    let out = b.free().py_err();
+                    self.user_freed.store(out.is_ok(), Ordering::Release);
+                    out
+                }
                 None => Ok(()),
             }
         })

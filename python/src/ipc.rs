@@ -102,10 +102,10 @@ impl PyEndpoint {
             let guard = buffer.guard();
             match guard.as_ref() {
                 Some(b) => ep.send(id, b, offset, n, tag),
-                None => Err(offload::Error::InvalidArgument {
-                    call: "IpcEndpoint::send",
-                    reason: "the buffer was freed".into(),
-                }),
+                None => Err(offload::Error::invalid(
+                    "IpcEndpoint.send",
+                    "the buffer was freed (Buffer.free); allocate a new one (Device.alloc)",
+                )),
             }
         })
     }

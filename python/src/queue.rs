@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyTuple};
 
 use crate::buffer::{BorrowedBytes, PyBuffer};
-use crate::errors::{IntoPy, ShutDownError, invalid};
+use crate::errors::{IntoPy, invalid};
 use crate::program::{PyKernel, scalar_type};
 use crate::runtime::{Held, PythonCall, RtCell, blocking, check, lock};
 
@@ -435,14 +435,10 @@ fn launch_on(
     blocking(py, || {
         let guards: Vec<_> = buffers.iter().map(|b| b.guard()).collect();
         let mut bufs: Vec<&Buffer> = Vec::with_capacity(guards.len());
-        for g in &guards {
+        for (g, buffer) in guards.iter().zip(&buffers) {
             match g.as_ref() {
                 Some(b) => bufs.push(b),
-                None => {
-                    return Err(ShutDownError::new_err(
-                        "Queue.launch: a buffer argument was freed",
-                    ));
-                }
+                None => return Err(buffer.gone("Queue.launch")),
             }
         }
         let args: Vec<Arg<'_>> = values.iter().filter_map(|v| v.arg(&bufs)).collect();
@@ -617,7 +613,8 @@ impl PyQueue {
         blocking(py, || {
             let (gs, gd) = (src.guard(), dst.guard());
             let (Some(s), Some(d)) = (gs.as_ref(), gd.as_ref()) else {
-                return Err(ShutDownError::new_err("Queue.copy: a buffer was freed"));
+                let missing = if gs.is_none() { src } else { dst };
+                return Err(missing.gone("Queue.copy"));
             };
             q.copy(s, src_offset, d, dst_offset, nbytes).py_err()
         })

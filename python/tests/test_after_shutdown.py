@@ -66,6 +66,10 @@ TABLE = {
     ("Buffer", "backend"): (lambda h: h["buf"].backend, VALUE),
     ("Buffer", "kind"): (lambda h: h["buf"].kind, VALUE),
     ("Buffer", "exports"): (lambda h: h["buf"].exports, VALUE),
+    ("Buffer", "shape"): (lambda h: h["buf"].shape, VALUE),
+    ("Buffer", "nbytes"): (lambda h: h["buf"].nbytes, VALUE),
+    ("Buffer", "dtype"): (lambda h: h["buf"].dtype, VALUE),
+    ("Buffer", "freed"): (lambda h: h["buf"].freed, VALUE),
     ("Buffer", "free"): (lambda h: h["other"].free(), SHUT),
     ("Queue", "launch"): (
         lambda h: h["q"].launch(h["kernel"], ((1, 1, 1), (4, 1, 1)), h["buf"], h["buf"], 1.0, 4),

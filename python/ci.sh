@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python package's check: a virtual environment (.venv at the repository root, reused
-# when present), NumPy and pytest installed by name, the package installed as a user
+# when present), NumPy, pytest and mypy installed by name, the package installed as a user
 # installs it, `pip install ./python` (PEP 517 through maturin; release, or debug with
 # OFFLOAD_PY_DEBUG=1), the pytest suite, then the overhead benchmark (python/bench/bench.py;
 # it reports, and fails the run only with OFFLOAD_BENCH_CHECK=1, since a shared machine's
@@ -12,7 +12,7 @@ venv="${OFFLOAD_VENV:-$root/.venv}"
 if [[ ! -x "$venv/bin/python" ]]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check numpy pytest
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check numpy pytest mypy
 
 # Release by default (what a user builds); OFFLOAD_PY_DEBUG=1 builds the debug profile,
 # which shares most of its dependencies with `cargo test` (CI uses it to stay in its time).
@@ -32,6 +32,9 @@ export PYTHONSAFEPATH=1
 # check stderr identical to a user's.
 export RUST_BACKTRACE=0
 "$venv/bin/python" -m pytest -q tests
+# The type stubs (offload/__init__.pyi, shipped with py.typed) against the built module:
+# every name, signature and property, both ways.
+"$venv/bin/python" -m mypy.stubtest offload
 
 if [[ "${OFFLOAD_PY_DEBUG:-0}" == 1 ]]; then
     echo "python/ci.sh: debug build: the overhead benchmark is skipped (run it on a release build)"

@@ -145,14 +145,11 @@ fn scalar_bytes(v: &Value) -> Vec<u8> {
     }
 }
 
-/// Whether `obj` is a NumPy array (or another object exporting an array interface) with
-/// dimensions, not a NumPy scalar.
+/// Whether `obj` (which has a dtype) is a NumPy array with dimensions, not a NumPy scalar.
 fn is_array(obj: &Bound<'_, PyAny>) -> bool {
-    obj.hasattr("__array_interface__").unwrap_or(false)
-        && obj
-            .getattr("ndim")
-            .and_then(|d| d.extract::<usize>())
-            .is_ok_and(|d| d > 0)
+    obj.getattr("ndim")
+        .and_then(|d| d.extract::<usize>())
+        .is_ok_and(|d| d > 0)
 }
 
 /// The value of a vector, matrix, array or struct parameter (`ParamKind::Pod`) from Python:
@@ -267,29 +264,15 @@ fn convert<'py>(
             buffers.push(b.clone());
             continue;
         }
-        let at = format!("argument {n} of `{name}`");
         if let Some(ParamKind::Pod {
             name: type_name,
             elem,
             ..
         }) = declared
         {
+            let at = format!("argument {n} of `{name}`");
             out.push(pod_value(call, &at, &obj, type_name, *elem)?);
             continue;
-        }
-        if is_array(&obj) {
-            let wanted =
-                declared.map_or_else(|| "parameter".to_string(), crate::program::param_name);
-            return Err(pyo3::exceptions::PyTypeError::new_err(
-                if matches!(declared, Some(ParamKind::Buffer | ParamKind::Uniform)) {
-                    format!(
-                        "{call}: {at} is a {wanted}; got a NumPy array: upload it first \
-                     (`buf = dev.upload(array)`) and pass the buffer"
-                    )
-                } else {
-                    format!("{call}: {at} is a {wanted}; got a NumPy array, not one value")
-                },
-            ));
         }
         let does_not_fit = |t: &str| {
             invalid(
@@ -331,6 +314,21 @@ fn convert<'py>(
         }
         // A NumPy scalar (or anything with a dtype): its own type, as `Arg::value::<T>`.
         if let Ok(dtype) = obj.getattr("dtype") {
+            if is_array(&obj) {
+                let at = format!("argument {n} of `{name}`");
+                let wanted =
+                    declared.map_or_else(|| "parameter".to_string(), crate::program::param_name);
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    if matches!(declared, Some(ParamKind::Buffer | ParamKind::Uniform)) {
+                        format!(
+                            "{call}: {at} is a {wanted}; got a NumPy array: upload it first \
+                         (`buf = dev.upload(array)`) and pass the buffer"
+                        )
+                    } else {
+                        format!("{call}: {at} is a {wanted}; got a NumPy array, not one value")
+                    },
+                ));
+            }
             let kind: String = dtype.getattr("kind")?.extract()?;
             let size: usize = dtype.getattr("itemsize")?.extract()?;
             let kind = match kind.as_str() {

@@ -1,6 +1,6 @@
 //! How a driver's failures read as offload errors: one mapping each for a driver that
-//! cannot be used ([`LoadError`], [`driver_not_found`]), a failed call ([`Failure`]), and
-//! memory a backend does not have yet ([`memory_unsupported`]). This module owns no state.
+//! cannot be used ([`LoadError`], [`driver_not_found`]) and a failed call ([`Failure`]).
+//! This module owns no state.
 
 use std::fmt;
 
@@ -79,23 +79,6 @@ pub fn no_device(
         backend: kind,
         library: library.into(),
         reason: reason.into(),
-    }
-}
-
-/// Every memory call of a backend `kind` that has no memory yet.
-///
-/// ```
-/// use offload_core::BackendKind;
-/// assert_eq!(
-///     offload_driver::memory_unsupported(BackendKind::Cuda).to_string(),
-///     "cuda: unsupported: memory is not implemented for cuda yet"
-/// );
-/// ```
-pub fn memory_unsupported(kind: BackendKind) -> Error {
-    Error::Unsupported {
-        backend: kind,
-        call: "",
-        reason: format!("memory is not implemented for {kind} yet"),
     }
 }
 

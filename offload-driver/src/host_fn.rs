@@ -5,7 +5,7 @@
 //! the driver forbids its own API (`cuLaunchHostFunc`: "must not make any CUDA API calls"),
 //! and the stream waits for it meanwhile — which blocks module loads and frees anywhere in
 //! the context. So the stream-based backend runs host functions on a thread of their queue
-//! ([`HostThread`]) behind a gate of its own (`vendor/queue.rs`); Level Zero, which has no
+//! ([`HostThread`]) behind a gate of its own (`stream_api/queue.rs`); Level Zero, which has no
 //! host functions, runs them on its own threads too ([`run_marked`]).
 //!
 //! While a function runs, its thread is marked with its stream and its number there

@@ -11,9 +11,8 @@
 //!   C strings drivers hand back.
 //! - [`Failure`] and [`LoadError`]: a failed driver call, or a driver that cannot be used,
 //!   and their one mapping each to an offload error.
-//! - [`Driver`] and [`Platform`]: a device-only platform. A backend implements [`Driver`]
-//!   (open, describe a device); [`Platform`] is the `offload_core::hal::Platform` over it,
-//!   whose memory, programs and queues answer `Error::Unsupported`.
+//! - [`Counters`] and [`Stats`]: a backend's process-wide counts of platforms opened and
+//!   deinitialised.
 //! - [`pack_args`] and [`LaunchLimits`]: a launch's arguments checked against the image's
 //!   parameters and packed, its geometry checked against the device.
 //! - [`Uses`] and [`Stream`]: the streams whose queued work uses a buffer or a module.
@@ -34,7 +33,7 @@
 //! `offload-testing` (`fake`), with the conformance suite and the fault injection.
 //!
 //! This crate's `unsafe` code is in its ffi helpers (`ffi.rs`), the table that [`functions!`] expands to, and the calls the
-//! stream-based backend (`vendor/`) makes through [`StreamApi`], each resting on that
+//! stream-based backend (`stream_api/`) makes through [`StreamApi`], each resting on that
 //! trait's safety contract; it owns no process-wide state.
 //!
 //! ```
@@ -48,6 +47,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod counters;
 mod failure;
 // Opening libraries and reading their C strings.
 #[allow(unsafe_code)]
@@ -56,20 +56,19 @@ mod ffi;
 mod functions;
 mod host_fn;
 mod launch;
-mod platform;
 mod stream;
 // The backend over a stream-based vendor API (CUDA, HIP), generic over `StreamApi`: an
 // `unsafe trait` whose contract its `unsafe` code relies on, each use narrowly allowed.
-mod vendor;
+mod stream_api;
 
-pub use failure::{Failure, LoadError, driver_not_found, memory_unsupported, no_device};
+pub use counters::{Counters, Stats};
+pub use failure::{Failure, LoadError, driver_not_found, no_device};
 pub use ffi::{Library, Loaded, SymbolTable, static_text, text_of};
 pub use functions::check_symbol_table;
 pub use host_fn::{HostFailure, HostThread, Job, run_marked, running_host_fn, stream_key};
 pub use launch::{LaunchLimits, Packed, pack_args};
-pub use platform::{Counters, Device, Driver, Opened, Platform, Stats};
 pub use stream::{Stream, Uses};
-pub use vendor::{
+pub use stream_api::{
     DeviceCore, OpenedApi, RawAddress, StreamApi, StreamBuffer, StreamDevice, StreamEvent,
     StreamKernel, StreamModule, StreamPlatform, StreamQueue, Word, Words,
 };

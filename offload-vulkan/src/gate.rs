@@ -5,7 +5,7 @@
 //! one `VkQueue`, and every batch opens with a barrier against all earlier work), and
 //! deadlock when the function waits for another queue's later work. So no submission ever
 //! waits for host code: the queue holds its later work in offload instead, as the stream
-//! backend does (offload-driver's `vendor/queue.rs`).
+//! backend does (offload-driver's `stream_api/queue.rs`).
 //!
 //! Enqueuing a host function submits the open batch and closes the queue's *gate*; the
 //! queue's thread ([`HostThread`]) waits for the timeline value of the work before the

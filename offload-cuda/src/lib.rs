@@ -64,15 +64,19 @@
 //! offload-hip: this crate implements `offload_driver::StreamApi` for the CUDA driver API
 //! ([`CudaApi`]) and names the generic types ([`CudaPlatform`] is
 //! `StreamPlatform<CudaApi>`, …). What is CUDA's own stays here: the driver's symbols and
-//! error names (`ffi/`), primary contexts (`context.rs`), opening and describing devices
+//! error names (`ffi/`), the `StreamApi` impl (`stream_api.rs`), primary contexts (`context.rs`), opening and describing devices
 //! (`platform.rs`), PTX/cubin/fatbin inspection (`image/`, `program.rs`) and NVRTC.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 // The driver's C API, behind `Result`-returning calls; `unsafe fn`s where the driver
-// trusts device addresses; the `unsafe impl` of offload-driver's `StreamApi`.
+// trusts device addresses.
 #[allow(unsafe_code)]
 mod ffi;
+// The `unsafe impl` of offload-driver's `StreamApi` over `ffi`'s table (its generated
+// one-call methods call the table's symbols).
+#[allow(unsafe_code)]
+mod stream_api;
 // Primary contexts: `Send`/`Sync` for the raw handle, and the device record that releases
 // them, each with its `SAFETY` argument.
 #[allow(unsafe_code)]

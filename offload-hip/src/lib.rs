@@ -99,15 +99,19 @@
 //! offload-cuda: this crate implements `offload_driver::StreamApi` for the HIP runtime API
 //! ([`HipApi`]) and names the generic types ([`HipPlatform`] is `StreamPlatform<HipApi>`,
 //! …). What is HIP's own stays here: the runtime's symbols and error names (`ffi/`),
-//! opening and describing devices (`platform.rs`) and AMD code objects (`image.rs`,
+//! the `StreamApi` impl (`stream_api.rs`), opening and describing devices (`platform.rs`) and AMD code objects (`image.rs`,
 //! `program.rs`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 // HIP's C API, behind `Result`-returning calls; `unsafe fn`s where the runtime trusts
-// addresses; the `unsafe impl` of offload-driver's `StreamApi`.
+// addresses.
 #[allow(unsafe_code)]
 mod ffi;
+// The `unsafe impl` of offload-driver's `StreamApi` over `ffi`'s table (its generated
+// one-call methods call the table's symbols).
+#[allow(unsafe_code)]
+mod stream_api;
 // Code objects, read before the runtime sees them (safe code).
 // Public only for the fuzz targets (`fuzz/`) and the image tests, which reach the parser
 // of untrusted bytes as an ordinary dependency; not part of the API.

@@ -20,9 +20,10 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, PoisonError, Weak};
 
-use offload_core::hal::Exported;
-use offload_core::{BackendKind, Error, Result};
+use offload_core::hal::{self, Exported};
+use offload_core::{BackendKind, Error, MemKind, Result};
 
+use crate::ZeDevice;
 use crate::ffi::{MemoryKind, sys};
 use crate::memory::{Origin, ZeBuffer};
 use crate::platform::{DeviceShared, driver_error};
@@ -210,4 +211,24 @@ pub(crate) fn import(device: &Arc<DeviceShared>, exported: Exported) -> Result<Z
     }
     mappings.push(Arc::downgrade(&mapping));
     Ok(ZeBuffer::imported(device, mapping, bytes))
+}
+
+/// Device memory shared with other processes through Level Zero IPC (see the top of this file).
+impl hal::Ipc for ZeDevice {
+    /// `ze_device_properties_t::uuid`.
+    fn uuid(&self) -> [u8; 16] {
+        self.shared.uuid
+    }
+
+    fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
+        ZeBuffer::new(&self.shared, size, kind, true)
+    }
+
+    fn export(&self, buffer: &ZeBuffer) -> Result<hal::Exported> {
+        export(buffer)
+    }
+
+    fn import(&self, exported: hal::Exported) -> Result<ZeBuffer> {
+        import(&self.shared, exported)
+    }
 }

@@ -98,6 +98,8 @@ mod spirv;
 // The modules below call those `unsafe fn`s and own the handles, each call with its
 // `SAFETY` argument.
 #[allow(unsafe_code)]
+mod device;
+#[allow(unsafe_code)]
 mod ipc;
 #[allow(unsafe_code)]
 mod memory;
@@ -111,8 +113,9 @@ mod queue;
 use offload_core::{BackendKind, PlatformEntry};
 use offload_driver::Counters;
 
+pub use device::ZeDevice;
 pub use memory::ZeBuffer;
-pub use platform::{ZeDevice, ZePlatform};
+pub use platform::ZePlatform;
 pub use program::{ZeKernel, ZeModule};
 pub use queue::{ZeEvent, ZeQueue};
 

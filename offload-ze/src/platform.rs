@@ -1,21 +1,20 @@
-//! The Level Zero platform and its devices: the loader opened and initialised, one context
-//! per driver ([`ContextShared`]), a record per device ([`DeviceShared`]) that every object
-//! made on it holds, and the `hal::Device` and `hal::Ipc` impls over them: the host's
-//! copies in and out of buffers are here; the buffers themselves are memory.rs's, programs
-//! (and their `hal::Program` impl) program.rs's, queues queue.rs's, IPC ipc.rs's.
+//! The Level Zero platform: the loader opened and initialised, one context per driver
+//! ([`ContextShared`]), and a record per device ([`DeviceShared`]) that every object made on
+//! it holds, with its launch limits and the copies the host makes now. The devices (and
+//! their `hal::Device` impl) are device.rs's, buffers memory.rs's, programs (and their
+//! `hal::Program` impl) program.rs's, queues queue.rs's, IPC (and the `hal::Ipc` impl)
+//! ipc.rs's.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use offload_core::hal::{self, ImageFormat};
-use offload_core::{BackendKind, Config, DeviceInfo, Error, MemKind, Result};
+use offload_core::{BackendKind, Config, Error, Result};
 use offload_driver::{Failure, LaunchLimits, driver_not_found, no_device};
 
+use crate::ZeDevice;
 use crate::ffi::{self, ContextHandle, DeviceHandle, DriverHandle, ListHandle};
-use crate::memory::ZeBuffer;
-use crate::program::{self, ZeModule};
-use crate::queue::{ZeEvent, ZeQueue};
 use crate::{BACKEND, COUNTERS, LIBRARY};
 
 /// A failed driver call as an offload error (naming no call: the handle of the user's call
@@ -23,9 +22,6 @@ use crate::{BACKEND, COUNTERS, LIBRARY};
 pub(crate) fn driver_error(failure: Failure) -> Error {
     failure.into_error(BackendKind::Ze, "")
 }
-
-/// PCI vendor id of Intel.
-const INTEL: u32 = 0x8086;
 
 /// One driver's context: every device of the driver, and every object made on them, use
 /// it. Destroyed (`zeContextDestroy`) when the last of them is gone.
@@ -189,43 +185,6 @@ impl std::fmt::Debug for ZePlatform {
     }
 }
 
-/// A Level Zero device. It holds its driver's context (and the loader) for as long as it
-/// lives; its `ordinal()` is its position among the platform's devices: the drivers in the
-/// loader's order, each driver's devices in its order.
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::Config;
-/// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else {
-///     return; // no Level Zero device on this machine
-/// };
-/// for dev in ze.devices() {
-///     println!("device {}", dev.ordinal());
-/// }
-/// ```
-pub struct ZeDevice {
-    pub(crate) shared: Arc<DeviceShared>,
-}
-
-impl ZeDevice {
-    /// The device's position among the platform's devices.
-    ///
-    /// ```
-    /// fn first(d: &offload_ze::ZeDevice) -> bool { d.ordinal() == 0 }
-    /// ```
-    pub fn ordinal(&self) -> u32 {
-        self.shared.ordinal
-    }
-}
-
-impl std::fmt::Debug for ZeDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZeDevice")
-            .field("ordinal", &self.shared.ordinal)
-            .finish()
-    }
-}
-
 fn limits(driver: &ffi::Driver, device: DeviceHandle) -> LaunchLimits {
     // Optional properties: without them the limits fall back to the defaults below.
     let compute = driver.compute(device).ok();
@@ -369,225 +328,5 @@ impl hal::Platform for ZePlatform {
                     machine: crate::program::EM_INTELGT
                 }
         )
-    }
-}
-
-fn info(shared: &DeviceShared) -> Result<DeviceInfo> {
-    let driver = shared.driver();
-    let failed = driver_error;
-    let description = driver.describe(shared.handle).map_err(&failed)?;
-    let mut info = DeviceInfo::new(
-        description.name,
-        match description.vendor_id {
-            INTEL => "Intel".into(),
-            other => format!("PCI vendor {other:#06x}"),
-        },
-        BACKEND,
-        driver.total_memory(shared.handle).map_err(&failed)?,
-        u32::try_from(description.execution_units).unwrap_or(u32::MAX),
-    );
-    info.vendor_id = Some(description.vendor_id);
-    let limits = &shared.limits;
-    info.max_block_threads = Some(limits.max_block_threads);
-    info.max_block = Some(limits.max_block);
-    info.max_grid = Some(limits.max_grid);
-    info.max_alloc = (description.max_alloc > 0).then_some(description.max_alloc);
-    // Dynamic work-group memory is not offered (see `launch`): none for launches.
-    info.shared_memory = Some(0);
-    info.address_bits = Some(64);
-    info.clock_mhz = (description.clock_mhz > 0).then_some(description.clock_mhz);
-    Ok(info)
-}
-
-impl hal::Device for ZeDevice {
-    type Buffer = ZeBuffer;
-    type Program = ZeModule;
-    type Queue = ZeQueue;
-    type Event = ZeEvent;
-
-    fn info(&self) -> Result<DeviceInfo> {
-        info(&self.shared)
-    }
-
-    /// `Device`: `zeMemAllocDevice`; `Host`: `zeMemAllocHost`; `Shared`: `zeMemAllocShared`.
-    fn alloc(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, false)
-    }
-
-    /// The USM pointer (what SYCL and oneAPI libraries use).
-    fn address(&self, buffer: &ZeBuffer) -> Result<Option<u64>> {
-        Ok(Some(buffer.alloc.ptr as u64))
-    }
-
-    /// USM memory of this device's context another library allocated.
-    #[allow(unsafe_code)]
-    unsafe fn adopt(
-        &self,
-        address: u64,
-        len: usize,
-        kind: MemKind,
-        owner: hal::Owner,
-    ) -> Result<Option<ZeBuffer>> {
-        let ptr = std::ptr::with_exposed_provenance_mut::<c_void>(address as usize);
-        Ok(Some(ZeBuffer::adopted(&self.shared, ptr, len, kind, owner)))
-    }
-
-    /// Lets go of the memory: freed once no queued work uses it.
-    fn free(&self, buffer: ZeBuffer) -> Result<()> {
-        if Arc::strong_count(&buffer.alloc) == 1 {
-            // The last user: wait here, so a failure is reported (the drop only ignores it).
-            buffer.alloc.uses.wait()?;
-        }
-        drop(buffer);
-        Ok(())
-    }
-
-    fn read(&self, buffer: &ZeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let src = buffer.at(offset, dst.len())?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        buffer.alloc.uses.wait()?;
-        // SAFETY: the range lies inside this live allocation (checked); no queued work on it
-        // runs (waited); `dst` is host memory, borrowed for the call.
-        unsafe {
-            buffer
-                .alloc
-                .device
-                .copy_now(dst.as_mut_ptr().cast(), src, dst.len())
-        }
-    }
-
-    fn write(&self, buffer: &mut ZeBuffer, offset: usize, src: &[u8]) -> Result<()> {
-        let dst = buffer.at(offset, src.len())?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        buffer.alloc.uses.wait()?;
-        // SAFETY: as in `read`; `&mut ZeBuffer` excludes every other host access.
-        unsafe {
-            buffer
-                .alloc
-                .device
-                .copy_now(dst, src.as_ptr().cast(), src.len())
-        }
-    }
-
-    fn fill(&self, buffer: &mut ZeBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        let dst = buffer.at(offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        buffer.alloc.uses.wait()?;
-        let device = &buffer.alloc.device;
-        device.with_copier(|list| {
-            // SAFETY: as in `write`.
-            unsafe {
-                device
-                    .driver()
-                    .append_fill(list, dst, &[value], len, None, &[])
-            }
-        })
-    }
-
-    /// From another buffer of the same device (a copy inside one allocation, through two
-    /// handles of it, is `copy_within`'s).
-    fn copy(
-        &self,
-        src: &ZeBuffer,
-        src_offset: usize,
-        dst: &mut ZeBuffer,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        let from = src.at(src_offset, len)?;
-        let to = dst.at(dst_offset, len)?;
-        if !Arc::ptr_eq(&dst.alloc.device, &src.alloc.device) {
-            return Err(Error::InvalidArgument {
-                call: "",
-                reason: "the ze buffers are on different devices".into(),
-            });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        if Arc::ptr_eq(&dst.alloc, &src.alloc) {
-            return self.copy_within(dst, src_offset, dst_offset, len);
-        }
-        src.alloc.uses.wait()?;
-        dst.alloc.uses.wait()?;
-        // SAFETY: both ranges lie inside live allocations of this device (checked); no queued
-        // work on either runs (waited); they are different allocations, so they do not
-        // overlap.
-        unsafe { dst.alloc.device.copy_now(to, from, len) }
-    }
-
-    /// Overlapping ranges are staged through the host.
-    fn copy_within(
-        &self,
-        buffer: &mut ZeBuffer,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        let from = buffer.at(src_offset, len)?;
-        let to = buffer.at(dst_offset, len)?;
-        if len == 0 || from == to {
-            return Ok(());
-        }
-        if src_offset.abs_diff(dst_offset) < len {
-            let mut staged = vec![0u8; len];
-            self.read(buffer, src_offset, &mut staged)?;
-            return self.write(buffer, dst_offset, &staged);
-        }
-        buffer.alloc.uses.wait()?;
-        // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
-        // (checked above); no queued work on it runs (waited).
-        unsafe { buffer.alloc.device.copy_now(to, from, len) }
-    }
-
-    /// Host (`zeMemAllocHost`) and shared (`zeMemAllocShared`) memory; device memory and
-    /// imports are `Unsupported`.
-    /// The queued work on the buffer: a queue's later work waits for its host functions,
-    /// which may use this very buffer (L7).
-    fn pending(&self, buffer: &ZeBuffer) -> Option<hal::Pending> {
-        buffer.alloc.uses.pending()
-    }
-
-    fn with_mapped(&self, buffer: &mut ZeBuffer, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
-        f(buffer.mapped_bytes()?);
-        Ok(())
-    }
-
-    fn load(&self, image: &[u8]) -> Result<ZeModule> {
-        program::load(&self.shared, image)
-    }
-
-    fn validate(&self, image: &[u8]) -> Result<()> {
-        program::validate(image).map(drop)
-    }
-
-    fn queue(&self) -> Result<ZeQueue> {
-        ZeQueue::new(&self.shared)
-    }
-}
-
-/// Device memory shared with other processes through Level Zero IPC (see ipc.rs).
-impl hal::Ipc for ZeDevice {
-    /// `ze_device_properties_t::uuid`.
-    fn uuid(&self) -> [u8; 16] {
-        self.shared.uuid
-    }
-
-    fn alloc_exportable(&self, size: usize, kind: MemKind) -> Result<ZeBuffer> {
-        ZeBuffer::new(&self.shared, size, kind, true)
-    }
-
-    fn export(&self, buffer: &ZeBuffer) -> Result<hal::Exported> {
-        crate::ipc::export(buffer)
-    }
-
-    fn import(&self, exported: hal::Exported) -> Result<ZeBuffer> {
-        crate::ipc::import(&self.shared, exported)
     }
 }

@@ -40,9 +40,10 @@ use offload_driver::{Failure, HostFailure as PanicText};
 /// function's panic (`Error::Callback`) or a failed driver call (`Error::Driver`).
 type HostFailure = Arc<Mutex<Option<Error>>>;
 
+use crate::ZeDevice;
 use crate::ffi::{EventHandle, ListHandle, PoolHandle};
 use crate::memory::ZeBuffer;
-use crate::platform::{DeviceShared, ZeDevice, driver_error};
+use crate::platform::{DeviceShared, driver_error};
 use crate::program::ZeKernel;
 
 /// Events per queue.

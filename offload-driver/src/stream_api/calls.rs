@@ -89,8 +89,8 @@ impl RawAddress for *const c_void {
 /// `# Safety` section in [`StreamApi`](crate::StreamApi) (or, for the safe methods, on
 /// out-pointers that are valid locals), so an implementation that uses it keeps the
 /// trait's contract as long as the symbols are the functions the lines name, with
-/// `cuda.h`'s or `hip_runtime_api.h`'s signatures. offload-cuda's `ffi/calls.rs` and
-/// offload-hip's `ffi/mod.rs` are the two uses.
+/// `cuda.h`'s or `hip_runtime_api.h`'s signatures. offload-cuda's and offload-hip's
+/// `stream_api.rs` are the two uses.
 ///
 /// [`StreamApi::OUT_OF_MEMORY`]: crate::StreamApi::OUT_OF_MEMORY
 /// [`StreamApi::NOT_FOUND`]: crate::StreamApi::NOT_FOUND

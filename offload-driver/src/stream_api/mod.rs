@@ -14,8 +14,9 @@
 //! and in a few answers (CUDA's `ALREADY_MAPPED`, HIP's address ranges). Everything offload
 //! builds on that model (kept write bytes, host-function failures, the streams that use a
 //! buffer, the IPC mapping registry, the `hal` delegation) is the same code, so it lives
-//! here once, generic over the API; each vendor crate implements [`StreamApi`] in its ffi
-//! layer (raw symbols, error names, a table for `stream_api_calls!`), keeps what is really
+//! here once, generic over the API; each vendor crate implements [`StreamApi`] in a
+//! module of its own (`stream_api.rs`, over its `ffi/` bindings: raw symbols, error names;
+//! a table for `stream_api_calls!`), keeps what is really
 //! its own (CUDA's primary contexts and `hipSetDevice`, opening the library and describing
 //! a device, PTX/cubin/fatbin inspection and AMD code objects, NVRTC) and names the
 //! generic types (`pub type CudaBuffer = StreamBuffer<CudaApi>`, by

@@ -571,8 +571,7 @@ mod tests {
 
     /// Runs `f` with the table to itself (the tests of this crate share the process).
     fn alone<R>(f: impl FnOnce() -> R) -> R {
-        static ALONE: Mutex<()> = Mutex::new(());
-        let _alone = ALONE.lock().unwrap_or_else(PoisonError::into_inner);
+        let _alone = offload_testing::serial();
         f()
     }
 

@@ -31,14 +31,8 @@ fn within_a_minute(what: &str, body: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// Serialises these tests: each wants to be the only runtime in the process.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// Serialised (`serial()`): each test wants to be the only runtime in the process.
+use offload_testing::serial;
 
 #[test]
 fn a_teardown_callback_may_init_and_drop_a_runtime_during_the_last_shutdown() {

@@ -5,25 +5,21 @@
 //!
 //! Every test uses the same runtime settings (the runtime is process-wide) with the disk
 //! cache off, and every source text is new to the process, so each counted compile is this
-//! test's. Tests that compile hold `SERIAL`, so the process-wide counters and the temporary
+//! test's. Tests that compile hold `serial()`, so the process-wide counters and the temporary
 //! directories seen are theirs alone. The missing-compiler case runs in a child process
 //! (this binary again) with `CC` set there: changing the environment of a multi-threaded
 //! test process would race.
 
 use std::process::Command;
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex, MutexGuard, PoisonError};
 
 use offload_core::hal::{Device as _, Platform as _};
 use offload_core::{
     BackendKind, Config, Device, Dims, Error, Language, Offload, Program, Source, compile_stats,
 };
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use offload_testing::serial;
 
 /// The runtime every test shares: the host platform with two devices, no disk cache.
 fn runtime() -> Offload {

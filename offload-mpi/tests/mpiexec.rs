@@ -5,10 +5,10 @@
 //! killed rank run under `mpiexec -disable-auto-cleanup` (see `job_with_a_killed_rank`).
 
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Instant;
 
-static ONE_JOB: Mutex<()> = Mutex::new(());
+// One MPI job at a time (`serial()`).
+use offload_testing::serial;
 
 /// Seconds one job may run before `timeout` stops it (a hang is a failure, not a stuck CI).
 const LIMIT_S: u32 = 120;
@@ -30,7 +30,7 @@ fn mpiexec_found() -> bool {
 
 /// Runs `program args` on `n` ranks with `env`; returns stdout, after asserting exit 0.
 fn job(n: u32, program: &str, args: &[&str], env: &[(&str, &str)]) -> String {
-    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = serial();
     let mut cmd = Command::new("timeout");
     cmd.args([
         "--kill-after=10",
@@ -114,7 +114,7 @@ fn job_with_a_killed_rank(n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<St
 /// `OFFLOAD_MPI_FINALIZE_TIMEOUT=600` (far beyond the job's limit): the finalize hook
 /// must end because it sees the rank dead, not because a wait ran out.
 fn job_with_a_death(program: &str, n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
-    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = serial();
     let dir = job_dir("killed", n, args);
     let mut cmd = Command::new("timeout");
     cmd.args([

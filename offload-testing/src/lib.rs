@@ -14,6 +14,8 @@
 //! - [`child`]: the one child-process runner of the workspace's tests: a test of the same
 //!   binary (or any program) in a child under a watchdog, or spoken to line by line.
 //! - [`watchdog()`]: the in-process watchdog a test that could hang holds.
+//! - [`serial()`]: the lock that serialises the tests of one test binary that share
+//!   process-wide state.
 //!
 //! Test support: a failed check panics, which is what a test harness reports.
 //!
@@ -29,8 +31,10 @@ pub mod child;
 pub mod conformance;
 pub mod fake;
 pub mod faults;
+mod serial;
 mod watchdog;
 
+pub use serial::serial;
 pub use watchdog::{Watchdog, watchdog};
 
 /// Locks `m`, taking over a lock poisoned by a failed check on another thread: the check

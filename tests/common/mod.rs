@@ -6,14 +6,10 @@
 
 pub mod ipc;
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// Holds off the other tests of this binary that also take it.
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// Not every test binary that includes this module takes it.
+#[allow(unused_imports)]
+pub use offload_testing::serial;
 
 /// The watchdog a test that could hang holds (offload-testing's, shared with the backends'
 /// tests). Not every test binary holds one.

@@ -3,8 +3,6 @@
 //! deterministic byte pattern.
 #![allow(dead_code)]
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
 use offload_core::hal::Platform as _;
 use offload_core::{Config, Error};
 use offload_vulkan::{VulkanOptions, VulkanPlatform};
@@ -77,12 +75,10 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// Holds off the other tests of this binary that also take it (process-wide counters).
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// Not every test binary that includes this module takes it.
+#[allow(unused_imports)]
+pub use offload_testing::serial;
 
 /// The WGSL source of the test kernels (`add_one`, `fill`, `noop`; see the file).
 pub const KERNELS_WGSL: &str = include_str!("../fixtures/kernels.wgsl");

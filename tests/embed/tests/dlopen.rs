@@ -10,7 +10,6 @@ mod common;
 
 use common::{LIB_NAME, lib_path};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 
 use libloading::Library;
 
@@ -18,13 +17,9 @@ const DEINIT_LINE: &str = "offload-embed: deinit";
 const CHILD_ENV: &str = "OFFLOAD_EMBED_CHILD";
 const CYCLES: usize = 200;
 
-/// Tests in this process that load the library take turns: two loads at once would share
-/// one handle, and the library would not unload at the first `dlclose`.
-static IN_PROCESS: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner())
-}
+// Tests in this process that load the library take turns (`serial()`): two loads at once
+// would share one handle, and the library would not unload at the first `dlclose`.
+use offload_testing::serial;
 
 /// The lines of /proc/self/maps that map the library (by full path or by file name).
 fn mappings(path: &Path) -> Vec<String> {

@@ -1,4 +1,5 @@
-//! Runs the MPI programs of src/bin (and the example) under real `mpiexec` jobs of 2–4
+//! Runs the MPI programs of src/bin (and offload-mpi's `mpi_ring` example, where the same
+//! `cargo test` built it) under real `mpiexec` jobs of 2–4
 //! ranks, each with a time limit, and checks what every rank printed. Jobs run one at a
 //! time (MPICH ranks poll: jobs side by side would starve each other on a small machine).
 //! Without `mpiexec` the tests skip, unless `CI=true`, where they fail. The jobs with a
@@ -411,13 +412,14 @@ fn the_mpi_ring_example_runs_on_four_ranks() {
     if !mpiexec_found() {
         return;
     }
-    // `cargo test` builds the examples next to the test's own directory (target/*/deps).
+    // The example is offload-mpi's: a `cargo test` that builds that crate too (`--workspace`,
+    // as CI runs) puts it next to the test's own directory (target/*/deps).
     let example = std::env::current_exe()
         .ok()
         .and_then(|exe| Some(exe.parent()?.parent()?.join("examples").join("mpi_ring")))
         .filter(|p| p.exists());
     let Some(example) = example else {
-        eprintln!("skipped: the mpi_ring example was not built");
+        eprintln!("skipped: the mpi_ring example was not built (cargo test --workspace builds it)");
         return;
     };
     let out = job(4, example.to_str().expect("a UTF-8 path"), &[], &[]);

@@ -7,7 +7,7 @@
 //! (median and quartiles: a round's two ways run back to back, under the same load). Not
 //! criterion: it must run under `mpiexec`.
 //!
-//! `cargo build --release -p offload-mpi --bin offload-mpi-job-cache-bench`
+//! `cargo build --release -p offload-mpi-programs --bin offload-mpi-job-cache-bench`
 //! `mpiexec -n 4 target/release/offload-mpi-job-cache-bench [ROUNDS]`
 
 mod common;

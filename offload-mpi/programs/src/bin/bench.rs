@@ -3,7 +3,7 @@
 //! round trip: the IPC sender waits until the receiver dropped its view, the MPI sender
 //! until the receiver answered one byte). Not criterion: it must run under `mpiexec`.
 //!
-//! `cargo build --release -p offload-mpi --bin offload-mpi-bench`
+//! `cargo build --release -p offload-mpi-programs --bin offload-mpi-bench`
 //! `mpiexec -n 2 target/release/offload-mpi-bench`
 
 mod common;

@@ -390,8 +390,10 @@ impl PyBuffer {
         Ok(())
     }
 
-    /// Sets `nbytes` bytes from `offset` (all by default) to `value`.
-    #[pyo3(signature = (value, offset=0, nbytes=None))]
+    /// Sets `nbytes` bytes from `offset` (all by default) to `value`: `buf.fill(0)`, as
+    /// NumPy's `ndarray.fill`; the range by keyword (`offset=`, `nbytes=`), so no call reads
+    /// its numbers in another order than `Queue.fill(buffer, offset, nbytes, pattern)`.
+    #[pyo3(signature = (value, *, offset=0, nbytes=None))]
     fn fill(
         &self,
         py: Python<'_>,

@@ -48,7 +48,7 @@ def test_device_info_is_typed(host):
 def test_buffer_copies_and_fill(host):
     buf = host.alloc(16)
     buf.write(b"\x01" * 8, offset=8)
-    buf.fill(7, 0, 8)
+    buf.fill(7, offset=0, nbytes=8)
     assert buf.read() == b"\x07" * 8 + b"\x01" * 8
     out = bytearray(16)
     buf.read_into(out)

@@ -26,3 +26,11 @@ def test_a_freed_buffer_is_named_and_numpy_refuses_it(host):
         np.asarray(b)
     with pytest.raises(offload.InvalidArgumentError, match="freed"):
         host.queue().fill(b, 0, 4, b"\x01")
+
+
+def test_fill_takes_its_range_by_keyword(host):
+    b = host.alloc(8)
+    b.fill(7, offset=2, nbytes=4)
+    assert b.read() == b"\x00\x00\x07\x07\x07\x07\x00\x00"
+    with pytest.raises(TypeError):
+        b.fill(7, 0, 8)  # the old positional order, refused rather than misread

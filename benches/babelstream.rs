@@ -36,13 +36,11 @@ use std::time::{Duration, Instant};
 
 use offload::{Arg, Buffer, Device, Dims, Kernel, MemKind, Offload, Program, Queue, Source};
 
-const START_A: f64 = 0.1;
-const START_B: f64 = 0.2;
-const START_C: f64 = 0.0;
-const SCALAR: f64 = 0.4;
-const KERNELS: [&str; 5] = ["copy", "mul", "add", "triad", "dot"];
-/// Elements each kernel moves, in units of N.
-const MOVES: [usize; 5] = [2, 2, 3, 3, 2];
+// The start values, the kernels and what each moves, the check: shared with the Vulkan
+// and CUDA BabelStreams (offload-bench).
+use offload_bench::babelstream::{
+    self, KERNELS, Precision, SCALAR, START_A, START_B, START_C, check_arrays, median,
+};
 /// The block sizes offload runs with.
 const BLOCKS: [u32; 2] = [Dims::BLOCK_1D, 65_536];
 
@@ -66,36 +64,13 @@ fn timed(best: &mut Duration, first: bool, f: impl FnOnce()) {
     }
 }
 
-/// The values BabelStream expects after `iters` iterations, and the dot of the last one.
-fn golden(n: usize, iters: usize) -> ([f64; 3], f64) {
-    let (mut a, mut b, mut c) = (START_A, START_B, START_C);
-    for _ in 0..iters {
-        c = a;
-        b = SCALAR * c;
-        c = a + b;
-        a = b + SCALAR * c;
-    }
-    ([a, b, c], a * b * n as f64)
-}
-
-/// BabelStream's check: each array's mean relative error and the dot's, against 100 ε.
+/// BabelStream's check of one side's arrays and last dot, printed when it fails.
 fn check(side: &str, n: usize, iters: usize, arrays: [&[f64]; 3], dot: f64) -> bool {
-    let (gold, gold_dot) = golden(n, iters);
-    let epsilon = f64::EPSILON * 100.0;
-    let mut ok = true;
-    for (name, (array, g)) in ["a", "b", "c"].iter().zip(arrays.iter().zip(gold)) {
-        let err = array.iter().map(|v| (v - g).abs()).sum::<f64>() / array.len() as f64;
-        if err / g.abs() > epsilon {
-            eprintln!("FAILED: {side}: array {name}: mean error {err:e} against {g}");
-            ok = false;
-        }
+    let out = check_arrays(side, arrays, iters, n as u64, dot, Precision::F64);
+    if let Err(why) = &out {
+        eprintln!("FAILED: {why}");
     }
-    let err = (dot - gold_dot).abs() / gold_dot.abs();
-    if err > 1e-8 {
-        eprintln!("FAILED: {side}: dot {dot} against {gold_dot} (relative error {err:e})");
-        ok = false;
-    }
-    ok
+    out.is_ok()
 }
 
 // ---- offload ----
@@ -122,7 +97,7 @@ impl OffloadSide {
         let module = Program::from_source(source).load(dev)?;
         let kernels = KERNELS
             .iter()
-            .map(|k| module.kernel(k))
+            .map(|(k, _)| module.kernel(k))
             .collect::<offload::Result<Vec<_>>>()?;
         let alloc = || dev.alloc(n * 8, MemKind::Device);
         let blocks = n.div_ceil(BLOCKS.iter().copied().min().unwrap_or(1) as usize);
@@ -399,27 +374,6 @@ fn triad_only(t: Duration) -> Best {
     best
 }
 
-/// MB/s of moving `moves` arrays of `n` doubles in `t` (NaN for a kernel not run).
-fn mbps(n: usize, moves: usize, t: Duration) -> f64 {
-    if t == Duration::MAX {
-        return f64::NAN;
-    }
-    (moves * n * 8) as f64 / t.as_secs_f64() / 1e6
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; this harness takes no arguments of its own.
     let n = env("OFFLOAD_BABELSTREAM_N", 1 << 25);
@@ -479,28 +433,31 @@ fn main() {
                 (Side::OffloadTriadNt(block), _) => triad_only(ours.run_triad_nt(block, iters)),
                 (_, None) => [Duration::MAX; 5],
             };
-            rates[s].push(std::array::from_fn(|i| mbps(n, MOVES[i], best[i])));
+            rates[s].push(std::array::from_fn(|i| {
+                babelstream::mb_per_s(KERNELS[i].1 * (n as u64) * 8, best[i])
+            }));
         }
         eprintln!("round {} of {rounds} done", round + 1);
     }
 
     // The median rate of `side`'s kernel `i`, and the median over rounds of its ratio to
     // `base`'s kernel `j` in the same round.
-    let rate = |side: usize, i: usize| median(rates[side].iter().map(|r| r[i]).collect());
+    let rate =
+        |side: usize, i: usize| median(&mut rates[side].iter().map(|r| r[i]).collect::<Vec<_>>());
     let ratio = |side: usize, i: usize, base: usize, j: usize| {
         median(
-            rates[side]
+            &mut rates[side]
                 .iter()
                 .zip(&rates[base])
                 .map(|(r, b)| r[i] / b[j])
-                .collect(),
+                .collect::<Vec<_>>(),
         )
     };
     println!(
         "\n{:<8} {:>12} {:>12} {:>8} {:>12} {:>8}",
         "kernel", "openmp MB/s", "offload/256", "ratio", "offload/64Ki", "ratio"
     );
-    for (i, name) in KERNELS.iter().enumerate() {
+    for (i, (name, _)) in KERNELS.iter().enumerate() {
         println!(
             "{name:<8} {:>12.0} {:>12.0} {:>8.3} {:>12.0} {:>8.3}",
             rate(0, i),

@@ -26,6 +26,8 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod babelstream;
+
 use std::cell::RefCell;
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -59,7 +59,7 @@
 //! Run: `cargo bench -p offload-cuda --bench babelstream` (or the kit's binary).
 
 use std::ffi::{c_char, c_int};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use offload_core::{
     Arg, BackendKind, Buffer, Device, Dims, Kernel, MemKind, Module, NoPlatforms, Offload, Program,
@@ -73,25 +73,16 @@ use raw::{ATTRIBUTE_MEMORY_BUS_BITS, ATTRIBUTE_MEMORY_CLOCK_KHZ, Ptr, Raw, check
 
 const PTX: &[u8] = include_bytes!("babelstream.ptx");
 
-const START_A: f64 = 0.1;
-const START_B: f64 = 0.2;
-const START_C: f64 = 0.0;
-const SCALAR: f64 = 0.4;
+// The start values, the kernels and what each moves, the round, the check: shared with
+// the host and Vulkan BabelStreams (offload-bench).
+use offload_bench::babelstream::{
+    self, KERNELS, Precision, SCALAR, START_A, START_B, START_C, Side, median, rates, run_round,
+};
 
 /// The fixed grid of every kernel: blocks, and threads per block (the dot's shared memory
 /// holds 1024 sums, and its tree wants a power of two).
 const BLOCKS: u32 = 1024;
 const THREADS: u32 = 1024;
-
-/// The kernels in the order an iteration runs them, with the elements each moves per
-/// element of the arrays.
-const KERNELS: [(&str, u64); 5] = [
-    ("copy", 2),
-    ("mul", 2),
-    ("add", 3),
-    ("triad", 3),
-    ("dot", 2),
-];
 
 /// The run's sizes: from the environment, or the defaults.
 struct Setup {
@@ -131,18 +122,6 @@ impl Setup {
 /// The partial sums of the dot, added on the host.
 fn host_sum(partials: impl Iterator<Item = f64>) -> f64 {
     partials.sum()
-}
-
-/// One side of the comparison: runs the kernels on its own arrays.
-trait Side {
-    fn name(&self) -> &'static str;
-    /// Sets the arrays to their start values (the `init` kernel) and waits (not timed).
-    fn init(&mut self);
-    /// Runs kernel `k` of [`KERNELS`] and waits for it; for the dot, reads the partial
-    /// sums and returns their sum.
-    fn run(&mut self, k: usize) -> Option<f64>;
-    /// The arrays a, b, c (not timed).
-    fn arrays(&mut self) -> [Vec<f64>; 3];
 }
 
 /// offload's side: the program's kernels on the runtime's arrays.
@@ -186,6 +165,8 @@ impl OffloadSide {
 }
 
 impl Side for OffloadSide {
+    type Elem = f64;
+
     fn name(&self) -> &'static str {
         "offload"
     }
@@ -350,6 +331,8 @@ impl<'r> RawSide<'r> {
 }
 
 impl Side for RawSide<'_> {
+    type Elem = f64;
+
     fn name(&self) -> &'static str {
         "raw"
     }
@@ -408,81 +391,6 @@ impl Drop for RawSide<'_> {
             }
             (self.raw.unload)(self.module);
         }
-    }
-}
-
-/// One side's round: each kernel's times over the iterations, and the last dot.
-fn run_round(side: &mut dyn Side, setup: &Setup) -> ([Vec<Duration>; 5], f64) {
-    let mut times: [Vec<Duration>; 5] = Default::default();
-    let mut sum = 0.0;
-    for _ in 0..setup.iters {
-        for (k, t) in times.iter_mut().enumerate() {
-            let start = Instant::now();
-            let dot = side.run(k);
-            t.push(start.elapsed());
-            if let Some(dot) = dot {
-                sum = dot;
-            }
-        }
-    }
-    (times, sum)
-}
-
-/// BabelStream's check: the golden values after `iters` iterations from the start values,
-/// the mean relative error of each array, the dot's relative error.
-fn verify(side: &mut dyn Side, iters: usize, n: u32, sum: f64) -> Result<(), String> {
-    let (mut ga, mut gb, mut gc) = (START_A, START_B, START_C);
-    for _ in 0..iters {
-        gc = ga;
-        gb = SCALAR * gc;
-        gc = ga + gb;
-        ga = gb + SCALAR * gc;
-    }
-    let gold_sum = ga * gb * f64::from(n);
-    let mut failures = Vec::new();
-    for ((name, gold), array) in ["a", "b", "c"]
-        .into_iter()
-        .zip([ga, gb, gc])
-        .zip(side.arrays())
-    {
-        let err = array.iter().map(|&v| (v - gold).abs()).sum::<f64>() / array.len() as f64;
-        let relative = err / gold.abs();
-        if relative.is_nan() || relative > 100.0 * f64::EPSILON {
-            failures.push(format!(
-                "{name}: mean relative error {relative:.3e} (gold {gold:e})"
-            ));
-        }
-    }
-    let relative = (sum - gold_sum).abs() / gold_sum.abs();
-    if relative.is_nan() || relative > 1e-8 {
-        failures.push(format!(
-            "dot: {sum:e} against gold {gold_sum:e}, relative error {relative:.3e}"
-        ));
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{}: {}", side.name(), failures.join("; ")))
-    }
-}
-
-/// Each kernel's MB/s (10^6 bytes per second) from its fastest time after the first
-/// iteration.
-fn rates(times: &[Vec<Duration>; 5], setup: &Setup) -> [f64; 5] {
-    std::array::from_fn(|k| {
-        let best = times[k][1..].iter().min().expect("at least 2 iterations");
-        let bytes = KERNELS[k].1 * setup.bytes() as u64;
-        bytes as f64 / 1e6 / best.as_secs_f64().max(1e-12)
-    })
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let m = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[m]
-    } else {
-        (values[m - 1] + values[m]) / 2.0
     }
 }
 
@@ -556,7 +464,7 @@ fn main() {
 
     let mut offload = OffloadSide::new(&dev, &setup);
     let mut raw_side = RawSide::new(&raw, &setup);
-    let mut sides: [&mut dyn Side; 2] = [&mut offload, &mut raw_side];
+    let mut sides: [&mut dyn Side<Elem = f64>; 2] = [&mut offload, &mut raw_side];
     // A warm-up of every kernel on both sides, then the start values.
     for side in sides.iter_mut() {
         side.init();
@@ -574,8 +482,8 @@ fn main() {
         let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         let mut measured = [[0.0; 5]; 2];
         for i in order {
-            let (times, sum) = run_round(&mut *sides[i], &setup);
-            measured[i] = rates(&times, &setup);
+            let (times, sum) = run_round(&mut *sides[i], setup.iters);
+            measured[i] = rates(&times, setup.bytes() as u64);
             sums[i] = sum;
         }
         println!(
@@ -598,7 +506,9 @@ fn main() {
         );
     } else {
         for (side, sum) in sides.iter_mut().zip(sums) {
-            if let Err(why) = verify(&mut **side, total, setup.n, sum) {
+            if let Err(why) =
+                babelstream::check(&mut **side, total, u64::from(setup.n), sum, Precision::F64)
+            {
                 println!("FAILED verification: {why}");
                 std::process::exit(1);
             }

@@ -51,7 +51,7 @@
 //! Vulkan driver it says so and measures nothing.
 
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ash::vk;
 use offload_core::{
@@ -64,12 +64,18 @@ use offload_core::{
 mod raw;
 use raw::{RawBuffer, RawDevice, RawPipeline, RawSubmitter};
 
+use offload_bench::babelstream::{
+    self, KERNELS, Precision, Side, check, median, min_max, rates, run_round,
+};
+
 const WGSL: &str = include_str!("babelstream.wgsl");
 
-const START_A: f32 = 0.1;
-const START_B: f32 = 0.2;
-const START_C: f32 = 0.0;
-const SCALAR: f32 = 0.4;
+// The start values, the kernels and what each moves, the round, the check: shared with
+// the host and CUDA BabelStreams (offload-bench).
+const START_A: f32 = babelstream::START_A as f32;
+const START_B: f32 = babelstream::START_B as f32;
+const START_C: f32 = babelstream::START_C as f32;
+const SCALAR: f32 = babelstream::SCALAR as f32;
 
 /// Threads per workgroup of every kernel (the WGSL's `@workgroup_size`).
 const BLOCK: u32 = 256;
@@ -77,16 +83,6 @@ const BLOCK: u32 = 256;
 const DOT_GROUPS: u32 = 256;
 /// The most workgroups in one grid dimension Vulkan guarantees.
 const MAX_GRID: u32 = 65_535;
-
-/// The kernels in the order an iteration runs them, with the elements each moves per
-/// element of the arrays.
-const KERNELS: [(&str, u64); 5] = [
-    ("copy", 2),
-    ("mul", 2),
-    ("add", 3),
-    ("triad", 3),
-    ("dot", 2),
-];
 
 /// The storage bindings each kernel uses (a = 0, b = 1, c = 2, sums = 3), in binding
 /// order: offload's parameters, and the raw side's set layouts.
@@ -168,18 +164,6 @@ fn host_sum(partials: &[f32]) -> f64 {
     partials.iter().map(|&p| f64::from(p)).sum()
 }
 
-/// One side of the comparison: runs the kernels on its own arrays.
-trait Side {
-    fn name(&self) -> &'static str;
-    /// Sets the arrays to their start values and waits (not timed).
-    fn init(&mut self);
-    /// Runs kernel `k` of [`KERNELS`] and waits for it; for the dot, reads the partial
-    /// sums and returns their sum.
-    fn run(&mut self, k: usize) -> Option<f64>;
-    /// The arrays a, b, c (not timed).
-    fn arrays(&mut self) -> [Vec<f32>; 3];
-}
-
 /// offload's side: one program's kernels on the runtime's arrays.
 struct OffloadSide {
     name: &'static str,
@@ -234,6 +218,8 @@ impl OffloadSide {
 }
 
 impl Side for OffloadSide {
+    type Elem = f32;
+
     fn name(&self) -> &'static str {
         self.name
     }
@@ -354,6 +340,8 @@ impl RawSide {
 }
 
 impl Side for RawSide {
+    type Elem = f32;
+
     fn name(&self) -> &'static str {
         "raw"
     }
@@ -431,93 +419,6 @@ impl Side for RawSide {
     }
 }
 
-/// One side's round: each kernel's times over the iterations, and the last dot.
-fn run_round(side: &mut dyn Side, setup: &Setup) -> ([Vec<Duration>; 5], f64) {
-    let mut times: [Vec<Duration>; 5] = Default::default();
-    let mut sum = 0.0;
-    for _ in 0..setup.iters {
-        for (k, t) in times.iter_mut().enumerate() {
-            let start = Instant::now();
-            let dot = side.run(k);
-            t.push(start.elapsed());
-            if let Some(dot) = dot {
-                sum = dot;
-            }
-        }
-    }
-    (times, sum)
-}
-
-/// BabelStream's check: the golden values after `iters` iterations from the start values,
-/// the average relative error of each array, the dot's relative error.
-fn check(side: &mut dyn Side, iters: usize, n: u32, sum: f64) -> Result<(), String> {
-    let (mut ga, mut gb, mut gc) = (START_A, START_B, START_C);
-    for _ in 0..iters {
-        gc = ga;
-        gb = SCALAR * gc;
-        gc = ga + gb;
-        ga = gb + SCALAR * gc;
-    }
-    let gold_sum = f64::from(ga) * f64::from(gb) * f64::from(n);
-    let mut failures = Vec::new();
-    for ((name, gold), array) in ["a", "b", "c"]
-        .into_iter()
-        .zip([ga, gb, gc])
-        .zip(side.arrays())
-    {
-        let err: f64 = array
-            .iter()
-            .map(|&v| (f64::from(v) - f64::from(gold)).abs())
-            .sum::<f64>()
-            / array.len() as f64;
-        let relative = err / f64::from(gold).abs();
-        if relative > 100.0 * f64::from(f32::EPSILON) {
-            failures.push(format!(
-                "{name}: average relative error {relative:.3e} (gold {gold})"
-            ));
-        }
-    }
-    let relative = (sum - gold_sum).abs() / gold_sum.abs();
-    if relative > 1e-4 {
-        failures.push(format!(
-            "dot: {sum} against gold {gold_sum}, relative error {relative:.3e}"
-        ));
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{}: {}", side.name(), failures.join("; ")))
-    }
-}
-
-/// Each kernel's MB/s (10^6 bytes per second) from its fastest time after the first
-/// iteration.
-fn rates(times: &[Vec<Duration>; 5], setup: &Setup) -> [f64; 5] {
-    std::array::from_fn(|k| {
-        let best = times[k][1..].iter().min().expect("at least 2 iterations");
-        let bytes = KERNELS[k].1 * setup.bytes() as u64;
-        bytes as f64 / 1e6 / best.as_secs_f64()
-    })
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let m = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[m]
-    } else {
-        (values[m - 1] + values[m]) / 2.0
-    }
-}
-
-fn min_max(values: &[f64]) -> (f64, f64) {
-    values
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
-            (lo.min(v), hi.max(v))
-        })
-}
-
 fn main() {
     let Some(rt) = start() else {
         println!("no Vulkan driver: nothing to measure");
@@ -545,7 +446,7 @@ fn main() {
     );
     let mut raw = RawSide::new(&words, &setup);
 
-    let mut sides: [&mut dyn Side; 3] = [&mut offload, &mut raw, &mut checked];
+    let mut sides: [&mut dyn Side<Elem = f32>; 3] = [&mut offload, &mut raw, &mut checked];
     for side in sides.iter_mut() {
         side.init();
     }
@@ -559,8 +460,8 @@ fn main() {
         let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
         let mut measured = [[0.0; 5]; 3];
         for i in order {
-            let (times, sum) = run_round(&mut *sides[i], &setup);
-            measured[i] = rates(&times, &setup);
+            let (times, sum) = run_round(&mut *sides[i], setup.iters);
+            measured[i] = rates(&times, setup.bytes() as u64);
             sums[i] = sum;
         }
         println!(
@@ -576,7 +477,7 @@ fn main() {
     let elapsed = started.elapsed().as_secs_f64();
     let total = setup.rounds * setup.iters;
     for (side, sum) in sides.iter_mut().zip(sums) {
-        if let Err(why) = check(&mut **side, total, setup.n, sum) {
+        if let Err(why) = check(&mut **side, total, u64::from(setup.n), sum, Precision::F32) {
             println!("FAILED verification: {why}");
             std::process::exit(1);
         }

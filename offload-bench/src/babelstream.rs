@@ -33,6 +33,48 @@ pub const KERNELS: [(&str, u64); 5] = [
     ("dot", 2),
 ];
 
+/// A run's sizes: elements per array, iterations per round, rounds.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    /// Elements per array.
+    pub n: u32,
+    /// Iterations per round (the first of each is not counted).
+    pub iters: usize,
+    /// Rounds (the sides alternate round by round).
+    pub rounds: usize,
+}
+
+impl Sizes {
+    /// `OFFLOAD_BABELSTREAM_N`, `OFFLOAD_BABELSTREAM_ITERS` and `OFFLOAD_BABELSTREAM_ROUNDS`,
+    /// else the defaults; panics with the variable's name on a value that cannot be one.
+    ///
+    /// ```
+    /// let s = offload_bench::babelstream::Sizes::from_env(1 << 10, 4, 2);
+    /// assert!(s.n >= 1 && s.iters >= 2 && s.rounds >= 1);
+    /// ```
+    pub fn from_env(n: usize, iters: usize, rounds: usize) -> Sizes {
+        let var = |name: &str, default: usize| match std::env::var(name) {
+            Ok(v) => v
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: a whole number, not {v:?}")),
+            Err(_) => default,
+        };
+        let n = var("OFFLOAD_BABELSTREAM_N", n);
+        let sizes = Sizes {
+            n: u32::try_from(n).expect("OFFLOAD_BABELSTREAM_N: at most 2^32 - 1"),
+            iters: var("OFFLOAD_BABELSTREAM_ITERS", iters),
+            rounds: var("OFFLOAD_BABELSTREAM_ROUNDS", rounds),
+        };
+        assert!(sizes.n > 0, "OFFLOAD_BABELSTREAM_N: at least 1");
+        assert!(
+            sizes.iters >= 2,
+            "OFFLOAD_BABELSTREAM_ITERS: at least 2 (the first is not counted)"
+        );
+        assert!(sizes.rounds >= 1, "OFFLOAD_BABELSTREAM_ROUNDS: at least 1");
+        sizes
+    }
+}
+
 /// The element type's arithmetic, for the golden values and the check's tolerances.
 #[derive(Clone, Copy, Debug)]
 pub struct Precision {

@@ -93,25 +93,12 @@ struct Setup {
 
 impl Setup {
     fn from_env(default_n: usize) -> Setup {
-        let var = |name: &str, default: usize| match std::env::var(name) {
-            Ok(v) => v
-                .parse()
-                .unwrap_or_else(|_| panic!("{name}: a whole number, not {v:?}")),
-            Err(_) => default,
-        };
-        let n = var("OFFLOAD_BABELSTREAM_N", default_n);
-        let setup = Setup {
-            n: u32::try_from(n).expect("OFFLOAD_BABELSTREAM_N: at most 2^32 - 1"),
-            iters: var("OFFLOAD_BABELSTREAM_ITERS", 100),
-            rounds: var("OFFLOAD_BABELSTREAM_ROUNDS", 5),
-        };
-        assert!(setup.n > 0, "OFFLOAD_BABELSTREAM_N: at least 1");
-        assert!(
-            setup.iters >= 2,
-            "OFFLOAD_BABELSTREAM_ITERS: at least 2 (the first is not counted)"
-        );
-        assert!(setup.rounds >= 1, "OFFLOAD_BABELSTREAM_ROUNDS: at least 1");
-        setup
+        let sizes = babelstream::Sizes::from_env(default_n, 100, 5);
+        Setup {
+            n: sizes.n,
+            iters: sizes.iters,
+            rounds: sizes.rounds,
+        }
     }
 
     fn bytes(&self) -> usize {

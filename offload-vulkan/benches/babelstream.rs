@@ -97,25 +97,12 @@ struct Setup {
 
 impl Setup {
     fn from_env() -> Setup {
-        let var = |name: &str, default: usize| match std::env::var(name) {
-            Ok(v) => v
-                .parse()
-                .unwrap_or_else(|_| panic!("{name}: a whole number, not {v:?}")),
-            Err(_) => default,
-        };
-        let n = var("OFFLOAD_BABELSTREAM_N", 1 << 25);
-        let setup = Setup {
-            n: u32::try_from(n).expect("OFFLOAD_BABELSTREAM_N: at most 2^32 - 1"),
-            iters: var("OFFLOAD_BABELSTREAM_ITERS", 6),
-            rounds: var("OFFLOAD_BABELSTREAM_ROUNDS", 6),
-        };
-        assert!(setup.n > 0, "OFFLOAD_BABELSTREAM_N: at least 1");
-        assert!(
-            setup.iters >= 2,
-            "OFFLOAD_BABELSTREAM_ITERS: at least 2 (the first is not counted)"
-        );
-        assert!(setup.rounds >= 1, "OFFLOAD_BABELSTREAM_ROUNDS: at least 1");
-        setup
+        let sizes = babelstream::Sizes::from_env(1 << 25, 6, 6);
+        Setup {
+            n: sizes.n,
+            iters: sizes.iters,
+            rounds: sizes.rounds,
+        }
     }
 
     fn bytes(&self) -> usize {
@@ -134,22 +121,6 @@ impl Setup {
         assert!(y <= MAX_GRID, "N too large for a 2-D grid");
         [x, y, 1]
     }
-}
-
-/// The WGSL as SPIR-V 1.3 words, by naga (no bounds checks of offload's).
-fn spirv_words() -> Vec<u32> {
-    let module = naga::front::wgsl::parse_str(WGSL).expect("WGSL");
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .expect("naga validation");
-    let options = naga::back::spv::Options {
-        lang_version: (1, 3),
-        ..Default::default()
-    };
-    naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V")
 }
 
 fn start() -> Option<Offload<offload_core::Ready, NoPlatforms>> {
@@ -425,7 +396,7 @@ fn main() {
         return;
     };
     let setup = Setup::from_env();
-    let words = spirv_words();
+    let words = raw::spirv_words(WGSL);
     let image: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
     let dev = rt.devices().expect("devices").remove(0);
     println!(

@@ -59,22 +59,6 @@ use raw::{RawBuffer, RawDevice, RawPipeline, RawSubmitter};
 const WORDS: u32 = 1 << 20;
 const BLOCK: u32 = 64;
 
-fn spirv_words() -> Vec<u32> {
-    let wgsl = include_str!("../tests/fixtures/kernels.wgsl");
-    let module = naga::front::wgsl::parse_str(wgsl).expect("WGSL");
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .expect("naga validation");
-    let options = naga::back::spv::Options {
-        lang_version: (1, 3),
-        ..Default::default()
-    };
-    naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V")
-}
-
 fn start() -> Option<Offload<offload_core::Ready, NoPlatforms>> {
     Offload::<Uninit, NoPlatforms>::builder()
         .platform(offload_vulkan::platform())
@@ -302,7 +286,7 @@ fn main() {
         println!("no Vulkan driver: nothing to measure");
         return;
     }
-    let words = spirv_words();
+    let words = raw::spirv_words(include_str!("../tests/fixtures/kernels.wgsl"));
     let mut c = Criterion::default().configure_from_args();
     if pinned.is_some() {
         dependent_launches(&mut c, &words, PINNED_GROUP);

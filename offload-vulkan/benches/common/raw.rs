@@ -5,7 +5,8 @@
 //! ([`RawBuffer`]), a compute pipeline with one descriptor set written once
 //! ([`RawPipeline`]), and one command buffer submitted and waited for on a timeline
 //! semaphore, as offload waits ([`RawSubmitter`]). Every object holds an `Rc` of its
-//! device, so the device is destroyed last. Not a benchmark by itself.
+//! device, so the device is destroyed last. [`spirv_words`] makes the SPIR-V both sides
+//! run from WGSL. Not a benchmark by itself.
 
 // Each bench uses part of this module.
 #![allow(dead_code)]
@@ -15,6 +16,23 @@ use std::ffi::CString;
 use std::rc::Rc;
 
 use ash::vk;
+
+/// `wgsl` compiled by naga into SPIR-V 1.3 words, validated, without offload's bounds
+/// checks: what the raw side dispatches, and offload loads with `Program::new`.
+pub fn spirv_words(wgsl: &str) -> Vec<u32> {
+    let module = naga::front::wgsl::parse_str(wgsl).expect("WGSL");
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .expect("naga validation");
+    let options = naga::back::spv::Options {
+        lang_version: (1, 3),
+        ..Default::default()
+    };
+    naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V")
+}
 
 /// The raw-ash counterpart of a runtime with one device and one queue.
 pub struct RawDevice {

@@ -441,7 +441,10 @@ fn launch_on(
         }
         let args: Vec<Arg<'_>> = values.iter().filter_map(|v| v.arg(&bufs)).collect();
         if k.is_verified() {
-            q.run(k, dims, &args).py_err()
+            // Python's `Queue.launch` is the call, whichever Rust call runs it.
+            q.run(k, dims, &args)
+                .map_err(|e| e.for_call(offload::Caller::Python, "Queue.launch"))
+                .py_err()
         } else {
             // SAFETY: a kernel offload could not verify (host C, CUDA, SPIR-V images) is
             // native code: launching it from Python is the caller's promise that it stays

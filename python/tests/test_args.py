@@ -96,3 +96,24 @@ def test_a_numpy_array_where_a_buffer_goes_says_to_upload_it(host):
         host.queue().launch(k, 4, x, y, 2.0, 4)
     with pytest.raises(TypeError, match="argument 3 of `saxpy` is a f32; got a NumPy array"):
         host.queue().launch(k, 4, y, y, np.ones(2, np.float32), 4)
+
+
+def test_fixes_in_messages_are_written_in_python(gpu):
+    k = offload.Program.from_source(GRID_WGSL, "wgsl").load(gpu).kernel("grid")
+    out = gpu.zeros(64, np.float32)
+    q = gpu.queue()
+    # The vec2 passed as two numbers: refused where the first one lands, saying how.
+    with pytest.raises(offload.InvalidArgumentError, match="is a vec2<f32>: pass a tuple"):
+        q.launch(k, 64, out, 8, 8, 2.0, 0.5, 0.25)
+    # One argument too many: offload's count check, with its hint in Python's words.
+    with pytest.raises(offload.InvalidArgumentError) as e:
+        q.launch(k, 64, out, 8, 8, 2.0, (0.5, 0.25), 1)
+    text = str(e.value)
+    assert text.startswith("Queue.launch: ") and "a tuple `(x, y)`" in text, text
+    assert "::" not in text and "Arg" not in text, text
+    # Another block than the declared @workgroup_size(64): the dims to pass instead.
+    with pytest.raises(offload.InvalidArgumentError) as e:
+        q.launch(k, ((2, 1, 1), (32, 1, 1)), out, 8, 8, 2.0, (0.5, 0.25))
+    text = str(e.value)
+    assert "(pass dims `(grid, (64, 1, 1))`)" in text, text
+    assert "::" not in text and "run_resized" not in text, text

@@ -105,7 +105,9 @@ static inline int fake_violations_text(char *buf, size_t cap) {
     return (int)fake_violation_count;
 }
 
-static inline void fake_clear_violations(void) { fake_violation_count = 0; }
+/* Forgets the violations recorded so far and disarms every failure that has not fired, so
+ * a failure armed for one run can never fire in the next. */
+static inline void fake_clear_violations(void);
 
 /* ---- call counters and failure injection ----------------------------------------------- */
 
@@ -180,6 +182,11 @@ static inline void fake_fail_parse(const char *list) {
         }
         list += len + (list[len] == ',');
     }
+}
+
+static inline void fake_clear_violations(void) {
+    fake_violation_count = 0;
+    fake_arm_len = 0;
 }
 
 /* ---- the object registry --------------------------------------------------------------- */

@@ -533,7 +533,8 @@ impl FakeHooks {
         text.split("; ").map(str::to_string).collect()
     }
 
-    /// Forgets the violations recorded so far.
+    /// Forgets the violations recorded so far and disarms every failure armed by
+    /// [`fail`](Self::fail) that has not fired, so one run's failure never reaches the next.
     ///
     /// ```no_run
     /// # use offload_testing::fake::FakeHooks;

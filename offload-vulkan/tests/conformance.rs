@@ -3,13 +3,14 @@
 //!
 //! This binary holds one test only: the suite needs the process-global runtime to itself.
 //! The runtime opens `offload_vulkan::platform()` with its default options, which take
-//! validation from the environment, so the test runs itself again as a child process with
+//! validation from the environment, so the test runs itself again as child processes with
 //! `OFFLOAD_VULKAN_VALIDATION=1` (setting it in this process would race with the harness's
-//! threads) and fails if the layer reported any error.
+//! threads) and fails if the layer reported any error: two children at once, one for the
+//! fixed tests and one for the state machine (`OFFLOAD_CONFORMANCE_PART`).
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use offload_core::hal::Platform as _;
 use offload_core::{Config, PlatformEntry, Platforms};
@@ -37,18 +38,35 @@ fn vulkan_backend_passes_conformance() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
+    // The fixed tests and the state machine in two children at once: each half takes
+    // about as long as the other, and one alone keeps a core of the two idle.
     let exe = std::env::current_exe().expect("test binary path");
-    let output = Command::new(exe)
-        .args(["--exact", TEST, "--nocapture"])
-        .env(CHILD, "1")
-        .env("OFFLOAD_VULKAN_VALIDATION", "1")
-        .output()
-        .expect("run the child");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    println!("{text}");
-    assert!(output.status.success(), "the conformance child failed");
-    assert!(text.contains("1 passed"), "the child ran no test");
+    let children: Vec<_> = ["fixed", "state-machine"]
+        .into_iter()
+        .map(|part| {
+            let child = Command::new(&exe)
+                .args(["--exact", TEST, "--nocapture"])
+                .env(CHILD, "1")
+                .env(conformance::PART_ENV, part)
+                .env("OFFLOAD_VULKAN_VALIDATION", "1")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run the child");
+            (part, child)
+        })
+        .collect();
+    for (part, child) in children {
+        let output = child.wait_with_output().expect("wait for the child");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        println!("{part}:\n{text}");
+        assert!(
+            output.status.success(),
+            "the conformance child ({part}) failed"
+        );
+        assert!(text.contains("1 passed"), "the child ({part}) ran no test");
+    }
 }
 
 fn child() {

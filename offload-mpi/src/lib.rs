@@ -1,5 +1,6 @@
 #![doc = include_str!("../docs/manual.md")]
 
+mod comm;
 mod hook;
 mod job_cache;
 mod procs;

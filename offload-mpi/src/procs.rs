@@ -1,5 +1,5 @@
 //! Which ranks of a communicator are dead: the process table gathered when offload takes a
-//! communicator (`hook::Comm::new`), and the look into `/proc` that tells, for a rank of
+//! communicator (`comm::Comm::new`), and the look into `/proc` that tells, for a rank of
 //! this node, whether its process ended. MPICH (ch4, without ULFM) reports no process
 //! failure — a receive from a dead rank, or a barrier with it, waits forever, even with
 //! `MPI_ERRORS_RETURN` — so offload learns it from the operating system instead. Ranks of

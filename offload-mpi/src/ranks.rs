@@ -2,7 +2,7 @@
 //! endpoints and its one sender-side cache; other ranks (or all, with
 //! `OFFLOAD_MPI_STAGED=1`) get the bytes staged through host memory over MPI
 //! point-to-point. Owns the routing and the messages received before they were asked for;
-//! must not free its communicator (see `hook::Comm`).
+//! must not free its communicator (see `comm::Comm`).
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,8 @@ use mpi::traits::*;
 use offload_core::ipc::{IpcEndpoint, PeerId};
 use offload_core::{Buffer, Device, Error, MemKind, Offload, Ready, Result};
 
-use crate::hook::{self, Comm, Staged};
+use crate::comm::{self, Comm, Staged};
+use crate::hook;
 use crate::{STAGED_ENV, mpi_error};
 
 /// The MPI tag of staged messages (the user's tag travels in the message).
@@ -197,7 +198,7 @@ impl Ranks {
                 bytes[..4].copy_from_slice(&tag.to_le_bytes());
                 buffer.read(range.start, &mut bytes[8..])?;
                 let send = Staged::start(self.comm.get(), rank, STAGED_TAG, bytes);
-                hook::lock(&self.comm.pending).push(send);
+                comm::lock(&self.comm.pending).push(send);
                 Ok(())
             }
             Some(Route::Me) | None => Err(Error::InvalidArgument {
@@ -263,7 +264,7 @@ impl Ranks {
                 }
                 self.comm.reap();
                 let (msg, status) = self.probe_staged(CALL, rank)?;
-                let bytes = hook::receive_bytes(msg, &status);
+                let bytes = comm::receive_bytes(msg, &status);
                 if bytes.len() < 8 {
                     return Err(mpi_error(
                         CALL,
@@ -366,11 +367,11 @@ impl Ranks {
     }
 
     fn keep(&self, from: i32, tag: u32, what: Inbound) {
-        hook::lock(&self.inbox).push((from, tag, what));
+        comm::lock(&self.inbox).push((from, tag, what));
     }
 
     fn take_kept(&self, from: i32, tag: u32) -> Option<Inbound> {
-        let mut inbox = hook::lock(&self.inbox);
+        let mut inbox = comm::lock(&self.inbox);
         let at = inbox.iter().position(|(f, t, _)| *f == from && *t == tag)?;
         Some(inbox.remove(at).2)
     }

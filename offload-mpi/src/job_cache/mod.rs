@@ -24,7 +24,8 @@ use offload_core::{CompileKey, Result, SharedCache};
 use self::directory::Answer;
 use self::server::{Board, Server, Service};
 use self::wire::Msg;
-use crate::hook::{self, Comm, LIVENESS_POLL, Lost, Staged, lock};
+use crate::comm::{self, CloseAtFinalize, Comm, LIVENESS_POLL, Lost, Staged, lock};
+use crate::hook;
 use crate::mpi_error;
 
 /// The MPI tag of every message to the server (its kind is in the message).
@@ -417,7 +418,7 @@ impl Cache {
         let mut looked = Instant::now();
         loop {
             if let Some((msg, status)) = server.immediate_matched_probe_with_tag(tag) {
-                let bytes = hook::receive_bytes(msg, &status);
+                let bytes = comm::receive_bytes(msg, &status);
                 match Msg::decode(&bytes) {
                     Ok(Msg::Image { key: of, image }) if of == *key => {
                         self.fetched.fetch_add(1, Ordering::Relaxed);
@@ -511,27 +512,6 @@ impl Cache {
         }
     }
 
-    /// Closes the cache, in the finalize hook before anything else: no new asks (they
-    /// compile alone), the running ones end, offload's shared cache is removed; then a
-    /// client says `Bye` and receives until the server's last message, and the server stops
-    /// its thread and answers until every live rank said `Bye`. Dead ranks are skipped and
-    /// every wait ends after `timeout` (recorded in `lost`). Returns the sends abandoned and
-    /// the errors met.
-    pub(crate) fn close(&self, lost: &mut Lost, timeout: Duration) -> (usize, Vec<String>) {
-        self.close_once(timeout);
-        match &mut *lock(&self.closed) {
-            Closing::Closed(outcome) => match outcome.take() {
-                Some(closed) => {
-                    lost.dead.extend(closed.lost.dead);
-                    lost.unresponsive.extend(closed.lost.unresponsive);
-                    (closed.abandoned, closed.errors)
-                }
-                None => (0, Vec::new()),
-            },
-            Closing::Open => (0, Vec::new()),
-        }
-    }
-
     /// Closes the cache unless it was: the outcome waits for the finalize hook. A second
     /// caller waits for the first one's close.
     fn close_once(&self, timeout: Duration) {
@@ -617,7 +597,7 @@ impl Cache {
         loop {
             if let Some((msg, status)) = server.immediate_matched_probe() {
                 // Drained while waiting for the server's goodbye; only its tag matters.
-                let _ = hook::receive_bytes(msg, &status);
+                let _ = comm::receive_bytes(msg, &status);
                 if status.tag() == BYE_TAG {
                     break;
                 }
@@ -637,7 +617,30 @@ impl Cache {
             }
             std::thread::sleep(POLL);
         }
-        hook::settle(&self.comm, vec![bye], Instant::now() + timeout, lost)
+        comm::settle(&self.comm, vec![bye], Instant::now() + timeout, lost)
+    }
+}
+
+impl CloseAtFinalize for Cache {
+    /// Closes the cache, in the finalize hook before anything else: no new asks (they
+    /// compile alone), the running ones end, offload's shared cache is removed; then a
+    /// client says `Bye` and receives until the server's last message, and the server stops
+    /// its thread and answers until every live rank said `Bye`. Dead ranks are skipped and
+    /// every wait ends after `timeout` (recorded in `lost`). Returns the sends abandoned and
+    /// the errors met.
+    fn close(&self, lost: &mut Lost, timeout: Duration) -> (usize, Vec<String>) {
+        self.close_once(timeout);
+        match &mut *lock(&self.closed) {
+            Closing::Closed(outcome) => match outcome.take() {
+                Some(closed) => {
+                    lost.dead.extend(closed.lost.dead);
+                    lost.unresponsive.extend(closed.lost.unresponsive);
+                    (closed.abandoned, closed.errors)
+                }
+                None => (0, Vec::new()),
+            },
+            Closing::Open => (0, Vec::new()),
+        }
     }
 }
 

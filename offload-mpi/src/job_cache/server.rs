@@ -19,7 +19,7 @@ use offload_core::CompileKey;
 use super::directory::{Answer, Asker, Directory, Owed};
 use super::wire::Msg;
 use super::{BYE_TAG, REQUEST_TAG};
-use crate::hook::{self, Comm, LIVENESS_POLL, Lost, Staged, lock};
+use crate::comm::{self, Comm, LIVENESS_POLL, Lost, Staged, lock};
 
 /// How often the service looks for messages within `BUSY` of the last one.
 const BUSY_POLL: Duration = Duration::from_micros(200);
@@ -229,7 +229,7 @@ impl Server {
                 break;
             };
             arrived = true;
-            let bytes = hook::receive_bytes(msg, &status);
+            let bytes = comm::receive_bytes(msg, &status);
             self.handle(status.source_rank(), &bytes);
         }
         self.flush();
@@ -346,6 +346,6 @@ impl Server {
         self.board.close();
         self.flush();
         let sends = std::mem::take(&mut self.pending);
-        hook::settle(&self.comm, sends, Instant::now() + timeout, lost)
+        comm::settle(&self.comm, sends, Instant::now() + timeout, lost)
     }
 }

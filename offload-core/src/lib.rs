@@ -83,7 +83,7 @@ pub use handles::{
     Arg, Buffer, BufferView, CallbackError, Device, Event, Kernel, Module, Program, Queue,
     STAGING_CHUNK, Scalar, TypedBuffer,
 };
-pub use runtime::generation::Unavailable;
-pub use runtime::lifecycle::take_unreported_errors;
+pub use runtime::platforms::Unavailable;
 pub use runtime::platforms::platform_open_attempts;
+pub use runtime::unreported::take_unreported_errors;
 pub use typestate::{Offload, PlatformInfo, Ready, Shutdown, ShutdownError, Uninit};

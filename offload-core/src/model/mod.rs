@@ -203,7 +203,7 @@ fn finish() {
     // them and join them, as the exit hook does.
     while crate::runtime::lifecycle::settle_once() {}
     assert!(
-        crate::runtime::lifecycle::take_unreported_errors().is_empty(),
+        crate::runtime::unreported::take_unreported_errors().is_empty(),
         "an implicit shutdown met errors"
     );
     assert_eq!(

@@ -169,23 +169,6 @@ impl Live {
     }
 }
 
-/// A platform that was tried (at `init` or on first use) but did not open, and why.
-///
-/// ```
-/// let u = offload::Unavailable {
-///     backend: offload::BackendKind::Cuda,
-///     reason: "libcuda.so.1 not found".into(),
-/// };
-/// assert_eq!(u.backend.name(), "cuda");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unavailable {
-    /// The backend.
-    pub backend: BackendKind,
-    /// Why it is absent (usually its driver was not found).
-    pub reason: String,
-}
-
 crate::sync::thread_local! {
     /// The loads in flight on this thread: (generation id, how many), so that a teardown
     /// started inside one of them (a setup callback gave back the last reference) does not
@@ -415,7 +398,7 @@ impl Generation {
             let mut deferred = lock(&self.deferred);
             if deferred.collected {
                 drop(deferred);
-                crate::runtime::lifecycle::report_later(Err(e));
+                crate::runtime::unreported::report_later(Err(e));
             } else {
                 deferred.errors.push(e);
             }

@@ -84,29 +84,6 @@ statics! {
     /// Signalled whenever a teardown ends.
     static TORN_DOWN: Condvar = Condvar::new();
 
-    /// Errors of shutdowns nobody could be told about (a runtime dropped without
-    /// `shutdown`, or shut down at exit). Bounded; see [`take_unreported_errors`].
-    static UNREPORTED: Mutex<Vec<Error>> = Mutex::new(Vec::new());
-}
-const UNREPORTED_MAX: usize = 64;
-
-pub(crate) fn report_later(result: Result<()>) {
-    if let Err(e) = result {
-        let mut list = lock(&UNREPORTED);
-        if list.len() < UNREPORTED_MAX {
-            list.push(e);
-        }
-    }
-}
-
-/// Takes the errors of implicit shutdowns: the last `Offload<Ready>` dropped without
-/// calling `shutdown`, or the exit hook. At most 64 are kept.
-///
-/// ```
-/// assert!(offload::take_unreported_errors().is_empty());
-/// ```
-pub fn take_unreported_errors() -> Vec<Error> {
-    std::mem::take(&mut *lock(&UNREPORTED))
 }
 
 /// Acquires a reference to the live generation, starting one if there is none.
@@ -209,7 +186,7 @@ pub(crate) fn acquire(
     if !state.exit_hook {
         // Registered after the platforms opened their drivers, so it runs before their
         // library destructors (exit handlers run newest first).
-        state.exit_hook = crate::runtime::exit_hook::register();
+        state.exit_hook = crate::runtime::exit_hook::register(shutdown_at_exit);
     }
     state.current = Some(generation.clone());
     Ok(generation)
@@ -343,7 +320,7 @@ fn reap(
         helper.join();
     }
     for (generation, tearing_down) in pending.iter().zip(tearing) {
-        report_later(tearing_down.run(generation));
+        crate::runtime::unreported::report_later(tearing_down.run(generation));
     }
     lock(&LIFECYCLE)
 }
@@ -355,7 +332,7 @@ fn reap(
 fn tear_down_later(generation: &Arc<Generation>, tearing_down: TearingDown) {
     let on_helper = generation.clone();
     if !run_later("offload-teardown", move || {
-        report_later(tearing_down.run(&on_helper));
+        crate::runtime::unreported::report_later(tearing_down.run(&on_helper));
     }) {
         lock(&LIFECYCLE).pending.push(generation.clone());
     }
@@ -459,7 +436,7 @@ pub(crate) fn shutdown_at_exit() {
                 generation = generation.id,
                 "still live at exit: shutting down"
             );
-            report_later(tearing_down.run(&generation));
+            crate::runtime::unreported::report_later(tearing_down.run(&generation));
             continue;
         }
         drop(state);

@@ -11,3 +11,4 @@ pub(crate) mod generation;
 pub(crate) mod lifecycle;
 pub(crate) mod platforms;
 pub(crate) mod reentry;
+pub(crate) mod unreported;

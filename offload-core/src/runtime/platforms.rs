@@ -25,7 +25,6 @@ use crate::config::Config;
 use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
 use crate::error::Result;
 use crate::hal::BackendKind;
-use crate::runtime::generation::Unavailable;
 
 statics! {
     /// How many times this process tried to open a platform of each backend, indexed by
@@ -187,4 +186,21 @@ impl PlatformSlot {
             _ => None,
         }
     }
+}
+
+/// A platform that was tried (at `init` or on first use) but did not open, and why.
+///
+/// ```
+/// let u = offload::Unavailable {
+///     backend: offload::BackendKind::Cuda,
+///     reason: "libcuda.so.1 not found".into(),
+/// };
+/// assert_eq!(u.backend.name(), "cuda");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The backend.
+    pub backend: BackendKind,
+    /// Why it is absent (usually its driver was not found).
+    pub reason: String,
 }

@@ -12,9 +12,11 @@ use crate::erased::{NoPlatforms, PlatformEntry, Platforms};
 use crate::error::{Error, Result};
 use crate::hal::BackendKind;
 use crate::handles::Device;
-use crate::runtime::generation::{Generation, Live, MakeExtension, Unavailable};
-use crate::runtime::lifecycle::{acquire, release, report_later, retain};
+use crate::runtime::generation::{Generation, Live, MakeExtension};
+use crate::runtime::lifecycle::{acquire, release, retain};
 use crate::runtime::platforms::PlatformSlot;
+use crate::runtime::platforms::Unavailable;
+use crate::runtime::unreported::report_later;
 
 /// What every generation carries beside its platforms: the IPC state (`crate::ipc`) and
 /// the pool that compiles programs in the background (`crate::handles::background`).

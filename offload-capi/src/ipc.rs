@@ -35,6 +35,10 @@ pub(crate) struct Endpoint {
     peers: Mutex<Vec<PeerId>>,
 }
 
+impl table::Held for Endpoint {
+    const KIND: table::Kind = table::Kind::Endpoint;
+}
+
 impl Endpoint {
     fn peers(&self) -> MutexGuard<'_, Vec<PeerId>> {
         self.peers.lock().unwrap_or_else(|p| p.into_inner())

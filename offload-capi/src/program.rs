@@ -20,6 +20,10 @@ use crate::table;
 /// stays the same while loads use the program as it was when they began.
 pub(crate) struct ProgramCell(std::sync::Mutex<Program>);
 
+impl table::Held for ProgramCell {
+    const KIND: table::Kind = table::Kind::Program;
+}
+
 impl ProgramCell {
     pub(crate) fn new(program: Program) -> Self {
         ProgramCell(std::sync::Mutex::new(program))

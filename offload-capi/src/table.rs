@@ -39,11 +39,10 @@
 //! Device handles are made once per device and epoch and belong to the runtime, as
 //! liboffload's do: listing devices again gives the same handles.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::ipc::Endpoint;
-use crate::program::ProgramCell;
 use offload::{BackendKind, Buffer, Device, Event, Kernel, Module, Offload, Queue};
 
 use crate::status::{Fail, Res};
@@ -92,82 +91,39 @@ impl Kind {
     }
 }
 
-/// An object held for C, by value (no allocation per handle); the kernel, the one large
-/// object, boxed so that a slot stays small.
-pub(crate) enum Object {
-    Runtime(Offload),
-    Device(Device),
-    Buffer(Buffer),
-    Program(ProgramCell),
-    Module(Module),
-    Kernel(Box<Kernel>),
-    Queue(Queue),
-    Event(Event),
-    Endpoint(Endpoint),
-}
+/// An object held for C: any of the types that implement [`Held`], erased, so that the
+/// table names none of the API's own types (each API file says which of its types C may
+/// hold, with the tag its handles carry) and is shared without a copy per call. One
+/// allocation per object, as a handle's `Arc` needs anyway.
+pub(crate) type Object = dyn Any + Send + Sync;
 
-impl Object {
-    fn kind(&self) -> Kind {
-        match self {
-            Object::Runtime(_) => Kind::Runtime,
-            Object::Device(_) => Kind::Device,
-            Object::Buffer(_) => Kind::Buffer,
-            Object::Program(_) => Kind::Program,
-            Object::Module(_) => Kind::Module,
-            Object::Kernel(_) => Kind::Kernel,
-            Object::Queue(_) => Kind::Queue,
-            Object::Event(_) => Kind::Event,
-            Object::Endpoint(_) => Kind::Endpoint,
-        }
-    }
-}
-
-/// Typed access to one [`Object`] variant.
-pub(crate) trait Held: Sized {
+/// A type C holds by handle, and the tag of its handles; implemented beside the type (the
+/// offload handles here, the C API's own cells in their files).
+pub(crate) trait Held: Any + Send + Sync + Sized {
     const KIND: Kind;
-    fn wrap(this: Self) -> Object;
-    fn peek(object: &Object) -> Option<&Self>;
-    fn unwrap(object: Object) -> Option<Self>;
 }
 
-macro_rules! held {
-    ($($ty:ty => $variant:ident $(($boxed:tt))?),* $(,)?) => {$(
-        impl Held for $ty {
-            const KIND: Kind = Kind::$variant;
-            fn wrap(this: Self) -> Object {
-                Object::$variant(held!(@wrap this $($boxed)?))
-            }
-            fn peek(object: &Object) -> Option<&Self> {
-                match object {
-                    Object::$variant(x) => Some(x),
-                    _ => None,
-                }
-            }
-            fn unwrap(object: Object) -> Option<Self> {
-                match object {
-                    Object::$variant(x) => Some(held!(@unwrap x $($boxed)?)),
-                    _ => None,
-                }
-            }
-        }
-    )*};
-    (@wrap $x:ident) => { $x };
-    (@wrap $x:ident boxed) => { Box::new($x) };
-    (@unwrap $x:ident) => { $x };
-    (@unwrap $x:ident boxed) => { *$x };
+impl Held for Offload {
+    const KIND: Kind = Kind::Runtime;
 }
-
-held!(
-    Offload => Runtime,
-    Device => Device,
-    Buffer => Buffer,
-    ProgramCell => Program,
-    Module => Module,
-    Kernel => Kernel(boxed),
-    Queue => Queue,
-    Event => Event,
-    Endpoint => Endpoint,
-);
+impl Held for Device {
+    const KIND: Kind = Kind::Device;
+}
+impl Held for Buffer {
+    const KIND: Kind = Kind::Buffer;
+}
+impl Held for Module {
+    const KIND: Kind = Kind::Module;
+}
+impl Held for Kernel {
+    const KIND: Kind = Kind::Kernel;
+}
+impl Held for Queue {
+    const KIND: Kind = Kind::Queue;
+}
+impl Held for Event {
+    const KIND: Kind = Kind::Event;
+}
 
 /// How many objects C can hold at once (over every type).
 pub(crate) const SLOTS: usize = 1 << INDEX_BITS;
@@ -304,27 +260,20 @@ fn shut_down(call: &'static str) -> Fail {
 /// A live `T` held for the length of one call: an `Arc` of its object, so a release
 /// meanwhile does not free it under the call.
 pub(crate) struct Pinned<T: Held> {
-    /// Kept for what it keeps alive.
-    _object: Arc<Object>,
-    value: *const T,
+    object: Arc<T>,
 }
 
 impl<T: Held> std::ops::Deref for Pinned<T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: `value` points into the object `self._object` keeps alive (an `Arc`'s
-        // heap allocation, which never moves), found there by `T::peek`.
-        unsafe { &*self.value }
+        &self.object
     }
 }
 
 impl<T: Held> Pinned<T> {
+    /// `object` as a `T`, if it is one.
     fn of(object: Arc<Object>) -> Option<Self> {
-        let value: *const T = T::peek(&object)?;
-        Some(Pinned {
-            _object: object,
-            value,
-        })
+        object.downcast::<T>().ok().map(|object| Pinned { object })
     }
 }
 
@@ -369,8 +318,9 @@ pub(crate) fn check<T: Held>(call: &'static str, handle: u64) -> Res {
 /// object — answering `ShutDown` to every call, as its runtime ended — would stay until the
 /// next last shutdown sweeps it. Never a wrong object.)
 pub(crate) fn insert<T: Held>(call: &'static str, epoch: u64, x: T) -> Res<u64> {
+    let object: Arc<Object> = Arc::new(x);
     let mut state = state();
-    let kept = insert_locked(&mut state, call, epoch, T::wrap(x));
+    let kept = insert_locked(&mut state, call, epoch, T::KIND, object);
     drop(state);
     // What was not kept is dropped outside the lock (a drop may run user code, L6).
     kept.map_err(|(fail, _dropped_here)| fail)
@@ -382,8 +332,9 @@ fn insert_locked(
     state: &mut State,
     call: &'static str,
     epoch: u64,
-    object: Object,
-) -> Result<u64, (Fail, Object)> {
+    kind: Kind,
+    object: Arc<Object>,
+) -> Result<u64, (Fail, Arc<Object>)> {
     if state.epoch & EPOCH_MASK != epoch & EPOCH_MASK {
         return Err((shut_down(call), object));
     }
@@ -405,11 +356,10 @@ fn insert_locked(
         });
         return Err((fail, object));
     };
-    let kind = object.kind();
     let mut slot = slot(index);
     // Never `LAST_GENERATION` + 1: a slot whose generation ran out is never on the list.
     slot.generation += 1;
-    slot.object = Some(Arc::new(object));
+    slot.object = Some(object);
     slot.next_free = 0;
     Ok(join(kind, state.epoch, index, slot.generation))
 }
@@ -444,9 +394,10 @@ pub(crate) fn insert_now<T: Held>(x: T) -> Res<u64> {
 
 /// Keeps a runtime reference (a new C reference, L1) and gives its handle.
 pub(crate) fn insert_runtime(call: &'static str, rt: Offload) -> Res<u64> {
+    let object: Arc<Object> = Arc::new(rt);
     let mut state = state();
     let epoch = state.epoch;
-    let kept = insert_locked(&mut state, call, epoch, Object::Runtime(rt));
+    let kept = insert_locked(&mut state, call, epoch, Kind::Runtime, object);
     if kept.is_ok() {
         state.runtimes += 1;
     }
@@ -465,7 +416,8 @@ pub(crate) fn device_handle(call: &'static str, epoch: u64, device: Device) -> R
     {
         return Ok(h);
     }
-    let kept = insert_locked(&mut state, call, epoch, Object::Device(device));
+    let object: Arc<Object> = Arc::new(device);
+    let kept = insert_locked(&mut state, call, epoch, Kind::Device, object);
     if let Ok(h) = kept {
         state.devices.push((at.0, at.1, h));
     }
@@ -504,10 +456,11 @@ pub(crate) enum Removed<T: Held> {
 
 impl<T: Held> Removed<T> {
     fn of(object: Arc<Object>) -> Option<Self> {
-        match Arc::try_unwrap(object) {
-            Ok(object) => T::unwrap(object).map(Removed::Owned),
-            Err(shared) => Pinned::of(shared).map(Removed::InUse),
-        }
+        let object = object.downcast::<T>().ok()?;
+        Some(match Arc::try_unwrap(object) {
+            Ok(value) => Removed::Owned(value),
+            Err(object) => Removed::InUse(Pinned { object }),
+        })
     }
 }
 
@@ -575,8 +528,15 @@ mod tests {
         f()
     }
 
-    fn a_program() -> ProgramCell {
-        ProgramCell::new(offload::Program::new(b"not an image"))
+    /// An object of the table's own tests, held with program handles' tag.
+    struct Probe;
+
+    impl Held for Probe {
+        const KIND: Kind = Kind::Program;
+    }
+
+    fn a_program() -> Probe {
+        Probe
     }
 
     #[test]
@@ -586,7 +546,7 @@ mod tests {
             let h = insert("test", epoch, a_program()).unwrap();
             let index = index_of(h);
             // The slot's next object gets the last generation there is.
-            let Removed::Owned(_) = remove::<ProgramCell>("test", h).unwrap() else {
+            let Removed::Owned(_) = remove::<Probe>("test", h).unwrap() else {
                 panic!("in use")
             };
             slot(index).generation = LAST_GENERATION - 1;
@@ -600,7 +560,7 @@ mod tests {
             };
             assert_eq!(generation_of(last), LAST_GENERATION);
             for &h in &handles {
-                drop(remove::<ProgramCell>("test", h));
+                drop(remove::<Probe>("test", h));
             }
             let retired = state().retired;
             assert!(retired >= 1);
@@ -610,11 +570,11 @@ mod tests {
                 .collect();
             assert!(fresh.iter().all(|&h| index_of(h) != index));
             for &h in &handles {
-                assert!(get::<ProgramCell>("test", h).is_err());
+                assert!(get::<Probe>("test", h).is_err());
                 assert!(fresh.iter().all(|&f| f != h));
             }
             for h in fresh {
-                drop(remove::<ProgramCell>("test", h));
+                drop(remove::<Probe>("test", h));
             }
         });
     }
@@ -624,13 +584,13 @@ mod tests {
         alone(|| {
             let epoch = state().epoch;
             let old = insert("test", epoch, a_program()).unwrap();
-            drop(remove::<ProgramCell>("test", old));
+            drop(remove::<Probe>("test", old));
             for _ in 0..10_000 {
                 let h = insert("test", epoch, a_program()).unwrap();
                 assert_ne!(h, old);
-                assert!(get::<ProgramCell>("test", old).is_err());
-                assert!(get::<ProgramCell>("test", h).is_ok());
-                drop(remove::<ProgramCell>("test", h));
+                assert!(get::<Probe>("test", old).is_err());
+                assert!(get::<Probe>("test", h).is_ok());
+                drop(remove::<Probe>("test", h));
             }
         });
     }

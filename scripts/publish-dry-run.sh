@@ -70,6 +70,9 @@ debug = "line-tables-only"
 
 [profile.dev.package."*"]
 debug = false
+
+[profile.dev.package.sha2]
+opt-level = 3
 TOML
 cat > "$work/user/src/main.rs" <<'RS'
 // The launches chapter's first example (docs/launches.md) needs the `fixtures` kernels: they must build from the package.

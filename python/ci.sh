@@ -24,6 +24,8 @@ rm -f "$root"/python/offload/*.so
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
     --no-deps "$root/python"
 
+# The Vulkan tests on lavapipe alone, unless the caller chose drivers (the file says why).
+source "$root/scripts/lavapipe-only.sh"
 cd "$root/python"
 # The installed package, never the source folder beside the tests: the current directory
 # stays off sys.path, in the tests' own interpreters and in the scripts they start.

@@ -6,7 +6,7 @@
  * buffer's bytes) and must differ from the new handle. Under the earlier 16-bit slot
  * generations the 65,535th reuse gave the old handle's exact value back.
  *
- * usage: reuse [CYCLES]   (default 10,000,000)
+ * usage: reuse [CYCLES]   (default 2,000,000)
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 #include "check.h"
 
 int main(int argc, char **argv) {
-    long cycles = argc > 1 ? atol(argv[1]) : 10000000L;
+    long cycles = argc > 1 ? atol(argv[1]) : 2000000L;
     offload_runtime_t rt = 0;
     offload_device_t dev = 0;
     offload_buffer_t old = 0;

@@ -21,6 +21,7 @@ from ._offload import (  # noqa: F401
     InvalidBinaryError,
     InvalidIpcHandleError,
     IpcEndpoint,
+    IpcHandle,
     IpcError,
     Kernel,
     Module,
@@ -144,6 +145,11 @@ Device.zeros = _zeros
 Device.upload = _upload
 Buffer.view = _view
 Buffer.numpy = _numpy
+
+
+def _rebuild_ipc_handle(state):
+    """Unpickles an IpcHandle (what its __reduce__ names)."""
+    return IpcHandle._from_state(state)
 
 
 def from_dlpack(obj, device=None, copy=None):

@@ -44,7 +44,9 @@ pub(crate) fn freed(call: &str) -> PyErr {
 /// Device memory.
 #[pyclass(name = "Buffer", module = "offload", frozen)]
 pub(crate) struct PyBuffer {
-    inner: RwLock<Option<Buffer>>,
+    /// Shared with the IPC handle registry (`handle.rs`), which holds it weakly: a handle
+    /// never keeps memory its `Buffer` gave back.
+    inner: Arc<RwLock<Option<Buffer>>>,
     cell: Arc<RtCell>,
     size: usize,
     backend: BackendKind,
@@ -79,7 +81,7 @@ impl PyBuffer {
             backend: buffer.device().backend(),
             kind: buffer.kind(),
             size,
-            inner: RwLock::new(Some(buffer)),
+            inner: Arc::new(RwLock::new(Some(buffer))),
             cell,
             exports: AtomicUsize::new(0),
             user_freed: std::sync::atomic::AtomicBool::new(false),
@@ -129,6 +131,16 @@ impl PyBuffer {
 
     pub(crate) fn size_of(&self) -> usize {
         self.size
+    }
+
+    /// The buffer's handle slot, for the IPC handle registry to hold weakly.
+    pub(crate) fn slot(&self) -> std::sync::Weak<RwLock<Option<Buffer>>> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The runtime reference the buffer shares.
+    pub(crate) fn cell(&self) -> &Arc<RtCell> {
+        &self.cell
     }
 
     /// The read guard, for a launch that borrows several buffers at once.
@@ -464,6 +476,18 @@ impl PyBuffer {
         self.exports.load(Ordering::Acquire)
     }
 
+    /// A picklable handle to `nbytes` bytes from `offset` (the rest of the buffer by
+    /// default) of exportable memory, which `IpcHandle.open()` maps in another process of
+    /// this user (`handle.rs`).
+    #[pyo3(signature = (offset=0, nbytes=None))]
+    fn ipc_handle(
+        slf: &Bound<'_, Self>,
+        offset: usize,
+        nbytes: Option<usize>,
+    ) -> PyResult<crate::handle::PyIpcHandle> {
+        crate::handle::make(slf, offset, nbytes)
+    }
+
     /// An IPC handle for the buffer (it must come from `alloc(..., exportable=True)`), as
     /// (bytes, file descriptor or None); the descriptor belongs to the caller.
     fn export_handle(&self, py: Python<'_>) -> PyResult<(Py<PyBytes>, Option<i32>)> {
@@ -649,11 +673,9 @@ impl PyBuffer {
 
 impl Drop for PyBuffer {
     fn drop(&mut self) {
-        let inner = self
-            .inner
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        // The handle registry may hold the lock for a moment (never across a wait for
+        // Python), so this takes it like any call.
+        let inner = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(b) = inner {
             release(b);
         }

@@ -9,7 +9,7 @@
 //! - memory: `buffer` (buffer protocol and DLPack views pin what they view), `adopt`
 //!   (another library's memory as a buffer);
 //! - programs and callbacks: `program`; queues, launches and host functions: `queue`;
-//!   endpoints: `ipc`.
+//!   endpoints: `ipc`; picklable handles for `multiprocessing`: `handle`.
 //!
 //! No Rust panic reaches Python as an abort: pyo3 turns a panic in a method into
 //! `PanicException`, and the C callbacks (DLPack) catch unwinding themselves.
@@ -18,6 +18,7 @@ mod adopt;
 mod buffer;
 mod dlpack;
 mod errors;
+mod handle;
 mod ipc;
 mod program;
 mod queue;
@@ -39,6 +40,7 @@ fn _offload(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyEvent>()?;
     m.add_class::<ipc::PyEndpoint>()?;
+    m.add_class::<handle::PyIpcHandle>()?;
     m.add_function(wrap_pyfunction!(runtime::_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_after_fork_child, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::compile_stats, m)?)?;

@@ -408,21 +408,20 @@ pub(crate) fn parse_kind(call: &str, name: &str) -> PyResult<MemKind> {
 }
 
 impl PyOffload {
+    /// Whether `shutdown()` was called on this object.
+    pub(crate) fn is_shut_down_now(&self) -> bool {
+        lock(&self.cell.rt).is_none()
+    }
+
     fn rt(&self, call: &str) -> PyResult<Offload> {
         check(call)?;
         lock(&self.cell.rt).as_ref().cloned().ok_or_else(|| {
             ShutDownError::new_err(format!("{call}: this Offload has been shut down"))
         })
     }
-}
 
-#[pymethods]
-impl PyOffload {
-    /// Starts (or joins, L1) the runtime. `backends` (names) and `host_devices` configure
-    /// the first start; a later one asking for something else is refused (L5).
-    #[new]
-    #[pyo3(signature = (backends=None, host_devices=None))]
-    fn new(
+    /// `Offload(backends, host_devices)`: starts (or joins, L1) the runtime.
+    pub(crate) fn start(
         py: Python<'_>,
         backends: Option<Vec<String>>,
         host_devices: Option<usize>,
@@ -460,6 +459,21 @@ impl PyOffload {
         live.retain(|w| w.strong_count() > 0);
         live.push(Arc::downgrade(&cell));
         Ok(PyOffload { cell })
+    }
+}
+
+#[pymethods]
+impl PyOffload {
+    /// Starts (or joins, L1) the runtime. `backends` (names) and `host_devices` configure
+    /// the first start; a later one asking for something else is refused (L5).
+    #[new]
+    #[pyo3(signature = (backends=None, host_devices=None))]
+    fn new(
+        py: Python<'_>,
+        backends: Option<Vec<String>>,
+        host_devices: Option<usize>,
+    ) -> PyResult<Self> {
+        Self::start(py, backends, host_devices)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -30,10 +30,12 @@ def _handles():
     sender = rt.ipc_endpoint()
     receiver = rt.ipc_endpoint()
     assert sender.connect(receiver.name) == 0
+    handle = dev.alloc(64, exportable=True).ipc_handle(offset=8, nbytes=8)
     q.sync()
     return rt, dict(
         rt=rt, dev=dev, buf=buf, other=other, q=q, event=event, later=later,
         program=program, module=module, kernel=kernel, sender=sender, receiver=receiver,
+        handle=handle,
     )
 
 
@@ -60,6 +62,7 @@ TABLE = {
     ("Buffer", "numpy"): (lambda h: h["buf"].numpy(), SHUT),
     ("Buffer", "view"): (lambda h: h["buf"].view("float32").numpy(), SHUT),
     ("Buffer", "export_handle"): (lambda h: h["buf"].export_handle(), SHUT),
+    ("Buffer", "ipc_handle"): (lambda h: h["buf"].ipc_handle(), SHUT),
     ("Buffer", "label"): (lambda h: h["buf"].label("after"), VALUE),
     ("Buffer", "device"): (lambda h: h["buf"].device(), VALUE),
     ("Buffer", "size"): (lambda h: h["buf"].size, VALUE),
@@ -103,10 +106,15 @@ TABLE = {
     ("IpcEndpoint", "recv"): (lambda h: h["receiver"].recv(timeout=0.01), SHUT),
     ("IpcEndpoint", "poll"): (lambda h: h["sender"].poll(), SHUT),
     ("IpcEndpoint", "close"): (lambda h: h["sender"].close(), SHUT),
+    ("IpcHandle", "open"): (lambda h: h["handle"].open(h["rt"]), SHUT),
+    ("IpcHandle", "offset"): (lambda h: h["handle"].offset, VALUE),
+    ("IpcHandle", "nbytes"): (lambda h: h["handle"].nbytes, VALUE),
+    ("IpcHandle", "backend"): (lambda h: h["handle"].backend, VALUE),
+    ("IpcHandle", "pid"): (lambda h: h["handle"].pid, VALUE),
 }
 
 CLASSES = ["Offload", "Device", "Buffer", "Queue", "Event", "Program", "Module", "Kernel",
-           "IpcEndpoint"]
+           "IpcEndpoint", "IpcHandle"]
 
 
 def test_the_table_lists_every_public_name_of_every_handle_class():

@@ -1,0 +1,538 @@
+//! Picklable IPC handles for `multiprocessing` (I1–I5 over endpoints).
+//!
+//! `buf.ipc_handle(offset=, nbytes=)` gives an [`PyIpcHandle`]: a few numbers and a name,
+//! never a descriptor or an address, so it pickles through any `multiprocessing` channel
+//! (a `Pool`'s or `ProcessPoolExecutor`'s task queue, spawn or forkserver). `open()` in
+//! another process of the same user maps that range, through offload's endpoints, so the
+//! sender-side cache and its guarantees are those of `IpcEndpoint.send`:
+//!
+//! - **The sender** (the process that made the handle) has one *handle service* per
+//!   runtime generation, made by its first `ipc_handle()`: an endpoint (its name is in
+//!   every handle), a registry from random 56-bit keys to (buffer, range), and a thread
+//!   (`offload-py-ipc-handles`, no Python in it) that answers requests. The registry holds
+//!   each buffer weakly: a handle never keeps memory its `Buffer` gave back. Two ranges
+//!   of one allocation get two keys, each naming its own range.
+//! - **The receiver** (`open()`) has one endpoint per runtime generation (of the `rt`
+//!   given, else of a runtime the package starts for the process and keeps until exit),
+//!   connected once to each sender it opens from. It asks by sending a small exportable
+//!   buffer of its own tagged with the key; the service answers by sending the range with
+//!   the same tag (`IpcEndpoint::send`: a cache miss exports and maps the allocation once
+//!   per peer, later opens carry only the range, I2), or, when there is nothing to send
+//!   (the key is unknown, the buffer was freed or collected), its own small buffer tagged
+//!   with the reason. Both ends' progress threads answer unmap notices (I5).
+//! - **Freeing** the sender's buffer (`free()`, its collection, shutdown) unmaps it from
+//!   every process that opened a handle of it before the memory is released (I3): `free`
+//!   returns once each has acknowledged (a few ms: their progress threads answer), and
+//!   their views answer `InvalidIpcHandleError` from then on. A receiver that does not
+//!   answer in `OFFLOAD_IPC_UNMAP_TIMEOUT_MS` leaves the memory quarantined
+//!   (`QuarantinedError`), as for any send.
+//!
+//! Memory shared between processes has no zero-copy view (the core refuses `with_mapped`
+//! of it): views read and write by copy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use offload::ipc::{IpcEndpoint, PeerId};
+use offload::{BackendKind, Buffer, Caller, MemKind, Offload};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::buffer::PyBuffer;
+use crate::errors::{InvalidIpcHandleError, IpcError, invalid};
+use crate::runtime::{PyOffload, RtCell, blocking, check, lock, release};
+
+/// The version of a handle's pickled state.
+const STATE_VERSION: u32 = 1;
+/// Keys are 56 random bits; the tag's top byte says what an answer is.
+const KEY_BITS: u64 = (1 << 56) - 1;
+/// Answer kinds (the top byte of the tag): the range itself, or why there is none.
+const SENT: u64 = 0;
+const UNKNOWN: u64 = 1;
+const FREED: u64 = 2;
+/// How long `open()` waits for the sender's answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the service's thread waits in one `recv` before it looks whether its runtime
+/// is still there.
+const SERVICE_SLICE: Duration = Duration::from_millis(250);
+
+/// A range of another process's exportable memory, picklable; `open()` maps it.
+#[pyclass(name = "IpcHandle", module = "offload", frozen)]
+pub(crate) struct PyIpcHandle {
+    /// The sender's handle-service endpoint.
+    name: String,
+    key: u64,
+    offset: u64,
+    nbytes: u64,
+    backend: String,
+    pid: u32,
+}
+
+/// One registered range.
+struct Registered {
+    slot: Weak<RwLock<Option<Buffer>>>,
+    offset: usize,
+    len: usize,
+}
+
+/// The sender's side: one per runtime generation (see the module comment).
+struct Service {
+    generation: u64,
+    name: String,
+    endpoint: IpcEndpoint,
+    /// Sent, with a reason in its tag, when there is no range to send.
+    refusal: Buffer,
+    registry: Mutex<HashMap<u64, Registered>>,
+}
+
+static SERVICE: Mutex<Option<Arc<Service>>> = Mutex::new(None);
+
+/// The receiver's side: one per runtime generation.
+struct Client {
+    generation: u64,
+    endpoint: IpcEndpoint,
+    /// Sent to ask, tagged with the key.
+    request: Buffer,
+    peers: HashMap<String, PeerId>,
+}
+
+/// One at a time: opens are rare next to the reads and writes of what they open, and one
+/// endpoint's answers are then never another open's.
+static CLIENT: Mutex<Option<Client>> = Mutex::new(None);
+
+/// The runtime `open()` starts when given none, kept for the process (the package's exit
+/// handler shuts it down).
+static DEFAULT_RT: Mutex<Option<Py<PyOffload>>> = Mutex::new(None);
+
+/// 56 bits from the kernel.
+fn random_key() -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(u64::from_le_bytes(bytes) & KEY_BITS)
+}
+
+/// The service of `rt`'s generation, started by the first handle made in it.
+fn service(rt: &Offload, device: BackendKind) -> offload::Result<Arc<Service>> {
+    let mut slot = lock(&SERVICE);
+    if let Some(s) = slot.as_ref()
+        && s.generation == rt.generation()
+    {
+        return Ok(s.clone());
+    }
+    let endpoint = rt.ipc_endpoint()?;
+    // Any device that allocates exportable memory serves for the refusals; the host
+    // device is there unless the runtime was started without it.
+    let refusal = rt
+        .device(BackendKind::Host)
+        .or_else(|_| rt.device(device))?
+        .alloc_exportable(8, MemKind::Device)?;
+    let service = Arc::new(Service {
+        generation: rt.generation(),
+        name: endpoint.name().to_string(),
+        endpoint,
+        refusal,
+        registry: Mutex::new(HashMap::new()),
+    });
+    let serving = service.clone();
+    std::thread::Builder::new()
+        .name("offload-py-ipc-handles".into())
+        .spawn(move || serve(&serving))
+        .map_err(|e| {
+            offload::Error::invalid(
+                "Buffer.ipc_handle",
+                format!("starting the handle service's thread: {e}"),
+            )
+        })?;
+    *slot = Some(service.clone());
+    Ok(service)
+}
+
+/// The service's thread: answers every request until its runtime ends (its endpoint is
+/// closed by the shutdown, L4). Runs no Python.
+fn serve(service: &Service) {
+    loop {
+        match service.endpoint.recv_timeout(SERVICE_SLICE) {
+            Ok(Some(request)) => {
+                let (peer, key) = (request.peer(), request.tag() & KEY_BITS);
+                // Dropped at once: the receiver's request buffer is answered `Done`.
+                drop(request);
+                service.answer(peer, key);
+            }
+            Ok(None) => {}
+            // A delivery this process could not map (it was answered `Failed`): the
+            // asker's own problem; it times out or retries.
+            Err(offload::Error::InvalidIpcHandle { .. }) => {}
+            Err(offload::Error::Ipc { .. }) if !service.endpoint_closed() => {}
+            // Closed: the runtime ended.
+            Err(_) => break,
+        }
+    }
+    let mut slot = lock(&SERVICE);
+    if slot
+        .as_ref()
+        .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), service))
+    {
+        *slot = None;
+    }
+}
+
+impl Service {
+    fn endpoint_closed(&self) -> bool {
+        self.endpoint.poll().is_err()
+    }
+
+    fn register(&self, slot: Weak<RwLock<Option<Buffer>>>, offset: usize, len: usize) -> u64 {
+        let mut registry = lock(&self.registry);
+        registry.retain(|_, e| e.slot.strong_count() > 0);
+        if let Some((key, _)) = registry
+            .iter()
+            .find(|(_, e)| e.slot.ptr_eq(&slot) && (e.offset, e.len) == (offset, len))
+        {
+            return *key;
+        }
+        loop {
+            // Without the kernel's randomness, a clock-and-counter key is still unique here
+            // (the same-user check of I4 is what keeps others out).
+            let key = random_key().unwrap_or_else(|_| {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                (nanos ^ (registry.len() as u64).rotate_left(40)) & KEY_BITS
+            });
+            if let std::collections::hash_map::Entry::Vacant(free) = registry.entry(key) {
+                free.insert(Registered { slot, offset, len });
+                return key;
+            }
+        }
+    }
+
+    /// Sends the range registered as `key` to `peer`, or the refusal tagged with why.
+    fn answer(&self, peer: PeerId, key: u64) {
+        let found = lock(&self.registry)
+            .get(&key)
+            .map(|e| (e.slot.upgrade(), e.offset, e.len));
+        let why = match found {
+            None => UNKNOWN,
+            Some((None, ..)) => FREED,
+            Some((Some(slot), offset, len)) => {
+                // The read lock only for the send: a concurrent `free()` waits for it, and
+                // then unmaps what this sent (I3).
+                let guard = slot.read().unwrap_or_else(|p| p.into_inner());
+                match guard.as_ref() {
+                    Some(b) => match self.endpoint.send(peer, b, offset, len, key) {
+                        Ok(()) => return,
+                        // Freed under it, or the asker is gone: told the memory is gone.
+                        Err(_) => FREED,
+                    },
+                    None => FREED,
+                }
+            }
+        };
+        // The asker times out if even this fails (its process is gone, most likely).
+        let _ = self
+            .endpoint
+            .send(peer, &self.refusal, 0, 8, key | (why << 56));
+    }
+}
+
+/// `buf.ipc_handle(offset, nbytes)`.
+pub(crate) fn make(
+    slf: &Bound<'_, PyBuffer>,
+    offset: usize,
+    nbytes: Option<usize>,
+) -> PyResult<PyIpcHandle> {
+    const CALL: &str = "Buffer.ipc_handle";
+    let py = slf.py();
+    check(CALL)?;
+    let this = slf.get();
+    let size = this.size_of();
+    let len = nbytes.unwrap_or(size.saturating_sub(offset));
+    if len == 0 || offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(invalid(
+            CALL,
+            format!("range {offset}..+{len} is empty or outside the {size}-byte buffer"),
+        ));
+    }
+    let rt = this.cell().pin(py, CALL)?;
+    let slot = this.slot();
+    let made = this.with(py, CALL, |b| {
+        let make = || {
+            // I1: only exportable memory; this export also gives the allocation its
+            // before-free hook (I3) before any process can ask for it.
+            drop(b.export()?);
+            let service = service(&rt, b.device().backend())?;
+            let key = service.register(slot, offset, len);
+            Ok((service.name.clone(), key, b.device().backend()))
+        };
+        make().map_err(|e: offload::Error| e.for_call(Caller::Python, CALL))
+    });
+    release(rt);
+    let (name, key, backend) = made?;
+    Ok(PyIpcHandle {
+        name,
+        key,
+        offset: offset as u64,
+        nbytes: len as u64,
+        backend: backend.name().to_string(),
+        pid: std::process::id(),
+    })
+}
+
+/// An `offload::Error` already in Python's words, as its Python exception.
+trait PyErrOf {
+    fn py_err_of(self) -> PyErr;
+}
+
+impl PyErrOf for offload::Error {
+    fn py_err_of(self) -> PyErr {
+        crate::errors::to_py(self)
+    }
+}
+
+/// The client of `cell`'s generation (made on first use), locked.
+fn client<'a>(slot: &'a mut Option<Client>, rt: &Offload) -> offload::Result<&'a mut Client> {
+    if slot
+        .as_ref()
+        .is_none_or(|c| c.generation != rt.generation())
+    {
+        // The old generation's: its handles answer ShutDown and drop as no-ops (no GIL
+        // is held here, none is needed).
+        drop(slot.take());
+        let endpoint = rt.ipc_endpoint()?;
+        let host = rt.device(BackendKind::Host);
+        let request = match host {
+            Ok(d) => d.alloc_exportable(8, MemKind::Device)?,
+            Err(_) => {
+                let mut made = None;
+                for d in rt.devices()? {
+                    if let Ok(b) = d.alloc_exportable(8, MemKind::Device) {
+                        made = Some(b);
+                        break;
+                    }
+                }
+                made.ok_or_else(|| {
+                    offload::Error::invalid(
+                        "IpcHandle.open",
+                        "no device of this runtime allocates exportable memory: start it \
+                         with the host backend",
+                    )
+                })?
+            }
+        };
+        *slot = Some(Client {
+            generation: rt.generation(),
+            endpoint,
+            request,
+            peers: HashMap::new(),
+        });
+    }
+    slot.as_mut()
+        .ok_or_else(|| offload::Error::invalid("IpcHandle.open", "no client"))
+}
+
+/// What went wrong opening, before it is a Python exception (made with the GIL).
+enum OpenError {
+    Offload(offload::Error),
+    /// The sender's service could not be reached (I1: a stale handle).
+    Gone(offload::Error),
+    Refused(u64),
+    NoAnswer,
+}
+
+impl PyIpcHandle {
+    fn state(&self) -> (u32, String, u64, u64, u64, String, u32) {
+        (
+            STATE_VERSION,
+            self.name.clone(),
+            self.key,
+            self.offset,
+            self.nbytes,
+            self.backend.clone(),
+            self.pid,
+        )
+    }
+
+    /// Asks the sender and waits for its answer (GIL released by the caller).
+    fn ask(&self, rt: &Offload) -> Result<Buffer, OpenError> {
+        let mut slot = lock(&CLIENT);
+        let client = client(&mut slot, rt).map_err(OpenError::Offload)?;
+        let peer = match client.peers.get(&self.name) {
+            Some(p) => *p,
+            None => {
+                let p = client
+                    .endpoint
+                    .connect(&self.name)
+                    .map_err(OpenError::Gone)?;
+                client.peers.insert(self.name.clone(), p);
+                p
+            }
+        };
+        if let Err(e) = client.endpoint.send(peer, &client.request, 0, 8, self.key) {
+            // The connection is gone (the sender exited or shut down): forget it, so a
+            // later open connects again.
+            client.peers.remove(&self.name);
+            return Err(OpenError::Offload(e));
+        }
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(OpenError::NoAnswer);
+            }
+            let got = client
+                .endpoint
+                .recv_timeout(left)
+                .map_err(OpenError::Offload)?;
+            let Some(got) = got else {
+                return Err(OpenError::NoAnswer);
+            };
+            // An answer to an earlier open that gave up waiting is dropped.
+            if got.peer() != peer || got.tag() & KEY_BITS != self.key {
+                continue;
+            }
+            return match got.tag() >> 56 {
+                SENT => Ok(got.into_buffer()),
+                why => Err(OpenError::Refused(why)),
+            };
+        }
+    }
+}
+
+#[pymethods]
+impl PyIpcHandle {
+    /// What pickle stores: (version, the sender's endpoint name, key, offset, nbytes,
+    /// backend, sender pid).
+    fn __reduce__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let rebuild = py.import("offload")?.getattr("_rebuild_ipc_handle")?;
+        let args = PyTuple::new(py, [self.state().into_pyobject(py)?])?;
+        Ok((rebuild, args))
+    }
+
+    /// The handle a pickled state describes (what unpickling calls; not for users).
+    #[staticmethod]
+    fn _from_state(state: (u32, String, u64, u64, u64, String, u32)) -> PyResult<Self> {
+        let (version, name, key, offset, nbytes, backend, pid) = state;
+        if version != STATE_VERSION || key & !KEY_BITS != 0 || nbytes == 0 {
+            return Err(InvalidIpcHandleError::new_err(format!(
+                "IpcHandle: invalid IPC handle: pickled state version {version} (this offload \
+                 reads version {STATE_VERSION}), or a malformed key or range"
+            )));
+        }
+        Ok(PyIpcHandle {
+            name,
+            key,
+            offset,
+            nbytes,
+            backend,
+            pid,
+        })
+    }
+
+    /// Where the range starts in the exporter's buffer.
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// How many bytes it names.
+    #[getter]
+    fn nbytes(&self) -> u64 {
+        self.nbytes
+    }
+
+    /// "host", "vulkan", … : the memory's backend.
+    #[getter]
+    fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// The process that made the handle (and frees the memory).
+    #[getter]
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// A `Buffer` viewing the range, mapped in this process (through the runtime `rt`,
+    /// else one the package starts and keeps for the process). It answers
+    /// `InvalidIpcHandleError` once the exporting process freed the memory (I3); it has no
+    /// zero-copy view (`read`/`write`/`numpy()` copy).
+    #[pyo3(signature = (rt=None))]
+    fn open(&self, py: Python<'_>, rt: Option<&Bound<'_, PyOffload>>) -> PyResult<PyBuffer> {
+        const CALL: &str = "IpcHandle.open";
+        check(CALL)?;
+        let cell = match rt {
+            Some(rt) => rt.get().cell.clone(),
+            None => default_cell(py)?,
+        };
+        let offload = cell.pin(py, CALL)?;
+        let asked = blocking(py, || self.ask(&offload));
+        release(offload);
+        match asked {
+            // The view holds the reference of the runtime it was opened through, as every
+            // object made from an `Offload` does.
+            Ok(buffer) => Ok(PyBuffer::new(buffer, cell)),
+            Err(OpenError::Offload(e)) => Err(e.for_call(Caller::Python, CALL).py_err_of()),
+            Err(OpenError::Gone(e)) => Err(InvalidIpcHandleError::new_err(format!(
+                "{CALL}: invalid IPC handle: process {} that made it cannot be reached (it \
+                 exited, or the offload runtime that made the handle was shut down): {}",
+                self.pid,
+                e.for_call(Caller::Python, CALL)
+            ))),
+            Err(OpenError::Refused(why)) => Err(InvalidIpcHandleError::new_err(format!(
+                "{CALL}: invalid IPC handle: {}",
+                match why {
+                    FREED => format!(
+                        "the buffer it names was freed (or collected) in process {}",
+                        self.pid
+                    ),
+                    _ => format!(
+                        "process {} has no such handle (its offload runtime was shut down \
+                         since it made it, or the handle was forged)",
+                        self.pid
+                    ),
+                }
+            ))),
+            Err(OpenError::NoAnswer) => Err(IpcError::new_err(format!(
+                "{CALL}: process {} did not answer within {} s",
+                self.pid,
+                ANSWER_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .downcast::<PyIpcHandle>()
+            .is_ok_and(|o| o.get().state() == self.state())
+    }
+
+    fn __hash__(&self) -> u64 {
+        self.key
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<offload.IpcHandle {} bytes at {} of {} memory of pid {}>",
+            self.nbytes, self.offset, self.backend, self.pid
+        )
+    }
+}
+
+/// The runtime reference `open()` uses when given none.
+fn default_cell(py: Python<'_>) -> PyResult<Arc<RtCell>> {
+    let mut slot = lock(&DEFAULT_RT);
+    if let Some(rt) = slot.as_ref() {
+        if !rt.get().is_shut_down_now() {
+            return Ok(rt.get().cell.clone());
+        }
+    }
+    let rt = Py::new(py, PyOffload::start(py, None, None)?)?;
+    let cell = rt.get().cell.clone();
+    *slot = Some(rt);
+    Ok(cell)
+}

@@ -144,6 +144,10 @@ fn python_name(call: &'static str) -> &'static str {
 fn python_fixes(msg: String) -> String {
     const POD: &str = "`Arg::pod(&[x, y])`, `Arg::pod(&your_struct)`";
     let msg = msg.replace(POD, "a tuple `(x, y)`, or the value's bytes");
+    let msg = msg.replace(
+        "use Device::alloc_exportable for",
+        "allocate with Device.alloc(size, exportable=True) for",
+    );
     // "(write `Dims::grid([..]).block([8, 8, 1])`), or, if … `queue.run_resized(..)`"
     const BLOCK: &str = "(write `Dims::grid([..]).block(";
     let Some(start) = msg.find(BLOCK) else {

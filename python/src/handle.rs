@@ -22,8 +22,9 @@
 //!   with the reason. Both ends' progress threads answer unmap notices (I5).
 //! - **Freeing** the sender's buffer (`free()`, its collection, shutdown) unmaps it from
 //!   every process that opened a handle of it before the memory is released (I3): `free`
-//!   returns once each has acknowledged (a few ms: their progress threads answer), and
-//!   their views answer `InvalidIpcHandleError` from then on. A receiver that does not
+//!   returns once each has acknowledged (their progress threads answer, whatever the
+//!   worker's Python does; docs/python.md has the times measured), and their views answer
+//!   `InvalidIpcHandleError` from then on. A receiver that does not
 //!   answer in `OFFLOAD_IPC_UNMAP_TIMEOUT_MS` leaves the memory quarantined
 //!   (`QuarantinedError`), as for any send.
 //!
@@ -40,7 +41,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::buffer::PyBuffer;
-use crate::errors::{InvalidIpcHandleError, IpcError, invalid};
+use crate::errors::{InvalidIpcHandleError, IpcError, invalid, to_py};
 use crate::runtime::{PyOffload, RtCell, blocking, check, lock, release};
 
 /// The version of a handle's pickled state.
@@ -150,7 +151,8 @@ fn service(rt: &Offload, device: BackendKind) -> offload::Result<Arc<Service>> {
 }
 
 /// The service's thread: answers every request until its runtime ends (its endpoint is
-/// closed by the shutdown, L4). Runs no Python.
+/// closed by the shutdown, L4: the thread sees it within `SERVICE_SLICE` and returns). It
+/// runs no Python, so it never holds up the interpreter's exit.
 fn serve(service: &Service) {
     loop {
         match service.endpoint.recv_timeout(SERVICE_SLICE) {
@@ -280,18 +282,7 @@ pub(crate) fn make(
     })
 }
 
-/// An `offload::Error` already in Python's words, as its Python exception.
-trait PyErrOf {
-    fn py_err_of(self) -> PyErr;
-}
-
-impl PyErrOf for offload::Error {
-    fn py_err_of(self) -> PyErr {
-        crate::errors::to_py(self)
-    }
-}
-
-/// The client of `cell`'s generation (made on first use), locked.
+/// The client of `rt`'s generation (made on first use).
 fn client<'a>(slot: &'a mut Option<Client>, rt: &Offload) -> offload::Result<&'a mut Client> {
     if slot
         .as_ref()
@@ -476,7 +467,7 @@ impl PyIpcHandle {
             // The view holds the reference of the runtime it was opened through, as every
             // object made from an `Offload` does.
             Ok(buffer) => Ok(PyBuffer::new(buffer, cell)),
-            Err(OpenError::Offload(e)) => Err(e.for_call(Caller::Python, CALL).py_err_of()),
+            Err(OpenError::Offload(e)) => Err(to_py(e.for_call(Caller::Python, CALL))),
             Err(OpenError::Gone(e)) => Err(InvalidIpcHandleError::new_err(format!(
                 "{CALL}: invalid IPC handle: process {} that made it cannot be reached (it \
                  exited, or the offload runtime that made the handle was shut down): {}",

@@ -70,7 +70,7 @@ print("FREE_MS %.2f ALONE_MS %.2f" % (took * 1000, alone * 1000), flush=True)
 # Every worker acknowledged: a silent one costs the whole unmap timeout (2 s) and a
 # QuarantinedError. The 50 ms goal itself is measured, not asserted (docs/python.md): on
 # a 2-core machine shared with builds the kernel's release of the 64 MiB alone (ALONE_MS)
-# takes 13-126 ms.
+# took 12-230 ms.
 assert took < 1.0, "free took %.1f ms" % (took * 1000)
 rt.shutdown()
 print("OK", flush=True)
@@ -114,7 +114,8 @@ def test_a_handle_pickles_and_opens_its_own_range(rt, host):
 
 
 def test_handles_refuse_what_cannot_be_shared(rt, host):
-    with pytest.raises(offload.InvalidArgumentError, match=r"Buffer\.ipc_handle.*exportable"):
+    # The fix in Python's words, not Rust's (Device::alloc_exportable).
+    with pytest.raises(offload.InvalidArgumentError, match=r"Buffer\.ipc_handle: .*Device\.alloc\(size, exportable=True\)"):
         host.alloc(64).ipc_handle()
     buf = host.alloc(64, exportable=True)
     for offset, nbytes in [(0, 0), (60, 8), (64, None)]:

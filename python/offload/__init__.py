@@ -39,6 +39,7 @@ from ._offload import (  # noqa: F401
     UnsupportedError,
     compile_stats,
     host_stats,
+    ipc_stats,
     take_unreported_errors,
 )
 from ._offload import _after_fork_child, _at_exit

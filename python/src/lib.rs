@@ -46,5 +46,6 @@ fn _offload(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::take_unreported_errors, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::host_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::ipc_stats, m)?)?;
     Ok(())
 }

@@ -729,3 +729,37 @@ pub(crate) fn host_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("unloads", s.unloads)?;
     Ok(d)
 }
+
+/// offload's IPC counters for this process (`offload::ipc::stats()`): what the endpoints and
+/// the picklable handles did — exports, imports (mappings opened), the sender-side cache's
+/// hits, misses and one-shots (I2), unmaps sent, acknowledged and obeyed (I3), rejected
+/// messages (I4), quarantine.
+///
+/// ```python
+/// import offload
+/// assert offload.ipc_stats()["imports"] >= offload.ipc_stats()["live_imports"]
+/// ```
+#[pyfunction]
+pub(crate) fn ipc_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = offload::ipc::stats();
+    let d = PyDict::new(py);
+    for (name, value) in [
+        ("exports", s.exports),
+        ("imports", s.imports),
+        ("live_imports", s.live_imports),
+        ("cache_hits", s.cache_hits),
+        ("cache_misses", s.cache_misses),
+        ("one_shots", s.one_shots),
+        ("evictions", s.evictions),
+        ("unmaps_sent", s.unmaps_sent),
+        ("unmaps_acked", s.unmaps_acked),
+        ("unmaps_received", s.unmaps_received),
+        ("rejected", s.rejected),
+        ("peers_refused", s.peers_refused),
+        ("quarantined", s.quarantined),
+        ("quarantined_bytes", s.quarantined_bytes),
+    ] {
+        d.set_item(name, value)?;
+    }
+    Ok(d)
+}

@@ -33,6 +33,12 @@ def increment(handle, by):
     return os.getpid()
 
 
+def ipc_counts(_round):
+    """This worker's IPC counters (offload.ipc_stats())."""
+    _BARRIER.wait(WAIT)
+    return os.getpid(), offload.ipc_stats()
+
+
 def check_views(_round):
     """How many views this worker holds, and how many of them raise InvalidIpcHandleError
     on read, write and fill (each must raise every time)."""

@@ -52,6 +52,12 @@ assert len(set(pids)) == 4, pids
 got = np.frombuffer(buf.read(), dtype=np.uint32)
 want = base + np.repeat(np.arange(1, R + 1, dtype=np.uint32), (N // 4) // R)
 assert np.array_equal(got, want), "the workers' increments"
+# The sender-side cache (I2): each worker mapped the allocation once for its 4 ranges; the
+# parent exported it once per worker and sent the other 12 ranges as cache hits.
+counts = run(w.ipc_counts, range(4))
+assert [c[1]["imports"] for c in counts] == [1] * 4, counts
+mine = offload.ipc_stats()
+assert (mine["cache_misses"], mine["cache_hits"], mine["one_shots"]) == (4, R - 4, 0), mine
 # The same free of memory no process mapped, just before: what releasing 64 MiB costs
 # here without IPC (the kernel's page release alone is tens of ms on a loaded machine).
 control = rt.device("host").alloc(N, exportable=True)

@@ -158,3 +158,26 @@ def test_a_handle_outlives_its_process_as_a_typed_error():
     with offload.Offload() as rt:
         with pytest.raises(offload.InvalidIpcHandleError, match="cannot be reached"):
             handle.open(rt)
+
+
+def test_threads_open_handles_at_once(rt, host):
+    # Opens are serialised per process (one endpoint's answers are never another open's):
+    # 8 threads opening 32 ranges at once each get their own range.
+    from concurrent.futures import ThreadPoolExecutor
+
+    buf = host.alloc(32 * 64, exportable=True)
+    buf.fill(0)
+    handles = [buf.ipc_handle(offset=64 * i, nbytes=64) for i in range(32)]
+
+    def mark(i):
+        view = pickle.loads(pickle.dumps(handles[i])).open(rt)
+        view.fill(i + 1)
+        return view
+
+    with ThreadPoolExecutor(8) as pool:
+        views = list(pool.map(mark, range(32), timeout=120))
+    assert buf.read() == b"".join(bytes([i + 1]) * 64 for i in range(32))
+    buf.free()
+    for view in views:
+        with pytest.raises(offload.InvalidIpcHandleError):
+            view.fill(0)

@@ -27,8 +27,8 @@ fn check(root: Option<&Path>) -> (bool, String) {
         cmd.arg(root);
     }
     let out = cmd.output().expect("run bash scripts/circles.sh");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
@@ -46,7 +46,10 @@ fn a_planted_circle_fails_and_is_named() {
         &[
             ("lib.rs", "mod a;\nmod b;\nmod c;\n"),
             ("a.rs", "use crate::b::B;\npub struct A(B);\n"),
-            ("b.rs", "pub struct B;\npub fn f() -> crate::a::A { todo!() }\n"),
+            (
+                "b.rs",
+                "pub struct B;\npub fn f() -> crate::a::A { todo!() }\n",
+            ),
             // c only uses a: outside the circle.
             ("c.rs", "pub fn g(_: crate::a::A) {}\n"),
         ],
@@ -72,7 +75,10 @@ fn a_circle_through_a_reexport_or_super_in_a_folder_fails() {
             ),
             // one -> two through the parent's re-export, two -> one through the crate
             // root's.
-            ("parts/one.rs", "use super::Other;\npub struct Thing(Other);\n"),
+            (
+                "parts/one.rs",
+                "use super::Other;\npub struct Thing(Other);\n",
+            ),
             (
                 "parts/two.rs",
                 "pub struct Other;\n// crate::parts::one in a comment is no use\nfn f(_: crate::Thing) {}\n",
@@ -93,7 +99,10 @@ fn a_circle_through_a_reexport_or_super_in_a_folder_fails() {
                 "parts/mod.rs",
                 "mod one;\nmod two;\npub use one::Thing;\npub use two::Other;\n",
             ),
-            ("parts/one.rs", "use super::Other;\npub struct Thing(Other);\n"),
+            (
+                "parts/one.rs",
+                "use super::Other;\npub struct Thing(Other);\n",
+            ),
             (
                 "parts/two.rs",
                 "pub struct Other;\n// crate::Thing here is only a comment\n",

@@ -21,12 +21,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
 use crate::buffer::PyBuffer;
+use crate::calls::{blocking, check, with_python};
 use crate::dlpack::{
     self, CAPSULE, CAPSULE_VERSIONED, DL_FLAG_READ_ONLY, DlManagedTensor, DlManagedTensorVersioned,
     DlTensor, format_of,
 };
 use crate::errors::{IntoPy, UnsupportedError, invalid};
-use crate::runtime::{PyDevice, blocking, check, with_python};
+use crate::objects::PyDevice;
 
 /// The owner of adopted memory: the view that keeps it alive.
 struct Owned(ManuallyDrop<View<u8>>);

@@ -17,12 +17,14 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
 
+use crate::calls::{RtCell, blocking, check, lock, release};
 use crate::dlpack::{
     CAPSULE, CAPSULE_VERSIONED, DL_CPU, DlDevice, DlManagedTensor, DlManagedTensorVersioned,
     DlTensor, dl_type,
 };
 use crate::errors::{IntoPy, UnsupportedError, invalid};
-use crate::runtime::{PyDevice, RtCell, blocking, check, lock, release};
+use crate::handle_service::{PyIpcHandle, service};
+use crate::objects::PyDevice;
 
 /// How views see the bytes: a struct-module format character, its size, and a C-order shape.
 #[derive(Clone)]
@@ -334,7 +336,7 @@ impl PyBuffer {
     fn device(&self, py: Python<'_>) -> PyResult<PyDevice> {
         let d = self.with(py, "Buffer.device", |b| Ok(b.device()))?;
         Ok(PyDevice {
-            inner: crate::runtime::Held::new(d),
+            inner: crate::calls::Held::new(d),
             cell: self.cell.clone(),
         })
     }
@@ -478,14 +480,48 @@ impl PyBuffer {
 
     /// A picklable handle to `nbytes` bytes from `offset` (the rest of the buffer by
     /// default) of exportable memory, which `IpcHandle.open()` maps in another process of
-    /// this user (`handle.rs`).
+    /// this user (`handle_service.rs`).
     #[pyo3(signature = (offset=0, nbytes=None))]
     fn ipc_handle(
         slf: &Bound<'_, Self>,
         offset: usize,
         nbytes: Option<usize>,
-    ) -> PyResult<crate::handle::PyIpcHandle> {
-        crate::handle::make(slf, offset, nbytes)
+    ) -> PyResult<PyIpcHandle> {
+        const CALL: &str = "Buffer.ipc_handle";
+        let py = slf.py();
+        check(CALL)?;
+        let this = slf.get();
+        let size = this.size_of();
+        let len = nbytes.unwrap_or(size.saturating_sub(offset));
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(invalid(
+                CALL,
+                format!("range {offset}..+{len} is empty or outside the {size}-byte buffer"),
+            ));
+        }
+        let rt = this.cell().pin(py, CALL)?;
+        let slot = this.slot();
+        let made = this.with(py, CALL, |b| {
+            let make = || {
+                // I1: only exportable memory; this export also gives the allocation its
+                // before-free hook (I3) before any process can ask for it.
+                drop(b.export()?);
+                let service = service(&rt, b.device().backend())?;
+                let key = service.register(slot, offset, len);
+                Ok((service.name.clone(), key, b.device().backend()))
+            };
+            make().map_err(|e: offload::Error| e.for_call(offload::Caller::Python, CALL))
+        });
+        release(rt);
+        let (name, key, backend) = made?;
+        Ok(PyIpcHandle {
+            name,
+            key,
+            offset: offset as u64,
+            nbytes: len as u64,
+            backend: backend.name().to_string(),
+            pid: std::process::id(),
+        })
     }
 
     /// An IPC handle for the buffer (it must come from `alloc(..., exportable=True)`), as

@@ -9,8 +9,8 @@ use offload::ipc::IpcEndpoint;
 use pyo3::prelude::*;
 
 use crate::buffer::PyBuffer;
+use crate::calls::{Held, RtCell, blocking, check, lock, release};
 use crate::errors::{IntoPy, ShutDownError, invalid};
-use crate::runtime::{Held, RtCell, blocking, check, lock, release};
 
 /// A Unix-socket endpoint of the runtime.
 #[pyclass(name = "IpcEndpoint", module = "offload", frozen)]

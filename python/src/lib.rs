@@ -16,10 +16,13 @@
 
 mod adopt;
 mod buffer;
+mod calls;
 mod dlpack;
 mod errors;
 mod handle;
+mod handle_service;
 mod ipc;
+mod objects;
 mod program;
 mod queue;
 mod runtime;
@@ -28,10 +31,10 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _offload(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    runtime::watch_forks();
+    calls::watch_forks();
     errors::register(m)?;
-    m.add_class::<runtime::PyOffload>()?;
-    m.add_class::<runtime::PyDevice>()?;
+    m.add_class::<objects::PyOffload>()?;
+    m.add_class::<objects::PyDevice>()?;
     m.add_class::<runtime::PyDeviceInfo>()?;
     m.add_class::<buffer::PyBuffer>()?;
     m.add_class::<program::PyProgram>()?;
@@ -40,7 +43,7 @@ fn _offload(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyEvent>()?;
     m.add_class::<ipc::PyEndpoint>()?;
-    m.add_class::<handle::PyIpcHandle>()?;
+    m.add_class::<handle_service::PyIpcHandle>()?;
     m.add_function(wrap_pyfunction!(runtime::_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_after_fork_child, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::compile_stats, m)?)?;

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use offload::{Kernel, Module, ParamKind, Program, ScalarType, Source};
 use pyo3::prelude::*;
 
+use crate::calls::{Held, PythonCall, RtCell, blocking, check};
 use crate::errors::{IntoPy, invalid};
-use crate::runtime::{Held, PyDevice, PythonCall, RtCell, blocking, check};
+use crate::objects::PyDevice;
 
 /// Calls a Python callback from offload (any thread), with the module when it takes one.
 fn call_back(

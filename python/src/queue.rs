@@ -15,9 +15,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyTuple};
 
 use crate::buffer::{BorrowedBytes, PyBuffer};
+use crate::calls::{Held, PythonCall, RtCell, blocking, check, lock};
 use crate::errors::{IntoPy, invalid};
 use crate::program::{PyKernel, scalar_type};
-use crate::runtime::{Held, PythonCall, RtCell, blocking, check, lock};
 
 /// A queue of in-order, asynchronous work on one device.
 #[pyclass(name = "Queue", module = "offload", frozen)]

@@ -24,9 +24,11 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use offload_core::{BackendKind, CompilerId, Error, Language, Result, Source};
+
+use crate::lock;
 
 /// The flags every host compile gets, before the user's options (a later `-O`, `-std` or
 /// `-march` of the user's wins). `-O3`, not `-O2`: GCC 12's `-O2` vectorises only loops
@@ -91,10 +93,6 @@ type Probe = Arc<Mutex<Option<CompilerId>>>;
 /// resolution, each probed once (concurrent first callers wait for the one probing).
 /// A failed probe is not kept, so a compiler installed later is found.
 static PROBED: Mutex<Vec<(PathBuf, Probe)>> = Mutex::new(Vec::new());
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// `Error::Compile` of a C compile.
 fn compile_error(log: impl Into<String>) -> Error {

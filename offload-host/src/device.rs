@@ -1,51 +1,19 @@
-//! A CPU device of the host platform ([`HostDevice`]) and its `hal::Device` impl: memory,
+//! The `hal::Device` impl of a CPU device of the host platform ([`HostDevice`], shared.rs): memory,
 //! programs and making queues (launches and events are the queue's, queue.rs); and its
 //! `hal::Ipc` impl, memory shared between processes as sealed memfds.
-
-use std::sync::Arc;
 
 use offload_core::hal;
 use offload_core::{BackendKind, CompilerId, DeviceInfo, Error, Language, MemKind, Result, Source};
 
 use crate::memory::HostBuffer;
-use crate::platform::Shared;
 use crate::program::{self, HostModule};
 use crate::queue::{HostEvent, HostQueue};
-use crate::{compiler, pool, stream};
+use crate::shared::HostDevice;
+use crate::{compiler, stream};
 
 /// What an exportable host allocation's payload says: these bytes, then nothing (the size
 /// travels in the handle, the memory as the memfd).
 const IPC_PAYLOAD: &[u8; 8] = b"OFHOST01";
-
-/// A CPU device of the host platform. Dropping it (after the queues that share its
-/// workers) joins its worker threads.
-pub struct HostDevice {
-    pub(crate) ordinal: usize,
-    pub(crate) pool: Arc<pool::LazyPool>,
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl HostDevice {
-    /// Whether this device has started its worker threads (at its first parallel launch).
-    ///
-    /// ```
-    /// use offload_core::{Config, hal::Platform};
-    /// let host = offload_host::HostPlatform::open(&Config::default())?;
-    /// assert!(!host.devices()[0].workers_started());
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn workers_started(&self) -> bool {
-        self.pool.started()
-    }
-}
-
-impl std::fmt::Debug for HostDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostDevice")
-            .field("ordinal", &self.ordinal)
-            .finish()
-    }
-}
 
 fn oom(requested: usize, reason: String) -> Error {
     Error::OutOfMemory {

@@ -21,21 +21,32 @@ mod pool;
 mod program;
 // Queues and events, over the streams below.
 mod queue;
+// What a platform's objects hold: its shared record and the device.
+mod shared;
 // The process-wide counters.
 mod stats;
 // In-order streams, each run by its own executor thread.
 mod stream;
+// Which streams' queued work uses a buffer or a module.
+mod uses;
 
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use offload_core::PlatformEntry;
 
-pub use device::HostDevice;
 pub use memory::{ALIGNMENT, HostBuffer, MEMFD_NAME};
 pub use platform::HostPlatform;
 pub use program::{HostKernel, HostModule, MAX_SHARED_MEMORY, PARAMS_PREFIX};
 pub use queue::{HostEvent, HostQueue};
+pub use shared::HostDevice;
 pub use stats::{HostStats, stats};
+
+/// Locks, ignoring poison: no critical section of this crate leaves its data half-changed
+/// on a panic.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 pub use stream::MAX_QUEUED;
 
 /// The C header of the host kernel ABI (`include/offload_host.h`): `OFFLOAD_KERNEL`,

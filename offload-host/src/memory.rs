@@ -22,7 +22,7 @@ use offload_core::{BackendKind, Error, Result, hal};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 
-use crate::stream::Uses;
+use crate::uses::Uses;
 
 /// Alignment of every host allocation, in bytes.
 pub const ALIGNMENT: usize = 64;
@@ -81,7 +81,7 @@ pub(crate) struct Memory {
     /// The queued work that uses these bytes.
     pub(crate) uses: Uses,
     /// The platform whose live count this allocation is in (decremented at release).
-    owner: Option<Arc<crate::platform::Shared>>,
+    owner: Option<Arc<crate::shared::Shared>>,
 }
 
 // SAFETY: the memory owns its allocation exclusively (like a `Box<[u8]>`); moving it to
@@ -252,7 +252,7 @@ impl HostBuffer {
     }
 
     /// Counts the buffer as live on `owner` until its memory is released.
-    pub(crate) fn counted(mut self, owner: Arc<crate::platform::Shared>) -> HostBuffer {
+    pub(crate) fn counted(mut self, owner: Arc<crate::shared::Shared>) -> HostBuffer {
         owner.live.fetch_add(1, Ordering::SeqCst);
         crate::stats::LIVE_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
         if let Some(mem) = Arc::get_mut(&mut self.mem) {

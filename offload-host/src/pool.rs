@@ -18,11 +18,12 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use offload_core::Dims;
 
+use crate::lock;
 use crate::program::{KernelFn, Launch};
 
 /// A contiguous run of block indices, on a cache line of its own so participants taking
@@ -183,10 +184,6 @@ struct Shared {
     wake: Condvar,
     /// The epoch, readable without the lock, for spinning workers.
     epoch: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// How long an idle worker spins before it sleeps.

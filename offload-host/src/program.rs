@@ -13,13 +13,13 @@ use std::ffi::c_void;
 use std::fs::File;
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use offload_core::hal;
 use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result, ScalarType};
 
 use crate::elf::{self, SymbolKind};
-use crate::stream::Uses;
+use crate::uses::Uses;
 
 /// The C signature of a host kernel (see include/offload_host.h).
 pub(crate) type KernelFn = unsafe extern "C" fn(args: *const *mut c_void, launch: *const Launch);
@@ -42,9 +42,6 @@ pub const MAX_SHARED_MEMORY: u32 = 1 << 20;
 /// Prefix of the symbol that declares a kernel's parameters.
 pub const PARAMS_PREFIX: &str = "offload_params_";
 
-pub(crate) static LOADS: AtomicUsize = AtomicUsize::new(0);
-pub(crate) static UNLOADS: AtomicUsize = AtomicUsize::new(0);
-
 /// A dlopen'ed image and the memfd it was opened from. Field order is drop order: the
 /// library is closed before its memfd.
 pub(crate) struct Loaded {
@@ -57,7 +54,7 @@ pub(crate) struct Loaded {
 
 impl Drop for Loaded {
     fn drop(&mut self) {
-        UNLOADS.fetch_add(1, Ordering::SeqCst);
+        crate::stats::UNLOADS.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -142,7 +139,7 @@ pub(crate) fn load(image: &[u8]) -> Result<HostModule> {
     // library's whole life (see the module comment).
     let library = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }
         .map_err(|e| invalid(format!("the dynamic loader refused it: {e}")))?;
-    LOADS.fetch_add(1, Ordering::SeqCst);
+    crate::stats::LOADS.fetch_add(1, Ordering::SeqCst);
     Ok(HostModule {
         loaded: Arc::new(Loaded {
             library,

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use offload_core::hal::{self, HostFn, KernelOf};
 use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
-use crate::device::HostDevice;
 use crate::memory::{self, HostBuffer};
+use crate::shared::HostDevice;
 use crate::{program, stream};
 
 /// A host queue: an in-order stream run by its own executor thread (see stream.rs);

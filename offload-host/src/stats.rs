@@ -1,14 +1,18 @@
-//! The backend's process-wide counters and [`stats`](stats()), which reads them: platforms
+//! The backend's process-wide counters (the modules that count write them here) and
+//! [`stats`](stats()), which reads them: platforms
 //! opened and deinitialised, live allocations, images loaded and unloaded, the deepest
 //! queue.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::{program, stream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub(crate) static OPENED: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static DEINITIALISED: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static LIVE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+/// Images loaded and unloaded (program.rs counts them).
+pub(crate) static LOADS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static UNLOADS: AtomicUsize = AtomicUsize::new(0);
+/// The largest backlog any host queue reached, for tests and the soak (stream.rs).
+pub(crate) static MOST_QUEUED: AtomicU64 = AtomicU64::new(0);
 
 /// Process-wide counts of what the host backend did.
 ///
@@ -45,8 +49,8 @@ pub fn stats() -> HostStats {
         opened: OPENED.load(Ordering::SeqCst),
         deinitialised: DEINITIALISED.load(Ordering::SeqCst),
         live_allocations: LIVE_ALLOCATIONS.load(Ordering::SeqCst),
-        loads: program::LOADS.load(Ordering::SeqCst),
-        unloads: program::UNLOADS.load(Ordering::SeqCst),
-        most_queued: stream::MOST_QUEUED.load(Ordering::Relaxed),
+        loads: LOADS.load(Ordering::SeqCst),
+        unloads: UNLOADS.load(Ordering::SeqCst),
+        most_queued: MOST_QUEUED.load(Ordering::Relaxed),
     }
 }

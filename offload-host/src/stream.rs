@@ -26,15 +26,17 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use offload_core::hal::HostFn;
 use offload_core::{BackendKind, Dims, Error, Result};
 
+use crate::lock;
 use crate::memory::Memory;
 use crate::pool::{Job, LazyPool};
 use crate::program::{KernelFn, Loaded};
+use crate::uses::Stream as Ticketed;
 
 std::thread_local! {
     /// Set on a stream's executor thread (a pthread of this backend's own). Const-initialised
@@ -124,10 +126,6 @@ pub(crate) struct StreamCore {
     helpable: AtomicBool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn this_thread() -> u64 {
     // SAFETY: pthread_self has no preconditions. pthread_t is an unsigned long on Linux:
     // at most 64 bits.
@@ -139,9 +137,6 @@ fn this_thread() -> u64 {
 /// until the backlog is below it, so a queue nobody syncs cannot grow without bound. A host
 /// function enqueuing into its own queue never waits (it would wait for itself).
 pub const MAX_QUEUED: u64 = 4096;
-
-/// The largest backlog any host queue reached, for tests and the soak.
-pub(crate) static MOST_QUEUED: AtomicU64 = AtomicU64::new(0);
 
 impl StreamCore {
     /// Pushes `command`; returns its ticket (the count of commands pushed with it).
@@ -169,7 +164,7 @@ impl StreamCore {
         inner.commands.push_back(command);
         let ticket = self.enqueued.fetch_add(1, Ordering::SeqCst) + 1;
         let backlog = ticket.saturating_sub(self.completed.load(Ordering::SeqCst));
-        MOST_QUEUED.fetch_max(backlog, Ordering::Relaxed);
+        crate::stats::MOST_QUEUED.fetch_max(backlog, Ordering::Relaxed);
         self.wake_executor(&mut inner);
         Ok(ticket)
     }
@@ -458,87 +453,16 @@ impl Drop for Stream {
     }
 }
 
-/// The streams whose queued work uses some memory or a module, with the ticket of the last
-/// command of each that does.
-#[derive(Default)]
-pub(crate) struct Uses {
-    streams: Mutex<Vec<(Weak<StreamCore>, u64)>>,
-    /// Whether `streams` may be non-empty (lets the common case skip the lock).
-    any: AtomicBool,
-}
-
-impl std::fmt::Debug for Uses {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Uses")
-            .field("streams", &lock(&self.streams).len())
-            .finish()
-    }
-}
-
-impl Uses {
-    /// Records that command `ticket` of `stream` uses this.
-    pub(crate) fn add(&self, stream: &Arc<StreamCore>, ticket: u64) {
-        let mut streams = lock(&self.streams);
-        streams.retain(|(s, t)| s.upgrade().is_some_and(|s| !s.reached(*t)));
-        match streams
-            .iter_mut()
-            .find(|(s, _)| std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream)))
-        {
-            Some((_, t)) => *t = (*t).max(ticket),
-            None => streams.push((Arc::downgrade(stream), ticket)),
-        }
-        self.any.store(true, Ordering::SeqCst);
+impl Ticketed for StreamCore {
+    fn reached(&self, ticket: u64) -> bool {
+        StreamCore::reached(self, ticket)
     }
 
-    /// Waits until the queued work recorded so far has finished. Inlined: every copy and
-    /// access of host memory asks, and nearly always nothing is queued (one load).
-    #[inline]
-    pub(crate) fn wait(&self) {
-        if self.any.load(Ordering::SeqCst) {
-            self.wait_for_streams();
-        }
+    fn wait(&self, ticket: u64) {
+        StreamCore::wait(self, ticket);
     }
 
-    /// The recorded work that has not run yet, as a wait that holds the streams weakly and
-    /// not this: `None` when there is none, or only work of the stream this thread runs (a
-    /// host function does not wait for its own queue, as [`Uses::wait`] does not).
-    pub(crate) fn pending(&self) -> Option<offload_core::hal::Pending> {
-        if !self.any.load(Ordering::SeqCst) {
-            return None;
-        }
-        let left: Vec<(Weak<StreamCore>, u64)> = lock(&self.streams)
-            .iter()
-            .filter(|(s, t)| {
-                s.upgrade()
-                    .is_some_and(|s| !s.reached(*t) && !s.on_runner())
-            })
-            .cloned()
-            .collect();
-        if left.is_empty() {
-            return None;
-        }
-        Some(Box::new(move || {
-            for (stream, ticket) in left {
-                if let Some(stream) = stream.upgrade() {
-                    stream.wait(ticket);
-                }
-            }
-            Ok(())
-        }))
-    }
-
-    #[cold]
-    fn wait_for_streams(&self) {
-        let pending: Vec<(Weak<StreamCore>, u64)> = lock(&self.streams).clone();
-        for (stream, ticket) in pending {
-            if let Some(stream) = stream.upgrade() {
-                stream.wait(ticket);
-            }
-        }
-        let mut streams = lock(&self.streams);
-        streams.retain(|(s, t)| s.upgrade().is_some_and(|s| !s.reached(*t)));
-        if streams.is_empty() {
-            self.any.store(false, Ordering::SeqCst);
-        }
+    fn on_runner(&self) -> bool {
+        StreamCore::on_runner(self)
     }
 }

@@ -3,8 +3,15 @@
 //! A corrupt image must never reach the dynamic loader's crash paths (P4), so before
 //! `dlopen` sees an image, every structure the loader will follow is checked to lie inside
 //! the bytes: header, program headers and their segments, section headers and their
-//! contents. The dynamic symbol table is parsed here too: it gives each symbol's size and
-//! kind, which `dlsym` cannot.
+//! contents. The dynamic symbol table is read here too: it gives each symbol's size and
+//! kind, which `dlsym` cannot. The ELF structures are read with the `object` crate
+//! (bounds-checked, fuzzed); what this module adds on top is offload's rule, that
+//! everything the loader follows lies inside the bytes, and what the backend needs.
+
+use object::LittleEndian as LE;
+use object::elf::{self as abi, FileHeader64};
+use object::read::StringTable;
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym};
 
 /// What the validation found that the backend needs later.
 #[derive(Debug)]
@@ -34,101 +41,61 @@ impl Image {
     }
 }
 
-const EM_X86_64: u16 = 62;
-const EM_AARCH64: u16 = 183;
-
 #[cfg(target_arch = "x86_64")]
-const HOST_MACHINE: u16 = EM_X86_64;
+const HOST_MACHINE: abi::Machine = abi::EM_X86_64;
 #[cfg(target_arch = "aarch64")]
-const HOST_MACHINE: u16 = EM_AARCH64;
+const HOST_MACHINE: abi::Machine = abi::EM_AARCH64;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const HOST_MACHINE: u16 = 0;
+const HOST_MACHINE: abi::Machine = abi::EM_NONE;
 
 /// Whether `image` is an ELF file for this machine, by its header alone (`validate` checks
 /// the rest).
 pub fn runs_here(image: &[u8]) -> bool {
     offload_core::hal::ImageFormat::of(image)
         == offload_core::hal::ImageFormat::Elf {
-            machine: HOST_MACHINE,
+            machine: HOST_MACHINE.0,
         }
 }
 
-fn machine_name(m: u16) -> String {
+fn machine_name(m: abi::Machine) -> String {
     match m {
-        EM_X86_64 => "x86-64".into(),
-        EM_AARCH64 => "AArch64".into(),
-        3 => "i386".into(),
-        40 => "ARM".into(),
-        243 => "RISC-V".into(),
-        other => format!("machine {other}"),
+        abi::EM_X86_64 => "x86-64".into(),
+        abi::EM_AARCH64 => "AArch64".into(),
+        abi::EM_386 => "i386".into(),
+        abi::EM_ARM => "ARM".into(),
+        abi::EM_RISCV => "RISC-V".into(),
+        other => format!("machine {}", other.0),
     }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn bytes(&self, at: u64, len: u64) -> Result<&[u8], String> {
-        let end = at.checked_add(len).ok_or("offset overflow")?;
-        if end > self.0.len() as u64 {
-            return Err(format!(
-                "truncated: needs bytes {at}..{end} of {}",
-                self.0.len()
-            ));
-        }
-        Ok(&self.0[at as usize..end as usize])
-    }
-    fn u8(&self, at: u64) -> Result<u8, String> {
-        Ok(self.bytes(at, 1)?[0])
-    }
-    fn u16(&self, at: u64) -> Result<u16, String> {
-        let b = self.bytes(at, 2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-    fn u32(&self, at: u64) -> Result<u32, String> {
-        let b = self.bytes(at, 4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&self, at: u64) -> Result<u64, String> {
-        let b = self.bytes(at, 8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-}
-
-struct Section {
-    kind: u32,
-    flags: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-    entsize: u64,
 }
 
 /// Checks that `bytes` is a shared object for this machine that the loader can map without
 /// reading outside it, and reads its dynamic symbols.
 pub fn validate(bytes: &[u8]) -> Result<Image, String> {
-    let r = Reader(bytes);
     if bytes.is_empty() {
         return Err("empty image".into());
     }
-    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" {
-        return Err("not an ELF file (bad magic)".into());
-    }
-    if r.u8(4)? != 2 {
+    // The header's fields one by one, each refusal with its reason (`FileHeader::parse`
+    // checks them together).
+    let header = object::pod::from_bytes::<FileHeader64<LE>>(bytes)
+        .ok()
+        .map(|(header, _)| header)
+        .filter(|h| h.e_ident.magic == abi::ELFMAG)
+        .ok_or("not an ELF file (bad magic)")?;
+    let ident = &header.e_ident;
+    if ident.class != abi::ELFCLASS64 {
         return Err("not a 64-bit ELF file".into());
     }
-    if r.u8(5)? != 1 {
+    if ident.data != abi::ELFDATA2LSB {
         return Err("not little-endian".into());
     }
-    if r.u8(6)? != 1 || r.u32(20)? != 1 {
+    if ident.version != abi::EV_CURRENT || header.e_version(LE) != u32::from(abi::EV_CURRENT.0) {
         return Err("unknown ELF version".into());
     }
-    let e_type = r.u16(16)?;
-    if e_type != 3 {
-        return Err(format!("not a shared object (ELF type {e_type})"));
+    let e_type = header.e_type(LE);
+    if e_type != abi::ET_DYN {
+        return Err(format!("not a shared object (ELF type {})", e_type.0));
     }
-    let machine = r.u16(18)?;
+    let machine = header.e_machine(LE);
     if machine != HOST_MACHINE {
         return Err(format!(
             "built for {}, this machine is {}",
@@ -136,28 +103,27 @@ pub fn validate(bytes: &[u8]) -> Result<Image, String> {
             machine_name(HOST_MACHINE)
         ));
     }
-    if r.u16(52)? != 64 {
+    if usize::from(header.e_ehsize(LE)) != size_of::<FileHeader64<LE>>() {
         return Err("bad ELF header size".into());
     }
-    let (phoff, phentsize, phnum) = (r.u64(32)?, r.u16(54)?, r.u16(56)?);
-    if phnum == 0 || phentsize != 56 {
+    let phdrs = header
+        .program_headers(LE, bytes)
+        .map_err(|e| format!("program headers: {e}"))?;
+    if phdrs.is_empty() {
         return Err("no usable program headers".into());
     }
-    r.bytes(phoff, u64::from(phnum) * 56)
-        .map_err(|e| format!("program headers: {e}"))?;
     let mut loads = 0;
-    for i in 0..u64::from(phnum) {
-        let at = phoff + i * 56;
-        let (p_type, offset, filesz, memsz) =
-            (r.u32(at)?, r.u64(at + 8)?, r.u64(at + 32)?, r.u64(at + 40)?);
-        if p_type == 1 || p_type == 2 {
-            // PT_LOAD and PT_DYNAMIC are read by the loader: they must lie inside the image.
-            r.bytes(offset, filesz)
-                .map_err(|e| format!("segment {i}: {e}"))?;
+    for (i, ph) in phdrs.iter().enumerate() {
+        let p_type = ph.p_type(LE);
+        if p_type == abi::PT_LOAD || p_type == abi::PT_DYNAMIC {
+            // The loader reads these: they must lie inside the image.
+            let (at, len) = ph.file_range(LE);
+            ph.data(LE, bytes)
+                .map_err(|()| format!("segment {i}: {}", outside(at, len, bytes)))?;
         }
-        if p_type == 1 {
+        if p_type == abi::PT_LOAD {
             loads += 1;
-            if filesz > memsz {
+            if ph.p_filesz(LE) > ph.p_memsz(LE) {
                 return Err(format!("segment {i}: file size exceeds memory size"));
             }
         }
@@ -166,75 +132,66 @@ pub fn validate(bytes: &[u8]) -> Result<Image, String> {
         return Err("no loadable segment".into());
     }
 
-    let (shoff, shentsize, shnum, shstrndx) = (r.u64(40)?, r.u16(58)?, r.u16(60)?, r.u16(62)?);
-    if shnum == 0 {
+    if header.e_shoff(LE) == 0 || header.e_shnum(LE) == 0 {
         return Err("no section headers (stripped of them): cannot find the symbol table".into());
     }
-    if shentsize != 64 || shstrndx >= shnum {
+    let headers = header
+        .section_headers(LE, bytes)
+        .map_err(|e| format!("bad section header table: {e}"))?;
+    if headers.is_empty() || usize::from(header.e_shstrndx(LE).0) >= headers.len() {
         return Err("bad section header table".into());
     }
-    r.bytes(shoff, u64::from(shnum) * 64)
-        .map_err(|e| format!("section headers: {e}"))?;
-    let mut sections = Vec::with_capacity(usize::from(shnum));
-    for i in 0..u64::from(shnum) {
-        let at = shoff + i * 64;
-        let s = Section {
-            kind: r.u32(at + 4)?,
-            flags: r.u64(at + 8)?,
-            offset: r.u64(at + 24)?,
-            size: r.u64(at + 32)?,
-            link: r.u32(at + 40)?,
-            entsize: r.u64(at + 56)?,
-        };
-        if s.kind != 8 && s.kind != 0 {
-            // Everything but SHT_NOBITS / SHT_NULL has its bytes in the file.
-            r.bytes(s.offset, s.size)
-                .map_err(|e| format!("section {i}: {e}"))?;
+    for (i, s) in headers.iter().enumerate() {
+        if s.sh_type(LE) == abi::SHT_NULL {
+            continue;
         }
-        sections.push(s);
+        // Everything but SHT_NOBITS (no file range) has its bytes in the file.
+        if let Some((at, len)) = s.file_range(LE) {
+            s.data(LE, bytes)
+                .map_err(|_| format!("section {i}: {}", outside(at, len, bytes)))?;
+        }
     }
+    let sections: SectionTable<'_, FileHeader64<LE>> =
+        SectionTable::new(headers, StringTable::default());
 
-    let dynsym = sections
-        .iter()
-        .find(|s| s.kind == 11)
+    let (index, dynsym) = sections
+        .enumerate()
+        .find(|(_, s)| s.sh_type(LE) == abi::SHT_DYNSYM)
         .ok_or("no dynamic symbol table")?;
-    if dynsym.entsize != 24 {
+    if usize::try_from(dynsym.sh_entsize(LE)).ok() != Some(size_of::<abi::Sym64<LE>>()) {
         return Err("bad dynamic symbol entry size".into());
     }
-    let strtab = sections
-        .get(dynsym.link as usize)
-        .filter(|s| s.kind == 3)
-        .ok_or("dynamic symbol table has no string table")?;
-    let strings = r.bytes(strtab.offset, strtab.size)?;
+    if headers
+        .get(dynsym.sh_link(LE) as usize)
+        .is_none_or(|s| s.sh_type(LE) != abi::SHT_STRTAB)
+    {
+        return Err("dynamic symbol table has no string table".into());
+    }
+    let table = object::read::elf::SymbolTable::parse(LE, bytes, &sections, index, dynsym)
+        .map_err(|e| format!("dynamic symbol table: {e}"))?;
     let mut symbols = Vec::new();
-    for i in 1..dynsym.size / 24 {
-        let at = dynsym.offset + i * 24;
-        let (name_at, info, shndx, size) =
-            (r.u32(at)?, r.u8(at + 4)?, r.u16(at + 6)?, r.u64(at + 16)?);
-        if shndx == 0 || shndx >= 0xff00 {
-            continue; // undefined or special: not defined by this image
-        }
-        let name_bytes = strings
-            .get(name_at as usize..)
-            .ok_or("symbol name outside its string table")?;
-        let len = name_bytes
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or("unterminated symbol name")?;
-        let Ok(name) = std::str::from_utf8(&name_bytes[..len]) else {
+    for sym in table.iter().skip(1) {
+        // Undefined or special: not defined by this image.
+        let Some(shndx) = sym.st_shndx(LE).index() else {
             continue;
         };
-        let kind = match info & 0xf {
-            2 => SymbolKind::Function,
-            1 => SymbolKind::Object,
+        let name = table
+            .symbol_name(LE, sym)
+            .map_err(|e| format!("dynamic symbol name: {e}"))?;
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue;
+        };
+        let kind = match sym.st_type() {
+            abi::STT_FUNC => SymbolKind::Function,
+            abi::STT_OBJECT => SymbolKind::Object,
             _ => SymbolKind::Other,
         };
-        let writable = sections
+        let writable = headers
             .get(usize::from(shndx))
-            .is_some_and(|s| s.flags & 1 != 0);
+            .is_some_and(|s| s.sh_flags(LE).0 & abi::SHF_WRITE.0 != 0);
         symbols.push(Symbol {
             name: name.to_string(),
-            size,
+            size: sym.st_size(LE),
             kind,
             writable,
         });
@@ -242,6 +199,13 @@ pub fn validate(bytes: &[u8]) -> Result<Image, String> {
     Ok(Image { symbols })
 }
 
+/// Why `len` bytes at `at` are not all in `bytes`.
+fn outside(at: u64, len: u64, bytes: &[u8]) -> String {
+    match at.checked_add(len) {
+        None => "offset overflow".into(),
+        Some(end) => format!("truncated: needs bytes {at}..{end} of {}", bytes.len()),
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

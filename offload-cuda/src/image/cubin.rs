@@ -1,23 +1,25 @@
 //! Cubins: ELF64 images for `EM_CUDA`, their `sm_` architecture, kernels and the
 //! `.nv.info` parameter tables.
+//!
+//! The ELF structures are read with the `object` crate (bounds-checked, fuzzed). On top,
+//! offload's checks: every header table and every section's contents lie inside the bytes,
+//! each refusal saying where; what makes an ELF a cubin a device can run; and the
+//! `.nv.info` attributes, which are NVIDIA's and read here.
+
+use object::LittleEndian as LE;
+use object::elf::{self as abi, FileHeader64};
+use object::read::StringTable;
+use object::read::elf::{FileHeader, SectionHeader, SectionTable, Sym, SymbolTable};
 
 use super::{
     Entry, Global, HashMap, ImageKind, Inspected, Param, cc_of, cubin_runs_on, le_u16, le_u32,
-    le_u64, pow2_dividing, slice_at, sm,
+    pow2_dividing, sm,
 };
 
-const EM_CUDA: u16 = 190;
-const EHDR: usize = 64;
-const SHDR: u64 = 64;
-const PHDR: u64 = 56;
-const SYM: u64 = 24;
-const SHT_NULL: u32 = 0;
-const SHT_SYMTAB: u32 = 2;
-const SHT_STRTAB: u32 = 3;
-const SHT_NOBITS: u32 = 8;
-const SHN_XINDEX: u16 = 0xffff;
-const STT_OBJECT: u8 = 1;
-const STT_FUNC: u8 = 2;
+const EHDR: usize = size_of::<FileHeader64<LE>>();
+const SHDR: u64 = size_of::<abi::SectionHeader64<LE>>() as u64;
+const PHDR: u64 = size_of::<abi::ProgramHeader64<LE>>() as u64;
+const SYM: u64 = size_of::<abi::Sym64<LE>>() as u64;
 /// `st_other` bit of a `__global__` function (cuda-gdb: `STO_CUDA_ENTRY 0x10`).
 const STO_CUDA_ENTRY: u8 = 0x10;
 /// `EI_ABIVERSION` of the original layout: the SM in `e_flags & 0xff`.
@@ -46,11 +48,9 @@ fn machine_name(m: u16) -> &'static str {
     }
 }
 
+/// A section's name and contents.
 struct Section<'a> {
     name: &'a str,
-    ty: u32,
-    link: u32,
-    entsize: u64,
     data: &'a [u8],
 }
 
@@ -68,45 +68,43 @@ fn sm_number(abi_version: u8, flags: u32) -> u32 {
 
 pub(super) fn inspect(b: &[u8], device: (u32, u32)) -> Result<Inspected, String> {
     let len = b.len();
-    let big_endian = b.get(5) == Some(&2);
+    // The machine first, from the header's first 20 bytes in either byte order: a foreign
+    // ELF is named as such even when it is not a 64-bit little-endian one.
+    let big_endian = b.get(5) == Some(&abi::ELFDATA2MSB.0);
     let machine = b.get(18..20).map(|m| {
-        let m = [
-            m.first().copied().unwrap_or(0),
-            m.get(1).copied().unwrap_or(0),
-        ];
+        let m = [m[0], m[1]];
         if big_endian {
             u16::from_be_bytes(m)
         } else {
             u16::from_le_bytes(m)
         }
     });
-    if let Some(m) = machine.filter(|&m| m != EM_CUDA) {
+    if let Some(m) = machine.filter(|&m| m != abi::EM_CUDA.0) {
         return Err(format!(
             "not a CUDA image: ELF machine {m}{}, expected 190 (CUDA)",
             machine_name(m)
         ));
     }
-    if len < EHDR {
+    let Some((header, _)) = object::pod::from_bytes::<FileHeader64<LE>>(b).ok() else {
         return Err(format!(
             "truncated: the ELF header needs {EHDR} bytes, the image has {len}"
         ));
-    }
-    let class = b.get(4).copied().unwrap_or(0);
-    if class != 2 {
+    };
+    let class = header.e_ident.class;
+    if class != abi::ELFCLASS64 {
         return Err(format!(
-            "cubin is not ELF64 (EI_CLASS {class}); offload loads 64-bit cubins"
+            "cubin is not ELF64 (EI_CLASS {}); offload loads 64-bit cubins",
+            class.0
         ));
     }
-    if big_endian || b.get(5) != Some(&1) {
+    if header.e_ident.data != abi::ELFDATA2LSB {
         return Err(format!(
             "cubin is not little-endian (EI_DATA {})",
-            b.get(5).copied().unwrap_or(0)
+            header.e_ident.data.0
         ));
     }
-    let hdr = |at: usize| le_u64(b, at).unwrap_or(0);
-    let hdr16 = |at: usize| le_u16(b, at).unwrap_or(0);
-    let flags = le_u32(b, 0x30).unwrap_or(0);
-    let abi = b.get(8).copied().unwrap_or(0);
+    let flags = header.e_flags(LE).0;
+    let abi = header.e_ident.abi_version;
     let number = sm_number(abi, flags);
     if number < 10 {
         return Err(format!(
@@ -124,7 +122,11 @@ pub(super) fn inspect(b: &[u8], device: (u32, u32)) -> Result<Inspected, String>
     }
 
     // Program headers: inside the bytes.
-    let (phoff, phentsize, phnum) = (hdr(0x20), hdr16(0x36), hdr16(0x38));
+    let (phoff, phentsize, phnum) = (
+        header.e_phoff(LE),
+        header.e_phentsize(LE),
+        header.e_phnum(LE),
+    );
     if phnum > 0 {
         if u64::from(phentsize) != PHDR {
             return Err(format!(
@@ -132,10 +134,13 @@ pub(super) fn inspect(b: &[u8], device: (u32, u32)) -> Result<Inspected, String>
             ));
         }
         table_fits(phoff, u64::from(phnum), PHDR, len, "program header")?;
+        header
+            .program_headers(LE, b)
+            .map_err(|e| format!("cubin program headers: {e}"))?;
     }
 
     // Section headers: inside the bytes, then their names and contents.
-    let (shoff, shentsize, shnum, shstrndx) = (hdr(0x28), hdr16(0x3a), hdr16(0x3c), hdr16(0x3e));
+    let (shoff, shentsize) = (header.e_shoff(LE), header.e_shentsize(LE));
     if shoff == 0 {
         return Err("cubin has no section headers".to_owned());
     }
@@ -145,78 +150,52 @@ pub(super) fn inspect(b: &[u8], device: (u32, u32)) -> Result<Inspected, String>
         ));
     }
     table_fits(shoff, 1, SHDR, len, "section header")?;
-    let raw = |i: u64, field: u64, wide: bool| -> u64 {
-        let at = shoff
-            .checked_add(i.saturating_mul(SHDR))
-            .and_then(|a| a.checked_add(field))
-            .and_then(|a| usize::try_from(a).ok());
-        match (at, wide) {
-            (Some(at), true) => le_u64(b, at).unwrap_or(0),
-            (Some(at), false) => le_u32(b, at).map_or(0, u64::from),
-            (None, _) => 0,
-        }
-    };
     // Extended numbering: a count or string-table index too large for the ELF header
     // lives in section 0.
-    let count = if shnum == 0 {
-        raw(0, 32, true)
-    } else {
-        u64::from(shnum)
+    let count = header
+        .shnum(LE, b)
+        .map_err(|e| format!("cubin section count: {e}"))?;
+    let section_0 = header
+        .section_0(LE, b)
+        .map_err(|e| format!("cubin section 0: {e}"))?;
+    let strndx = match header.e_shstrndx(LE) {
+        abi::SHN_XINDEX => section_0.map_or(0, |s| s.sh_link(LE)),
+        index => u32::from(index.0),
     };
-    let strndx = if shstrndx == SHN_XINDEX {
-        raw(0, 40, false)
-    } else {
-        u64::from(shstrndx)
-    };
-    table_fits(shoff, count, SHDR, len, "section header")?;
+    table_fits(shoff, u64::from(count), SHDR, len, "section header")?;
     if count == 0 {
         return Err("cubin has no sections".to_owned());
     }
-    let header = |i: u64| {
-        (
-            u32::try_from(raw(i, 0, false)).unwrap_or(u32::MAX),
-            u32::try_from(raw(i, 4, false)).unwrap_or(u32::MAX),
-            raw(i, 24, true),
-            raw(i, 32, true),
-            u32::try_from(raw(i, 40, false)).unwrap_or(u32::MAX),
-            raw(i, 56, true),
-        )
-    };
-    let data_of = |i: u64, name: &str| -> Result<&[u8], String> {
-        let (_, ty, offset, size, _, _) = header(i);
-        if ty == SHT_NOBITS || ty == SHT_NULL {
+    let headers = header
+        .section_headers(LE, b)
+        .map_err(|e| format!("cubin section headers: {e}"))?;
+    let data_of = |i: usize, s: &abi::SectionHeader64<LE>, name: &str| -> Result<&[u8], String> {
+        if s.sh_type(LE) == abi::SHT_NULL {
             return Ok(&[]);
         }
-        slice_at(b, offset, size).ok_or_else(|| {
-            let end = u128::from(offset) + u128::from(size);
+        s.data(LE, b).map_err(|_| {
+            let end = u128::from(s.sh_offset(LE)) + u128::from(s.sh_size(LE));
             format!("truncated: section {i}{name} ends at {end}, the image has {len} bytes")
         })
     };
-    if strndx >= count {
+    let Some(names) = headers.get(strndx as usize) else {
         return Err(format!(
             "cubin's section-name table is section {strndx}, but it has {count} sections"
         ));
-    }
-    if header(strndx).1 != SHT_STRTAB {
+    };
+    if names.sh_type(LE) != abi::SHT_STRTAB {
         return Err(format!(
             "cubin's section-name table (section {strndx}) is not a string table"
         ));
     }
-    let names = data_of(strndx, "")?;
+    let names = data_of(strndx as usize, names, "")?;
     let mut sections = Vec::new();
-    for i in 0..count {
-        let (name_off, ty, _, _, link, entsize) = header(i);
-        let name = string(names, name_off)
+    for (i, h) in headers.iter().enumerate() {
+        let name = string(names, h.sh_name(LE))
             .map_err(|why| format!("cubin section {i}: its name {why} (the section-name table)"))?;
         let label = format!(" ({name})");
-        let data = data_of(i, &label)?;
-        sections.push(Section {
-            name,
-            ty,
-            link,
-            entsize,
-            data,
-        });
+        let data = data_of(i, h, &label)?;
+        sections.push(Section { name, data });
     }
     let by_name: HashMap<&str, usize> = sections
         .iter()
@@ -226,56 +205,60 @@ pub(super) fn inspect(b: &[u8], device: (u32, u32)) -> Result<Inspected, String>
         .collect();
 
     // Symbols: kernels and variables.
+    let table: SectionTable<'_, FileHeader64<LE>> =
+        SectionTable::new(headers, StringTable::default());
     let mut kernels: Vec<&str> = Vec::new();
     let mut globals: Vec<Global> = Vec::new();
-    for (i, s) in sections.iter().enumerate() {
-        if s.ty != SHT_SYMTAB {
+    for (index, h) in table.enumerate() {
+        if h.sh_type(LE) != abi::SHT_SYMTAB {
             continue;
         }
-        if s.entsize != SYM || s.data.len() as u64 % SYM != 0 {
+        let Some(s) = sections.get(index.0) else {
+            continue;
+        };
+        if h.sh_entsize(LE) != SYM || s.data.len() as u64 % SYM != 0 {
             return Err(format!(
                 "cubin symbol table {} has {}-byte entries and {} bytes; ELF64 symbols are \
                  {SYM} bytes",
                 s.name,
-                s.entsize,
+                h.sh_entsize(LE),
                 s.data.len()
             ));
         }
-        let strtab = usize::try_from(s.link)
-            .ok()
-            .and_then(|l| sections.get(l))
-            .filter(|t| t.ty == SHT_STRTAB)
+        let link = h.sh_link(LE);
+        let strtab = headers
+            .get(link as usize)
+            .filter(|t| t.sh_type(LE) == abi::SHT_STRTAB)
+            .and_then(|_| sections.get(link as usize))
             .ok_or_else(|| {
                 format!(
-                    "cubin symbol table {} (section {i}) links to section {}, not a string \
+                    "cubin symbol table {} (section {}) links to section {link}, not a string \
                      table",
-                    s.name, s.link
+                    s.name, index.0
                 )
             })?;
-        for (n, sym) in s.data.chunks_exact(SYM as usize).enumerate().skip(1) {
-            let name_off = le_u32(sym, 0).unwrap_or(0);
-            let info = sym.get(4).copied().unwrap_or(0);
-            let other = sym.get(5).copied().unwrap_or(0);
-            let shndx = le_u16(sym, 6).unwrap_or(0);
-            let size = le_u64(sym, 16).unwrap_or(0);
-            let name = string(strtab.data, name_off).map_err(|why| {
+        let symbols = SymbolTable::parse(LE, b, &table, index, h)
+            .map_err(|e| format!("cubin symbol table {}: {e}", s.name))?;
+        for (n, sym) in symbols.iter().enumerate().skip(1) {
+            let name = string(strtab.data, sym.st_name(LE)).map_err(|why| {
                 format!(
                     "cubin symbol {n} of {}: its name {why} ({})",
                     s.name, strtab.name
                 )
             })?;
+            let shndx = sym.st_shndx(LE).0;
             let Some(home) = sections.get(usize::from(shndx)).filter(|_| shndx != 0) else {
                 continue;
             };
             if name.is_empty() {
                 continue;
             }
-            let ty = info & 0xf;
-            if ty == STT_FUNC && other & STO_CUDA_ENTRY != 0 {
+            let ty = sym.st_type();
+            if ty == abi::STT_FUNC && sym.st_other().0 & STO_CUDA_ENTRY != 0 {
                 if !kernels.contains(&name) {
                     kernels.push(name);
                 }
-            } else if ty == STT_OBJECT && !name.starts_with('$') {
+            } else if ty == abi::STT_OBJECT && !name.starts_with('$') {
                 let constant = match home.name.strip_prefix(".nv.constant") {
                     Some(bank) if !bank.is_empty() && bank.bytes().all(|c| c.is_ascii_digit()) => {
                         true
@@ -286,7 +269,7 @@ pub(super) fn inspect(b: &[u8], device: (u32, u32)) -> Result<Inspected, String>
                 if !globals.iter().any(|g| g.name == name) {
                     globals.push(Global {
                         name: name.to_owned(),
-                        size,
+                        size: sym.st_size(LE),
                         constant,
                     });
                 }
@@ -347,21 +330,21 @@ fn table_fits(off: u64, count: u64, size: u64, len: usize, what: &str) -> Result
     ))
 }
 
-/// The NUL-terminated UTF-8 string at `off` of a string table.
+/// The NUL-terminated UTF-8 string at `off` of a string table, or why there is none.
 fn string(table: &[u8], off: u32) -> Result<&str, String> {
-    let at = usize::try_from(off).unwrap_or(usize::MAX);
-    let rest = table.get(at..).filter(|r| !r.is_empty()).ok_or_else(|| {
-        format!(
-            "offset {off} is outside the string table of {} bytes",
-            table.len()
-        )
-    })?;
-    let end = rest
-        .iter()
-        .position(|&c| c == 0)
-        .ok_or_else(|| format!("at offset {off} is not NUL-terminated"))?;
-    std::str::from_utf8(rest.get(..end).unwrap_or_default())
-        .map_err(|_| format!("at offset {off} is not UTF-8"))
+    let bytes = StringTable::new(table, 0, table.len() as u64)
+        .get(off)
+        .map_err(|()| {
+            if u64::from(off) >= table.len() as u64 {
+                format!(
+                    "offset {off} is outside the string table of {} bytes",
+                    table.len()
+                )
+            } else {
+                format!("at offset {off} is not NUL-terminated")
+            }
+        })?;
+    std::str::from_utf8(bytes).map_err(|_| format!("at offset {off} is not UTF-8"))
 }
 
 /// A kernel's parameters from the `KPARAM_INFO` records of its `.nv.info.<name>`.

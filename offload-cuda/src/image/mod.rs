@@ -196,13 +196,6 @@ fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(bytes.try_into().ok()?))
 }
 
-/// `b[at..at + len]` for 64-bit file offsets, `None` when any of it is outside.
-fn slice_at(b: &[u8], at: u64, len: u64) -> Option<&[u8]> {
-    let start = usize::try_from(at).ok()?;
-    let end = start.checked_add(usize::try_from(len).ok()?)?;
-    b.get(start..end)
-}
-
 /// `sm_86`, `sm_100`.
 fn sm(cc: (u32, u32)) -> String {
     format!("sm_{}{}", cc.0, cc.1)

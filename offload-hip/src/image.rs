@@ -8,7 +8,15 @@
 //! one for the device, names the targets the image has and the one the device needs.
 //! Anything else is a reason, which the caller turns into `Error::InvalidBinary`: nothing
 //! malformed or foreign reaches `hipModuleLoadData`.
+//!
+//! The ELF structures are read with the `object` crate and the MessagePack with `rmpv`
+//! (both bounds-checked and fuzzed; `rmpv` with a depth limit); this module owns the
+//! bundle format, what a code object must be for offload, and the metadata's meaning.
 
+use object::LittleEndian as LE;
+use object::elf::{self as abi, FileHeader64};
+use object::read::StringTable;
+use object::read::elf::{FileHeader, SectionHeader, SectionTable, Sym, SymbolTable};
 use offload_core::ParamKind;
 
 /// One kernel of a code object.
@@ -32,12 +40,12 @@ pub struct CodeObject {
 
 /// The bundle magic of clang's offload bundler.
 const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
-/// `EM_AMDGPU`.
-const EM_AMDGPU: u16 = 224;
-/// `ELFOSABI_AMDGPU_HSA`.
+/// `ELFOSABI_AMDGPU_HSA` (LLVM's `BinaryFormat/ELF.h`; `object` does not name it).
 const ELFOSABI_AMDGPU_HSA: u8 = 64;
-/// `NT_AMDGPU_METADATA`.
+/// `NT_AMDGPU_METADATA` (LLVM's `BinaryFormat/ELF.h`), a note named `AMDGPU`.
 const NT_AMDGPU_METADATA: u32 = 32;
+/// `EF_AMDGPU_MACH`: the target's bits of `e_flags`.
+const EF_AMDGPU_MACH: u32 = 0xff;
 
 /// The `EF_AMDGPU_MACH` values of the targets ROCm 5 to 7 support.
 const MACHS: &[(u32, &str)] = &[
@@ -147,51 +155,63 @@ pub fn code_object(image: &[u8], arch: Option<&str>) -> Result<std::ops::Range<u
 pub fn inspect(image: &[u8], arch: Option<&str>) -> Result<CodeObject, String> {
     let range = code_object(image, arch)?;
     let elf = &image[range.clone()];
-    if elf.len() < 64 || &elf[..4] != b"\x7fELF" {
-        return Err("not an AMD GPU code object (no ELF header)".into());
-    }
-    if elf[4] != 2 || elf[5] != 1 {
+    let header = object::pod::from_bytes::<FileHeader64<LE>>(elf)
+        .ok()
+        .map(|(header, _)| header)
+        .filter(|h| h.e_ident.magic == abi::ELFMAG)
+        .ok_or("not an AMD GPU code object (no ELF header)")?;
+    if header.e_ident.class != abi::ELFCLASS64 || header.e_ident.data != abi::ELFDATA2LSB {
         return Err("not a 64-bit little-endian ELF".into());
     }
-    let r = Reader::new(elf, 0);
-    let machine = r.u16_at(18)?;
-    if machine != EM_AMDGPU {
+    let machine = header.e_machine(LE);
+    if machine != abi::EM_AMDGPU {
         return Err(format!(
-            "an ELF for machine {machine}, not an AMD GPU code object (EM_AMDGPU = 224)"
+            "an ELF for machine {}, not an AMD GPU code object (EM_AMDGPU = 224)",
+            machine.0
         ));
     }
-    if elf[7] != ELFOSABI_AMDGPU_HSA {
+    let os_abi = header.e_ident.os_abi.0;
+    if os_abi != ELFOSABI_AMDGPU_HSA {
         return Err(format!(
-            "ELF OS ABI {} is not HSA ({ELFOSABI_AMDGPU_HSA})",
-            elf[7]
+            "ELF OS ABI {os_abi} is not HSA ({ELFOSABI_AMDGPU_HSA})"
         ));
     }
-    let kind = r.u16_at(16)?;
-    if kind != 3 {
+    let kind = header.e_type(LE);
+    if kind != abi::ET_DYN {
         return Err(format!(
-            "ELF type {kind} is not a linked code object (ET_DYN): link it with ld.lld -shared"
+            "ELF type {} is not a linked code object (ET_DYN): link it with ld.lld -shared",
+            kind.0
         ));
     }
-    let flags = r.u32_at(48)?;
-    let mach = flags & 0xff;
+    let mach = header.e_flags(LE).0 & EF_AMDGPU_MACH;
     let target = MACHS
         .iter()
         .find(|(m, _)| *m == mach)
         .map(|(_, name)| (*name).to_string())
         .ok_or_else(|| format!("unknown AMD GPU target (EF_AMDGPU_MACH {mach:#x})"))?;
-    let sections = sections(&r)?;
+    let headers = header
+        .section_headers(LE, elf)
+        .map_err(|e| format!("the section headers: {e}"))?;
+    let sections: SectionTable<'_, FileHeader64<LE>> =
+        SectionTable::new(headers, StringTable::default());
     let mut metadata = None;
-    for s in sections.iter().filter(|s| s.kind == 7) {
-        let data = r.slice(s.offset, s.size, "a note section")?;
-        for (name, kind, desc) in notes(data)? {
-            if name == b"AMDGPU" && kind == NT_AMDGPU_METADATA {
-                metadata = Some(desc);
+    for s in headers {
+        let Some(notes) = s
+            .notes(LE, elf)
+            .map_err(|e| format!("a note section: {e}"))?
+        else {
+            continue;
+        };
+        for note in notes {
+            let note = note.map_err(|e| format!("a note: {e}"))?;
+            if note.name() == b"AMDGPU" && note.n_type(LE).0 == NT_AMDGPU_METADATA {
+                metadata = Some(note.desc());
             }
         }
     }
     let metadata = metadata.ok_or("the code object has no NT_AMDGPU_METADATA note")?;
     let kernels = kernels(&msgpack(metadata)?)?;
-    let globals = globals(&r, &sections)?;
+    let globals = globals(elf, &sections)?;
     if let Some(arch) = arch.filter(|arch| processor(arch) != target) {
         return Err(format!(
             "the code object is for {target}, the device is {arch}: build it for {} \
@@ -207,105 +227,31 @@ pub fn inspect(image: &[u8], arch: Option<&str>) -> Result<CodeObject, String> {
     })
 }
 
-/// A section header's type, file range, link.
-struct Section {
-    kind: u32,
-    offset: u64,
-    size: u64,
-    link: u32,
-    entsize: u64,
-}
-
-fn sections(r: &Reader<'_>) -> Result<Vec<Section>, String> {
-    let shoff = r.u64_at(40)?;
-    let shentsize = u64::from(r.u16_at(58)?);
-    let shnum = u64::from(r.u16_at(60)?);
-    if shentsize < 64 && shnum > 0 {
-        return Err(format!("section header size {shentsize} is below 64"));
-    }
-    (0..shnum)
-        .map(|i| {
-            let at = shoff
-                .checked_add(i * shentsize)
-                .ok_or("section headers overflow")?;
-            // A header's fields are read at `at + 4` to `at + 64`: those must not wrap
-            // (fuzz/corpus/amd_code_object/regression-shoff-overflow).
-            let at = usize::try_from(at)
-                .ok()
-                .filter(|at| at.checked_add(64).is_some())
-                .ok_or("section headers overflow")?;
-            Ok(Section {
-                kind: r.u32_at(at + 4)?,
-                offset: r.u64_at(at + 24)?,
-                size: r.u64_at(at + 32)?,
-                link: r.u32_at(at + 40)?,
-                entsize: r.u64_at(at + 56)?,
-            })
-        })
-        .collect()
-}
-
-/// A note: its name without the NUL, its type, its descriptor.
-type Note<'a> = (&'a [u8], u32, &'a [u8]);
-
-/// The notes of a note section.
-fn notes(data: &[u8]) -> Result<Vec<Note<'_>>, String> {
-    let r = Reader::new(data, 0);
-    let mut at = 0usize;
-    let mut out = Vec::new();
-    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
-    while at + 12 <= data.len() {
-        let namesz = r.u32_at(at)? as usize;
-        let descsz = r.u32_at(at + 4)? as usize;
-        let kind = r.u32_at(at + 8)?;
-        let name_at = at + 12;
-        let desc_at = align4(name_at + namesz).ok_or("a note overflows")?;
-        let name = data
-            .get(name_at..name_at + namesz)
-            .ok_or("a note's name runs past its section")?;
-        let desc = data
-            .get(desc_at..desc_at.checked_add(descsz).ok_or("a note overflows")?)
-            .ok_or("a note's descriptor runs past its section")?;
-        let name = name.strip_suffix(&[0]).unwrap_or(name);
-        out.push((name, kind, desc));
-        at = align4(desc_at + descsz).ok_or("a note overflows")?;
-    }
-    Ok(out)
-}
-
 /// Exported data symbols (not kernel descriptors) of the dynamic symbol table.
-fn globals(r: &Reader<'_>, sections: &[Section]) -> Result<Vec<String>, String> {
-    let Some(dynsym) = sections.iter().find(|s| s.kind == 11) else {
+fn globals(
+    elf: &[u8],
+    sections: &SectionTable<'_, FileHeader64<LE>>,
+) -> Result<Vec<String>, String> {
+    let Some((index, dynsym)) = sections
+        .enumerate()
+        .find(|(_, s)| s.sh_type(LE) == abi::SHT_DYNSYM)
+    else {
         return Ok(Vec::new());
     };
-    let strtab = sections
-        .get(dynsym.link as usize)
-        .ok_or("the dynamic symbols have no string table")?;
-    let strings = r.slice(strtab.offset, strtab.size, "the dynamic string table")?;
-    let entsize = if dynsym.entsize == 0 {
-        24
-    } else {
-        dynsym.entsize
-    };
-    if entsize < 24 {
-        return Err(format!("dynamic symbol size {entsize} is below 24"));
+    let entsize = dynsym.sh_entsize(LE);
+    if entsize != 0 && usize::try_from(entsize).ok() != Some(size_of::<abi::Sym64<LE>>()) {
+        return Err(format!("dynamic symbol size {entsize} is not 24"));
     }
-    let table = r.slice(dynsym.offset, dynsym.size, "the dynamic symbols")?;
-    let t = Reader::new(table, 0);
+    let table = SymbolTable::parse(LE, elf, sections, index, dynsym)
+        .map_err(|e| format!("the dynamic symbols: {e}"))?;
     let mut names = Vec::new();
-    for i in 0..(dynsym.size / entsize) as usize {
-        let at = i * entsize as usize;
-        let name = t.u32_at(at)? as usize;
-        let info = table[at + 4];
-        let shndx = t.u16_at(at + 6)?;
-        // STT_OBJECT, defined.
-        if info & 0xf != 1 || shndx == 0 {
+    for sym in table.iter() {
+        if sym.st_type() != abi::STT_OBJECT || sym.st_shndx(LE) == abi::SHN_UNDEF {
             continue;
         }
-        let name = strings
-            .get(name..)
-            .and_then(|s| s.split(|&b| b == 0).next())
-            .ok_or("a symbol name lies outside the string table")?;
+        let name = table
+            .symbol_name(LE, sym)
+            .map_err(|e| format!("a dynamic symbol's name: {e}"))?;
         let name = String::from_utf8_lossy(name).into_owned();
         if !name.ends_with(".kd") && !name.is_empty() {
             names.push(name);
@@ -377,7 +323,7 @@ fn kernels(metadata: &Value) -> Result<Vec<KernelInfo>, String> {
     Ok(kernels)
 }
 
-/// Bounds-checked little-endian reads.
+/// Bounds-checked little-endian reads of a bundle's header.
 struct Reader<'a> {
     data: &'a [u8],
     at: usize,
@@ -393,14 +339,6 @@ impl<'a> Reader<'a> {
             .and_then(|end| self.data.get(at..end))
             .and_then(|b| b.try_into().ok())
             .ok_or_else(|| format!("truncated at byte {at}"))
-    }
-
-    fn u16_at(&self, at: usize) -> Result<u16, String> {
-        self.array(at).map(u16::from_le_bytes)
-    }
-
-    fn u32_at(&self, at: usize) -> Result<u32, String> {
-        self.array(at).map(u32::from_le_bytes)
     }
 
     fn u64_at(&self, at: usize) -> Result<u64, String> {
@@ -479,111 +417,55 @@ impl Value {
     }
 }
 
+/// How deep `rmpv` may recurse: code object metadata nests 4 levels, and 32 are allowed,
+/// as before `rmpv` read it. `rmpv` spends its depth twice on a container (the value and
+/// its items) and up to three times on a leaf (a string: the value, the string, its bytes).
+const MAX_DEPTH: usize = 2 * 32 + 3;
+
 /// Reads one MessagePack value that fills `data`.
 pub fn msgpack(data: &[u8]) -> Result<Value, String> {
-    let mut at = 0;
-    let value = read_value(data, &mut at, 0)?;
-    if at != data.len() {
+    let mut rest = data;
+    let value =
+        rmpv::decode::read_value_with_max_depth(&mut rest, MAX_DEPTH).map_err(|e| match e {
+            rmpv::decode::Error::DepthLimitExceeded => {
+                "the metadata nests deeper than 32 levels".to_string()
+            }
+            e => format!("the metadata is not MessagePack: {e}"),
+        })?;
+    if !rest.is_empty() {
         return Err(format!(
             "the metadata has {} bytes after its value",
-            data.len() - at
+            rest.len()
         ));
     }
-    Ok(value)
+    Ok(Value::from(value))
 }
 
-fn take<'a>(data: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], String> {
-    let bytes = at
-        .checked_add(n)
-        .and_then(|end| data.get(*at..end))
-        .ok_or("the metadata is truncated")?;
-    *at += n;
-    Ok(bytes)
-}
-
-fn be(data: &[u8], at: &mut usize, n: usize) -> Result<u64, String> {
-    Ok(take(data, at, n)?
-        .iter()
-        .fold(0u64, |v, &b| (v << 8) | u64::from(b)))
-}
-
-fn read_value(data: &[u8], at: &mut usize, depth: u32) -> Result<Value, String> {
-    if depth > 32 {
-        return Err("the metadata nests deeper than 32 levels".into());
-    }
-    let tag = take(data, at, 1)?[0];
-    let str_of = |data: &[u8], at: &mut usize, n: u64| -> Result<Value, String> {
-        let n = usize::try_from(n).map_err(|_| "a string too long")?;
-        Ok(Value::Str(
-            String::from_utf8_lossy(take(data, at, n)?).into_owned(),
-        ))
-    };
-    let array = |data: &[u8], at: &mut usize, n: u64| -> Result<Value, String> {
-        let mut items = Vec::new();
-        for _ in 0..n {
-            items.push(read_value(data, at, depth + 1)?);
+impl From<rmpv::Value> for Value {
+    /// `rmpv`'s value as this module's: a signed integer only when it is negative, a
+    /// string's invalid UTF-8 replaced, an extension as `Nil`.
+    fn from(value: rmpv::Value) -> Value {
+        use rmpv::Value as V;
+        match value {
+            V::Nil | V::Ext(..) => Value::Nil,
+            V::Boolean(b) => Value::Bool(b),
+            V::Integer(i) => match (i.as_u64(), i.as_i64()) {
+                (Some(u), _) => Value::UInt(u),
+                (None, Some(i)) => Value::Int(i),
+                (None, None) => Value::Nil,
+            },
+            V::F32(f) => Value::Float(f64::from(f)),
+            V::F64(f) => Value::Float(f),
+            V::String(s) => Value::Str(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+            V::Binary(b) => Value::Bin(b),
+            V::Array(items) => Value::Array(items.into_iter().map(Value::from).collect()),
+            V::Map(entries) => Value::Map(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (Value::from(k), Value::from(v)))
+                    .collect(),
+            ),
         }
-        Ok(Value::Array(items))
-    };
-    let map = |data: &[u8], at: &mut usize, n: u64| -> Result<Value, String> {
-        let mut entries = Vec::new();
-        for _ in 0..n {
-            let k = read_value(data, at, depth + 1)?;
-            let v = read_value(data, at, depth + 1)?;
-            entries.push((k, v));
-        }
-        Ok(Value::Map(entries))
-    };
-    match tag {
-        0x00..=0x7f => Ok(Value::UInt(u64::from(tag))),
-        0x80..=0x8f => map(data, at, u64::from(tag & 0x0f)),
-        0x90..=0x9f => array(data, at, u64::from(tag & 0x0f)),
-        0xa0..=0xbf => str_of(data, at, u64::from(tag & 0x1f)),
-        0xc0 => Ok(Value::Nil),
-        0xc2 => Ok(Value::Bool(false)),
-        0xc3 => Ok(Value::Bool(true)),
-        0xc4..=0xc6 => {
-            let n = be(data, at, 1 << (tag - 0xc4))?;
-            let n = usize::try_from(n).map_err(|_| "a binary too long")?;
-            Ok(Value::Bin(take(data, at, n)?.to_vec()))
-        }
-        0xc7..=0xc9 => {
-            // ext 8/16/32: length, type, data; skipped.
-            let n = be(data, at, 1 << (tag - 0xc7))?;
-            let n = usize::try_from(n).map_err(|_| "an extension too long")?;
-            take(data, at, n + 1)?;
-            Ok(Value::Nil)
-        }
-        0xca => Ok(Value::Float(f64::from(f32::from_bits(
-            be(data, at, 4)? as u32
-        )))),
-        0xcb => Ok(Value::Float(f64::from_bits(be(data, at, 8)?))),
-        0xcc..=0xcf => Ok(Value::UInt(be(data, at, 1 << (tag - 0xcc))?)),
-        0xd0..=0xd3 => {
-            let n = 1usize << (tag - 0xd0);
-            let raw = be(data, at, n)?;
-            let shift = 64 - 8 * n as u32;
-            Ok(Value::Int(((raw << shift) as i64) >> shift))
-        }
-        0xd4..=0xd8 => {
-            // fixext 1/2/4/8/16: type, data; skipped.
-            take(data, at, 1 + (1 << (tag - 0xd4)))?;
-            Ok(Value::Nil)
-        }
-        0xd9..=0xdb => {
-            let n = be(data, at, 1 << (tag - 0xd9))?;
-            str_of(data, at, n)
-        }
-        0xdc | 0xdd => {
-            let n = be(data, at, if tag == 0xdc { 2 } else { 4 })?;
-            array(data, at, n)
-        }
-        0xde | 0xdf => {
-            let n = be(data, at, if tag == 0xde { 2 } else { 4 })?;
-            map(data, at, n)
-        }
-        0xc1 => Err("the metadata holds the never-used MessagePack byte 0xc1".into()),
-        0xe0..=0xff => Ok(Value::Int(i64::from(tag as i8))),
     }
 }
 

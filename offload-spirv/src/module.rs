@@ -15,86 +15,97 @@ use std::collections::{HashMap, HashSet};
 use offload_core::{BackendKind, Error, Result, ScalarType};
 
 /// The SPIR-V magic number, in the module's first word.
-pub const MAGIC: u32 = 0x0723_0203;
+pub const MAGIC: u32 = spirv::MAGIC_NUMBER;
 /// The universal limit on the id bound (SPIR-V specification, "Universal Limits").
 pub const MAX_BOUND: u32 = 4_194_303;
 /// Words in the module header: magic, version, generator, bound, schema.
 pub const HEADER_WORDS: usize = 5;
 
-/// Opcodes the reader and the reflections name.
+/// Opcodes the reader and the reflections name, numbered by the `spirv` crate's `Op` (an
+/// instruction's first word holds its opcode in the low 16 bits).
 pub mod op {
     #![allow(missing_docs)]
-    pub const NOP: u16 = 0;
-    pub const NAME: u16 = 5;
-    pub const SOURCE_EXTENSION: u16 = 4;
-    pub const EXTENSION: u16 = 10;
-    pub const EXT_INST_IMPORT: u16 = 11;
-    pub const EXT_INST: u16 = 12;
-    pub const MEMORY_MODEL: u16 = 14;
-    pub const ENTRY_POINT: u16 = 15;
-    pub const EXECUTION_MODE: u16 = 16;
-    pub const CAPABILITY: u16 = 17;
-    pub const TYPE_VOID: u16 = 19;
-    pub const TYPE_BOOL: u16 = 20;
-    pub const TYPE_INT: u16 = 21;
-    pub const TYPE_FLOAT: u16 = 22;
-    pub const TYPE_VECTOR: u16 = 23;
-    pub const TYPE_MATRIX: u16 = 24;
-    pub const TYPE_ARRAY: u16 = 28;
-    pub const TYPE_RUNTIME_ARRAY: u16 = 29;
-    pub const TYPE_STRUCT: u16 = 30;
-    pub const TYPE_POINTER: u16 = 32;
-    pub const TYPE_FUNCTION: u16 = 33;
-    pub const TYPE_FORWARD_POINTER: u16 = 39;
-    pub const CONSTANT: u16 = 43;
-    pub const CONSTANT_COMPOSITE: u16 = 44;
-    pub const SPEC_CONSTANT: u16 = 50;
-    pub const SPEC_CONSTANT_COMPOSITE: u16 = 51;
-    pub const FUNCTION: u16 = 54;
-    pub const FUNCTION_PARAMETER: u16 = 55;
-    pub const FUNCTION_END: u16 = 56;
-    pub const FUNCTION_CALL: u16 = 57;
-    pub const VARIABLE: u16 = 59;
-    pub const DECORATE: u16 = 71;
-    pub const MEMBER_DECORATE: u16 = 72;
-    pub const DECORATION_GROUP: u16 = 73;
-    pub const GROUP_DECORATE: u16 = 74;
-    pub const GROUP_MEMBER_DECORATE: u16 = 75;
-    pub const EXECUTION_MODE_ID: u16 = 331;
+    use spirv::Op;
+    pub const NOP: u16 = Op::Nop as u16;
+    pub const NAME: u16 = Op::Name as u16;
+    pub const SOURCE_EXTENSION: u16 = Op::SourceExtension as u16;
+    pub const EXTENSION: u16 = Op::Extension as u16;
+    pub const EXT_INST_IMPORT: u16 = Op::ExtInstImport as u16;
+    pub const EXT_INST: u16 = Op::ExtInst as u16;
+    pub const MEMORY_MODEL: u16 = Op::MemoryModel as u16;
+    pub const ENTRY_POINT: u16 = Op::EntryPoint as u16;
+    pub const EXECUTION_MODE: u16 = Op::ExecutionMode as u16;
+    pub const CAPABILITY: u16 = Op::Capability as u16;
+    pub const TYPE_VOID: u16 = Op::TypeVoid as u16;
+    pub const TYPE_BOOL: u16 = Op::TypeBool as u16;
+    pub const TYPE_INT: u16 = Op::TypeInt as u16;
+    pub const TYPE_FLOAT: u16 = Op::TypeFloat as u16;
+    pub const TYPE_VECTOR: u16 = Op::TypeVector as u16;
+    pub const TYPE_MATRIX: u16 = Op::TypeMatrix as u16;
+    pub const TYPE_ARRAY: u16 = Op::TypeArray as u16;
+    pub const TYPE_RUNTIME_ARRAY: u16 = Op::TypeRuntimeArray as u16;
+    pub const TYPE_STRUCT: u16 = Op::TypeStruct as u16;
+    pub const TYPE_POINTER: u16 = Op::TypePointer as u16;
+    pub const TYPE_FUNCTION: u16 = Op::TypeFunction as u16;
+    pub const TYPE_FORWARD_POINTER: u16 = Op::TypeForwardPointer as u16;
+    pub const CONSTANT: u16 = Op::Constant as u16;
+    pub const CONSTANT_COMPOSITE: u16 = Op::ConstantComposite as u16;
+    pub const SPEC_CONSTANT: u16 = Op::SpecConstant as u16;
+    pub const SPEC_CONSTANT_COMPOSITE: u16 = Op::SpecConstantComposite as u16;
+    pub const FUNCTION: u16 = Op::Function as u16;
+    pub const FUNCTION_PARAMETER: u16 = Op::FunctionParameter as u16;
+    pub const FUNCTION_END: u16 = Op::FunctionEnd as u16;
+    pub const FUNCTION_CALL: u16 = Op::FunctionCall as u16;
+    pub const VARIABLE: u16 = Op::Variable as u16;
+    pub const DECORATE: u16 = Op::Decorate as u16;
+    pub const MEMBER_DECORATE: u16 = Op::MemberDecorate as u16;
+    pub const DECORATION_GROUP: u16 = Op::DecorationGroup as u16;
+    pub const GROUP_DECORATE: u16 = Op::GroupDecorate as u16;
+    pub const GROUP_MEMBER_DECORATE: u16 = Op::GroupMemberDecorate as u16;
+    pub const EXECUTION_MODE_ID: u16 = Op::ExecutionModeId as u16;
+    /// The first block instruction (`OpLabel`); the block instructions run to
+    /// [`UNREACHABLE`].
+    pub const LABEL: u16 = Op::Label as u16;
+    /// The last block instruction (`OpUnreachable`).
+    pub const UNREACHABLE: u16 = Op::Unreachable as u16;
 }
 
 /// Operand values (capabilities, models, storage classes, decorations) the reader and the
-/// reflections name.
+/// reflections name, numbered by the `spirv` crate's enums.
 pub mod value {
     #![allow(missing_docs)]
-    pub const CAPABILITY_SHADER: u32 = 1;
-    pub const CAPABILITY_KERNEL: u32 = 6;
-    pub const ADDRESSING_PHYSICAL64: u32 = 2;
-    pub const MEMORY_MODEL_OPENCL: u32 = 2;
-    pub const MODEL_GL_COMPUTE: u32 = 5;
-    pub const MODEL_KERNEL: u32 = 6;
-    pub const STORAGE_UNIFORM_CONSTANT: u32 = 0;
-    pub const STORAGE_UNIFORM: u32 = 2;
-    pub const STORAGE_WORKGROUP: u32 = 4;
-    pub const STORAGE_CROSS_WORKGROUP: u32 = 5;
-    pub const STORAGE_FUNCTION: u32 = 7;
-    pub const STORAGE_PUSH_CONSTANT: u32 = 9;
-    pub const STORAGE_STORAGE_BUFFER: u32 = 12;
-    pub const STORAGE_PHYSICAL_STORAGE_BUFFER: u32 = 5349;
-    pub const DECORATION_SPEC_ID: u32 = 1;
-    pub const DECORATION_BLOCK: u32 = 2;
-    pub const DECORATION_BUFFER_BLOCK: u32 = 3;
-    pub const DECORATION_ARRAY_STRIDE: u32 = 6;
-    pub const DECORATION_MATRIX_STRIDE: u32 = 7;
-    pub const DECORATION_CPACKED: u32 = 10;
-    pub const DECORATION_BUILT_IN: u32 = 11;
-    pub const DECORATION_BINDING: u32 = 33;
-    pub const DECORATION_DESCRIPTOR_SET: u32 = 34;
-    pub const DECORATION_OFFSET: u32 = 35;
-    pub const DECORATION_FUNC_PARAM_ATTR: u32 = 38;
-    pub const DECORATION_LINKAGE_ATTRIBUTES: u32 = 41;
-    pub const LINKAGE_EXPORT: u32 = 0;
-    pub const FUNC_PARAM_ATTR_BY_VAL: u32 = 2;
+    use spirv::{
+        AddressingModel, Capability, Decoration, ExecutionModel, FunctionParameterAttribute,
+        LinkageType, MemoryModel, StorageClass,
+    };
+    pub const CAPABILITY_SHADER: u32 = Capability::Shader as u32;
+    pub const CAPABILITY_KERNEL: u32 = Capability::Kernel as u32;
+    pub const ADDRESSING_PHYSICAL64: u32 = AddressingModel::Physical64 as u32;
+    pub const MEMORY_MODEL_OPENCL: u32 = MemoryModel::OpenCL as u32;
+    pub const MODEL_GL_COMPUTE: u32 = ExecutionModel::GLCompute as u32;
+    pub const MODEL_KERNEL: u32 = ExecutionModel::Kernel as u32;
+    pub const STORAGE_UNIFORM_CONSTANT: u32 = StorageClass::UniformConstant as u32;
+    pub const STORAGE_UNIFORM: u32 = StorageClass::Uniform as u32;
+    pub const STORAGE_WORKGROUP: u32 = StorageClass::Workgroup as u32;
+    pub const STORAGE_CROSS_WORKGROUP: u32 = StorageClass::CrossWorkgroup as u32;
+    pub const STORAGE_FUNCTION: u32 = StorageClass::Function as u32;
+    pub const STORAGE_PUSH_CONSTANT: u32 = StorageClass::PushConstant as u32;
+    pub const STORAGE_STORAGE_BUFFER: u32 = StorageClass::StorageBuffer as u32;
+    pub const STORAGE_PHYSICAL_STORAGE_BUFFER: u32 = StorageClass::PhysicalStorageBuffer as u32;
+    pub const DECORATION_SPEC_ID: u32 = Decoration::SpecId as u32;
+    pub const DECORATION_BLOCK: u32 = Decoration::Block as u32;
+    pub const DECORATION_BUFFER_BLOCK: u32 = Decoration::BufferBlock as u32;
+    pub const DECORATION_ARRAY_STRIDE: u32 = Decoration::ArrayStride as u32;
+    pub const DECORATION_MATRIX_STRIDE: u32 = Decoration::MatrixStride as u32;
+    pub const DECORATION_CPACKED: u32 = Decoration::CPacked as u32;
+    pub const DECORATION_BUILT_IN: u32 = Decoration::BuiltIn as u32;
+    pub const DECORATION_BINDING: u32 = Decoration::Binding as u32;
+    pub const DECORATION_DESCRIPTOR_SET: u32 = Decoration::DescriptorSet as u32;
+    pub const DECORATION_OFFSET: u32 = Decoration::Offset as u32;
+    pub const DECORATION_FUNC_PARAM_ATTR: u32 = Decoration::FuncParamAttr as u32;
+    pub const DECORATION_LINKAGE_ATTRIBUTES: u32 = Decoration::LinkageAttributes as u32;
+    pub const LINKAGE_EXPORT: u32 = LinkageType::Export as u32;
+    pub const FUNC_PARAM_ATTR_BY_VAL: u32 = FunctionParameterAttribute::ByVal as u32;
 }
 
 use op::*;
@@ -520,17 +531,8 @@ pub struct Module<'a> {
 /// assert_eq!(offload_spirv::model_name(6), "Kernel");
 /// ```
 pub fn model_name(model: u32) -> String {
-    const NAMES: [&str; 7] = [
-        "Vertex",
-        "TessellationControl",
-        "TessellationEvaluation",
-        "Geometry",
-        "Fragment",
-        "GLCompute",
-        "Kernel",
-    ];
-    match NAMES.get(model as usize) {
-        Some(n) => (*n).to_string(),
+    match spirv::ExecutionModel::from_u32(model) {
+        Some(m) => format!("{m:?}"),
         None => format!("execution model {model}"),
     }
 }
@@ -538,49 +540,56 @@ pub fn model_name(model: u32) -> String {
 /// The positions of an instruction's operands that may be a pointer to a global variable
 /// (for modules before SPIR-V 1.4, whose entry points do not list the globals they use).
 fn pointer_operands(op: u16, len: usize) -> std::ops::Range<usize> {
-    match op {
-        // OpLoad, OpAccessChain, OpInBoundsAccessChain, OpPtrAccessChain, OpArrayLength,
-        // OpGenericPtrMemSemantics, OpInBoundsPtrAccessChain, OpImageTexelPointer,
-        // OpCopyObject, OpConvertPtrToU, OpPtrCastToGeneric, OpGenericCastToPtr, OpBitcast,
-        // atomics (pointer first), OpAtomicFlagTestAndSet, float atomics,
-        // OpCooperativeMatrixLoadKHR.
-        61
-        | 65
-        | 66
-        | 67
-        | 68
-        | 69
-        | 70
-        | 60
-        | 83
-        | 117
-        | 121
-        | 122
-        | 124
-        | 227
-        | 229
-        | 230..=242
-        | 318
-        | 5614
-        | 5615
-        | 6035
-        | 4457 => 3..4.min(len),
-        // OpStore, OpAtomicStore, OpAtomicFlagClear, OpCooperativeMatrixStoreKHR,
-        // OpReturnValue.
-        62 | 228 | 319 | 4458 | 254 => 1..2.min(len),
-        // OpCopyMemory, OpCopyMemorySized.
-        63 | 64 => 1..3.min(len),
-        // OpFunctionCall: every argument.
-        FUNCTION_CALL => 4..len,
-        // OpSelect; OpPtrEqual, OpPtrNotEqual, OpPtrDiff; OpCompositeConstruct; OpPhi
-        // (value/parent pairs: parents are labels, harmless).
-        169 => 4..6.min(len),
-        401..=403 => 3..5.min(len),
-        80 | 245 => 3..len,
-        // OpVariable (an initialiser may be a pointer).
-        VARIABLE => 4..5.min(len),
+    use spirv::Op as O;
+    let Some(o) = O::from_u32(u32::from(op)) else {
+        return 0..0;
+    };
+    match o {
+        // Pointer first (after type and result): loads, access chains, conversions, atomics.
+        O::Load
+        | O::AccessChain
+        | O::InBoundsAccessChain
+        | O::PtrAccessChain
+        | O::ArrayLength
+        | O::GenericPtrMemSemantics
+        | O::InBoundsPtrAccessChain
+        | O::ImageTexelPointer
+        | O::CopyObject
+        | O::ConvertPtrToU
+        | O::PtrCastToGeneric
+        | O::GenericCastToPtr
+        | O::Bitcast
+        | O::AtomicLoad
+        | O::AtomicExchange
+        | O::AtomicFlagTestAndSet
+        | O::AtomicFMinEXT
+        | O::AtomicFMaxEXT
+        | O::AtomicFAddEXT
+        | O::CooperativeMatrixLoadKHR => 3..4.min(len),
+        // The other atomics with a pointer first.
+        _ if within(o, O::AtomicCompareExchange, O::AtomicXor) => 3..4.min(len),
+        O::Store
+        | O::AtomicStore
+        | O::AtomicFlagClear
+        | O::CooperativeMatrixStoreKHR
+        | O::ReturnValue => 1..2.min(len),
+        O::CopyMemory | O::CopyMemorySized => 1..3.min(len),
+        // Every argument.
+        O::FunctionCall => 4..len,
+        // OpPhi: value/parent pairs (parents are labels, harmless).
+        O::Select => 4..6.min(len),
+        O::PtrEqual | O::PtrNotEqual | O::PtrDiff => 3..5.min(len),
+        O::CompositeConstruct | O::Phi => 3..len,
+        // An initialiser may be a pointer.
+        O::Variable => 4..5.min(len),
         _ => 0..0,
     }
+}
+
+/// Whether `o` is one of the opcodes `first..=last` (a family the specification numbers
+/// in a row: conversions, arithmetic, relational and logical, bit and atomic instructions).
+fn within(o: spirv::Op, first: spirv::Op, last: spirv::Op) -> bool {
+    (first as u32..=last as u32).contains(&(o as u32))
 }
 
 /// Word positions of an instruction that are ids, for the instructions whose operands are
@@ -589,56 +598,86 @@ fn pointer_operands(op: u16, len: usize) -> std::ops::Range<usize> {
 /// non-zero id below the bound. Drivers index tables with ids, and some crash on an
 /// out-of-range one (lavapipe, on a corrupted `OpName` target).
 fn id_operands(op: u16, len: usize) -> [std::ops::Range<usize>; 2] {
+    use spirv::Op as O;
     let all = 1..len;
     let none = 0..0;
     let upto = |end: usize| 1..end.min(len);
-    match op {
-        // OpSource: an optional file id after language and version.
-        3 => [3..4.min(len), none],
-        // OpName, OpMemberName, OpString, OpLine, OpDecorate (target), OpMemberDecorate
-        // (struct), OpDecorateString, OpMemberDecorateString, OpSelectionMerge, OpLabel,
-        // OpBranch, OpReturnValue, OpDecorationGroup.
-        5 | 6 | 7 | 8 | 71 | 72 | 73 | 5632 | 5633 | 247 | 248 | 249 | 254 => [upto(2), none],
-        // OpExtInst: type, result, set; the operands after the instruction number.
-        12 => [upto(4), 5..len],
-        // OpUndef, OpConstantTrue/False/Null, OpSpecConstantTrue/False, OpFunctionParameter,
-        // OpStore, OpCopyMemory, OpLoopMerge, OpConstant and OpSpecConstant (type, result).
-        1 | 41 | 42 | 46 | 48 | 49 | 55 | 62 | 63 | 246 | 43 | 50 => [upto(3), none],
-        // OpFunction: type, result, then (after the control mask) the function type.
-        54 => [upto(3), 4..5.min(len)],
-        // OpVariable: type, result, then (after the storage class) the initialiser.
-        59 => [upto(3), 4..len],
-        // OpLoad, OpArrayLength, OpCompositeExtract, OpBranchConditional (before weights),
-        // OpControlBarrier.
-        61 | 68 | 81 | 250 | 224 => [upto(4), none],
-        // OpVectorShuffle, OpCompositeInsert (before literal indices).
-        79 | 82 => [upto(5), none],
-        // OpMemoryBarrier; OpSwitch (selector and default; the rest are literal/label pairs).
-        225 | 251 => [upto(3), none],
-        // OpDecorateId: target, then id operands after the decoration.
-        332 => [upto(2), 3..len],
+    let Some(o) = O::from_u32(u32::from(op)) else {
+        return [none.clone(), none];
+    };
+    match o {
+        // An optional file id after language and version.
+        O::Source => [3..4.min(len), none],
+        // The target, struct or label first.
+        O::Name
+        | O::MemberName
+        | O::String
+        | O::Line
+        | O::Decorate
+        | O::MemberDecorate
+        | O::DecorationGroup
+        | O::DecorateString
+        | O::MemberDecorateString
+        | O::SelectionMerge
+        | O::Label
+        | O::Branch
+        | O::ReturnValue => [upto(2), none],
+        // Type, result, set; the operands after the instruction number.
+        O::ExtInst => [upto(4), 5..len],
+        // Type and result (OpStore, OpCopyMemory, OpLoopMerge: their two ids).
+        O::Undef
+        | O::ConstantTrue
+        | O::ConstantFalse
+        | O::ConstantNull
+        | O::SpecConstantTrue
+        | O::SpecConstantFalse
+        | O::FunctionParameter
+        | O::Store
+        | O::CopyMemory
+        | O::LoopMerge
+        | O::Constant
+        | O::SpecConstant => [upto(3), none],
+        // Type, result, then (after the control mask) the function type.
+        O::Function => [upto(3), 4..5.min(len)],
+        // Type, result, then (after the storage class) the initialiser.
+        O::Variable => [upto(3), 4..len],
+        // OpBranchConditional: before the weights.
+        O::Load
+        | O::ArrayLength
+        | O::CompositeExtract
+        | O::BranchConditional
+        | O::ControlBarrier => [upto(4), none],
+        // Before the literal indices.
+        O::VectorShuffle | O::CompositeInsert => [upto(5), none],
+        // OpSwitch: selector and default (the rest are literal/label pairs).
+        O::MemoryBarrier | O::Switch => [upto(3), none],
+        // The target, then id operands after the decoration.
+        O::DecorateId => [upto(2), 3..len],
         // Composite constants, function calls, access chains, dynamic vector access,
         // composite construction, copies, conversions (not OpGenericCastToPtrExplicit),
         // arithmetic, relational and logical, bit instructions, atomics, OpPhi.
-        44
-        | 51
-        | 57
-        | 65
-        | 66
-        | 67
-        | 70
-        | 77
-        | 78
-        | 80
-        | 83
-        | 84
-        | 109..=122
-        | 124
-        | 126..=152
-        | 154..=191
-        | 194..=205
-        | 227..=242
-        | 245 => [all, none],
+        O::ConstantComposite
+        | O::SpecConstantComposite
+        | O::FunctionCall
+        | O::AccessChain
+        | O::InBoundsAccessChain
+        | O::PtrAccessChain
+        | O::InBoundsPtrAccessChain
+        | O::VectorExtractDynamic
+        | O::VectorInsertDynamic
+        | O::CompositeConstruct
+        | O::CopyObject
+        | O::Transpose
+        | O::Bitcast
+        | O::Phi => [all, none],
+        _ if within(o, O::ConvertFToU, O::GenericCastToPtr)
+            || within(o, O::SNegate, O::SMulExtended)
+            || within(o, O::Any, O::FUnordGreaterThanEqual)
+            || within(o, O::ShiftRightLogical, O::BitCount)
+            || within(o, O::AtomicLoad, O::AtomicXor) =>
+        {
+            [all, none]
+        }
         _ => [none.clone(), none],
     }
 }
@@ -882,8 +921,8 @@ impl<'a> Module<'a> {
                         i += 2;
                     }
                 }
-                19..=39 if !in_function => self.type_decl(inst)?,
-                19..=39 => {
+                TYPE_VOID..=TYPE_FORWARD_POINTER if !in_function => self.type_decl(inst)?,
+                TYPE_VOID..=TYPE_FORWARD_POINTER => {
                     return Err(self.err(format!(
                         "type declaration (opcode {op}) inside a function at word {}",
                         inst.at
@@ -956,7 +995,7 @@ impl<'a> Module<'a> {
                             self.functions.entry(f).or_default().params.push(param);
                         }
                         self.note_uses(f, inst)?;
-                    } else if matches!(op, FUNCTION_CALL | 248..=255) {
+                    } else if matches!(op, FUNCTION_CALL | LABEL..=UNREACHABLE) {
                         return Err(self.err(format!(
                             "instruction (opcode {op}) at word {} outside a function",
                             inst.at

@@ -81,9 +81,9 @@ fn parse_report(marker: &str) -> Option<BoundsReport> {
     Some(BoundsReport { binding, entries })
 }
 
-const MODE_LOCAL_SIZE: u32 = 17;
-const MODE_LOCAL_SIZE_ID: u32 = 38;
-const BUILT_IN_WORKGROUP_SIZE: u32 = 25;
+const MODE_LOCAL_SIZE: u32 = spirv::ExecutionMode::LocalSize as u32;
+const MODE_LOCAL_SIZE_ID: u32 = spirv::ExecutionMode::LocalSizeId as u32;
+const BUILT_IN_WORKGROUP_SIZE: u32 = spirv::BuiltIn::WorkgroupSize as u32;
 
 /// A SPIR-V version, `major.minor` (offload-spirv's).
 pub use offload_spirv::Version as SpirvVersion;

@@ -10,7 +10,7 @@ use offload_core::Result;
 pub(crate) use offload_spirv::KernelModule;
 
 /// The SPIR-V magic number, as the first word of a little-endian module.
-pub(crate) const MAGIC: [u8; 4] = [0x03, 0x02, 0x23, 0x07];
+pub(crate) const MAGIC: [u8; 4] = offload_spirv::MAGIC.to_le_bytes();
 
 /// Validates `image` and reads its kernels and globals.
 pub(crate) fn kernels(image: &[u8]) -> Result<KernelModule> {

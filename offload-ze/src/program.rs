@@ -145,12 +145,12 @@ pub(crate) fn validate(image: &[u8]) -> Result<Image> {
         return spirv::kernels(image).map(Image::Spirv);
     }
     if image.starts_with(b"\x7fELF") {
-        if image.len() < 64 || image[4] != 2 || image[5] != 1 {
+        // The header as every backend reads it: offload-core's image sniff.
+        let hal::ImageFormat::Elf { machine } = hal::ImageFormat::of(image) else {
             return Err(invalid_binary(
                 "a truncated ELF, or not 64-bit little-endian: not an Intel GPU native binary",
             ));
-        }
-        let machine = u16::from_le_bytes([image[18], image[19]]);
+        };
         if machine != EM_INTELGT {
             return Err(invalid_binary(format!(
                 "an ELF for machine {machine}, not an Intel GPU native binary \

@@ -417,9 +417,10 @@ impl Value {
     }
 }
 
-/// How deep `rmpv` may recurse: code object metadata nests 4 levels, and 32 are allowed,
-/// as before `rmpv` read it. `rmpv` spends its depth twice on a container (the value and
-/// its items) and up to three times on a leaf (a string: the value, the string, its bytes).
+/// How deep `rmpv` may recurse: code object metadata nests five levels (map, kernel list,
+/// kernel, argument list, argument), and 32 are allowed, bounding the recursion on any
+/// input. `rmpv` spends its depth twice on a container (the value and its items) and up to
+/// three times on a leaf (a string: the value, the string, its bytes).
 const MAX_DEPTH: usize = 2 * 32 + 3;
 
 /// Reads one MessagePack value that fills `data`.
@@ -438,34 +439,33 @@ pub fn msgpack(data: &[u8]) -> Result<Value, String> {
             rest.len()
         ));
     }
-    Ok(Value::from(value))
+    Ok(from_rmpv(value))
 }
 
-impl From<rmpv::Value> for Value {
-    /// `rmpv`'s value as this module's: a signed integer only when it is negative, a
-    /// string's invalid UTF-8 replaced, an extension as `Nil`.
-    fn from(value: rmpv::Value) -> Value {
-        use rmpv::Value as V;
-        match value {
-            V::Nil | V::Ext(..) => Value::Nil,
-            V::Boolean(b) => Value::Bool(b),
-            V::Integer(i) => match (i.as_u64(), i.as_i64()) {
-                (Some(u), _) => Value::UInt(u),
-                (None, Some(i)) => Value::Int(i),
-                (None, None) => Value::Nil,
-            },
-            V::F32(f) => Value::Float(f64::from(f)),
-            V::F64(f) => Value::Float(f),
-            V::String(s) => Value::Str(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-            V::Binary(b) => Value::Bin(b),
-            V::Array(items) => Value::Array(items.into_iter().map(Value::from).collect()),
-            V::Map(entries) => Value::Map(
-                entries
-                    .into_iter()
-                    .map(|(k, v)| (Value::from(k), Value::from(v)))
-                    .collect(),
-            ),
-        }
+/// `rmpv`'s value as this module's (kept private: `rmpv` is not part of the API): a signed
+/// integer only when it is negative, a string's invalid UTF-8 replaced, an extension as
+/// `Nil`.
+fn from_rmpv(value: rmpv::Value) -> Value {
+    use rmpv::Value as V;
+    match value {
+        V::Nil | V::Ext(..) => Value::Nil,
+        V::Boolean(b) => Value::Bool(b),
+        V::Integer(i) => match (i.as_u64(), i.as_i64()) {
+            (Some(u), _) => Value::UInt(u),
+            (None, Some(i)) => Value::Int(i),
+            (None, None) => Value::Nil,
+        },
+        V::F32(f) => Value::Float(f64::from(f)),
+        V::F64(f) => Value::Float(f),
+        V::String(s) => Value::Str(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        V::Binary(b) => Value::Bin(b),
+        V::Array(items) => Value::Array(items.into_iter().map(from_rmpv).collect()),
+        V::Map(entries) => Value::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (from_rmpv(k), from_rmpv(v)))
+                .collect(),
+        ),
     }
 }
 

@@ -196,6 +196,9 @@ pub fn inspect(image: &[u8], arch: Option<&str>) -> Result<CodeObject, String> {
         SectionTable::new(headers, StringTable::default());
     let mut metadata = None;
     for s in headers {
+        if s.sh_type(LE) == abi::SHT_NOTE && !inside(elf, s) {
+            return Err("a note section lies outside the image".into());
+        }
         let Some(notes) = s
             .notes(LE, elf)
             .map_err(|e| format!("a note section: {e}"))?
@@ -238,6 +241,16 @@ fn globals(
     else {
         return Ok(Vec::new());
     };
+    if !inside(elf, dynsym) {
+        return Err("the dynamic symbols lies outside the image".into());
+    }
+    let strtab = sections
+        .iter()
+        .nth(dynsym.sh_link(LE) as usize)
+        .ok_or("the dynamic symbols have no string table")?;
+    if !inside(elf, strtab) {
+        return Err("the dynamic string table lies outside the image".into());
+    }
     let entsize = dynsym.sh_entsize(LE);
     if entsize != 0 && usize::try_from(entsize).ok() != Some(size_of::<abi::Sym64<LE>>()) {
         return Err(format!("dynamic symbol size {entsize} is not 24"));
@@ -259,6 +272,16 @@ fn globals(
     }
     names.sort();
     Ok(names)
+}
+
+/// Whether the bytes of section `s` lie inside `elf`, the offset of an empty one too
+/// (`object` reads no bytes there, but the runtime is given it).
+fn inside(elf: &[u8], s: &abi::SectionHeader64<LE>) -> bool {
+    s.file_range(LE).is_none_or(|(offset, size)| {
+        offset
+            .checked_add(size)
+            .is_some_and(|end| end <= elf.len() as u64)
+    })
 }
 
 /// The kernels of the metadata map.

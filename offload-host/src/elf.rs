@@ -118,8 +118,7 @@ pub fn validate(bytes: &[u8]) -> Result<Image, String> {
         if p_type == abi::PT_LOAD || p_type == abi::PT_DYNAMIC {
             // The loader reads these: they must lie inside the image.
             let (at, len) = ph.file_range(LE);
-            ph.data(LE, bytes)
-                .map_err(|()| format!("segment {i}: {}", outside(at, len, bytes)))?;
+            inside(at, len, bytes).map_err(|e| format!("segment {i}: {e}"))?;
         }
         if p_type == abi::PT_LOAD {
             loads += 1;
@@ -147,8 +146,7 @@ pub fn validate(bytes: &[u8]) -> Result<Image, String> {
         }
         // Everything but SHT_NOBITS (no file range) has its bytes in the file.
         if let Some((at, len)) = s.file_range(LE) {
-            s.data(LE, bytes)
-                .map_err(|_| format!("section {i}: {}", outside(at, len, bytes)))?;
+            inside(at, len, bytes).map_err(|e| format!("section {i}: {e}"))?;
         }
     }
     let sections: SectionTable<'_, FileHeader64<LE>> =
@@ -199,11 +197,16 @@ pub fn validate(bytes: &[u8]) -> Result<Image, String> {
     Ok(Image { symbols })
 }
 
-/// Why `len` bytes at `at` are not all in `bytes`.
-fn outside(at: u64, len: u64, bytes: &[u8]) -> String {
+/// Whether the `len` bytes at `at` lie inside `bytes`, and if not, why. The offset of an
+/// empty range counts too (`object` reads no bytes there, but the loader is given it).
+fn inside(at: u64, len: u64, bytes: &[u8]) -> Result<(), String> {
     match at.checked_add(len) {
-        None => "offset overflow".into(),
-        Some(end) => format!("truncated: needs bytes {at}..{end} of {}", bytes.len()),
+        None => Err("offset overflow".into()),
+        Some(end) if end > bytes.len() as u64 => Err(format!(
+            "truncated: needs bytes {at}..{end} of {}",
+            bytes.len()
+        )),
+        Some(_) => Ok(()),
     }
 }
 #[cfg(test)]

@@ -173,10 +173,16 @@ pub(super) fn inspect(b: &[u8], device: (u32, u32)) -> Result<Inspected, String>
         if s.sh_type(LE) == abi::SHT_NULL {
             return Ok(&[]);
         }
-        s.data(LE, b).map_err(|_| {
-            let end = u128::from(s.sh_offset(LE)) + u128::from(s.sh_size(LE));
-            format!("truncated: section {i}{name} ends at {end}, the image has {len} bytes")
-        })
+        // `object` reads no bytes of an empty section, wherever it says it is: its offset
+        // must be inside the image too.
+        let (offset, size) = (s.sh_offset(LE), s.sh_size(LE));
+        s.data(LE, b)
+            .ok()
+            .filter(|_| s.sh_type(LE) == abi::SHT_NOBITS || offset <= len as u64)
+            .ok_or_else(|| {
+                let end = u128::from(offset) + u128::from(size);
+                format!("truncated: section {i}{name} ends at {end}, the image has {len} bytes")
+            })
     };
     let Some(names) = headers.get(strndx as usize) else {
         return Err(format!(

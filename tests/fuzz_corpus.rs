@@ -246,7 +246,8 @@ fn every_parser_survives_its_corpus_and_mutations() {
 
 /// Found by this soak: a section header offset near `u64::MAX` made the AMD code object
 /// reader add past `usize::MAX` (a panic with overflow checks, a read at a wrapped offset
-/// without). Fixed in offload-hip/src/image.rs `sections`.
+/// without). Fixed in offload-hip/src/image.rs, which now has `object` read the section
+/// headers (`FileHeader::section_headers`).
 #[test]
 fn regression_amd_section_headers_at_the_end_of_the_address_space() {
     let input = include_bytes!("../fuzz/corpus/amd_code_object/regression-shoff-overflow");

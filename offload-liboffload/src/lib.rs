@@ -27,7 +27,9 @@ use std::ffi::{c_char, c_void};
 
 use abi::*;
 use result::{Fail, Res, guard, stat};
-use state::{Alloc, DevKind, Live, device_handle, device_index, fail, live, platform_index, state};
+use state::{
+    Alloc, DevKind, Live, device_handle, device_index, fail, listed, live, platform_index, state,
+};
 
 /// Defines an exported function and its `…WithCodeLoc` twin (which ignores the location).
 macro_rules! entry {
@@ -141,7 +143,7 @@ entry! {
             let Some(callback) = Callback else {
                 return Err(stat!(OL_ERRC_INVALID_NULL_POINTER, "Callback is NULL").into());
             };
-            let live = live(st)?;
+            let live = listed(st)?;
             handles = (0..live.devices.len()).map(|i| (callback, device_handle(live.epoch, i))).collect();
             Ok(())
         })?;
@@ -159,7 +161,7 @@ entry! {
     /// A device property.
     olGetDeviceInfo / olGetDeviceInfoWithCodeLoc (Device: ol_device_handle_t, PropName: ol_device_info_t, PropSize: usize, PropValue: *mut c_void) {
         state::with_state(|st| {
-            let live = live(st)?;
+            let live = listed(st)?;
             let value = info::device(live, device_index(live, Device)?, PropName)?;
             // SAFETY: the caller promises PropSize writable bytes at PropValue.
             unsafe { info::write(&value, PropSize, PropValue) }
@@ -171,7 +173,7 @@ entry! {
     /// A device property's size.
     olGetDeviceInfoSize / olGetDeviceInfoSizeWithCodeLoc (Device: ol_device_handle_t, PropName: ol_device_info_t, PropSizeRet: *mut usize) {
         state::with_state(|st| {
-            let live = live(st)?;
+            let live = listed(st)?;
             let value = info::device(live, device_index(live, Device)?, PropName)?;
             // SAFETY: the caller promises a writable size_t at PropSizeRet.
             unsafe { info::write_size(&value, PropSizeRet) }
@@ -183,7 +185,7 @@ entry! {
     /// A platform property.
     olGetPlatformInfo / olGetPlatformInfoWithCodeLoc (Platform: ol_platform_handle_t, PropName: ol_platform_info_t, PropSize: usize, PropValue: *mut c_void) {
         state::with_state(|st| {
-            let live = live(st)?;
+            let live = listed(st)?;
             let value = info::platform(live, platform_index(live, Platform)?, PropName)?;
             // SAFETY: the caller promises PropSize writable bytes at PropValue.
             unsafe { info::write(&value, PropSize, PropValue) }
@@ -195,7 +197,7 @@ entry! {
     /// A platform property's size.
     olGetPlatformInfoSize / olGetPlatformInfoSizeWithCodeLoc (Platform: ol_platform_handle_t, PropName: ol_platform_info_t, PropSizeRet: *mut usize) {
         state::with_state(|st| {
-            let live = live(st)?;
+            let live = listed(st)?;
             let value = info::platform(live, platform_index(live, Platform)?, PropName)?;
             // SAFETY: the caller promises a writable size_t at PropSizeRet.
             unsafe { info::write_size(&value, PropSizeRet) }
@@ -213,7 +215,7 @@ entry! {
     olMemAlloc / olMemAllocWithCodeLoc (Device: ol_device_handle_t, Type: ol_alloc_type_t, Size: usize, AllocationOut: *mut *mut c_void) {
         state::with_state(|st| {
             let state::State { live, fake_next: st_fake, .. } = st;
-            let live = live.as_mut().ok_or_else(state::uninit)?;
+            let live = live.as_mut().ok_or_else(state::uninit)?.list()?;
             let index = device_index(live, Device)?;
             if AllocationOut.is_null() {
                 return Err(stat!(OL_ERRC_INVALID_NULL_POINTER, "AllocationOut is NULL").into());
@@ -315,7 +317,7 @@ entry! {
     /// A copy, synchronous (a queue is not supported yet).
     olMemcpy / olMemcpyWithCodeLoc (Queue: ol_queue_handle_t, DstPtr: *mut c_void, DstDevice: ol_device_handle_t, SrcPtr: *const c_void, SrcDevice: ol_device_handle_t, Size: usize) {
         state::with_state(|st| {
-            let live = live(st)?;
+            let live = listed(st)?;
             if DstDevice.is_null() || SrcDevice.is_null() {
                 return Err(stat!(OL_ERRC_INVALID_NULL_HANDLE, "olMemcpy: DstDevice or SrcDevice is NULL").into());
             }

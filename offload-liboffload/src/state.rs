@@ -1,7 +1,8 @@
 //! The lifecycle and the handles.
 //!
 //! One runtime generation at a time: the first `olInit` (reference count 0 → 1) starts
-//! offload (`Offload::init`) and lists its devices; later ones only count; the `olShutDown`
+//! offload (`Offload::init`); the first call that needs devices lists them (opening the
+//! platforms, as liboffload 22 does lazily); later `olInit`s only count; the `olShutDown`
 //! that brings the count to 0 frees every allocation still held, shuts offload down
 //! (really: offload deinitialises its platforms, L1) and ends the generation. The next
 //! `olInit` starts a fresh one (L2). A failed `olInit` leaves the count at 0 and drops
@@ -58,6 +59,8 @@ pub(crate) fn state() -> MutexGuard<'static, State> {
 pub(crate) struct Live {
     pub(crate) rt: Offload,
     pub(crate) epoch: u32,
+    /// Whether `devices` and `platforms` were filled in (at the first call that needs them).
+    listed: bool,
     pub(crate) devices: Vec<Dev>,
     pub(crate) platforms: Vec<Plat>,
     /// Allocations by base address.
@@ -127,22 +130,36 @@ pub(crate) fn backend_of(kind: BackendKind) -> (ol_platform_backend_t, &'static 
 }
 
 impl Live {
-    /// Starts offload and lists its devices; on failure everything started is dropped.
+    /// Starts offload (`Offload::init`); its platforms open when first listed, as
+    /// liboffload's do (an `olInit`/`olShutDown` pair that lists nothing stays cheap).
     pub(crate) fn start(epoch: u32) -> Result<Live, offload::Error> {
-        let rt = Offload::init()?;
-        let listed = match rt.devices().and_then(|devices| {
-            devices
-                .into_iter()
-                .map(|d| d.info().map(|info| (d, info)))
-                .collect::<Result<Vec<_>, _>>()
-        }) {
-            Ok(listed) => listed,
-            Err(e) => {
-                // Nothing is left behind: the runtime goes with its devices.
-                let _ = rt.shutdown();
-                return Err(e);
-            }
-        };
+        Ok(Live {
+            rt: Offload::init()?,
+            epoch,
+            listed: false,
+            devices: Vec::new(),
+            platforms: Vec::new(),
+            allocs: BTreeMap::new(),
+            results: HashMap::new(),
+        })
+    }
+
+    /// Lists the devices (once per generation): liboffload's HOST endpoint first, then
+    /// offload's, each backend a platform.
+    pub(crate) fn list(&mut self) -> Res<&mut Live> {
+        if self.listed {
+            return Ok(self);
+        }
+        let listed = self
+            .rt
+            .devices()
+            .and_then(|devices| {
+                devices
+                    .into_iter()
+                    .map(|d| d.info().map(|info| (d, info)))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| fail("listing offload's devices", e))?;
         let mut platforms = vec![Plat {
             name: "Host",
             backend: ol_platform_backend_t::OL_PLATFORM_BACKEND_HOST,
@@ -174,14 +191,10 @@ impl Live {
                 index,
             });
         }
-        Ok(Live {
-            rt,
-            epoch,
-            devices,
-            platforms,
-            allocs: BTreeMap::new(),
-            results: HashMap::new(),
-        })
+        self.devices = devices;
+        self.platforms = platforms;
+        self.listed = true;
+        Ok(self)
     }
 
     /// Keeps `text` until this generation ends and returns its result.
@@ -217,6 +230,11 @@ pub(crate) fn platform_handle(epoch: u32, index: usize) -> ol_platform_handle_t 
 /// The live generation, or `OL_ERRC_UNINITIALIZED`.
 pub(crate) fn live(state: &mut State) -> Res<&mut Live> {
     state.live.as_mut().ok_or_else(uninit)
+}
+
+/// The live generation with its devices listed, or why not.
+pub(crate) fn listed(state: &mut State) -> Res<&mut Live> {
+    live(state)?.list()
 }
 
 /// `OL_ERRC_UNINITIALIZED`: no generation runs.

@@ -298,6 +298,9 @@ pub enum Caller {
     C,
     /// The Python package (`offload.Offload()`, `Buffer.read`).
     Python,
+    /// liboffload 22's C API, as offload-liboffload's `libLLVMOffload.so.22.1` offers it
+    /// (`olInit()`, `olMemcpy`).
+    Liboffload,
 }
 
 fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
@@ -315,6 +318,7 @@ fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
         Caller::Rust => "Offload::init()",
         Caller::C => "offload_init()",
         Caller::Python => "offload.Offload()",
+        Caller::Liboffload => "olInit()",
     };
     format!(
         "{call}{what} belongs to an offload runtime that has been shut down; handles do not \
@@ -383,6 +387,8 @@ fn driver_not_found_text(
         Caller::Rust => "`Offload::builder().backends(..)`",
         Caller::C => "`offload_config_t`'s `backends`",
         Caller::Python => "`offload.Offload(backends=[...])`",
+        // liboffload's olInit takes no configuration: the environment is the only setting.
+        Caller::Liboffload => "which liboffload's olInit reads",
     };
     format!(
         "{backend}: driver not found: {library} ({reason}); install the {backend} driver, or \

@@ -94,8 +94,8 @@ entry! {
                 Ok(())
             }
             Err(e) => {
-                let code = state::errc(&e);
-                Err(st.init_fail.set(code, &format!("olInit: offload could not start: {e}")))
+                let e = e.for_call(offload::Caller::Liboffload, "olInit");
+                Err(st.init_fail.set(state::errc(&e), &e.to_string()))
             }
         }
     }
@@ -119,12 +119,12 @@ entry! {
         let mut errors = Vec::new();
         for (_, alloc) in live.allocs {
             if let Err(e) = alloc.buffer.free() {
-                errors.push(e.to_string());
+                errors.push(e.for_call(offload::Caller::Liboffload, "olShutDown").to_string());
             }
         }
         drop(live.devices);
         if let Err(e) = live.rt.shutdown() {
-            errors.push(e.to_string());
+            errors.push(offload::Error::from(e).for_call(offload::Caller::Liboffload, "olShutDown").to_string());
         }
         if errors.is_empty() {
             return Ok(());

@@ -159,7 +159,7 @@ impl Live {
                     .map(|d| d.info().map(|info| (d, info)))
                     .collect::<Result<Vec<_>, _>>()
             })
-            .map_err(|e| fail("listing offload's devices", e))?;
+            .map_err(|e| fail("olIterateDevices", e))?;
         let mut platforms = vec![Plat {
             name: "Host",
             backend: ol_platform_backend_t::OL_PLATFORM_BACKEND_HOST,
@@ -332,9 +332,10 @@ pub(crate) fn errc(e: &offload::Error) -> ol_errc_t {
     }
 }
 
-/// An offload error as a failure with its message.
-pub(crate) fn fail(call: &str, e: offload::Error) -> Fail {
-    Fail::Message(errc(&e), format!("{call}: {e}"))
+/// An offload error as a failure with its message, in the words of liboffload's call.
+pub(crate) fn fail(call: &'static str, e: offload::Error) -> Fail {
+    let e = e.for_call(offload::Caller::Liboffload, call);
+    Fail::Message(errc(&e), e.to_string())
 }
 
 /// Runs `body` on the state and turns its failure into a result pointer.

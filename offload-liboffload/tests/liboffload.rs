@@ -3,10 +3,12 @@
 //! - Debian's unmodified `llvm-offload-device-info` lists offload's devices through it;
 //! - one C program (tests/c/api.c), compiled once, passes against it in full and, for the
 //!   subset LLVM's library can run on a CPU-only machine, against LLVM's;
+//! - 100 failed `olInit`s each say why and leave nothing initialised;
+//! - under valgrind's memcheck, the program leaks nothing, a failed `olInit` neither;
 //! - 200 dlopen/dlclose cycles with work inside unmap it every time (tests/c/dlopen.c).
 //!
-//! A tool or library of liboffload-22-dev that is absent skips its test with a printed
-//! reason, except under CI=true, where it fails (CI installs the package).
+//! A tool or library of liboffload-22-dev, or valgrind, that is absent skips its test with
+//! a printed reason, except under CI=true, where it fails (CI installs them).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,13 +21,14 @@ const REAL_LIB: &str = "/usr/lib/llvm-22/lib/libLLVMOffload.so.22.1";
 const TOOL: &str = "/usr/lib/llvm-22/bin/llvm-offload-device-info";
 const INCLUDE: &str = "/usr/lib/llvm-22/include";
 const SONAME: &str = "libLLVMOffload.so.22.1";
+const VALGRIND: &str = "/usr/bin/valgrind";
 
 /// Whether `path` exists; if not, skips (prints why) or, under CI=true, fails.
 fn present(path: &str) -> bool {
     if Path::new(path).exists() {
         return true;
     }
-    let why = format!("{path} is absent (Debian's liboffload-22-dev, scripts/packages.txt)");
+    let why = format!("{path} is absent (a Debian package of scripts/packages.txt)");
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{why}: CI installs it");
     }
@@ -36,6 +39,12 @@ fn present(path: &str) -> bool {
 /// A directory with this crate's library under liboffload's names (`libLLVMOffload.so`
 /// for linking, `libLLVMOffload.so.22.1` for running): what LD_LIBRARY_PATH points at.
 fn ours() -> PathBuf {
+    // Made once: the tests run on several threads.
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_ours).clone()
+}
+
+fn make_ours() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let built = exe
         .parent()
@@ -150,10 +159,10 @@ fn device_info_tool_lists_offload_devices() {
     }
 }
 
-/// Compiles a C program of tests/c once, linked against libLLVMOffload.so.22.1.
-fn compile(name: &str, extra: &[&str]) -> PathBuf {
+/// Compiles a C program of tests/c (to a file of the test's own, `out`).
+fn compile(name: &str, out: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("liboffload-{name}"));
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("liboffload-{out}"));
     let mut cc = Command::new("cc");
     cc.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"])
         .arg(format!("-I{INCLUDE}"))
@@ -170,7 +179,11 @@ fn c_api_against_both_libraries() {
     let ours = ours();
     // Linked against this crate's library (the same SONAME and versions as LLVM's): the
     // binary then runs on either.
-    let exe = compile("api", &[&format!("-L{}", ours.display()), "-lLLVMOffload"]);
+    let exe = compile(
+        "api",
+        "api",
+        &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
+    );
     let mut full = Command::new(&exe);
     full.arg("full")
         .env("LD_LIBRARY_PATH", &ours)
@@ -188,12 +201,49 @@ fn c_api_against_both_libraries() {
             .env("OL_TEST_CYCLES", "1000");
         output(cpu, "tests/c/api.c cpu subset, on offload");
     }
+    // offload told to open a backend that does not exist: every olInit fails.
+    let mut fails = Command::new(&exe);
+    fails
+        .arg("initfail")
+        .env("LD_LIBRARY_PATH", &ours)
+        .env("OFFLOAD_BACKENDS", "no-such-backend");
+    output(fails, "tests/c/api.c initfail, on offload");
+}
+
+#[test]
+fn memcheck_finds_no_leak() {
+    if !present(VALGRIND) {
+        return;
+    }
+    let ours = ours();
+    let exe = compile(
+        "api",
+        "api-memcheck",
+        &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
+    );
+    // The host backend only: lavapipe under memcheck would take minutes.
+    for (mode, backends) in [("full", "host"), ("initfail", "no-such-backend")] {
+        let mut memcheck = Command::new(VALGRIND);
+        memcheck
+            .args([
+                "--error-exitcode=99",
+                "--leak-check=full",
+                "--errors-for-leak-kinds=definite,indirect",
+                "--show-leak-kinds=definite,indirect",
+            ])
+            .arg(&exe)
+            .arg(mode)
+            .env("LD_LIBRARY_PATH", &ours)
+            .env("OFFLOAD_BACKENDS", backends)
+            .env("OL_TEST_CYCLES", "20");
+        output(memcheck, &format!("memcheck tests/c/api.c {mode}"));
+    }
 }
 
 #[test]
 fn dlopen_cycles_unmap() {
     let lib = ours().join(SONAME);
-    let exe = compile("dlopen", &["-ldl"]);
+    let exe = compile("dlopen", "dlopen", &["-ldl"]);
     // 200 cycles on the host device, a few with every backend (lavapipe's start costs
     // ~90 ms a cycle).
     let mut host = Command::new(&exe);

@@ -6,6 +6,8 @@
  *               cycles, device iteration, device and platform info, a host-to-host memcpy.
  *   api full  — also: allocations on a compute device, copies through them, memory info,
  *               and handles of finished generations (refused with an error, never a crash).
+ *   api initfail — run where olInit must fail (offload told to use a backend it cannot
+ *               open): each failure says why and leaves nothing initialised.
  *
  * OL_TEST_CYCLES (default 1000) sets the number of olInit/olShutDown cycles. Prints one
  * line per check; exits non-zero at the first failure. */
@@ -250,7 +252,24 @@ static void stale(void) {
     printf("ok stale handles refused\n");
 }
 
+static void init_fails(void) {
+    for (int i = 0; i < 100; i++) {
+        ol_result_t r = olInit();
+        CHECK(r != OL_SUCCESS, "olInit succeeded");
+        CHECK(r->Details != NULL && r->Details[0] != 0, "a failed olInit gave no details");
+        if (i == 0)
+            printf("ok olInit failed: code %d: %s\n", (int)r->Code, r->Details);
+        ERR(olIterateDevices(collect, &(int){0}), OL_ERRC_UNINITIALIZED);
+        ERR(olShutDown(), OL_ERRC_UNINITIALIZED);
+    }
+    printf("ok 100 failed olInit calls left nothing initialised\n");
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "initfail") == 0) {
+        init_fails();
+        return 0;
+    }
     int full = argc > 1 && strcmp(argv[1], "full") == 0;
     ERR(olShutDown(), OL_ERRC_UNINITIALIZED);
     cycles();

@@ -403,6 +403,79 @@ entry! {
     }
 }
 
+entry! {
+    /// Fills an allocation with copies of a pattern, synchronously (a queue is not
+    /// supported yet).
+    olMemFill / olMemFillWithCodeLoc (Queue: ol_queue_handle_t, Ptr: *mut c_void, PatternSize: usize, PatternPtr: *const c_void, FillSize: usize) {
+        state::with_state(|st| {
+            let live = live(st)?;
+            if Ptr.is_null() || PatternPtr.is_null() {
+                return Err(stat!(OL_ERRC_INVALID_NULL_POINTER, "olMemFill: Ptr or PatternPtr is NULL").into());
+            }
+            if PatternSize == 0 || FillSize % PatternSize != 0 {
+                return Err(stat!(OL_ERRC_INVALID_SIZE, "olMemFill: FillSize is not a multiple of PatternSize (or PatternSize is 0)").into());
+            }
+            if !Queue.is_null() {
+                return Err(stat!(OL_ERRC_UNSUPPORTED, "olMemFill: queues are not implemented yet by offload's libLLVMOffload; pass a NULL queue (a synchronous fill)").into());
+            }
+            let Some((offset, alloc)) = live.alloc_at(Ptr.addr()) else {
+                return Err(stat!(OL_ERRC_NOT_FOUND, "olMemFill: Ptr is not inside an allocation olMemAlloc made in this generation").into());
+            };
+            if offset + FillSize > alloc.size {
+                return Err(Fail::Message(
+                    ol_errc_t::OL_ERRC_INVALID_SIZE,
+                    format!("olMemFill: {FillSize} bytes at offset {offset} run past the end of an allocation of {} bytes", alloc.size),
+                ));
+            }
+            // SAFETY: the caller promises PatternSize readable bytes at PatternPtr.
+            let pattern = unsafe { std::slice::from_raw_parts(PatternPtr.cast::<u8>(), PatternSize) };
+            let buffer = &alloc.buffer;
+            if pattern.iter().all(|&b| b == pattern[0]) {
+                return buffer.fill(offset, FillSize, pattern[0]).map_err(|e| fail("olMemFill", e));
+            }
+            // Whole patterns, at most about 1 MiB at a time.
+            let per_chunk = ((1 << 20) / PatternSize).max(1) * PatternSize;
+            let chunk: Vec<u8> = pattern.iter().copied().cycle().take(per_chunk.min(FillSize)).collect();
+            let mut done = 0;
+            while done < FillSize {
+                let n = (FillSize - done).min(chunk.len());
+                buffer.write(offset + done, &chunk[..n]).map_err(|e| fail("olMemFill", e))?;
+                done += n;
+            }
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// Whether a device could load a program image, without loading it (offload's
+    /// `Device::validate`). liboffload's HOST endpoint loads nothing: always false.
+    olIsValidBinary / olIsValidBinaryWithCodeLoc (Device: ol_device_handle_t, ProgData: *const c_void, ProgDataSize: usize, Valid: *mut bool) {
+        state::with_state(|st| {
+            let live = listed(st)?;
+            let index = device_index(live, Device)?;
+            if ProgData.is_null() || Valid.is_null() {
+                return Err(stat!(OL_ERRC_INVALID_NULL_POINTER, "olIsValidBinary: ProgData or Valid is NULL").into());
+            }
+            let valid = match &live.devices[index].kind {
+                DevKind::Endpoint => false,
+                DevKind::Offload(dev) => {
+                    // SAFETY: the caller promises ProgDataSize readable bytes at ProgData.
+                    let image = unsafe { std::slice::from_raw_parts(ProgData.cast::<u8>(), ProgDataSize) };
+                    match dev.0.validate(image) {
+                        Ok(()) => true,
+                        Err(offload::Error::InvalidBinary { .. } | offload::Error::Unsupported { .. }) => false,
+                        Err(e) => return Err(fail("olIsValidBinary", e)),
+                    }
+                }
+            };
+            // SAFETY: non-null (checked above); the caller promises a writable bool.
+            unsafe { Valid.write(valid) };
+            Ok(())
+        })
+    }
+}
+
 not_yet! {
     olCalculateOptimalOccupancy / olCalculateOptimalOccupancyWithCodeLoc (Device: ol_device_handle_t, Kernel: ol_symbol_handle_t, SharedMemory: usize, GroupSize: *mut usize);
     olCreateEvent / olCreateEventWithCodeLoc (Queue: ol_queue_handle_t, Event: *mut ol_event_handle_t);
@@ -418,10 +491,8 @@ not_yet! {
     olGetSymbol / olGetSymbolWithCodeLoc (Program: ol_program_handle_t, Name: *const c_char, Kind: ol_symbol_kind_t, Symbol: *mut ol_symbol_handle_t);
     olGetSymbolInfo / olGetSymbolInfoWithCodeLoc (Symbol: ol_symbol_handle_t, PropName: ol_symbol_info_t, PropSize: usize, PropValue: *mut c_void);
     olGetSymbolInfoSize / olGetSymbolInfoSizeWithCodeLoc (Symbol: ol_symbol_handle_t, PropName: ol_symbol_info_t, PropSizeRet: *mut usize);
-    olIsValidBinary / olIsValidBinaryWithCodeLoc (Device: ol_device_handle_t, ProgData: *const c_void, ProgDataSize: usize, Valid: *mut bool);
     olLaunchHostFunction / olLaunchHostFunctionWithCodeLoc (Queue: ol_queue_handle_t, Callback: ol_host_function_cb_t, UserData: *mut c_void);
     olLaunchKernel / olLaunchKernelWithCodeLoc (Queue: ol_queue_handle_t, Device: ol_device_handle_t, Kernel: ol_symbol_handle_t, ArgumentsData: *const c_void, ArgumentsSize: usize, LaunchSizeArgs: *const ol_kernel_launch_size_args_t);
-    olMemFill / olMemFillWithCodeLoc (Queue: ol_queue_handle_t, Ptr: *mut c_void, PatternSize: usize, PatternPtr: *const c_void, FillSize: usize);
     olMemRegister / olMemRegisterWithCodeLoc (Device: ol_device_handle_t, Ptr: *mut c_void, Size: usize, Flags: ol_memory_register_flags_t, PinnedPtr: *mut *mut c_void);
     olMemUnregister / olMemUnregisterWithCodeLoc (Device: ol_device_handle_t, Ptr: *mut c_void);
     olSyncEvent / olSyncEventWithCodeLoc (Event: ol_event_handle_t);

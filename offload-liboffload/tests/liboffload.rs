@@ -184,8 +184,11 @@ fn c_api_against_both_libraries() {
         "api",
         &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
     );
+    let image = Path::new(env!("CARGO_TARGET_TMPDIR")).join("liboffload-host-kernels.so");
+    std::fs::write(&image, offload_host::fixtures::KERNELS).expect("write the host image");
     let mut full = Command::new(&exe);
     full.arg("full")
+        .env("OL_TEST_HOST_IMAGE", &image)
         .env("LD_LIBRARY_PATH", &ours)
         .env("OL_TEST_CYCLES", "1000");
     output(full, "tests/c/api.c full, on offload");

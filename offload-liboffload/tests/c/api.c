@@ -219,7 +219,61 @@ static void memory(void) {
     }
     void *p = NULL;
     ERR(olMemAlloc(host, OL_ALLOC_TYPE_HOST, 64, &p), OL_ERRC_UNSUPPORTED);
+    /* Fills, with a one-byte and a four-byte pattern. */
+    ol_device_handle_t dev = compute_device();
+    OK(olMemAlloc(dev, OL_ALLOC_TYPE_DEVICE, 64, &p));
+    unsigned char byte = 0x5A, word[4] = {1, 2, 3, 4}, out[64];
+    OK(olMemFill(NULL, p, 1, &byte, 64));
+    OK(olMemFill(NULL, (char *)p + 8, 4, word, 16));
+    OK(olMemcpy(NULL, out, host, p, dev, 64));
+    for (int j = 0; j < 64; j++) {
+        unsigned char want = j >= 8 && j < 24 ? word[(j - 8) % 4] : byte;
+        CHECK(out[j] == want, "fill: byte %d is %d, not %d", j, out[j], want);
+    }
+    ERR(olMemFill(NULL, p, 4, word, 6), OL_ERRC_INVALID_SIZE);
+    ERR(olMemFill(NULL, (char *)p + 60, 4, word, 8), OL_ERRC_INVALID_SIZE);
+    ERR(olMemFill(NULL, out, 1, &byte, 1), OL_ERRC_NOT_FOUND);
+    ERR(olMemFill(NULL, NULL, 1, &byte, 1), OL_ERRC_INVALID_NULL_POINTER);
+    OK(olMemFree(p));
+    printf("ok fill\n");
     ERR(olMemFree(NULL), OL_ERRC_INVALID_NULL_POINTER);
+}
+
+/* olIsValidBinary: junk is refused by every device; OL_TEST_HOST_IMAGE (a host program of
+ * offload's host kernel ABI) is valid for a CPU device of offload's host platform. */
+static void valid_binary(void) {
+    static const char junk[] = "not a program";
+    for (int i = 0; i < n_devices; i++) {
+        bool valid = true;
+        OK(olIsValidBinary(devices[i], junk, sizeof junk, &valid));
+        CHECK(!valid, "junk is valid for device %d", i);
+    }
+    ERR(olIsValidBinary(compute_device(), NULL, 4, &(bool){0}), OL_ERRC_INVALID_NULL_POINTER);
+    const char *path = getenv("OL_TEST_HOST_IMAGE");
+    if (!path)
+        return;
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "no %s", path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *image = malloc((size_t)size);
+    CHECK(fread(image, 1, (size_t)size, f) == (size_t)size, "short read of %s", path);
+    fclose(f);
+    int cpus = 0;
+    for (int i = 0; i < n_devices; i++) {
+        bool valid = false;
+        OK(olIsValidBinary(devices[i], image, (size_t)size, &valid));
+        if (type_of(devices[i]) == OL_DEVICE_TYPE_CPU) {
+            CHECK(valid, "the host image is not valid for CPU device %d", i);
+            cpus++;
+        } else {
+            CHECK(!valid, "the host image is valid for device %d", i);
+        }
+    }
+    CHECK(cpus > 0, "no CPU device");
+    free(image);
+    printf("ok olIsValidBinary\n");
 }
 
 /* Handles of a finished generation: refused, never a crash. */
@@ -279,6 +333,7 @@ int main(int argc, char **argv) {
     host_memcpy();
     if (full) {
         memory();
+        valid_binary();
         stale();
         ERR(olCreateQueue(compute_device(), &(ol_queue_handle_t){0}), OL_ERRC_UNSUPPORTED);
     }

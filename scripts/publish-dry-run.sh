@@ -22,10 +22,11 @@ if [[ "${OFFLOAD_PUBLISH_OFFLINE:-0}" == 1 ]]; then
     offline=(--offline)
 fi
 # Never published: the benchmark helper, the dlopen test fixture, the test machinery, the
-# MPI test programs, the C API (built from a checkout: docs/c-api.md) and the Python
-# package (built by maturin).
+# MPI test programs, the C API (built from a checkout: docs/c-api.md), the liboffload-compatible
+# library (the same: docs/liboffload.md) and the Python package (built by maturin).
 exclude=(--exclude offload-bench --exclude offload-embed --exclude offload-testing
-    --exclude offload-mpi-programs --exclude offload-capi --exclude offload-python)
+    --exclude offload-mpi-programs --exclude offload-capi --exclude offload-liboffload
+    --exclude offload-python)
 
 # The dry run unpacks each package into cargo's registry sources under its name and version;
 # a copy left there by an earlier run of the same version would be built instead of this

@@ -197,6 +197,9 @@ pub mod chapter_doctests {
     /// docs/launches.md
     #[doc = include_str!("../docs/launches.md")]
     pub struct Launches;
+    /// docs/liboffload.md
+    #[doc = include_str!("../docs/liboffload.md")]
+    pub struct Liboffload;
     /// docs/lifecycle.md
     #[doc = include_str!("../docs/lifecycle.md")]
     pub struct Lifecycle;

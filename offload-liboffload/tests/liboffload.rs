@@ -45,13 +45,18 @@ fn ours() -> PathBuf {
 }
 
 fn make_ours() -> PathBuf {
+    // cargo builds the library into target/<profile>/deps and copies it up a level.
     let exe = std::env::current_exe().expect("the test binary's path");
-    let built = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .join("libLLVMOffload.so");
-    assert!(built.exists(), "{} was not built", built.display());
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let built = [
+        deps.join("libLLVMOffload.so"),
+        deps.join("../libLLVMOffload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| panic!("libLLVMOffload.so was not built beside {}", deps.display()))
+    .canonicalize()
+    .expect("canonicalize the library's path");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("liboffload-ours");
     std::fs::create_dir_all(&dir).expect("create the library directory");
     for name in [SONAME, "libLLVMOffload.so"] {

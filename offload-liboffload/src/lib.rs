@@ -138,16 +138,21 @@ entry! {
     /// Calls `Callback` for each device (liboffload's HOST endpoint first, then offload's),
     /// without holding the library's lock.
     olIterateDevices / olIterateDevicesWithCodeLoc (Callback: ol_device_iterate_cb_t, UserData: *mut c_void) {
-        let mut handles = Vec::new();
+        // The handles follow from the generation and the number of devices: nothing to
+        // allocate per call.
+        let mut listing = None;
         state::with_state(|st| {
             let Some(callback) = Callback else {
                 return Err(stat!(OL_ERRC_INVALID_NULL_POINTER, "Callback is NULL").into());
             };
             let live = listed(st)?;
-            handles = (0..live.devices.len()).map(|i| (callback, device_handle(live.epoch, i))).collect();
+            listing = Some((callback, live.epoch, live.devices.len()));
             Ok(())
         })?;
-        for (callback, handle) in handles {
+        let Some((callback, epoch, count)) = listing else {
+            return Ok(());
+        };
+        for handle in (0..count).map(|i| device_handle(epoch, i)) {
             // SAFETY: the caller's function, called as the header documents.
             if !unsafe { callback(handle, UserData) } {
                 break;
@@ -326,6 +331,17 @@ entry! {
             }
             if !Queue.is_null() {
                 return Err(stat!(OL_ERRC_UNSUPPORTED, "olMemcpy: queues are not implemented yet by offload's libLLVMOffload; pass a NULL queue (a synchronous copy)").into());
+            }
+            // Host to host through the HOST device (index 0) with no allocation to look
+            // through: liboffload's commonest small copy, straight to memmove.
+            if live.allocs.is_empty()
+                && matches!(device_index(live, DstDevice), Ok(0))
+                && matches!(device_index(live, SrcDevice), Ok(0))
+            {
+                // SAFETY: host memory on both sides, which the caller promises holds Size
+                // bytes at each pointer (`copy` allows overlap).
+                unsafe { std::ptr::copy(SrcPtr.cast::<u8>(), DstPtr.cast::<u8>(), Size) };
+                return Ok(());
             }
             let dst = side(live, DstPtr.addr(), DstDevice, Size)?;
             let src = side(live, SrcPtr.addr(), SrcDevice, Size)?;

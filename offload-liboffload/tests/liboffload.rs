@@ -169,7 +169,7 @@ fn compile(name: &str, out: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("liboffload-{out}"));
     let mut cc = Command::new("cc");
-    cc.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"])
+    cc.args(["-std=c11", "-O1", "-pthread", "-Wall", "-Wextra", "-Werror"])
         .arg(format!("-I{INCLUDE}"))
         .arg(&src)
         .arg("-o")

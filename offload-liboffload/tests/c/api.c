@@ -4,8 +4,10 @@
  *
  *   api cpu   — what real liboffload can run on a machine without a GPU: init/shutdown
  *               cycles, device iteration, device and platform info, a host-to-host memcpy.
- *   api full  — also: allocations on a compute device, copies through them, memory info,
- *               and handles of finished generations (refused with an error, never a crash).
+ *   api full  — also: allocations on a compute device, copies through them, fills, memory
+ *               info, olIsValidBinary, handles of finished generations (refused with an
+ *               error, never a crash), and 4 threads each initialising, copying and shutting
+ *               down 200 times at once.
  *   api initfail — run where olInit must fail (offload told to use a backend it cannot
  *               open): each failure says why and leaves nothing initialised.
  *
@@ -15,6 +17,7 @@
 #include <stdbool.h> /* OffloadAPI.h uses bool without it */
 #include <stdint.h>
 #include <offload/OffloadAPI.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +322,52 @@ static void init_fails(void) {
     printf("ok 100 failed olInit calls left nothing initialised\n");
 }
 
+/* Threads that each hold their own reference: while a thread's olInit is unmatched its
+ * handles stay valid, whatever the other threads' olShutDown calls do; the last one out
+ * ends the generation. */
+static bool first_compute(ol_device_handle_t d, void *user) {
+    ol_device_type_t type;
+    OK(olGetDeviceInfo(d, OL_DEVICE_INFO_TYPE, sizeof type, &type));
+    if (type == OL_DEVICE_TYPE_HOST) {
+        ((ol_device_handle_t *)user)[0] = d;
+        return true;
+    }
+    ((ol_device_handle_t *)user)[1] = d;
+    return false;
+}
+
+static void *worker(void *arg) {
+    long id = (long)arg;
+    for (int i = 0; i < 200; i++) {
+        OK(olInit());
+        ol_device_handle_t found[2] = {NULL, NULL};
+        OK(olIterateDevices(first_compute, found));
+        CHECK(found[0] && found[1], "thread %ld: no HOST or compute device", id);
+        void *p = NULL;
+        OK(olMemAlloc(found[1], OL_ALLOC_TYPE_DEVICE, 64, &p));
+        unsigned char in[64], out[64];
+        for (int j = 0; j < 64; j++)
+            in[j] = (unsigned char)(id + i + j), out[j] = 0;
+        OK(olMemcpy(NULL, p, found[1], in, found[0], 64));
+        OK(olMemcpy(NULL, out, found[0], p, found[1], 64));
+        CHECK(memcmp(in, out, 64) == 0, "thread %ld: wrong bytes", id);
+        if (i % 2)
+            OK(olMemFree(p)); /* else the last olShutDown frees it */
+        OK(olShutDown());
+    }
+    return NULL;
+}
+
+static void threads(void) {
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++)
+        CHECK(pthread_create(&t[i], NULL, worker, (void *)i) == 0, "pthread_create");
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    ERR(olShutDown(), OL_ERRC_UNINITIALIZED);
+    printf("ok 4 threads x 200 init/alloc/copy/shutdown rounds\n");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "initfail") == 0) {
         init_fails();
@@ -338,6 +387,8 @@ int main(int argc, char **argv) {
         ERR(olCreateQueue(compute_device(), &(ol_queue_handle_t){0}), OL_ERRC_UNSUPPORTED);
     }
     OK(olShutDown());
+    if (full)
+        threads();
     printf("ok all (%s)\n", full ? "full" : "cpu subset");
     return failures;
 }

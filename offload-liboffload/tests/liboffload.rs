@@ -209,6 +209,14 @@ fn c_api_against_both_libraries() {
             .env("OL_TEST_CYCLES", "1000");
         output(cpu, "tests/c/api.c cpu subset, on offload");
     }
+    // Each generation's first listing opens every platform: lavapipe's ~60 ms a time would
+    // make the threads' 800 rounds take seconds, so they run on the host device.
+    let mut threads = Command::new(&exe);
+    threads
+        .arg("threads")
+        .env("LD_LIBRARY_PATH", &ours)
+        .env("OFFLOAD_BACKENDS", "host");
+    output(threads, "tests/c/api.c threads, on offload");
     // offload told to open a backend that does not exist: every olInit fails.
     let mut fails = Command::new(&exe);
     fails
@@ -230,7 +238,11 @@ fn memcheck_finds_no_leak() {
         &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
     );
     // The host backend only: lavapipe under memcheck would take minutes.
-    for (mode, backends) in [("full", "host"), ("initfail", "no-such-backend")] {
+    for (mode, backends) in [
+        ("full", "host"),
+        ("threads", "host"),
+        ("initfail", "no-such-backend"),
+    ] {
         let mut memcheck = Command::new(VALGRIND);
         memcheck
             .args([
@@ -243,7 +255,8 @@ fn memcheck_finds_no_leak() {
             .arg(mode)
             .env("LD_LIBRARY_PATH", &ours)
             .env("OFFLOAD_BACKENDS", backends)
-            .env("OL_TEST_CYCLES", "20");
+            .env("OL_TEST_CYCLES", "20")
+            .env("OL_TEST_ROUNDS", "20");
         output(memcheck, &format!("memcheck tests/c/api.c {mode}"));
     }
 }

@@ -6,8 +6,9 @@
  *               cycles, device iteration, device and platform info, a host-to-host memcpy.
  *   api full  — also: allocations on a compute device, copies through them, fills, memory
  *               info, olIsValidBinary, handles of finished generations (refused with an
- *               error, never a crash), and 4 threads each initialising, copying and shutting
- *               down 200 times at once.
+ *               error, never a crash).
+ *   api threads — 4 threads each initialising, copying and shutting down OL_TEST_ROUNDS
+ *               (default 200) times at once.
  *   api initfail — run where olInit must fail (offload told to use a backend it cannot
  *               open): each failure says why and leaves nothing initialised.
  *
@@ -336,9 +337,11 @@ static bool first_compute(ol_device_handle_t d, void *user) {
     return false;
 }
 
+static int rounds;
+
 static void *worker(void *arg) {
     long id = (long)arg;
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < rounds; i++) {
         OK(olInit());
         ol_device_handle_t found[2] = {NULL, NULL};
         OK(olIterateDevices(first_compute, found));
@@ -359,18 +362,24 @@ static void *worker(void *arg) {
 }
 
 static void threads(void) {
+    const char *env = getenv("OL_TEST_ROUNDS");
+    rounds = env ? atoi(env) : 200;
     pthread_t t[4];
     for (long i = 0; i < 4; i++)
         CHECK(pthread_create(&t[i], NULL, worker, (void *)i) == 0, "pthread_create");
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
     ERR(olShutDown(), OL_ERRC_UNINITIALIZED);
-    printf("ok 4 threads x 200 init/alloc/copy/shutdown rounds\n");
+    printf("ok 4 threads x %d init/alloc/copy/shutdown rounds\n", rounds);
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "initfail") == 0) {
         init_fails();
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "threads") == 0) {
+        threads();
         return 0;
     }
     int full = argc > 1 && strcmp(argv[1], "full") == 0;
@@ -387,8 +396,6 @@ int main(int argc, char **argv) {
         ERR(olCreateQueue(compute_device(), &(ol_queue_handle_t){0}), OL_ERRC_UNSUPPORTED);
     }
     OK(olShutDown());
-    if (full)
-        threads();
     printf("ok all (%s)\n", full ? "full" : "cpu subset");
     return failures;
 }

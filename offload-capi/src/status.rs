@@ -261,8 +261,16 @@ pub extern "C" fn offload_last_error() -> *const c_char {
 /// a number that is no status.
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_status_name(status: i32) -> *const c_char {
+    match ALL.iter().find(|s| **s as i32 == status) {
+        Some(s) => s.name().as_ptr().cast(),
+        None => c"?".as_ptr(),
+    }
+}
+
+/// Every status, in the header's order.
+const ALL: [offload_status_t; 20] = {
     use offload_status_t::*;
-    const ALL: [offload_status_t; 18] = [
+    [
         OFFLOAD_OK,
         OFFLOAD_ERROR_SHUT_DOWN,
         OFFLOAD_ERROR_INVALID_BINARY,
@@ -281,12 +289,10 @@ pub extern "C" fn offload_status_name(status: i32) -> *const c_char {
         OFFLOAD_ERROR_DRIVER,
         OFFLOAD_ERROR_INVALID_HANDLE,
         OFFLOAD_ERROR_INTERNAL,
-    ];
-    match ALL.iter().find(|s| **s as i32 == status) {
-        Some(s) => s.name().as_ptr().cast(),
-        None => c"?".as_ptr(),
-    }
-}
+        OFFLOAD_ERROR_FORKED,
+        OFFLOAD_ERROR_OUT_OF_BOUNDS,
+    ]
+};
 
 #[cfg(test)]
 mod tests {
@@ -365,12 +371,335 @@ mod tests {
         );
     }
 
+    /// One row of the C wording table: a status of the header, the C function a failure
+    /// came through, what the Rust runtime answered (in its own words) and the exact text
+    /// `offload_last_error()` must then hold.
+    struct Row {
+        status: offload_status_t,
+        call: &'static str,
+        fail: fn() -> Res,
+        says: &'static str,
+    }
+
+    fn gone() -> Error {
+        Error::ShutDown {
+            call: "Buffer::read",
+            object: r#"buffer "w" (16 bytes, host)"#.into(),
+            caller: offload::Caller::Rust,
+        }
+    }
+
+    const SHUT_DOWN_TEXT: &str = r#"offload_buffer_read: buffer "w" (16 bytes, host) belongs to an offload runtime that has been shut down; handles do not outlive their runtime: make new ones from a new offload_init()"#;
+
+    /// Every status the header documents, with its message in C's words: the `offload_*`
+    /// function the C caller called (never the Rust method it ran, `Buffer::read`), the
+    /// callback by its C registration, and C's advice (`offload_init()`, `offload_config_t`).
+    fn table() -> Vec<Row> {
+        use offload::BackendKind::{Host, Vulkan};
+        use offload_status_t::*;
+        vec![
+            Row {
+                status: OFFLOAD_OK,
+                call: "offload_buffer_read",
+                fail: || Ok(()),
+                says: "",
+            },
+            Row {
+                status: OFFLOAD_ERROR_SHUT_DOWN,
+                call: "offload_buffer_read",
+                fail: || Err(gone().into()),
+                says: SHUT_DOWN_TEXT,
+            },
+            Row {
+                status: OFFLOAD_ERROR_INVALID_BINARY,
+                call: "offload_program_load",
+                fail: || {
+                    Err(Error::InvalidBinary {
+                        backend: Host,
+                        call: "Program::load",
+                        reason: "not an ELF shared object".into(),
+                    }
+                    .into())
+                },
+                says: "host: offload_program_load: invalid binary: not an ELF shared object",
+            },
+            Row {
+                status: OFFLOAD_ERROR_SYMBOL_NOT_FOUND,
+                call: "offload_module_kernel",
+                fail: || {
+                    Err(Error::SymbolNotFound {
+                        backend: Host,
+                        call: "Module::kernel",
+                        symbol: "missing".into(),
+                        hint: "the module has `noop`".into(),
+                    }
+                    .into())
+                },
+                says: "host: offload_module_kernel: symbol `missing` not found: the module has `noop`",
+            },
+            Row {
+                status: OFFLOAD_ERROR_OUT_OF_MEMORY,
+                call: "offload_buffer_alloc",
+                fail: || {
+                    Err(Error::OutOfMemory {
+                        backend: Host,
+                        call: "Device::alloc",
+                        requested: 1 << 62,
+                        reason: "more than the machine's memory".into(),
+                    }
+                    .into())
+                },
+                says: "host: offload_buffer_alloc: out of memory: 4611686018427387904 bytes \
+                       requested (more than the machine's memory)",
+            },
+            Row {
+                status: OFFLOAD_ERROR_INVALID_ARGUMENT,
+                call: "offload_buffer_alloc",
+                fail: || {
+                    Err(
+                        Error::invalid("Device::alloc", "zero-size allocation on host device 0")
+                            .into(),
+                    )
+                },
+                says: "offload_buffer_alloc: invalid argument: zero-size allocation on host device 0",
+            },
+            Row {
+                status: OFFLOAD_ERROR_INVALID_IPC_HANDLE,
+                call: "offload_ipc_import",
+                fail: || {
+                    Err(Error::InvalidIpcHandle {
+                        backend: None,
+                        call: "Device::import",
+                        reason: "the bytes are no offload handle".into(),
+                    }
+                    .into())
+                },
+                says: "offload_ipc_import: invalid IPC handle: the bytes are no offload handle",
+            },
+            Row {
+                status: OFFLOAD_ERROR_CALLBACK,
+                call: "offload_program_load",
+                fail: || {
+                    Err(Error::Callback {
+                        callback: "on_setup",
+                        source: "the C callback returned 7".into(),
+                    }
+                    .into())
+                },
+                says: "offload_program_on_setup callback failed: the C callback returned 7",
+            },
+            Row {
+                status: OFFLOAD_ERROR_MULTIPLE,
+                call: "offload_shutdown",
+                fail: || {
+                    Err(Error::Multiple(vec![
+                        Error::Callback {
+                            callback: "on_teardown",
+                            source: "the C callback returned 1".into(),
+                        },
+                        Error::Callback {
+                            callback: offload::plugin::hal::HOST_FN_CALLBACK,
+                            source: "queue (host): a panic".into(),
+                        },
+                    ])
+                    .into())
+                },
+                says: "2 errors: offload_program_on_teardown callback failed: the C callback \
+                       returned 1; offload_queue_host_fn callback failed: queue (host): a panic",
+            },
+            Row {
+                status: OFFLOAD_ERROR_DRIVER_NOT_FOUND,
+                call: "offload_init",
+                fail: || {
+                    Err(Error::DriverNotFound {
+                        backend: Vulkan,
+                        library: "libvulkan.so.1".into(),
+                        reason: "cannot open shared object file".into(),
+                        caller: offload::Caller::Rust,
+                    }
+                    .into())
+                },
+                says: "vulkan: driver not found: libvulkan.so.1 (cannot open shared object \
+                       file); install the vulkan driver, or leave vulkan out of the backends \
+                       asked for (OFFLOAD_BACKENDS, `offload_config_t`'s `backends`)",
+            },
+            Row {
+                status: OFFLOAD_ERROR_NO_DEVICE,
+                call: "offload_device_of",
+                fail: || {
+                    Err(Error::NoDevice {
+                        backend: Vulkan,
+                        library: "libvulkan.so.1".into(),
+                        reason: "vkEnumeratePhysicalDevices found none".into(),
+                    }
+                    .into())
+                },
+                says: "vulkan: no device: libvulkan.so.1 loaded, but vkEnumeratePhysicalDevices \
+                       found none (this machine has no vulkan device this process can use; \
+                       `offload-info` lists the devices offload finds)",
+            },
+            Row {
+                status: OFFLOAD_ERROR_UNSUPPORTED,
+                call: "offload_ipc_export",
+                fail: || {
+                    Err(Error::Unsupported {
+                        backend: Host,
+                        call: "Buffer::export",
+                        reason: "the buffer was not allocated exportable".into(),
+                    }
+                    .into())
+                },
+                says: "host: offload_ipc_export: unsupported: the buffer was not allocated \
+                       exportable",
+            },
+            Row {
+                status: OFFLOAD_ERROR_IPC,
+                call: "offload_endpoint_send",
+                fail: || {
+                    Err(Error::Ipc {
+                        call: "IpcEndpoint::send",
+                        reason: "peer pid 1234 exited".into(),
+                    }
+                    .into())
+                },
+                says: "ipc: offload_endpoint_send: peer pid 1234 exited",
+            },
+            Row {
+                status: OFFLOAD_ERROR_QUARANTINED,
+                call: "offload_buffer_free",
+                fail: || {
+                    Err(Error::Quarantined {
+                        backend: Host,
+                        call: "Buffer::free",
+                        object: "a 64-byte host device buffer".into(),
+                        peers: "pid 1234".into(),
+                        timeout_ms: 5000,
+                    }
+                    .into())
+                },
+                says: "host: offload_buffer_free: a 64-byte host device buffer is quarantined: \
+                       pid 1234 had not unmapped it after 5000 ms; it is released when they \
+                       answer or exit, or at shutdown",
+            },
+            Row {
+                status: OFFLOAD_ERROR_COMPILE,
+                call: "offload_program_load",
+                fail: || {
+                    Err(Error::Compile {
+                        backend: Host,
+                        call: "Program::load",
+                        language: offload::Language::C,
+                        log: "k.c:1: error: expected expression".into(),
+                    }
+                    .into())
+                },
+                says: "host: offload_program_load: C compile failed: k.c:1: error: expected \
+                       expression",
+            },
+            Row {
+                status: OFFLOAD_ERROR_DRIVER,
+                call: "offload_queue_sync",
+                fail: || {
+                    Err(Error::Driver {
+                        backend: Vulkan,
+                        call: "Queue::sync",
+                        code: -4,
+                        message: "VK_ERROR_DEVICE_LOST".into(),
+                    }
+                    .into())
+                },
+                says: "vulkan: offload_queue_sync: driver error -4: VK_ERROR_DEVICE_LOST",
+            },
+            Row {
+                status: OFFLOAD_ERROR_INVALID_HANDLE,
+                call: "offload_buffer_read",
+                fail: || {
+                    Err(Fail::Handle(
+                        "offload_buffer_read: the buffer handle is 0".into(),
+                    ))
+                },
+                says: "offload_buffer_read: the buffer handle is 0",
+            },
+            Row {
+                status: OFFLOAD_ERROR_INTERNAL,
+                call: "offload_buffer_read",
+                fail: || panic!("a planted panic"),
+                says: "offload_buffer_read: internal error: a planted panic",
+            },
+            Row {
+                status: OFFLOAD_ERROR_FORKED,
+                call: "offload_init",
+                fail: || {
+                    Err(Error::Forked {
+                        call: "Offload::init",
+                        pid: 42,
+                    }
+                    .into())
+                },
+                says: "offload_init: this process (pid 42) was forked from one that was running \
+                       offload; its runtime's threads did not survive the fork, so no offload \
+                       call can work in it: start offload in a fresh process (fork before \
+                       starting offload, or exec after the fork)",
+            },
+            Row {
+                status: OFFLOAD_ERROR_OUT_OF_BOUNDS,
+                call: "offload_queue_sync",
+                fail: || {
+                    Err(Error::OutOfBounds {
+                        backend: Vulkan,
+                        call: "Queue::sync",
+                        kernel: "scale".into(),
+                        argument: 1,
+                        binding: 0,
+                        index: 64,
+                        length: 64,
+                        access: "write",
+                        more: 0,
+                    }
+                    .into())
+                },
+                says: "vulkan: offload_queue_sync: kernel `scale` wrote index 64 of an array of 64 \
+                       elements in argument 1 (binding 0): out of bounds, so the write was \
+                       dropped (no other data changed)",
+            },
+        ]
+    }
+
+    /// The C wording table: every status of the header (read from offload.h itself, so a
+    /// status added there without a row fails here) answers with its exact C text and its
+    /// name; nothing in the table reads as Rust.
     #[test]
-    fn every_status_has_its_name() {
-        for n in 0..18 {
+    fn every_documented_status_speaks_c() {
+        let header = include_str!("../include/offload.h");
+        let documented: Vec<&str> = header
+            .lines()
+            .filter_map(|l| l.trim().split_once(" = "))
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("OFFLOAD_OK") || name.starts_with("OFFLOAD_ERROR_"))
+            .collect();
+        let rows = table();
+        let named: Vec<&str> = rows
+            .iter()
+            .map(|r| r.status.name().trim_end_matches('\0'))
+            .collect();
+        assert_eq!(
+            named, documented,
+            "the table's rows against offload.h's statuses"
+        );
+        set_last_error("");
+        for row in rows {
+            let status = guard(row.call, row.fail);
+            assert_eq!(status, row.status, "{}", row.says);
+            assert_eq!(last(), row.says, "{:?}", row.status);
+            assert!(!row.says.contains("::") && !row.says.contains("Offload::init"));
             // SAFETY: static NUL-terminated names.
-            let name = unsafe { CStr::from_ptr(offload_status_name(n)) };
-            assert!(name.to_str().unwrap().starts_with("OFFLOAD_"), "{n}");
+            let name = unsafe { CStr::from_ptr(offload_status_name(row.status as i32)) };
+            assert_eq!(name.to_bytes_with_nul(), row.status.name().as_bytes());
+        }
+        for nothing in [-1, 20, i32::MAX] {
+            // SAFETY: as above.
+            let name = unsafe { CStr::from_ptr(offload_status_name(nothing)) };
+            assert_eq!(name.to_str(), Ok("?"), "{nothing}");
         }
     }
 }

@@ -303,6 +303,19 @@ pub enum Caller {
     Liboffload,
 }
 
+impl Caller {
+    /// The caller's name for the registration of a callback the Rust API calls `callback`
+    /// (`on_setup` is C's `offload_program_on_setup`): what a failed callback's error names.
+    fn callback_name(self, callback: &'static str) -> &'static str {
+        match (self, callback) {
+            (Caller::C, "on_setup") => "offload_program_on_setup",
+            (Caller::C, "on_teardown") => "offload_program_on_teardown",
+            (Caller::C, crate::hal::HOST_FN_CALLBACK) => "offload_queue_host_fn",
+            _ => callback,
+        }
+    }
+}
+
 fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
     let what = if object.is_empty() {
         "this handle".to_string()
@@ -553,7 +566,8 @@ impl Error {
     /// The error as a call of another language's API names it: every `call` it carries
     /// (those inside an `Error::Multiple` too) becomes `call`, the name of the function
     /// that was called (`offload_buffer_read`), and its advice is given in `caller`'s words
-    /// (`offload_init()` for C, not `Offload::init()`). A binding (the C API) applies it to
+    /// (`offload_init()` for C, not `Offload::init()`); a failed callback is named by the
+    /// caller's registration of it (`offload_program_on_setup`). A binding (the C API) applies it to
     /// every error it passes on, so its users read their own calls, never the Rust ones
     /// the binding made for them.
     ///
@@ -573,7 +587,9 @@ impl Error {
     /// ```
     #[must_use]
     pub fn for_call(mut self, caller: Caller, call: &'static str) -> Self {
-        self.rename_with(caller, &|_| call);
+        self.rename_with(caller, &|_| call, &|callback| {
+            caller.callback_name(callback)
+        });
         self
     }
 
@@ -600,19 +616,29 @@ impl Error {
         caller: Caller,
         name: impl Fn(&'static str) -> &'static str,
     ) -> Self {
-        self.rename_with(caller, &name);
+        self.rename_with(caller, &name, &name);
         self
     }
 
-    fn rename_with(&mut self, to_caller: Caller, name: &dyn Fn(&'static str) -> &'static str) {
+    /// Re-names every call with `name` and every callback (the registration a failed
+    /// callback was given by, `on_setup`) with `callback`, and sets the advice's language.
+    fn rename_with(
+        &mut self,
+        to_caller: Caller,
+        name: &dyn Fn(&'static str) -> &'static str,
+        callback: &dyn Fn(&'static str) -> &'static str,
+    ) {
         if let Error::Multiple(errors) = self {
             errors
                 .iter_mut()
-                .for_each(|e| e.rename_with(to_caller, name));
+                .for_each(|e| e.rename_with(to_caller, name, callback));
             return;
         }
         if let Some(call) = self.call_mut() {
             *call = name(call);
+        }
+        if let Error::Callback { callback: c, .. } = self {
+            *c = callback(c);
         }
         if let Error::ShutDown { caller, .. } | Error::DriverNotFound { caller, .. } = self {
             *caller = to_caller;

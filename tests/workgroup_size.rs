@@ -78,6 +78,26 @@ fn run_launches_the_declared_workgroup_size_only() -> offload::Result<()> {
     queue.sync()?;
     assert_eq!(out.to_vec()?, [64; 4]);
 
+    // The fix a refusal suggests is written in the language of the queue's caller: Rust's
+    // by default, C's on a queue the C API made (Python's: python/tests/test_args.py).
+    let four_by_four = Dims::grid([4, 1, 1]).block([4, 4, 1]);
+    let rust = queue.run(&sum, four_by_four, &offload::args![&out]);
+    let rust = rust.unwrap_err().to_string();
+    assert!(
+        rust.contains("(write `Dims::grid([..]).block([8, 8, 1])`)")
+            && rust.contains("`queue.run_resized(..)`"),
+        "{rust}"
+    );
+    let c_queue = dev.queue()?.for_caller(offload::Caller::C);
+    let c = c_queue.run(&sum, four_by_four, &offload::args![&out]);
+    let c = c.unwrap_err().to_string();
+    assert!(
+        c.contains("(set `offload_dims_t`'s `block` to `{8, 8, 1}`)"),
+        "{c}"
+    );
+    assert!(!c.contains("Dims::") && !c.contains("run_resized"), "{c}");
+    drop(c_queue);
+
     // Another size, said on purpose: it runs (still memory-safe), and computes what a tile
     // of 16 threads computes.
     out.write(0, &[0u32; 4])?;

@@ -74,7 +74,10 @@ pub unsafe extern "C" fn offload_queue_create(
     const CALL: &str = "offload_queue_create";
     guard(CALL, || {
         let o = out(CALL, "queue", queue)?;
-        let q = table::get::<Device>(CALL, device)?.queue()?;
+        // The fixes its launch refusals suggest are written in C.
+        let q = table::get::<Device>(CALL, device)?
+            .queue()?
+            .for_caller(offload::Caller::C);
         o.set(table::insert(CALL, table::epoch_of(device), q)?);
         Ok(())
     })

@@ -140,37 +140,12 @@ fn python_name(call: &'static str) -> &'static str {
         .or_insert_with(|| Box::leak(call.replace("::", ".").into_boxed_str()))
 }
 
-/// The fixes a message gives in Rust syntax, as a Python user writes them.
-fn python_fixes(msg: String) -> String {
-    const POD: &str = "`Arg::pod(&[x, y])`, `Arg::pod(&your_struct)`";
-    let msg = msg.replace(POD, "a tuple `(x, y)`, or the value's bytes");
-    let msg = msg.replace(
-        "use Device::alloc_exportable for",
-        "allocate with Device.alloc(size, exportable=True) for",
-    );
-    // "(write `Dims::grid([..]).block([8, 8, 1])`), or, if … `queue.run_resized(..)`"
-    const BLOCK: &str = "(write `Dims::grid([..]).block(";
-    let Some(start) = msg.find(BLOCK) else {
-        return msg;
-    };
-    let rest = &msg[start + BLOCK.len()..];
-    let (Some(close), Some(end)) = (rest.find(")`"), rest.find("`queue.run_resized(..)`")) else {
-        return msg;
-    };
-    let block = rest[..close].replace('[', "(").replace(']', ")");
-    format!(
-        "{}(pass dims `(grid, {block})`){}",
-        &msg[..start],
-        &rest[end + "`queue.run_resized(..)`".len()..]
-    )
-}
-
 /// The Python exception for `e`, with its message in Python's words (`Buffer.read`, "a new
 /// offload.Offload()"); `Multiple` carries `.errors` and `Driver` carries `.code`.
 pub(crate) fn to_py(e: offload::Error) -> PyErr {
     use offload::Error as E;
     let e = e.in_words_of(offload::Caller::Python, python_name);
-    let msg = python_fixes(e.to_string());
+    let msg = e.to_string();
     let err = match &e {
         E::ShutDown { .. } => ShutDownError::new_err(msg),
         E::InvalidBinary { .. } => InvalidBinaryError::new_err(msg),

@@ -370,6 +370,8 @@ impl PyDevice {
     fn queue(&self, py: Python<'_>) -> PyResult<PyQueue> {
         check("Device.queue")?;
         let q = blocking(py, || self.inner.queue()).py_err()?;
+        // The fixes its launch refusals suggest are written in Python (a tuple, dims).
+        let q = q.for_caller(offload::Caller::Python);
         Ok(PyQueue::new(q, self.cell.clone()))
     }
 

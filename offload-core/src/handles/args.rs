@@ -5,8 +5,9 @@
 use crate::sync::Arc;
 use std::fmt;
 
-use crate::error::{Error, Result};
+use crate::error::{Caller, Error, Result};
 use crate::hal::{ParamKind, ScalarType};
+use crate::handles::fixes::Fix;
 use crate::handles::{Buffer, Kernel};
 use crate::runtime::generation::{DeviceKey, Generation};
 
@@ -421,8 +422,11 @@ impl<'a> Arg<'a> {
     }
 }
 
+/// Checks `args` against what `kernel` declares (P4); a refusal names the argument and
+/// suggests its fix in `caller`'s words.
 pub(super) fn check_args(
     call: &'static str,
+    caller: Caller,
     kernel: &Kernel,
     args: &[Arg<'_>],
     device: &DeviceKey,
@@ -436,10 +440,9 @@ pub(super) fn check_args(
         let hint = if args.len() > params.len()
             && params.iter().any(|p| matches!(p, ParamKind::Pod { .. }))
         {
-            " (a vector, matrix or struct parameter is one argument: `Arg::pod(&[x, y])`, \
-             `Arg::pod(&your_struct)`)"
+            format!(" ({})", Fix::OneComposite.words(caller))
         } else {
-            ""
+            String::new()
         };
         return Err(Error::invalid(
             call,
@@ -460,8 +463,8 @@ pub(super) fn check_args(
                 return Err(Error::invalid(
                     call,
                     format!(
-                        "argument {nth} of `{name}` is a (storage) buffer; got {arg:?}: pass \
-                         it as a buffer (`Arg::buffer`, or `&buffer` in `args!`)"
+                        "argument {nth} of `{name}` is a (storage) buffer; got {arg:?}: {}",
+                        Fix::AsStorage.words(caller)
                     ),
                 ));
             }
@@ -469,8 +472,8 @@ pub(super) fn check_args(
                 return Err(Error::invalid(
                     call,
                     format!(
-                        "argument {nth} of `{name}` is a uniform buffer; got {arg:?}: pass it \
-                         as one with `Arg::uniform(&buffer)`"
+                        "argument {nth} of `{name}` is a uniform buffer; got {arg:?}: {}",
+                        Fix::AsUniform.words(caller)
                     ),
                 ));
             }

@@ -13,6 +13,7 @@ pub(crate) mod background;
 mod buffer;
 mod device;
 mod event;
+mod fixes;
 mod kernel;
 mod module;
 mod program;

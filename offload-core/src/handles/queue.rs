@@ -19,10 +19,11 @@ use smallvec::SmallVec;
 use std::fmt;
 
 use crate::erased::{DynBuffer, DynEvent, DynQueue};
-use crate::error::{Error, Result};
+use crate::error::{Caller, Error, Result};
 use crate::hal::{BackendKind, Dims, KernelArg};
 use crate::handles::args::{Arg, check_args};
 use crate::handles::event::Event;
+use crate::handles::fixes::Fix;
 use crate::handles::{Buffer, Device, Kernel};
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
 use crate::runtime::reentry;
@@ -191,6 +192,8 @@ pub struct Queue {
     generation: Arc<Generation>,
     key: ResourceKey,
     entry: Arc<Entry<dyn DynQueue>>,
+    /// The language of the code that makes this queue's calls ([`Queue::for_caller`]).
+    caller: Caller,
 }
 
 /// A host function as offload hands it to a backend (L6): running it, and dropping it if it
@@ -267,6 +270,7 @@ impl Queue {
                 generation: generation.clone(),
                 key,
                 entry,
+                caller: Caller::Rust,
             })
         })
     }
@@ -283,6 +287,34 @@ impl Queue {
     /// ```
     pub fn label(self, label: impl Into<String>) -> Self {
         *crate::sync::write(&self.entry.label) = Some(Arc::from(label.into()));
+        self
+    }
+
+    /// Says which language's code makes this queue's calls: the fixes its launch refusals
+    /// suggest are written in that language (Rust's by default). A binding sets it on the
+    /// queues it hands out — the Python package to `Caller::Python` (a tuple for a
+    /// `vec2<f32>`, dims `(grid, (64, 1, 1))`), the C API to `Caller::C` — so its users
+    /// read fixes they can type, and no binding rewrites a message's text. The call an
+    /// error names is the binding's to set ([`Error::for_call`]).
+    ///
+    /// ```
+    /// # use offload::{Caller, Dims, Offload, Program};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let noop = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("noop")?;
+    /// let one = Dims::grid([1, 1, 1]);
+    /// // `run` takes verified kernels only; the refusal's fix is in the queue's caller's words.
+    /// let rust = dev.queue()?.run(&noop, one, &[]).unwrap_err().to_string();
+    /// assert!(rust.contains("`unsafe { queue.launch(..) }`"), "{rust}");
+    /// let c = dev.queue()?.for_caller(Caller::C).run(&noop, one, &[]);
+    /// let c = c.unwrap_err().to_string();
+    /// assert!(c.contains("launch it with `offload_queue_launch`"), "{c}");
+    /// assert!(!c.contains("unsafe {"), "{c}");
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    #[must_use]
+    pub fn for_caller(mut self, caller: Caller) -> Self {
+        self.caller = caller;
         self
     }
 
@@ -419,8 +451,8 @@ impl Queue {
                 call,
                 format!(
                     "{kernel} is code offload cannot verify (only WGSL programs offload \
-                     compiled are): launch it with `unsafe {{ queue.launch(..) }}` and its \
-                     safety contract"
+                     compiled are): {}",
+                    Fix::UnsafeLaunch.words(self.caller)
                 ),
             ));
         }
@@ -433,10 +465,9 @@ impl Queue {
                 format!(
                     "{kernel} declares @workgroup_size{declared:?}, the launch asks for \
                      blocks of {:?}: the safe run launches a kernel with the size it declares \
-                     (write `Dims::grid([..]).block({declared:?})`), or, if the kernel does \
-                     not depend on it, with another size said on purpose: \
-                     `queue.run_resized(..)`",
-                    dims.block
+                     {}",
+                    dims.block,
+                    Fix::DeclaredBlock(declared).words(self.caller)
                 ),
             ));
         }
@@ -483,7 +514,14 @@ impl Queue {
                             format!("{kernel:?} is on another device than {self}"),
                         ));
                     }
-                    check_args(call, kernel, args, &self.entry.device, &self.generation)?;
+                    check_args(
+                        call,
+                        self.caller,
+                        kernel,
+                        args,
+                        &self.entry.device,
+                        &self.generation,
+                    )?;
                     // Every distinct buffer once, exclusively (no allocation per launch).
                     let locked =
                         Buffer::lock_all_exclusive(call, args.iter().filter_map(Arg::buffer_of))?;

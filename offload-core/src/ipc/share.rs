@@ -75,8 +75,8 @@ impl Buffer {
                 return Err(Error::invalid(
                     CALL,
                     format!(
-                        "{self} was not allocated exportable: use Device::alloc_exportable for \
-                         memory other processes will map"
+                        "{self} was not allocated exportable, and only exportable memory can be \
+                         mapped by other processes: allocate it as exportable memory"
                     ),
                 ));
             }

@@ -1,8 +1,10 @@
 //! The Chrome time trace (`OFFLOAD_TRACE`, docs/trace.md): two rounds of the quickstart's
 //! steps, run in a child process with the trace on, write a file that parses as Chrome trace JSON, named with
 //! the child's pid, holding complete events for init, platform opens, loads, launches,
-//! syncs and shutdown, and a `thread_name` metadata event for every thread in it; a free of
-//! exported memory a peer process mapped has a span for its wait on the peer; a runtime
+//! syncs and shutdown (with its drain), and a `thread_name` metadata event for every thread
+//! in it (offload's compile pool by its job); a free of exported memory a peer process
+//! mapped has a span for its wait on the peer, which says whether it ended in quarantine
+//! (a stopped peer); a runtime
 //! never shut down is traced by the exit hook; a file that cannot be written is a warning,
 //! not a failure of the program.
 #![cfg(feature = "fixtures")]
@@ -11,15 +13,30 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use offload::{BackendKind, MemKind, Offload};
+use offload::{BackendKind, MemKind, Offload, Program, Source};
 use offload_testing::child::{self, Child};
 use serde_json::Value;
 
-/// The quickstart's steps, twice: init, allocate, write, load, launch, read back, shut down.
+/// The quickstart's steps, twice: init, allocate, write, load, launch, read back, shut down;
+/// the first round also compiles a program on the compile pool (a thread of offload's).
 fn two_rounds() -> offload::Result<()> {
-    for _ in 0..2 {
+    for round in 0..2 {
         let rt = Offload::init()?;
         let dev = rt.devices()?.remove(0);
+        if round == 0 {
+            // Source no cache has seen, so that it compiles, on the pool's thread: the load
+            // waits for the compile the pool started.
+            let source = format!(
+                "#include \"offload_host.h\"\n/* {} {:?} */\n\
+                 OFFLOAD_KERNEL(nothing, \"\") {{ (void)launch; }}\n",
+                std::process::id(),
+                std::time::SystemTime::now()
+            );
+            let program = Program::from_source(Source::c(source));
+            program.compile_in_background(&dev)?;
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            program.load(&dev)?;
+        }
         let buf = dev.alloc(1024, MemKind::Device)?;
         buf.write(0, &[0; 1024])?;
         let queue = dev.queue()?;
@@ -34,10 +51,12 @@ fn two_rounds() -> offload::Result<()> {
 }
 
 /// A host runtime whose exported buffer a peer process (`ipc_peer`, untraced) maps, then
-/// frees it: the free waits for the peer's unmap.
+/// frees it: the free waits for the peer's unmap. A second one is freed while the peer is
+/// stopped: that wait runs out (200 ms) and the memory is quarantined (I3).
 fn ipc_free() {
     let rt = Offload::builder()
         .backends([BackendKind::Host])
+        .ipc_unmap_timeout_ms(200)
         .start()
         .expect("start");
     let endpoint = rt.ipc_endpoint().expect("endpoint");
@@ -57,6 +76,16 @@ fn ipc_free() {
     endpoint.send(to, &buf, 0, 4096, 1).expect("send");
     peer.expect("GOT");
     buf.free().expect("free");
+    let held = dev.alloc_exportable(4096, MemKind::Device).expect("alloc");
+    endpoint.send(to, &held, 0, 4096, 1).expect("send");
+    peer.expect("GOT");
+    peer.stop();
+    let quarantined = held.free().unwrap_err();
+    assert!(
+        matches!(quarantined, offload::Error::Quarantined { .. }),
+        "{quarantined}"
+    );
+    peer.signal(libc::SIGCONT);
     let last = dev.alloc_exportable(64, MemKind::Device).expect("alloc");
     endpoint.send(to, &last, 0, 4, 2).expect("send the end");
     peer.expect("BYE");
@@ -246,10 +275,29 @@ fn two_rounds_write_a_chrome_trace() {
     );
     assert_eq!(trace["otherData"]["dropped_events"].as_u64(), Some(0));
     assert_eq!(trace["displayTimeUnit"].as_str(), Some("ns"));
+    // The wait a user feels in each shutdown, the drain of its queues, has its own span
+    // inside the shutdown's.
+    assert_eq!(count(&events, "shutdown_drain"), 2, "{names:?}");
+    let drain = at("shutdown_drain");
+    assert!(
+        shutdown.0 <= drain.0 && drain.1 <= shutdown.1,
+        "{drain:?} {shutdown:?}"
+    );
     // The child's test runs on a thread the test harness names after it: the trace shows
-    // that name, not a number.
+    // that name, not a number; offload's own threads are named by their job (the compile
+    // ran on the compile pool).
     let names = thread_names(&trace);
     assert!(names.iter().any(|(_, n)| n == "trace_child"), "{names:?}");
+    let pool = names
+        .iter()
+        .find(|(_, n)| n == "offload compile pool")
+        .unwrap_or_else(|| panic!("no compile pool thread: {names:?}"));
+    let compiled_there = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "compile" && e["tid"].as_u64() == Some(pool.0));
+    assert!(compiled_there, "no compile on the pool's thread: {names:?}");
 }
 
 #[test]
@@ -257,15 +305,37 @@ fn a_free_that_waits_for_a_peer_has_a_span() {
     let (trace, pid) = traced_child("ipc_free");
     let events = complete_events(&trace, pid);
     let names: Vec<&str> = events.iter().map(|(n, ..)| n.as_str()).collect();
-    assert_eq!(count(&events, "ipc_unmap_wait"), 1, "{names:?}");
-    let wait = trace["traceEvents"]
+    assert_eq!(count(&events, "ipc_unmap_wait"), 2, "{names:?}");
+    let waits: Vec<&Value> = trace["traceEvents"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"] == "ipc_unmap_wait")
-        .unwrap();
-    assert!(wait["args"]["mappings"].as_u64() >= Some(1), "{wait}");
-    assert_eq!(wait["cat"].as_str(), Some("offload::ipc"), "{wait}");
+        .filter(|e| e["name"] == "ipc_unmap_wait")
+        .collect();
+    for wait in &waits {
+        assert!(wait["args"]["mappings"].as_u64() >= Some(1), "{wait}");
+        assert_eq!(wait["cat"].as_str(), Some("offload::ipc"), "{wait}");
+    }
+    // The first free's peer answered in time: nothing was quarantined, and its span says
+    // so. The second's was stopped: its span lasts the timeout and ends in quarantine.
+    let (answered, stopped) = (waits[0], waits[1]);
+    assert_eq!(
+        answered["args"]["unanswered"].as_u64(),
+        Some(0),
+        "{answered}"
+    );
+    assert_eq!(
+        answered["args"]["quarantined"].as_bool(),
+        Some(false),
+        "{answered}"
+    );
+    assert_eq!(stopped["args"]["unanswered"].as_u64(), Some(1), "{stopped}");
+    assert_eq!(
+        stopped["args"]["quarantined"].as_bool(),
+        Some(true),
+        "{stopped}"
+    );
+    assert!(stopped["dur"].as_f64() >= Some(200_000.0), "{stopped}");
     thread_names(&trace);
 }
 

@@ -137,26 +137,31 @@ fn before_free(
         "freeing exported memory: peers unmap it first"
     );
     // The wait for the peers' acknowledgements, up to the unmap timeout: its own span, so
-    // a trace shows where a free's time went.
+    // a trace shows where a free's time went, and whether it ended in quarantine (I3).
     let wait = tracing::debug_span!(
         target: "offload::ipc",
         "ipc_unmap_wait",
         allocation = entry.id,
         mappings = unmaps.len(),
+        unanswered = tracing::field::Empty,
+        quarantined = tracing::field::Empty,
     )
     .entered();
     let unanswered = ipc.send_unmaps(unmaps, true);
-    drop(wait);
+    wait.record("unanswered", unanswered.len());
     if unanswered.is_empty() {
+        wait.record("quarantined", false);
         return None;
     }
     let peers = ipc.pids(&unanswered);
-    ipc.quarantine(entry, key, &unanswered)
-        .then(|| crate::Error::Quarantined {
-            backend: entry.backend(),
-            call: "Buffer::free",
-            object: object.to_string(),
-            peers,
-            timeout_ms: generation.config.ipc_unmap_timeout_ms,
-        })
+    let quarantined = ipc.quarantine(entry, key, &unanswered);
+    wait.record("quarantined", quarantined);
+    drop(wait);
+    quarantined.then(|| crate::Error::Quarantined {
+        backend: entry.backend(),
+        call: "Buffer::free",
+        object: object.to_string(),
+        peers,
+        timeout_ms: generation.config.ipc_unmap_timeout_ms,
+    })
 }

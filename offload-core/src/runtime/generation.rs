@@ -419,6 +419,15 @@ impl Generation {
         // which cannot end before this does (waiting for it hung; found by the model
         // check, `src/model/`). Rare and short, so a sleep loop will do.
         self.closing.store(true, Ordering::SeqCst);
+        // The wait a user feels in a shutdown: loads in flight and every queue's work (L4's
+        // drain step). Its own span, so a trace shows how much of the shutdown it was.
+        let drain = tracing::debug_span!(
+            target: "offload::shutdown",
+            "shutdown_drain",
+            generation = self.id,
+            queues = tracing::field::Empty,
+        )
+        .entered();
         let own = LOADING.with(|l| match l.get() {
             (id, n) if id == self.id => n,
             _ => 0,
@@ -442,9 +451,11 @@ impl Generation {
             modules = modules.len(),
             "generation teardown begins"
         );
+        drain.record("queues", queues.len());
         for queue in queues {
             errors.extend(queue.prepare(self).err());
         }
+        drop(drain);
         modules.sort_by_key(|m| std::cmp::Reverse(m.order()));
         for module in modules {
             errors.extend(module.prepare(self).err());

@@ -124,10 +124,12 @@ pub unsafe extern "C" fn offload_init(
         let runtime = out(CALL, "runtime", runtime)?;
         // SAFETY: null or a readable config, as the caller promises.
         let config = unsafe { config.as_ref() }.copied();
+        // Its refusals advise in C's words (`offload_config_t`'s `backends`).
+        let builder = Offload::builder().caller(offload::Caller::C);
         let rt = match config {
-            None => Offload::init()?,
+            None => builder.start()?,
             Some(c) => {
-                let mut b = Offload::builder();
+                let mut b = builder;
                 if c.set_backends {
                     if c.backends >> 6 != 0 {
                         return Err(Fail::from(Error::invalid(

@@ -304,6 +304,57 @@ pub enum Caller {
 }
 
 impl Caller {
+    /// The caller's call that starts (or shares) the runtime: `Offload::init()`,
+    /// `offload_init()`, `offload.Offload()`.
+    pub(crate) fn init_call(self) -> &'static str {
+        match self {
+            Caller::Rust => "Offload::init()",
+            Caller::C => "offload_init()",
+            Caller::Python => "offload.Offload()",
+            Caller::Liboffload => "olInit()",
+        }
+    }
+
+    /// Where the caller names the backends to open, at the first init.
+    pub(crate) fn backends_setting(self) -> &'static str {
+        match self {
+            Caller::Rust => "`Offload::builder().backends(..)`",
+            Caller::C => "`offload_config_t`'s `backends`",
+            Caller::Python => "`offload.Offload(backends=[...])`",
+            // liboffload's olInit takes no configuration: the environment is the only setting.
+            Caller::Liboffload => "which liboffload's olInit reads",
+        }
+    }
+
+    /// That setting, asking for the host backend alone.
+    pub(crate) fn host_backend_only(self) -> &'static str {
+        match self {
+            Caller::Rust => "`Offload::builder().backends([BackendKind::Host])`",
+            Caller::C => "`offload_config_t`'s `backends = 1u << OFFLOAD_BACKEND_HOST`",
+            Caller::Python => "`offload.Offload(backends=[\"host\"])`",
+            Caller::Liboffload => "`OFFLOAD_BACKENDS=host`, which liboffload's olInit reads",
+        }
+    }
+
+    /// What the caller holds of a runtime (each a reference, L1), and how it gives one back.
+    pub(crate) fn runtime_references(self) -> &'static str {
+        match self {
+            Caller::Rust => "every `Offload<Ready>` of it",
+            Caller::C => "every `offload_runtime_t` of it, each by its `offload_shutdown`",
+            Caller::Python => "every `offload.Offload` of it, and every object made from them",
+            Caller::Liboffload => "every `olInit` of it, each by its `olShutDown`",
+        }
+    }
+
+    /// How the caller sees the configuration in force, where it can.
+    pub(crate) fn config_in_force(self) -> &'static str {
+        match self {
+            Caller::Rust => " (`Offload::config()` shows it)",
+            Caller::C => " (`offload_runtime_config` shows it)",
+            Caller::Python | Caller::Liboffload => "",
+        }
+    }
+
     /// The caller's name for the registration of a callback the Rust API calls `callback`
     /// (`on_setup` is C's `offload_program_on_setup`): what a failed callback's error names.
     fn callback_name(self, callback: &'static str) -> &'static str {
@@ -327,12 +378,7 @@ fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
     } else {
         format!("{call}: ")
     };
-    let init = match caller {
-        Caller::Rust => "Offload::init()",
-        Caller::C => "offload_init()",
-        Caller::Python => "offload.Offload()",
-        Caller::Liboffload => "olInit()",
-    };
+    let init = caller.init_call();
     format!(
         "{call}{what} belongs to an offload runtime that has been shut down; handles do not \
          outlive their runtime: make new ones from a new {init}"
@@ -396,13 +442,7 @@ fn driver_not_found_text(
         .strip_prefix(library)
         .and_then(|r| r.strip_prefix(": "))
         .unwrap_or(reason);
-    let setting = match caller {
-        Caller::Rust => "`Offload::builder().backends(..)`",
-        Caller::C => "`offload_config_t`'s `backends`",
-        Caller::Python => "`offload.Offload(backends=[...])`",
-        // liboffload's olInit takes no configuration: the environment is the only setting.
-        Caller::Liboffload => "which liboffload's olInit reads",
-    };
+    let setting = caller.backends_setting();
     format!(
         "{backend}: driver not found: {library} ({reason}); install the {backend} driver, or \
          leave {backend} out of the backends asked for (OFFLOAD_BACKENDS, {setting})"

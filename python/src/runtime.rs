@@ -181,10 +181,8 @@ impl PyOffload {
             })
             .transpose()?;
         let rt = blocking(py, move || {
-            if kinds.is_none() && host_devices.is_none() {
-                return Offload::init();
-            }
-            let mut b = Offload::builder();
+            // Its refusals advise in Python's words (`offload.Offload(backends=[...])`).
+            let mut b = Offload::builder().caller(offload::Caller::Python);
             if let Some(kinds) = kinds {
                 b = b.backends(kinds);
             }

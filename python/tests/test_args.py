@@ -117,3 +117,19 @@ def test_fixes_in_messages_are_written_in_python(gpu):
     text = str(e.value)
     assert "(pass dims `(grid, (64, 1, 1))`)" in text, text
     assert "::" not in text and "run_resized" not in text, text
+
+
+def test_configuration_refusals_advise_in_python(rt):
+    # An empty backend list: the fix is the Python setting, not the Rust builder.
+    with pytest.raises(offload.InvalidArgumentError) as e:
+        offload.Offload(backends=[])
+    text = str(e.value)
+    assert 'offload.Offload(backends=["host"])' in text, text
+    assert "::" not in text and "platform(..)" not in text, text
+    # Another configuration than the live runtime's (the fixture's): what to shut down is
+    # said in Python's objects.
+    with pytest.raises(offload.InvalidArgumentError) as e:
+        offload.Offload(host_devices=7)
+    text = str(e.value)
+    assert "every `offload.Offload` of it" in text, text
+    assert "Offload<Ready>" not in text and "Offload::config" not in text, text

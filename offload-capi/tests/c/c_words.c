@@ -86,6 +86,24 @@ int main(void) {
     WORDS(offload_module_kernel(module, "missing", &kernel), OFFLOAD_ERROR_SYMBOL_NOT_FOUND,
           "offload_module_kernel");
 
+    /* INVALID_ARGUMENT from the runtime's configuration, its advice in C's settings: an
+     * init asking for another configuration than the live one's (L5), and an empty backend
+     * list. */
+    offload_config_t other_config;
+    offload_runtime_t refused = 0;
+    OK(offload_config_default(&other_config));
+    other_config.host_devices = 7;
+    WORDS(offload_init(&other_config, &refused), OFFLOAD_ERROR_INVALID_ARGUMENT, "offload_init");
+    SAYS("every `offload_runtime_t` of it, each by its `offload_shutdown`");
+    SAYS("(`offload_runtime_config` shows it)");
+    CHECK(strstr(offload_last_error(), "Offload<Ready>") == NULL);
+    OK(offload_config_default(&other_config));
+    other_config.set_backends = true;
+    other_config.backends = 0;
+    WORDS(offload_init(&other_config, &refused), OFFLOAD_ERROR_INVALID_ARGUMENT, "offload_init");
+    SAYS("`offload_config_t`'s `backends = 1u << OFFLOAD_BACKEND_HOST`");
+    CHECK(strstr(offload_last_error(), "platform(..)") == NULL);
+
     /* SHUT_DOWN: every handle of a finished runtime; the advice is C's. */
     bool last = false;
     REQUIRE(offload_shutdown(rt, &last));
@@ -99,6 +117,19 @@ int main(void) {
     (void)offload_module_release(module);
     (void)offload_program_destroy(program);
     (void)offload_device_release(dev);
+
+    /* UNSUPPORTED: a device of a backend compiled in but not in force names C's setting. */
+    offload_config_t host_only;
+    OK(offload_config_default(&host_only));
+    host_only.set_backends = true;
+    host_only.backends = 1u << OFFLOAD_BACKEND_HOST;
+    offload_runtime_t host_rt = 0;
+    offload_device_t not_there = 0;
+    REQUIRE(offload_init(&host_only, &host_rt));
+    WORDS(offload_device_of(host_rt, OFFLOAD_BACKEND_VULKAN, &not_there),
+          OFFLOAD_ERROR_UNSUPPORTED, "offload_device_of");
+    SAYS("(set by OFFLOAD_BACKENDS or `offload_config_t`'s `backends` at the first init)");
+    REQUIRE(offload_shutdown(host_rt, &last));
 
     /* DRIVER_NOT_FOUND, where this machine has no Vulkan loader: the advice names C's
      * setting, not the Rust builder. (With a Vulkan driver the init succeeds.) */

@@ -24,7 +24,7 @@ pub(crate) enum Fix {
 impl Fix {
     /// The fix as `caller` writes it.
     pub(crate) fn words(self, caller: Caller) -> String {
-        use Caller::{C, Python, Rust};
+        use Caller::{C, Liboffload, Python, Rust};
         const COMPOSITE: &str = "a vector, matrix or struct parameter is one argument";
         match (self, caller) {
             (Fix::OneComposite, Rust) => {
@@ -65,6 +65,22 @@ impl Fix {
             (Fix::UnsafeLaunch, C) => {
                 "launch it with `offload_queue_launch` and its safety contract".into()
             }
+            // liboffload's olLaunchKernel takes its arguments as one packed blob of the
+            // parameters' bytes and the group size in `ol_kernel_launch_size_args_t`.
+            (Fix::OneComposite, Liboffload) => {
+                format!("{COMPOSITE}: its bytes, in place, in the argument blob")
+            }
+            (Fix::AsStorage | Fix::AsUniform, Liboffload) => {
+                "pass the buffer's device pointer".into()
+            }
+            (Fix::DeclaredBlock([x, y, z]), Liboffload) => {
+                format!("(set the launch's `GroupSize` to {{{x}, {y}, {z}}})")
+            }
+            (Fix::UnsafeLaunch, Liboffload) => {
+                "olLaunchKernel runs it as native code, on your promise that it stays inside its \
+                 buffers"
+                    .into()
+            }
         }
     }
 }
@@ -89,7 +105,7 @@ mod tests {
                 rust.contains("::") || rust.contains("queue."),
                 "{fix:?}: {rust}"
             );
-            for caller in [Caller::C, Caller::Python] {
+            for caller in [Caller::C, Caller::Python, Caller::Liboffload] {
                 let text = fix.words(caller);
                 for rust_only in [
                     "::",

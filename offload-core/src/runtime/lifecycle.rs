@@ -43,7 +43,7 @@ use std::cell::Cell;
 
 use crate::config::{Config, Overrides};
 use crate::erased::PlatformEntry;
-use crate::error::{Error, Result};
+use crate::error::{Caller, Error, Result};
 use crate::hal::BackendKind;
 use crate::runtime::generation::{Generation, MakeExtension, loading_here};
 use crate::runtime::reentry;
@@ -86,8 +86,10 @@ statics! {
 
 }
 
-/// Acquires a reference to the live generation, starting one if there is none.
+/// Acquires a reference to the live generation, starting one if there is none; a refusal
+/// advises in `caller`'s words.
 pub(crate) fn acquire(
+    caller: Caller,
     set: &Overrides,
     builtin: Vec<PlatformEntry>,
     extra: &[PlatformEntry],
@@ -135,7 +137,7 @@ pub(crate) fn acquire(
                 generation = current.id,
                 "request conflicts with the configuration in force"
             );
-            return Err(conflict(current.id, &mismatches));
+            return Err(conflict(caller, current.id, &mismatches));
         }
         let references = current.refs.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::debug!(
@@ -193,17 +195,19 @@ pub(crate) fn acquire(
 }
 
 /// The error of a `start` that asks explicitly for settings the live runtime lacks.
-fn conflict(generation: u64, mismatches: &[String]) -> Error {
+/// Its advice is in `caller`'s words.
+fn conflict(caller: Caller, generation: u64, mismatches: &[String]) -> Error {
     Error::invalid(
         "Offload::start",
         format!(
             "an offload runtime is already live in this process (generation {generation}, \
-             started by an earlier `init`, perhaps another library's), and the first `init` \
-             fixes the configuration; this request asks explicitly for settings it does not \
-             have: {}. Shut the other runtime down first (every `Offload<Ready>` of it), ask \
-             for what is in force (`Offload::config()` shows it), or leave these settings \
-             unset to share the live runtime",
-            mismatches.join("; ")
+             started by an earlier init, perhaps another library's), and the first init \
+             fixes the configuration (L5); this request asks explicitly for settings it does \
+             not have: {}. Shut the other runtime down first ({}), ask for what is in \
+             force{}, or leave these settings unset to share the live runtime",
+            mismatches.join("; "),
+            caller.runtime_references(),
+            caller.config_in_force(),
         ),
     )
 }

@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 
 use crate::config::{Config, Overrides, list};
 use crate::erased::{NoPlatforms, PlatformEntry, Platforms};
-use crate::error::{Error, Result};
+use crate::error::{Caller, Error, Result};
 use crate::hal::BackendKind;
 use crate::handles::Device;
 use crate::runtime::generation::{Generation, Live, MakeExtension};
@@ -48,6 +48,8 @@ pub struct PlatformInfo {
 pub struct Uninit {
     set: Overrides,
     extra: Vec<PlatformEntry>,
+    /// The language of the code that calls this runtime ([`Offload::caller`]).
+    caller: Caller,
 }
 
 /// Typestate: a reference to the live runtime. Dropping it gives the reference back.
@@ -58,6 +60,9 @@ pub struct Ready {
     /// The handles [`Offload::device_list`] lends, made at its first call on this
     /// reference. Here rather than in the generation, which they keep alive: no cycle.
     devices: OnceLock<Box<[Device]>>,
+    /// The language of the code that holds this reference ([`Offload::caller`]); a clone
+    /// keeps it.
+    caller: Caller,
 }
 
 /// Typestate: a reference that was shut down. It has no device methods.
@@ -109,6 +114,28 @@ impl<P: Platforms> Offload<Uninit, P> {
             state: Uninit::default(),
             platforms: PhantomData,
         }
+    }
+
+    /// Says which language's code calls this runtime (Rust's by default): the advice of
+    /// its refusals — an empty backend list, a configuration that differs from the one in
+    /// force (L5), a device of a backend not in force — names that language's settings and
+    /// calls. A binding sets it (the C API to `Caller::C`, naming `offload_config_t`; the
+    /// Python package to `Caller::Python`), so its users read what they can type; the
+    /// reference `start` gives keeps it (and its clones) for its own refusals. It is no
+    /// setting of the runtime: references of any language share one runtime.
+    ///
+    /// ```standalone_crate
+    /// use offload::{Caller, Offload};
+    /// let rust = Offload::builder().backends([]).start().unwrap_err().to_string();
+    /// assert!(rust.contains("`Offload::builder().backends([BackendKind::Host])`"), "{rust}");
+    /// let c = Offload::builder().caller(Caller::C).backends([]).start();
+    /// let c = c.unwrap_err().to_string();
+    /// assert!(c.contains("`offload_config_t`'s `backends = 1u << OFFLOAD_BACKEND_HOST`"), "{c}");
+    /// assert!(!c.contains("Offload::builder") && !c.contains("platform(..)"), "{c}");
+    /// ```
+    pub fn caller(mut self, caller: Caller) -> Self {
+        self.state.caller = caller;
+        self
     }
 
     /// Opens only these backends (like `OFFLOAD_BACKENDS`; platforms open in discovery
@@ -272,12 +299,20 @@ impl<P: Platforms> Offload<Uninit, P> {
         if self.state.set.backends.as_ref().is_some_and(Vec::is_empty)
             && self.state.extra.is_empty()
         {
+            let caller = self.state.caller;
+            let added = match caller {
+                Caller::Rust => " and no platform was added with `platform(..)`",
+                _ => "",
+            };
             return Err(Error::invalid(
                 "Offload::backends",
-                "the backend list is empty and no platform was added with `platform(..)`, so \
-                 the runtime would have no devices: name the backends to open, e.g. \
-                 `Offload::builder().backends([BackendKind::Host])`, or leave `backends` \
-                 unset to open every compiled-in backend whose driver is found",
+                format!(
+                    "the backend list is empty{added}, so the runtime would have no devices: \
+                     name the backends to open, e.g. {}, or leave {} unset to open every \
+                     compiled-in backend whose driver is found",
+                    caller.host_backend_only(),
+                    caller.backends_setting()
+                ),
             ));
         }
         // Before the span, so that a trace records the init that asks for it.
@@ -285,6 +320,7 @@ impl<P: Platforms> Offload<Uninit, P> {
         let armed = crate::trace::arm(trace.as_deref());
         let _span = tracing::info_span!(target: "offload::init", "init").entered();
         let generation = acquire(
+            self.state.caller,
             &self.state.set,
             P::platforms(),
             &self.state.extra,
@@ -302,6 +338,7 @@ impl<P: Platforms> Offload<Uninit, P> {
                 generation,
                 holds: true,
                 devices: OnceLock::new(),
+                caller: self.state.caller,
             },
             platforms: PhantomData,
         })
@@ -370,8 +407,9 @@ impl<P: Platforms> Offload<Ready, P> {
             let in_force = generation.config.backends.as_deref().unwrap_or(&[]);
             format!(
                 "{kind} is not among the backends in force {} (set by OFFLOAD_BACKENDS or \
-                 `Offload::builder().backends(..)` at the first init): add it there",
-                list(in_force)
+                 {} at the first init): add it there",
+                list(in_force),
+                self.state.caller.backends_setting()
             )
         } else {
             format!(
@@ -607,6 +645,7 @@ impl<P> Clone for Offload<Ready, P> {
                 generation,
                 holds,
                 devices: OnceLock::new(),
+                caller: self.state.caller,
             },
             platforms: PhantomData,
         }

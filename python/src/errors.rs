@@ -121,7 +121,9 @@ create_exception!(
 );
 
 /// The name Python calls `call` by: the package's classes and methods are the Rust ones,
-/// `Type::method` written `Type.method` (`Offload::init` is the `Offload()` constructor).
+/// `Type::method` written `Type.method`; the runtime's start (`Offload::init`, the
+/// builder's `Offload::start` and its check of `Offload::backends`) is the `Offload()`
+/// constructor.
 /// Each distinct name is made once and kept for the process (the set is the API's calls).
 fn python_name(call: &'static str) -> &'static str {
     use std::collections::HashMap;
@@ -130,7 +132,10 @@ fn python_name(call: &'static str) -> &'static str {
     if !call.contains("::") {
         return call;
     }
-    if call == "Offload::init" {
+    if matches!(
+        call,
+        "Offload::init" | "Offload::start" | "Offload::backends"
+    ) {
         return "Offload";
     }
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());

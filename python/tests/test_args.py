@@ -124,6 +124,7 @@ def test_configuration_refusals_advise_in_python(rt):
     with pytest.raises(offload.InvalidArgumentError) as e:
         offload.Offload(backends=[])
     text = str(e.value)
+    assert text.startswith("Offload: invalid argument: "), text
     assert 'offload.Offload(backends=["host"])' in text, text
     assert "::" not in text and "platform(..)" not in text, text
     # Another configuration than the live runtime's (the fixture's): what to shut down is
@@ -131,5 +132,6 @@ def test_configuration_refusals_advise_in_python(rt):
     with pytest.raises(offload.InvalidArgumentError) as e:
         offload.Offload(host_devices=7)
     text = str(e.value)
+    assert text.startswith("Offload: invalid argument: "), text
     assert "every `offload.Offload` of it" in text, text
     assert "Offload<Ready>" not in text and "Offload::config" not in text, text

@@ -315,11 +315,12 @@ impl VulkanKernel {
                 })
                 .collect();
             return refuse(&format!(
+                // No API's syntax: the backend does not know whose launch it is (Rust's
+                // `Dims`, C's `offload_dims_t`), so the fix is said as the sizes to use.
                 "{} blocks for a {} workgroup would run its indexing on other dimensions \
                  than it was written for (the result would be wrong). Launch blocks of the \
-                 declared size, `Dims::grid([..]).block({declared:?})`, or another size \
-                 that keeps its dimensions ({}); `Dims::for_num_elems` makes 1-D blocks, \
-                 for 1-D shaders",
+                 declared size, {declared:?}, or another size that keeps its dimensions \
+                 ({}); 1-D blocks are for 1-D shaders",
                 dims(block),
                 dims(declared),
                 keeps.join(", ")

@@ -583,20 +583,9 @@ pub unsafe extern "C" fn offload_queue_launch(
         }
         let q = table::get::<offload::Queue>(CALL, queue)?;
         let k = table::get::<Kernel>(CALL, kernel)?;
+        // Before the arguments are read by the parameters; its fix is in C's words.
+        k.check_arg_count(offload::Caller::C, CALL, count)?;
         let params = k.params();
-        if params.len() != count {
-            let list: Vec<String> = params.iter().map(ToString::to_string).collect();
-            return Err(Fail::from(Error::invalid(
-                CALL,
-                format!(
-                    "`{}` takes {} argument{} ({}); {count} given",
-                    k.name(),
-                    params.len(),
-                    if params.len() == 1 { "" } else { "s" },
-                    list.join(", ")
-                ),
-            )));
-        }
         let mut data: Vec<&[u8]> = Vec::with_capacity(count);
         let mut buffers = Vec::new();
         for (i, param) in params.iter().enumerate() {

@@ -515,6 +515,8 @@ static void test_ipc(offload_runtime_t rt, offload_device_t dev) {
     /* e2 stays: the last shutdown closes it. */
 }
 
+static void composite_is_one_argument(offload_device_t gpu);
+
 static void test_vulkan(offload_runtime_t rt, int require) {
     offload_device_t gpu = 0;
     offload_status_t s = offload_device_of(rt, OFFLOAD_BACKEND_VULKAN, &gpu);
@@ -547,9 +549,58 @@ static void test_vulkan(offload_runtime_t rt, int require) {
         saxpy_on(gpu, k, 64);
         OK(offload_kernel_release(k));
         OK(offload_module_release(m));
+        composite_is_one_argument(gpu);
     }
     OK(offload_program_destroy(p));
     OK(offload_device_release(gpu));
+}
+
+/* A vec2<f32> push-constant member passed as its two floats: refused by the count, and the
+ * fix is C's (a pointer to its bytes and their size), not Rust's `Arg::pod`. */
+static void composite_is_one_argument(offload_device_t gpu) {
+    static const char *OFFSET_WGSL =
+        "struct P { n: u32, off: vec2<f32> }\n"
+        "@group(0) @binding(0) var<storage, read_write> out: array<f32>;\n"
+        "var<immediate> p: P;\n"
+        "@compute @workgroup_size(64)\n"
+        "fn shift(@builtin(global_invocation_id) id: vec3<u32>) {\n"
+        "    if id.x < p.n { out[id.x] = p.off.x + p.off.y; }\n"
+        "}\n";
+    offload_program_t p = 0;
+    offload_module_t m = 0;
+    offload_kernel_t k = 0;
+    offload_buffer_t out = 0;
+    offload_queue_t q = 0;
+    OK(offload_program_from_source(OFFLOAD_LANGUAGE_WGSL, OFFSET_WGSL, &p));
+    OK(offload_program_load(p, gpu, &m));
+    OK(offload_module_kernel(m, "shift", &k));
+    OK(offload_buffer_alloc(gpu, 64 * sizeof(float), OFFLOAD_MEM_DEVICE, &out));
+    OK(offload_queue_create(gpu, &q));
+    uint32_t n = 64;
+    float x = 1.0f, y = 2.0f;
+    const void *split[] = {&out, &n, &x, &y};
+    size_t split_sizes[] = {sizeof out, sizeof n, sizeof x, sizeof y};
+    offload_dims_t dims = {{1, 1, 1}, {64, 1, 1}, 0};
+    EXPECT(offload_queue_launch(q, k, &dims, split, split_sizes, 4),
+           OFFLOAD_ERROR_INVALID_ARGUMENT);
+    SAYS("offload_queue_launch: invalid argument: `shift` takes 3 arguments");
+    SAYS("(a vector, matrix or struct parameter is one argument: a pointer to its bytes, and "
+         "their size)");
+    CHECK(strstr(offload_last_error(), "Arg::") == NULL);
+    /* As one argument it runs. */
+    float off[2] = {1.0f, 2.0f};
+    const void *whole[] = {&out, &n, off};
+    size_t whole_sizes[] = {sizeof out, sizeof n, sizeof off};
+    OK(offload_queue_launch(q, k, &dims, whole, whole_sizes, 3));
+    float got[64] = {0};
+    OK(offload_queue_read(q, out, 0, (uint8_t *)got, sizeof got));
+    OK(offload_queue_sync(q));
+    CHECK(got[0] == 3.0f && got[63] == 3.0f);
+    OK(offload_queue_destroy(q));
+    OK(offload_buffer_free(out));
+    OK(offload_kernel_release(k));
+    OK(offload_module_release(m));
+    OK(offload_program_destroy(p));
 }
 
 /* The child of test_ipc: imports the exported buffer and checks its bytes. */

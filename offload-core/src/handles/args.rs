@@ -432,29 +432,9 @@ pub(super) fn check_args(
     device: &DeviceKey,
     generation: &Arc<Generation>,
 ) -> Result<()> {
+    kernel.check_arg_count(caller, call, args.len())?;
     let params = kernel.params();
     let name = kernel.name();
-    if params.len() != args.len() {
-        let list: Vec<String> = params.iter().map(ToString::to_string).collect();
-        // Two f32s for a `vec2<f32>`: the composite is one argument.
-        let hint = if args.len() > params.len()
-            && params.iter().any(|p| matches!(p, ParamKind::Pod { .. }))
-        {
-            format!(" ({})", Fix::OneComposite.words(caller))
-        } else {
-            String::new()
-        };
-        return Err(Error::invalid(
-            call,
-            format!(
-                "`{name}` takes {} argument{} ({}); {} given{hint}",
-                params.len(),
-                if params.len() == 1 { "" } else { "s" },
-                list.join(", "),
-                args.len()
-            ),
-        ));
-    }
     for (i, (param, arg)) in params.iter().zip(args).enumerate() {
         let nth = i + 1;
         let uniform_arg = matches!(arg, Arg::Uniform { .. });

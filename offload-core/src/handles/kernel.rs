@@ -5,7 +5,9 @@ use crate::sync::Arc;
 use std::fmt;
 
 use super::module::*;
+use crate::error::{Caller, Error, Result};
 use crate::hal::ParamKind;
+use crate::handles::fixes::Fix;
 
 /// An entry point of a module. Holds its module alive.
 ///
@@ -110,6 +112,52 @@ impl Kernel {
     /// ```
     pub fn params(&self) -> &[ParamKind] {
         &self.params
+    }
+
+    /// Whether `given` arguments are as many as the kernel takes (P4): else
+    /// `Error::InvalidArgument` for `call`, listing its parameters, and, for more
+    /// arguments than parameters where a parameter is a vector, matrix or struct, how to
+    /// pass one as one argument, in `caller`'s words. Every launch checks it first; a
+    /// binding that reads its arguments by the kernel's parameters (the C API) checks it
+    /// before it reads them.
+    ///
+    /// ```
+    /// # use offload::{Caller, Offload, Program};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let fill = Program::new(offload::host::fixtures::KERNELS).load(&dev)?.kernel("fill")?;
+    /// assert!(fill.check_arg_count(Caller::Rust, "Queue::launch", 3).is_ok());
+    /// let e = fill.check_arg_count(Caller::C, "offload_queue_launch", 2).unwrap_err();
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "offload_queue_launch: invalid argument: `fill` takes 3 arguments (a buffer, a u32, \
+    ///      a u32); 2 given"
+    /// );
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn check_arg_count(&self, caller: Caller, call: &'static str, given: usize) -> Result<()> {
+        let params = self.params();
+        if params.len() == given {
+            return Ok(());
+        }
+        let list: Vec<String> = params.iter().map(ToString::to_string).collect();
+        // Two f32s for a `vec2<f32>`: the composite is one argument.
+        let hint =
+            if given > params.len() && params.iter().any(|p| matches!(p, ParamKind::Pod { .. })) {
+                format!(" ({})", Fix::OneComposite.words(caller))
+            } else {
+                String::new()
+            };
+        Err(Error::invalid(
+            call,
+            format!(
+                "`{}` takes {} argument{} ({}); {given} given{hint}",
+                self.name,
+                params.len(),
+                if params.len() == 1 { "" } else { "s" },
+                list.join(", "),
+            ),
+        ))
     }
 
     /// The module it belongs to.

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use offload_core::ipc::{IpcEndpoint, IpcHandle, PeerId, Received};
 use offload_core::{
-    Arg, Buffer, BufferView, Device, Dims, Error, Event, Kernel, MemKind, Module, Platforms,
-    Program, Queue, Result, Source, TypedBuffer, take_unreported_errors,
+    Arg, Buffer, BufferView, Caller, Device, Dims, Error, Event, Kernel, MemKind, Module,
+    Platforms, Program, Queue, Result, Source, TypedBuffer, take_unreported_errors,
 };
 
 use super::lifecycle::{first_device, init, last};
@@ -86,6 +86,7 @@ pub const METHODS: &[(&str, &str, Answer)] = &[
     ("BufferView", "to_vec", ShutDown),
     ("BufferView", "write", ShutDown),
     ("Queue", "label", Identity),
+    ("Queue", "for_caller", Identity),
     ("Queue", "device", Identity),
     ("Queue", "id", Identity),
     ("Queue", "launch", ShutDown),
@@ -130,6 +131,7 @@ pub const METHODS: &[(&str, &str, Answer)] = &[
     ("Kernel", "dims_for", Identity),
     ("Kernel", "name", Identity),
     ("Kernel", "params", Identity),
+    ("Kernel", "check_arg_count", Identity),
     ("Kernel", "module", Identity),
     ("IpcEndpoint", "name", Identity),
     ("IpcEndpoint", "path", Identity),
@@ -355,6 +357,11 @@ fn call_all(mut h: Handles) -> Answered {
     put("Kernel", "dims_for", value(&k.dims_for(64)));
     put("Kernel", "name", value(&k.name()));
     put("Kernel", "params", value(&k.params()));
+    put(
+        "Kernel",
+        "check_arg_count",
+        k.check_arg_count(Caller::Rust, "Kernel::check_arg_count", k.params().len()),
+    );
     put("Kernel", "module", value(&k.module().id()));
 
     if let Some(x) = ipc {
@@ -396,7 +403,9 @@ fn call_all(mut h: Handles) -> Answered {
         put("Buffer", "free", x.imported.free());
     }
     put("Module", "unload", h.module.unload());
-    put("Queue", "label", value(&h.queue.label("after").id()));
+    let queue = h.queue.for_caller(Caller::C);
+    put("Queue", "for_caller", value(&queue.id()));
+    put("Queue", "label", value(&queue.label("after").id()));
     let bytes = h.typed.label("after").into_bytes();
     put("TypedBuffer", "label", Ok(()));
     put("TypedBuffer", "into_bytes", value(&bytes.len()));

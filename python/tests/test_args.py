@@ -135,3 +135,12 @@ def test_configuration_refusals_advise_in_python(rt):
     assert text.startswith("Offload: invalid argument: "), text
     assert "every `offload.Offload` of it" in text, text
     assert "Offload<Ready>" not in text and "Offload::config" not in text, text
+    # A backend this build lacks (CUDA, unless the package was built with it): the fix is
+    # no cargo feature, which a Python user does not build.
+    try:
+        rt.device("cuda")
+    except offload.OffloadError as e:
+        text = str(e)
+        if "not compiled" in text:
+            assert "this build of the offload package is without it" in text, text
+            assert "cargo" not in text, text

@@ -129,6 +129,15 @@ int main(void) {
     WORDS(offload_device_of(host_rt, OFFLOAD_BACKEND_VULKAN, &not_there),
           OFFLOAD_ERROR_UNSUPPORTED, "offload_device_of");
     SAYS("(set by OFFLOAD_BACKENDS or `offload_config_t`'s `backends` at the first init)");
+    /* A backend not compiled into the library (CUDA in the default build; a build with
+     * every feature has it, and then answers otherwise): no cargo feature to enable. */
+    offload_status_t cuda = offload_device_of(host_rt, OFFLOAD_BACKEND_CUDA, &not_there);
+    if (cuda == OFFLOAD_ERROR_UNSUPPORTED && strstr(offload_last_error(), "not compiled")) {
+        NAMES("offload_device_of");
+        SAYS("cuda is not compiled into this build (liboffload_capi was built without it)");
+        CHECK(strstr(offload_last_error(), "cargo feature") == NULL);
+        printf("c_words: a backend not compiled in checked\n");
+    }
     REQUIRE(offload_shutdown(host_rt, &last));
 
     /* DRIVER_NOT_FOUND, where this machine has no Vulkan loader: the advice names C's

@@ -412,10 +412,13 @@ impl<P: Platforms> Offload<Ready, P> {
                 self.state.caller.backends_setting()
             )
         } else {
-            format!(
-                "{kind} is not compiled into this build (enable the cargo feature `{kind}` \
-                 of offload)"
-            )
+            // What to rebuild is the caller's library: a C or Python user builds no crate.
+            let advice = match self.state.caller {
+                Caller::Rust => format!("enable the cargo feature `{kind}` of offload"),
+                Caller::C => "liboffload_capi was built without it".to_string(),
+                Caller::Python => "this build of the offload package is without it".to_string(),
+            };
+            format!("{kind} is not compiled into this build ({advice})")
         };
         Err(Error::Unsupported {
             backend: kind,

@@ -144,3 +144,8 @@ def test_configuration_refusals_advise_in_python(rt):
         if "not compiled" in text:
             assert "this build of the offload package is without it" in text, text
             assert "cargo" not in text, text
+        # Or compiled in, without a driver on this machine: the advice names Python's
+        # setting, also when it comes as the reason the platform is unavailable.
+        if "driver not found" in text:
+            assert "`offload.Offload(backends=[...])`" in text, text
+            assert "::" not in text, text

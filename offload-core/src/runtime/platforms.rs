@@ -23,7 +23,7 @@ use crate::sync::{Arc, AtomicU64, Mutex, OnceLock, Ordering, lock, statics};
 
 use crate::config::Config;
 use crate::erased::{DynDevice, DynPlatform, PlatformEntry};
-use crate::error::Result;
+use crate::error::{Caller, Result};
 use crate::hal::BackendKind;
 
 statics! {
@@ -63,7 +63,9 @@ pub(crate) struct OpenPlatform {
 /// How a slot's opening ended.
 enum Outcome {
     Open(OpenPlatform),
-    Failed(Unavailable),
+    /// Why it is unavailable, in Rust's words; and, for a missing driver, the library and
+    /// the loader's message, so that the error can be told again in a caller's words.
+    Failed(Unavailable, Option<(String, String)>),
 }
 
 /// One platform entry of a generation, opened on first use.
@@ -109,7 +111,25 @@ impl PlatformSlot {
     /// Why the platform did not open, if it was tried and failed.
     pub(crate) fn failed(&self) -> Option<&Unavailable> {
         match self.outcome.get() {
-            Some(Outcome::Failed(why)) => Some(why),
+            Some(Outcome::Failed(why, _)) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// Why the platform is unavailable, in `caller`'s words (a missing driver's advice
+    /// names the caller's setting); `None` if it did not fail.
+    pub(crate) fn failed_in_words_of(&self, caller: Caller) -> Option<String> {
+        match self.outcome.get() {
+            Some(Outcome::Failed(_, Some((library, reason)))) => Some(
+                crate::Error::DriverNotFound {
+                    backend: self.kind(),
+                    library: library.clone(),
+                    reason: reason.clone(),
+                    caller,
+                }
+                .to_string(),
+            ),
+            Some(Outcome::Failed(why, None)) => Some(why.reason.clone()),
             _ => None,
         }
     }
@@ -124,7 +144,7 @@ impl PlatformSlot {
         if let Some(outcome) = self.outcome.get() {
             return match outcome {
                 Outcome::Open(open) => Ok(open),
-                Outcome::Failed(_) => Err(None),
+                Outcome::Failed(..) => Err(None),
             };
         }
         let _opening = lock(&self.opening);
@@ -136,13 +156,19 @@ impl PlatformSlot {
                     backend: self.kind(),
                     reason: e.to_string(),
                 };
+                let missing = match &e {
+                    crate::Error::DriverNotFound {
+                        library, reason, ..
+                    } => Some((library.clone(), reason.clone())),
+                    _ => None,
+                };
                 first_error = Some(e);
-                Outcome::Failed(why)
+                Outcome::Failed(why, missing)
             }
         });
         match outcome {
             Outcome::Open(open) => Ok(open),
-            Outcome::Failed(_) => Err(first_error),
+            Outcome::Failed(..) => Err(first_error),
         }
     }
 

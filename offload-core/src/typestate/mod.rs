@@ -382,6 +382,7 @@ impl<P: Platforms> Offload<Ready, P> {
     /// ```
     pub fn device(&self, kind: BackendKind) -> Result<Device> {
         // Only the platforms of `kind` are opened (each once per generation).
+        let caller = self.state.caller;
         let (opened, failed) = match self.live_call(|live, generation| {
             let mut failed = None;
             for (index, slot) in live.platforms.iter().enumerate() {
@@ -391,7 +392,7 @@ impl<P: Platforms> Offload<Ready, P> {
                 if let Some((key, _)) = live.devices_of(index, &generation.config).next() {
                     return Ok(Device::new(generation.clone(), key, kind));
                 }
-                failed = failed.or_else(|| slot.failed().cloned());
+                failed = failed.or_else(|| slot.failed_in_words_of(caller));
             }
             Err((live.opened_kinds(), failed))
         })? {
@@ -401,8 +402,8 @@ impl<P: Platforms> Offload<Ready, P> {
         let generation = &self.state.generation;
         let why = if opened.contains(&kind) {
             format!("the {kind} platform is open but has no devices")
-        } else if let Some(u) = failed {
-            format!("the {kind} platform is unavailable: {}", u.reason)
+        } else if let Some(reason) = failed {
+            format!("the {kind} platform is unavailable: {reason}")
         } else if P::platforms().iter().any(|e| e.kind() == kind) {
             let in_force = generation.config.backends.as_deref().unwrap_or(&[]);
             format!(

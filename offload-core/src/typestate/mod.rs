@@ -418,6 +418,7 @@ impl<P: Platforms> Offload<Ready, P> {
                 Caller::Rust => format!("enable the cargo feature `{kind}` of offload"),
                 Caller::C => "liboffload_capi was built without it".to_string(),
                 Caller::Python => "this build of the offload package is without it".to_string(),
+                Caller::Liboffload => "this libLLVMOffload was built without it".to_string(),
             };
             format!("{kind} is not compiled into this build ({advice})")
         };

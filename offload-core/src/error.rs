@@ -361,11 +361,24 @@ impl Caller {
         match (self, callback) {
             (Caller::C, "on_setup") => "offload_program_on_setup",
             (Caller::C, "on_teardown") => "offload_program_on_teardown",
-            (Caller::C, crate::hal::HOST_FN_CALLBACK) => "offload_queue_host_fn",
+            (Caller::C, HOST_FN_CALLBACK) => "offload_queue_host_fn",
             _ => callback,
         }
     }
 }
+
+/// The callback a host function is, as `Error::Callback` names it when a backend reports its
+/// failure: the user's call that enqueued it. (Backends name no user call anywhere else:
+/// they leave an error's `call` empty, and the handle of the user's call fills it in.)
+///
+/// ```
+/// use offload::Error;
+/// use offload::plugin::hal::HOST_FN_CALLBACK;
+/// // What a backend returns when a host function it ran panicked or failed.
+/// let e = Error::Callback { callback: HOST_FN_CALLBACK, source: "panicked".into() };
+/// assert!(e.to_string().starts_with("Queue::enqueue_host_fn callback failed"));
+/// ```
+pub const HOST_FN_CALLBACK: &str = "Queue::enqueue_host_fn";
 
 fn shut_down_text(call: &str, object: &str, caller: Caller) -> String {
     let what = if object.is_empty() {

@@ -31,7 +31,7 @@ mod platform;
 mod program;
 mod queue;
 
-pub use crate::error::panic_text;
+pub use crate::error::{HOST_FN_CALLBACK, panic_text};
 pub use crate::vocab::format::ImageFormat;
 pub(crate) use crate::vocab::format::REFERENCE_MAGIC;
 pub use crate::vocab::source::{CompilerId, Language, Source};
@@ -51,16 +51,3 @@ pub type KernelOf<D> = <<D as Device>::Program as Program>::Kernel;
 
 /// A host function enqueued on a queue ([`Queue::enqueue_host_fn`]).
 pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
-
-/// The callback a host function is, as `Error::Callback` names it when a backend reports its
-/// failure: the user's call that enqueued it. (Backends name no user call anywhere else:
-/// they leave an error's `call` empty, and the handle of the user's call fills it in.)
-///
-/// ```
-/// use offload::Error;
-/// use offload::plugin::hal::HOST_FN_CALLBACK;
-/// // What a backend returns when a host function it ran panicked or failed.
-/// let e = Error::Callback { callback: HOST_FN_CALLBACK, source: "panicked".into() };
-/// assert!(e.to_string().starts_with("Queue::enqueue_host_fn callback failed"));
-/// ```
-pub const HOST_FN_CALLBACK: &str = "Queue::enqueue_host_fn";

@@ -18,6 +18,7 @@
 #include <stdbool.h> /* OffloadAPI.h uses bool without it */
 #include <stdint.h>
 #include <offload/OffloadAPI.h>
+#include "check.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,24 +26,6 @@
 #include <time.h>
 
 static int failures;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-/* A call that must succeed. */
-#define OK(call)                                                                          \
-    do {                                                                                  \
-        ol_result_t r_ = (call);                                                          \
-        CHECK(r_ == OL_SUCCESS, "%s -> code %d (%s)", #call, (int)r_->Code,               \
-              r_->Details ? r_->Details : "no details");                                  \
-    } while (0)
 
 /* A call that must fail with `code` (and say why). */
 #define ERR(call, code)                                                                   \

@@ -8,18 +8,10 @@
 #include <stdbool.h> /* OffloadAPI.h uses bool without it */
 #include <stdint.h>
 #include <offload/OffloadAPI.h>
+#include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-#define OK(call)                                                                          \
-    do {                                                                                  \
-        ol_result_t r_ = (call);                                                          \
-        if (r_ != OL_SUCCESS) {                                                           \
-            fprintf(stderr, "%s -> %d: %s\n", #call, (int)r_->Code, r_->Details);         \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
 
 static double now_ns(void) {
     struct timespec t;

@@ -9,29 +9,13 @@
 #include <stdbool.h> /* OffloadAPI.h uses bool without it */
 #include <stdint.h>
 #include <offload/OffloadAPI.h>
+#include "check.h"
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-#define OK(call)                                                                          \
-    do {                                                                                  \
-        ol_result_t r_ = (call);                                                          \
-        CHECK(r_ == OL_SUCCESS, "%s -> code %d (%s)", #call, (int)r_->Code,               \
-              r_->Details ? r_->Details : "no details");                                  \
-    } while (0)
 
 static struct {
     ol_result_t (*init)(void);

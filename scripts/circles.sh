@@ -17,46 +17,9 @@ cd "$(dirname "$0")/.."
 python3 - "$@" <<'EOF'
 import os, re, sys
 
-def strip(text):
-    """The code with comments, strings and char literals blanked (newlines kept)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            i = j
-        elif text.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif text.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif c == "r" and re.match(r'r#*"', text[i:i + 8]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-            hashes = re.match(r'r(#*)"', text[i:]).group(1)
-            end = text.find('"' + hashes, i + 2 + len(hashes))
-            end = n if end < 0 else end + 1 + len(hashes)
-            out.append('""' + "\n" * text.count("\n", i, end))
-            i = end
-        elif c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append('""' + "\n" * text.count("\n", i, j))
-            i = j + 1
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4]) or text.startswith("'\\u{", i):
-            j = text.find("'", i + 1 if text[i + 1] != "\\" else i + 2)
-            out.append("' '")
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+sys.dont_write_bytecode = True  # no __pycache__ in the checkout
+sys.path.insert(0, "scripts")
+from rust_source import strip  # noqa: E402
 
 def crates():
     roots = []

@@ -25,7 +25,7 @@ fi
 # MPI test programs, the C API (built from a checkout: docs/c-api.md), the liboffload-compatible
 # library (the same: docs/liboffload.md) and the Python package (built by maturin).
 exclude=(--exclude offload-bench --exclude offload-embed --exclude offload-testing
-    --exclude offload-mpi-programs --exclude offload-capi --exclude offload-liboffload
+    --exclude offload-mpi-programs --exclude offload-capi --exclude offload-liboffload --exclude offload-handles
     --exclude offload-python)
 
 # The dry run unpacks each package into cargo's registry sources under its name and version;

@@ -17,9 +17,10 @@ import os, re, sys
 # Bottom first. `sync` (the lock shim) and `vocab` (plain values) import nothing; the
 # runtime handle users hold (`typestate`) and what builds on it sit on top; the reference
 # backend uses the whole crate as a backend would. `trace` (the Chrome trace) uses nothing
-# of the crate: the runtime arms and writes it. The model check (`--cfg offload_model`)
-# drives the whole crate from the top.
-LAYERS = ["sync", "vocab", "error", "config", "trace", "hal", "erased", "compile", "runtime",
+# of the crate but `sync` and `json` (the JSON string escaper it shares with offload-info,
+# which uses nothing): the runtime arms and writes it. The model check (`--cfg
+# offload_model`) drives the whole crate from the top.
+LAYERS = ["sync", "vocab", "json", "error", "config", "trace", "hal", "erased", "compile", "runtime",
           "handles", "ipc", "typestate", "select", "reference", "model"]
 rank = {m: i for i, m in enumerate(LAYERS)}
 

@@ -5,6 +5,7 @@
 //!
 //! - `sync` and `vocab`: the lock shim, and the plain values everything shares
 //!   ([`BackendKind`], [`MemKind`], [`DeviceInfo`], [`Dims`], [`Source`], …).
+//! - `json`: the one JSON string escaper (the trace's and `offload-info --json`'s).
 //! - `error` ([`Error`]) and `config` ([`Config`]); [`trace`]: the Chrome time trace of
 //!   the runtime's spans (`OFFLOAD_TRACE`), which the runtime arms and writes.
 //! - [`hal`]: the trait family a backend implements — [`hal::Platform`] (one driver
@@ -52,6 +53,9 @@ mod error;
 pub mod hal;
 mod handles;
 pub mod ipc;
+/// The JSON string escaper the trace and `offload-info --json` share (not a user API).
+#[doc(hidden)]
+pub mod json;
 /// The model check (only with `--cfg offload_model`; run by `scripts/model.sh`).
 #[cfg(offload_model)]
 #[doc(hidden)]

@@ -48,9 +48,11 @@
 //! trait of `tracing-subscriber`, built with no default features, and keeps no
 //! thread-local with a destructor.
 //!
-//! The module uses nothing else of the crate: the runtime arms it at `start`
-//! (`typestate`) and calls [`write`] at the end of a teardown (`runtime::lifecycle`).
+//! The module uses nothing else of the crate but the lock shim and the shared JSON string
+//! escaper (`json`): the runtime arms it at `start` (`typestate`) and calls [`write`] at
+//! the end of a teardown (`runtime::lifecycle`).
 
+use crate::json::JsonStr;
 use crate::sync::{
     Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, PoisonError, statics,
 };
@@ -458,27 +460,6 @@ fn json(r: &Recorder) -> String {
         r.dropped
     );
     out
-}
-
-/// A string as a JSON string literal.
-struct JsonStr<'a>(&'a str);
-
-impl std::fmt::Display for JsonStr<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_char('"')?;
-        for c in self.0.chars() {
-            match c {
-                '"' => f.write_str("\\\"")?,
-                '\\' => f.write_str("\\\\")?,
-                '\n' => f.write_str("\\n")?,
-                '\r' => f.write_str("\\r")?,
-                '\t' => f.write_str("\\t")?,
-                c if (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
-                c => f.write_char(c)?,
-            }
-        }
-        f.write_char('"')
-    }
 }
 
 /// A span's fields, as the members of a JSON object (`"k":v,…`).

@@ -19,15 +19,17 @@
 //! 2 on a bad command line. The runtime honours the usual `OFFLOAD_*` variables.
 //!
 //! The JSON is written by a tiny writer here rather than serde, so the binary adds no
-//! dependency to the crate.
+//! dependency to the crate; its strings are escaped by the workspace's one JSON string
+//! escaper (`offload_core::json`, which the Chrome trace uses too).
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use offload::{DeviceInfo, Error, Offload, PlatformInfo, Unavailable};
+use offload_core::json::JsonStr;
 
 const USAGE: &str = "\
 Usage: offload-info [--json]
@@ -261,24 +263,11 @@ impl From<Value> for Json {
     }
 }
 
-/// Appends `s` as a JSON string literal: quotes, backslashes and control characters
-/// escaped, everything else (valid UTF-8 already) as it is.
+/// Appends `s` as a JSON string literal, with the workspace's one escaper
+/// (`offload_core::json`, which the Chrome trace writes with too).
 fn write_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if c < ' ' => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{}", JsonStr(s));
 }
 
 impl Json {

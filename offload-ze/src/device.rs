@@ -1,7 +1,7 @@
-//! A Level Zero device ([`ZeDevice`]) and its `hal::Device` impl: what it says about
-//! itself, and the host's copies in and out of its buffers; the buffers themselves are
-//! memory.rs's, programs program.rs's, queues queue.rs's, the device record it holds
-//! ([`DeviceShared`]) platform.rs's, and its `hal::Ipc` impl ipc.rs's.
+//! The `hal::Device` impl of a Level Zero device ([`ZeDevice`], shared.rs, beside the device
+//! record it holds): what it says about itself, allocating, the host's copies in and out of
+//! its buffers, loading programs and making queues. The buffers are memory.rs's, programs
+//! program.rs's, queues queue.rs's, and its `hal::Ipc` impl ipc.rs's.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -11,49 +11,12 @@ use offload_core::{DeviceInfo, Error, MemKind, Result};
 
 use crate::BACKEND;
 use crate::memory::ZeBuffer;
-use crate::platform::{DeviceShared, driver_error};
 use crate::program::{self, ZeModule};
 use crate::queue::{ZeEvent, ZeQueue};
+use crate::shared::{DeviceShared, ZeDevice, driver_error};
 
 /// PCI vendor id of Intel.
 const INTEL: u32 = 0x8086;
-
-/// A Level Zero device. It holds its driver's context (and the loader) for as long as it
-/// lives; its `ordinal()` is its position among the platform's devices: the drivers in the
-/// loader's order, each driver's devices in its order.
-///
-/// ```
-/// use offload_core::hal::{Device as _, Platform as _};
-/// use offload_core::Config;
-/// let Ok(ze) = offload_ze::ZePlatform::open(&Config::default()) else {
-///     return; // no Level Zero device on this machine
-/// };
-/// for dev in ze.devices() {
-///     println!("device {}", dev.ordinal());
-/// }
-/// ```
-pub struct ZeDevice {
-    pub(crate) shared: Arc<DeviceShared>,
-}
-
-impl ZeDevice {
-    /// The device's position among the platform's devices.
-    ///
-    /// ```
-    /// fn first(d: &offload_ze::ZeDevice) -> bool { d.ordinal() == 0 }
-    /// ```
-    pub fn ordinal(&self) -> u32 {
-        self.shared.ordinal
-    }
-}
-
-impl std::fmt::Debug for ZeDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZeDevice")
-            .field("ordinal", &self.shared.ordinal)
-            .finish()
-    }
-}
 
 fn info(shared: &DeviceShared) -> Result<DeviceInfo> {
     let driver = shared.driver();

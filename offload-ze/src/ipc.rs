@@ -16,6 +16,10 @@
 //! The payload is `OFZE`, a version byte, three zero bytes, the driver's 64-byte handle
 //! (descriptor bytes zeroed), then the exporter's pid, the allocation's identity there
 //! (`zeMemGetAllocProperties().id`) and its size (u64s, little-endian): 96 bytes.
+//!
+//! This module owns the export and import and the device's `hal::Ipc` impl; a mapping
+//! itself ([`Mapping`], closed with its last buffer) and the device's table of them are
+//! shared.rs's, since the device record and imported buffers hold them.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, PoisonError, Weak};
@@ -23,41 +27,15 @@ use std::sync::{Arc, PoisonError, Weak};
 use offload_core::hal::{self, Exported};
 use offload_core::{BackendKind, Error, MemKind, Result};
 
-use crate::ZeDevice;
 use crate::ffi::{MemoryKind, sys};
 use crate::memory::{Origin, ZeBuffer};
-use crate::platform::{DeviceShared, driver_error};
+use crate::shared::{DeviceShared, Mapping, ZeDevice, driver_error};
 
 const MAGIC: &[u8; 4] = b"OFZE";
 const VERSION: u8 = 1;
 const PAYLOAD_LEN: usize = 96;
 /// Where the handle keeps its descriptor (a u64).
 const FD_BYTES: std::ops::Range<usize> = 0..8;
-
-/// One open IPC mapping in this process, shared by the imports of one allocation.
-pub(crate) struct Mapping {
-    device: Arc<DeviceShared>,
-    pub(crate) ptr: *mut std::ffi::c_void,
-    /// The exporter's pid and the allocation's id there.
-    key: (u64, u64),
-}
-
-// SAFETY: the mapping's address is only handed to the driver; it is closed once, in `Drop`.
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from zeMemOpenIpcHandle in this device's context and is closed
-        // once, here; every buffer over it waited for its queued work before it went.
-        let _ = unsafe {
-            self.device
-                .driver()
-                .ipc_close(self.device.context(), self.ptr)
-        };
-    }
-}
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidIpcHandle {

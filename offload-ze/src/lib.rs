@@ -96,7 +96,10 @@ mod ffi;
 // SPIR-V validation and reflection, before the driver sees a module (safe code).
 mod spirv;
 // The modules below call those `unsafe fn`s and own the handles, each call with its
-// `SAFETY` argument.
+// `SAFETY` argument. Each uses only those before it in this order (`scripts/circles.sh`
+// checks that none imports another in a circle): `shared` (the context, the device record
+// and `ZeDevice`), `stream` (a queue's chain of events, and `Uses`), `memory`, `program`,
+// `queue`, then `device` (the `hal::Device` impl), `ipc` and `platform` on top.
 #[allow(unsafe_code)]
 mod device;
 #[allow(unsafe_code)]
@@ -109,15 +112,19 @@ mod platform;
 mod program;
 #[allow(unsafe_code)]
 mod queue;
+#[allow(unsafe_code)]
+mod shared;
+#[allow(unsafe_code)]
+mod stream;
 
 use offload_core::{BackendKind, PlatformEntry};
 use offload_driver::Counters;
 
-pub use device::ZeDevice;
 pub use memory::ZeBuffer;
 pub use platform::ZePlatform;
 pub use program::{ZeKernel, ZeModule};
 pub use queue::{ZeEvent, ZeQueue};
+pub use shared::ZeDevice;
 
 /// The conformance kernels as an OpenCL-flavour SPIR-V module (`fixtures/kernels.cl`, built
 /// by `fixtures/build.sh` with clang; never run on Intel hardware): `add_one`, `fill`,

@@ -1,6 +1,6 @@
 //! Level Zero memory: device (`zeMemAllocDevice`), host (`zeMemAllocHost`) and shared
 //! (`zeMemAllocShared`) allocations of the driver's context, their ranges and their release.
-//! The host's copies in and out of them are the device's (`hal::Device` in platform.rs):
+//! The host's copies in and out of them are the device's (`hal::Device` in device.rs):
 //! they go through the device's synchronous immediate command list
 //! (`zeCommandListAppendMemoryCopy` / `...MemoryFill`, each returning once done).
 //!
@@ -13,11 +13,8 @@ use std::sync::Arc;
 use offload_core::{BackendKind, Error, MemKind, Result};
 
 use crate::ffi::{MemoryKind, sys};
-use crate::platform::{DeviceShared, driver_error};
-use crate::queue::QueueShared;
-
-/// The queues whose queued work uses a buffer, a module or a kernel.
-pub(crate) type Uses = offload_driver::Uses<QueueShared>;
+use crate::shared::{DeviceShared, Mapping, driver_error};
+use crate::stream::Uses;
 
 /// Where a buffer's memory comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +37,7 @@ pub(crate) struct Allocation {
     /// The queued work that uses the memory.
     pub(crate) uses: Uses,
     /// For an import: the IPC mapping, held open while it lives.
-    _mapping: Option<Arc<crate::ipc::Mapping>>,
+    _mapping: Option<Arc<Mapping>>,
     /// For adopted memory: what keeps it alive, dropped with the allocation (after the
     /// queued work on it, which the drop waits for).
     _owner: Option<offload_core::hal::Owner>,
@@ -63,7 +60,7 @@ impl Drop for Allocation {
             if let Origin::Made(_) = self.origin {
                 // SAFETY: a live allocation of this context, freed once, here, with no
                 // queued work on it (waited). (A mapping closes with its last user:
-                // `ipc::Mapping`'s drop.)
+                // `shared::Mapping`'s drop.)
                 let _ = unsafe { driver.free(context, self.ptr) };
             }
         }
@@ -191,7 +188,7 @@ impl ZeBuffer {
     /// buffer).
     pub(crate) fn imported(
         device: &Arc<DeviceShared>,
-        mapping: Arc<crate::ipc::Mapping>,
+        mapping: Arc<Mapping>,
         len: usize,
     ) -> ZeBuffer {
         device.made();

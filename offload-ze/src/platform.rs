@@ -1,153 +1,18 @@
-//! The Level Zero platform: the loader opened and initialised, one context per driver
-//! ([`ContextShared`]), and a record per device ([`DeviceShared`]) that every object made on
-//! it holds, with its launch limits and the copies the host makes now. The devices (and
-//! their `hal::Device` impl) are device.rs's, buffers memory.rs's, programs (and their
-//! `hal::Program` impl) program.rs's, queues queue.rs's, IPC (and the `hal::Ipc` impl)
-//! ipc.rs's.
+//! The Level Zero platform ([`ZePlatform`]) and its `hal::Platform` impl: the loader opened
+//! and initialised, its drivers and devices listed, one context per driver, and a device
+//! record per device (what those are is shared.rs's), counted and let go at `deinit`. The
+//! top of the crate: it names the devices and what they can run, nothing names it.
 
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use offload_core::hal::{self, ImageFormat};
 use offload_core::{BackendKind, Config, Error, Result};
-use offload_driver::{Failure, LaunchLimits, driver_not_found, no_device};
+use offload_driver::{LaunchLimits, driver_not_found, no_device};
 
-use crate::ZeDevice;
-use crate::ffi::{self, ContextHandle, DeviceHandle, DriverHandle, ListHandle};
+use crate::ffi::{self, DeviceHandle, DriverHandle};
+use crate::program::EM_INTELGT;
+use crate::shared::{ContextShared, DeviceShared, ZeDevice, driver_error};
 use crate::{BACKEND, COUNTERS, LIBRARY};
-
-/// A failed driver call as an offload error (naming no call: the handle of the user's call
-/// names it).
-pub(crate) fn driver_error(failure: Failure) -> Error {
-    failure.into_error(BackendKind::Ze, "")
-}
-
-/// One driver's context: every device of the driver, and every object made on them, use
-/// it. Destroyed (`zeContextDestroy`) when the last of them is gone.
-pub(crate) struct ContextShared {
-    pub(crate) driver: Arc<ffi::Driver>,
-    pub(crate) handle: ContextHandle,
-}
-
-impl Drop for ContextShared {
-    fn drop(&mut self) {
-        // SAFETY: the context is live and destroyed once, here: everything made in it held
-        // this record, so nothing of it is left.
-        let _ = unsafe { self.driver.context_destroy(self.handle) };
-    }
-}
-
-/// One device: its context, its handle, its limits, the synchronous command list that the
-/// host's copies go through, and the count of objects made on it.
-pub(crate) struct DeviceShared {
-    pub(crate) context: Arc<ContextShared>,
-    pub(crate) handle: DeviceHandle,
-    pub(crate) ordinal: u32,
-    /// What launches are checked against, read once.
-    pub(crate) limits: LaunchLimits,
-    /// `ze_device_properties_t::uuid`.
-    pub(crate) uuid: [u8; 16],
-    /// Nanoseconds per timestamp tick.
-    pub(crate) timer_ns: u64,
-    /// A synchronous immediate command list for the host's copies and fills, made at the
-    /// first one; its lock serialises its use (command lists are not thread-safe).
-    copier: Mutex<Option<ListHandle>>,
-    /// Buffers, modules, queues and events made on it and not yet destroyed.
-    live: AtomicUsize,
-    /// The IPC mappings open on it.
-    pub(crate) mappings: Mutex<Vec<std::sync::Weak<crate::ipc::Mapping>>>,
-}
-
-impl DeviceShared {
-    pub(crate) fn driver(&self) -> &ffi::Driver {
-        &self.context.driver
-    }
-
-    pub(crate) fn context(&self) -> ContextHandle {
-        self.context.handle
-    }
-
-    /// Counts an object made on the device.
-    pub(crate) fn made(&self) {
-        self.live.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Counts an object destroyed.
-    pub(crate) fn destroyed(&self) {
-        self.live.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    fn live(&self) -> usize {
-        self.live.load(Ordering::SeqCst)
-    }
-
-    /// Runs `f` with the device's synchronous command list (made at the first use), which
-    /// nothing else uses meanwhile: every append on it returns once its work has run.
-    pub(crate) fn with_copier<T>(
-        &self,
-        f: impl FnOnce(ListHandle) -> std::result::Result<T, Failure>,
-    ) -> Result<T> {
-        let mut copier: MutexGuard<'_, Option<ListHandle>> =
-            self.copier.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = match *copier {
-            Some(list) => list,
-            None => {
-                let list = self
-                    .driver()
-                    .list_create(self.context(), self.handle, true)
-                    .map_err(driver_error)?;
-                *copier = Some(list);
-                list
-            }
-        };
-        f(list).map_err(driver_error)
-    }
-
-    /// Copies `len` bytes from `src` to `dst` on the device's synchronous list: done when
-    /// it returns.
-    ///
-    /// # Safety
-    ///
-    /// `dst` and `src` are `len` bytes of memory the device can reach (allocations of its
-    /// context, or host memory), alive, not overlapping, and not otherwise accessed until
-    /// the call returns (no queued work on them may still run).
-    pub(crate) unsafe fn copy_now(
-        &self,
-        dst: *mut c_void,
-        src: *const c_void,
-        len: usize,
-    ) -> Result<()> {
-        self.with_copier(|list| {
-            // SAFETY: the caller's promise; the list is synchronous and used by nothing else
-            // meanwhile (with_copier).
-            unsafe { self.driver().append_copy(list, dst, src, len, None, &[]) }
-        })
-    }
-}
-
-impl Drop for DeviceShared {
-    fn drop(&mut self) {
-        let copier = self
-            .copier
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(list) = copier {
-            // SAFETY: the list is live, destroyed once, here; it is synchronous, so no work
-            // on it is pending.
-            let _ = unsafe { self.context.driver.list_destroy(list) };
-        }
-    }
-}
-
-impl std::fmt::Debug for DeviceShared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceShared")
-            .field("ordinal", &self.ordinal)
-            .finish()
-    }
-}
 
 /// The Level Zero platform: the loader, initialised, with its drivers' devices (at least
 /// one), and one context per driver.
@@ -252,17 +117,14 @@ impl hal::Platform for ZePlatform {
             for handle in handles {
                 // Optional: a device that will not describe itself gets generic words and values.
                 let description = driver.describe(handle).ok();
-                devices.push(Arc::new(DeviceShared {
-                    context: context.clone(),
+                devices.push(Arc::new(DeviceShared::new(
+                    context.clone(),
                     handle,
-                    ordinal: devices.len() as u32,
-                    limits: limits(&driver, handle),
-                    uuid: description.as_ref().map_or([0; 16], |d| d.uuid),
-                    timer_ns: description.as_ref().map_or(1, |d| d.timer_ns.max(1)),
-                    copier: Mutex::new(None),
-                    live: AtomicUsize::new(0),
-                    mappings: Mutex::default(),
-                }));
+                    devices.len() as u32,
+                    limits(&driver, handle),
+                    description.as_ref().map_or([0; 16], |d| d.uuid),
+                    description.as_ref().map_or(1, |d| d.timer_ns.max(1)),
+                )));
             }
         }
         COUNTERS.opened();
@@ -325,7 +187,7 @@ impl hal::Platform for ZePlatform {
             ImageFormat::Spirv
                 | ImageFormat::SpirvSwapped
                 | ImageFormat::Elf {
-                    machine: crate::program::EM_INTELGT
+                    machine: EM_INTELGT
                 }
         )
     }

@@ -17,9 +17,9 @@ use offload_core::hal;
 use offload_core::{BackendKind, Error, GlobalInfo, ParamKind, Result};
 
 use crate::ffi::{KernelHandle, ModuleHandle, sys};
-use crate::memory::Uses;
-use crate::platform::{DeviceShared, driver_error};
+use crate::shared::{DeviceShared, driver_error};
 use crate::spirv::{self, KernelModule};
+use crate::stream::Uses;
 
 /// `EM_INTELGT`: the ELF machine of Intel GPU native binaries.
 pub(crate) const EM_INTELGT: u16 = 205;

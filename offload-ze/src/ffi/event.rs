@@ -87,7 +87,7 @@ impl Driver {
 
     /// `zeEventHostSignal`.
     pub(crate) fn event_signal(&self, event: EventHandle) -> Result<(), Failure> {
-        // SAFETY: events are live while their owners hold them (queue.rs); signalling is
+        // SAFETY: events are live while their owners hold them (stream.rs); signalling is
         // free-threaded.
         check("zeEventHostSignal", unsafe {
             (self.functions.ze_event_host_signal)(event.0)

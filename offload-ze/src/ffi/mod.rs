@@ -6,8 +6,8 @@
 //!
 //! These modules (with [`sys`], the raw table) hold the calls; calls whose soundness depends
 //! on what the caller passes (addresses, live handles) are `unsafe fn`s whose `# Safety`
-//! says what, and the modules that own the objects (memory.rs, queue.rs, program.rs,
-//! ipc.rs) call them with their `SAFETY` argument. It decides nothing: which failures mean
+//! says what, and the modules that own the objects (shared.rs, stream.rs, memory.rs,
+//! queue.rs, program.rs, ipc.rs) call them with their `SAFETY` argument. It decides nothing: which failures mean
 //! "no Level Zero here" is the platform's call, and how a failure reads as an offload error
 //! is `offload_driver::Failure`'s.
 
@@ -27,8 +27,8 @@ pub(crate) use sys::{ZE_RESULT_ERROR_UNINITIALIZED, ZeResult};
 
 /// Declares a handle type: an opaque pointer the driver owns, `Send` and `Sync` because the
 /// Level Zero calls offload makes with it are free-threaded, except those on command lists
-/// and kernels, which offload serialises itself (queue.rs and program.rs hold a lock around
-/// them).
+/// and kernels, which offload serialises itself (stream.rs, shared.rs and program.rs hold a
+/// lock around them).
 macro_rules! handles {
     ($($(#[$doc:meta])* $name:ident;)*) => {$(
         $(#[$doc])*

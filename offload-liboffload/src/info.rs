@@ -13,6 +13,8 @@ pub(crate) enum Value {
     /// A pointer-sized value (a handle, an address, a `size_t`).
     Word(usize),
     Dims([u32; 3]),
+    /// A C `bool` (one byte).
+    Bool(bool),
 }
 
 impl Value {
@@ -27,6 +29,7 @@ impl Value {
             Value::U64(v) => v.to_ne_bytes().to_vec(),
             Value::Word(v) => v.to_ne_bytes().to_vec(),
             Value::Dims(d) => d.iter().flat_map(|v| v.to_ne_bytes()).collect(),
+            Value::Bool(b) => vec![u8::from(*b)],
         }
     }
 }

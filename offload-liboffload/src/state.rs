@@ -19,7 +19,7 @@
 //! callback may call any function, `olShutDown` included.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use offload::{BackendKind, Buffer, Device, DeviceInfo, Offload};
 
@@ -64,7 +64,7 @@ pub(crate) struct Live {
     pub(crate) devices: Vec<Dev>,
     pub(crate) platforms: Vec<Plat>,
     /// Allocations by base address.
-    pub(crate) allocs: BTreeMap<usize, Alloc>,
+    pub(crate) allocs: BTreeMap<usize, Arc<Alloc>>,
     /// Results with offload's messages, once per (code, text), until this generation ends.
     results: HashMap<(u32, String), Box<Kept>>,
 }
@@ -96,6 +96,9 @@ pub(crate) struct Alloc {
     pub(crate) ty: ol_alloc_type_t,
     /// The address is offload's host address of the memory (it can be dereferenced).
     pub(crate) host_visible: bool,
+    /// The caller's host memory, registered by `olMemRegister` (freed by the caller after
+    /// `olMemUnregister`, never by `olMemFree`).
+    pub(crate) registered: bool,
 }
 
 /// The platform backend liboffload 22 has nearest to an offload backend.
@@ -206,7 +209,7 @@ impl Live {
     }
 
     /// The allocation holding `ptr`, with the offset of `ptr` in it.
-    pub(crate) fn alloc_at(&self, ptr: usize) -> Option<(usize, &Alloc)> {
+    pub(crate) fn alloc_at(&self, ptr: usize) -> Option<(usize, &Arc<Alloc>)> {
         let (&base, alloc) = self.allocs.range(..=ptr).next_back()?;
         (ptr - base < alloc.size.max(1)).then_some((ptr - base, alloc))
     }
@@ -336,6 +339,21 @@ pub(crate) fn errc(e: &offload::Error) -> ol_errc_t {
 pub(crate) fn fail(call: &'static str, e: offload::Error) -> Fail {
     let e = e.for_call(offload::Caller::Liboffload, call);
     Fail::Message(errc(&e), e.to_string())
+}
+
+/// A failure of work done without the state's lock as a result pointer (offload's
+/// message is kept in the live generation's store, or, with none, in the shutdown
+/// buffer).
+pub(crate) fn finish(done: Res) -> Result<(), ol_result_t> {
+    match done {
+        Ok(()) => Ok(()),
+        Err(fail) => with_state(|_| Err(fail)),
+    }
+}
+
+/// Runs `body` on the live generation, under the state's lock.
+pub(crate) fn with_live<T>(body: impl FnOnce(&mut Live) -> Res<T>) -> Res<T> {
+    body(live(&mut state())?)
 }
 
 /// Runs `body` on the state and turns its failure into a result pointer.

@@ -189,11 +189,11 @@ fn c_api_against_both_libraries() {
         "api",
         &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
     );
-    let image = Path::new(env!("CARGO_TARGET_TMPDIR")).join("liboffload-host-kernels.so");
-    std::fs::write(&image, offload_host::fixtures::KERNELS).expect("write the host image");
+    let image = host_image();
     let mut full = Command::new(&exe);
     full.arg("full")
         .env("OL_TEST_HOST_IMAGE", &image)
+        .env("OL_TEST_SPIRV_IMAGE", SPIRV_IMAGE)
         .env("LD_LIBRARY_PATH", &ours)
         .env("OL_TEST_CYCLES", "1000");
     output(full, "tests/c/api.c full, on offload");
@@ -226,6 +226,22 @@ fn c_api_against_both_libraries() {
     output(fails, "tests/c/api.c initfail, on offload");
 }
 
+/// A host program image of offload's host test kernels (`add_one`, `read_global`, the
+/// global `g`), written for the C programs to read.
+fn host_image() -> std::path::PathBuf {
+    let image = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("liboffload-host-kernels-{}.so", std::process::id()));
+    std::fs::write(&image, offload_host::fixtures::KERNELS).expect("write the host image");
+    image
+}
+
+/// A SPIR-V image of offload's Vulkan test kernels (`add_one(buf u32[], n u32)` among
+/// them).
+const SPIRV_IMAGE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../offload-vulkan/tests/fixtures/kernels.spv"
+);
+
 #[test]
 fn memcheck_finds_no_leak() {
     if !present(VALGRIND) {
@@ -237,6 +253,7 @@ fn memcheck_finds_no_leak() {
         "api-memcheck",
         &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
     );
+    let image = host_image();
     // The host backend only: lavapipe under memcheck would take minutes.
     for (mode, backends) in [
         ("full", "host"),
@@ -255,6 +272,7 @@ fn memcheck_finds_no_leak() {
             .arg(mode)
             .env("LD_LIBRARY_PATH", &ours)
             .env("OFFLOAD_BACKENDS", backends)
+            .env("OL_TEST_HOST_IMAGE", &image)
             .env("OL_TEST_CYCLES", "20")
             .env("OL_TEST_ROUNDS", "20");
         output(memcheck, &format!("memcheck tests/c/api.c {mode}"));

@@ -5,10 +5,13 @@
  *   api cpu   — what real liboffload can run on a machine without a GPU: init/shutdown
  *               cycles, device iteration, device and platform info, a host-to-host memcpy.
  *   api full  — also: allocations on a compute device, copies through them, fills, memory
- *               info, olIsValidBinary, handles of finished generations (refused with an
- *               error, never a crash).
- *   api threads — 4 threads each initialising, copying and shutting down OL_TEST_ROUNDS
- *               (default 200) times at once.
+ *               info, olIsValidBinary; queues, events and host functions; programs,
+ *               symbols and kernel launches (the host image OL_TEST_HOST_IMAGE on CPU
+ *               devices, the SPIR-V image OL_TEST_SPIRV_IMAGE on GPU devices: both hold
+ *               `add_one(buf u32[], n u32)`); handles of finished generations refused with
+ *               an error in all 35 functions, never a crash.
+ *   api threads — 4 threads each initialising, copying (with and without a queue) and
+ *               shutting down OL_TEST_ROUNDS (default 200) times at once.
  *   api initfail — run where olInit must fail (offload told to use a backend it cannot
  *               open): each failure says why and leaves nothing initialised.
  *
@@ -263,6 +266,279 @@ static void valid_binary(void) {
     printf("ok olIsValidBinary\n");
 }
 
+/* ---- queues, events, host functions ---- */
+
+static void wait_ms(int ms) {
+    struct timespec t = {0, ms * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+struct order {
+    int first, second_saw_first, calls;
+    ol_result_t inside; /* what a call of the library from inside a callback answered */
+};
+
+static void slow_first(void *data) {
+    struct order *o = data;
+    wait_ms(20);
+    o->first = 1;
+    o->calls++;
+}
+
+static void then_second(void *data) {
+    struct order *o = data;
+    o->second_saw_first = o->first;
+    o->calls++;
+    /* OffloadAPI.h: a callback must not call liboffload. offload refuses it at once. */
+    o->inside = olMemFree(NULL);
+}
+
+static void queues(void) {
+    ol_device_handle_t host = host_endpoint();
+    ol_queue_handle_t q = NULL;
+    ERR(olCreateQueue(NULL, &q), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olCreateQueue(compute_device(), NULL), OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olCreateQueue(host, &q), OL_ERRC_UNSUPPORTED);
+    for (int i = 0; i < n_devices; i++) {
+        ol_device_handle_t dev = devices[i];
+        if (type_of(dev) == OL_DEVICE_TYPE_HOST)
+            continue;
+        ol_queue_handle_t q2 = NULL;
+        OK(olCreateQueue(dev, &q));
+        OK(olCreateQueue(dev, &q2));
+        CHECK(q != NULL && q2 != NULL && q != q2, "queues");
+        ol_device_handle_t owner = NULL;
+        size_t size = 0;
+        OK(olGetQueueInfoSize(q, OL_QUEUE_INFO_DEVICE, &size));
+        CHECK(size == sizeof owner, "queue device size %zu", size);
+        OK(olGetQueueInfo(q, OL_QUEUE_INFO_DEVICE, sizeof owner, &owner));
+        CHECK(owner == dev, "queue device");
+        OK(olGetQueueInfoSize(q, OL_QUEUE_INFO_EMPTY, &size));
+        CHECK(size == sizeof(bool), "queue empty size %zu", size);
+        bool empty = false;
+        OK(olGetQueueInfo(q, OL_QUEUE_INFO_EMPTY, sizeof empty, &empty));
+        ERR(olGetQueueInfo(q, OL_QUEUE_INFO_DEVICE, 1, &owner), OL_ERRC_INVALID_SIZE);
+        ERR(olGetQueueInfo(q, (ol_queue_info_t)99, sizeof owner, &owner),
+            OL_ERRC_INVALID_ENUMERATION);
+        /* Copies and a fill on the queue, in order. */
+        void *a = NULL, *b = NULL;
+        OK(olMemAlloc(dev, OL_ALLOC_TYPE_DEVICE, 1024, &a));
+        OK(olMemAlloc(dev, OL_ALLOC_TYPE_DEVICE, 1024, &b));
+        unsigned char in[1024], out[1024];
+        for (int j = 0; j < 1024; j++)
+            in[j] = (unsigned char)(j * 13 + i), out[j] = 0;
+        OK(olMemcpy(q, a, dev, in, host, sizeof in));
+        memset(in, 0, sizeof in); /* the queued copy took the bytes at the call */
+        OK(olMemcpy(q, b, dev, a, dev, 1024));
+        unsigned char pattern[2] = {0xAB, 0xCD};
+        OK(olMemFill(q, (char *)b + 512, 2, pattern, 256));
+        ol_event_handle_t ev = NULL;
+        OK(olCreateEvent(q, &ev));
+        OK(olSyncEvent(ev));
+        bool complete = false;
+        OK(olGetEventInfoSize(ev, OL_EVENT_INFO_IS_COMPLETE, &size));
+        CHECK(size == sizeof(bool), "event complete size %zu", size);
+        OK(olGetEventInfo(ev, OL_EVENT_INFO_IS_COMPLETE, sizeof complete, &complete));
+        CHECK(complete, "a synced event is not complete");
+        ol_queue_handle_t of = NULL;
+        OK(olGetEventInfo(ev, OL_EVENT_INFO_QUEUE, sizeof of, &of));
+        CHECK(of == q, "event queue");
+        /* q2 waits for q's event, then reads b. */
+        OK(olWaitEvents(q2, &ev, 1));
+        OK(olMemcpy(q2, out, host, b, dev, sizeof out));
+        OK(olSyncQueue(q2));
+        for (int j = 0; j < 1024; j++) {
+            unsigned char want = j >= 512 && j < 768 ? pattern[(j - 512) % 2]
+                                                     : (unsigned char)(j * 13 + i);
+            CHECK(out[j] == want, "queued copies on device %d: byte %d is %d, not %d", i, j,
+                  out[j], want);
+        }
+        ERR(olWaitEvents(q2, NULL, 1), OL_ERRC_INVALID_NULL_POINTER);
+        ol_event_handle_t none[2] = {ev, NULL};
+        ERR(olWaitEvents(q2, none, 2), OL_ERRC_INVALID_NULL_HANDLE);
+        ERR(olCreateEvent(q, NULL), OL_ERRC_INVALID_NULL_POINTER);
+        /* Host functions run in order, after the work before them. */
+        struct order o = {0, 0, 0, NULL};
+        OK(olLaunchHostFunction(q, slow_first, &o));
+        OK(olLaunchHostFunction(q, then_second, &o));
+        ERR(olLaunchHostFunction(q, NULL, &o), OL_ERRC_INVALID_NULL_POINTER);
+        OK(olSyncQueue(q));
+        CHECK(o.calls == 2 && o.second_saw_first, "host functions out of order (%d calls)",
+              o.calls);
+        CHECK(o.inside != OL_SUCCESS && o.inside->Code == OL_ERRC_INVALID_ARGUMENT,
+              "a library call inside a host function was not refused");
+        OK(olGetQueueInfo(q, OL_QUEUE_INFO_EMPTY, sizeof empty, &empty));
+        CHECK(empty, "a synced queue is not empty");
+        /* Destroyed: refused, with the type's code. */
+        OK(olDestroyEvent(ev));
+        ERR(olSyncEvent(ev), OL_ERRC_INVALID_EVENT);
+        ERR(olDestroyEvent(ev), OL_ERRC_INVALID_EVENT);
+        ERR(olDestroyEvent(NULL), OL_ERRC_INVALID_NULL_HANDLE);
+        OK(olDestroyQueue(q2));
+        ERR(olSyncQueue(q2), OL_ERRC_INVALID_QUEUE);
+        ERR(olMemcpy(q2, out, host, b, dev, 4), OL_ERRC_INVALID_QUEUE);
+        ERR(olSyncQueue((ol_queue_handle_t)ev), OL_ERRC_INVALID_QUEUE);
+        /* q is left alive with work done: the last olShutDown destroys it. */
+        OK(olMemFree(a));
+        OK(olMemFree(b));
+        printf("ok queues, events and host functions on device %d\n", i);
+    }
+}
+
+/* ---- programs, symbols, launches ---- */
+
+static char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "no %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *data = malloc((size_t)n);
+    CHECK(fread(data, 1, (size_t)n, f) == (size_t)n, "short read of %s", path);
+    fclose(f);
+    *size = (size_t)n;
+    return data;
+}
+
+/* add_one's parameters as C packs them: sizeof is 16. */
+struct add_one_args {
+    void *buf;
+    uint32_t n;
+};
+
+static void programs(void) {
+    const char *host_path = getenv("OL_TEST_HOST_IMAGE");
+    const char *spirv_path = getenv("OL_TEST_SPIRV_IMAGE");
+    CHECK(host_path != NULL, "OL_TEST_HOST_IMAGE is not set");
+    size_t host_size = 0, spirv_size = 0;
+    char *host_image = read_file(host_path, &host_size);
+    char *spirv_image = spirv_path ? read_file(spirv_path, &spirv_size) : NULL;
+    ol_device_handle_t host = host_endpoint();
+    ol_program_handle_t prog = NULL;
+    ERR(olCreateProgram(host, host_image, host_size, &prog), OL_ERRC_INVALID_DEVICE);
+    ERR(olCreateProgram(NULL, host_image, host_size, &prog), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olCreateProgram(compute_device(), NULL, 4, &prog), OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olCreateProgram(compute_device(), "junk", 4, &prog), OL_ERRC_INVALID_BINARY);
+    int launched = 0;
+    for (int i = 0; i < n_devices; i++) {
+        ol_device_handle_t dev = devices[i];
+        ol_device_type_t type = type_of(dev);
+        if (type == OL_DEVICE_TYPE_HOST || (type == OL_DEVICE_TYPE_GPU && !spirv_image))
+            continue;
+        int cpu = type == OL_DEVICE_TYPE_CPU;
+        OK(olCreateProgram(dev, cpu ? host_image : spirv_image, cpu ? host_size : spirv_size,
+                           &prog));
+        ol_symbol_handle_t k = NULL, again = NULL, g = NULL;
+        OK(olGetSymbol(prog, "add_one", OL_SYMBOL_KIND_KERNEL, &k));
+        OK(olGetSymbol(prog, "add_one", OL_SYMBOL_KIND_KERNEL, &again));
+        CHECK(k == again, "the same symbol twice gave two handles");
+        ERR(olGetSymbol(prog, "no_such_kernel", OL_SYMBOL_KIND_KERNEL, &again),
+            OL_ERRC_NOT_FOUND);
+        ERR(olGetSymbol(prog, NULL, OL_SYMBOL_KIND_KERNEL, &again), OL_ERRC_INVALID_NULL_POINTER);
+        ERR(olGetSymbol(prog, "add_one", (ol_symbol_kind_t)7, &again),
+            OL_ERRC_INVALID_ENUMERATION);
+        ol_symbol_kind_t kind = OL_SYMBOL_KIND_GLOBAL_VARIABLE;
+        OK(olGetSymbolInfo(k, OL_SYMBOL_INFO_KIND, sizeof kind, &kind));
+        CHECK(kind == OL_SYMBOL_KIND_KERNEL, "kind %d", (int)kind);
+        size_t size = 0;
+        OK(olGetSymbolInfoSize(k, OL_SYMBOL_INFO_KIND, &size));
+        CHECK(size == sizeof kind, "kind size %zu", size);
+        void *addr = NULL;
+        ERR(olGetSymbolInfo(k, OL_SYMBOL_INFO_GLOBAL_VARIABLE_ADDRESS, sizeof addr, &addr),
+            OL_ERRC_SYMBOL_KIND);
+        size_t group = 0;
+        OK(olCalculateOptimalOccupancy(dev, k, 0, &group));
+        CHECK(group > 0, "occupancy 0");
+        /* add_one over 256 elements: on a queue, then without one (synchronous). */
+        enum { N = 256 };
+        uint32_t in[N], out[N];
+        for (int j = 0; j < N; j++)
+            in[j] = (uint32_t)(j * 3), out[j] = 0;
+        void *buf = NULL;
+        OK(olMemAlloc(dev, OL_ALLOC_TYPE_DEVICE, sizeof in, &buf));
+        OK(olMemcpy(NULL, buf, dev, in, host, sizeof in));
+        ol_queue_handle_t q = NULL;
+        OK(olCreateQueue(dev, &q));
+        struct add_one_args args = {buf, N};
+        ol_kernel_launch_size_args_t dims = {1, {N / 64, 1, 1}, {64, 1, 1}, 0};
+        OK(olLaunchKernel(q, dev, k, &args, sizeof args, &dims));
+        OK(olLaunchKernel(NULL, dev, k, &args, 12, &dims)); /* unpadded: also accepted */
+        OK(olSyncQueue(q));
+        OK(olMemcpy(NULL, out, host, buf, dev, sizeof out));
+        for (int j = 0; j < N; j++)
+            CHECK(out[j] == in[j] + 2, "add_one on device %d: element %d is %u, not %u", i, j,
+                  out[j], in[j] + 2);
+        /* The packed arguments are checked against the kernel's parameters. */
+        ERR(olLaunchKernel(q, dev, k, &args, 8, &dims), OL_ERRC_INVALID_ARGUMENT);
+        ERR(olLaunchKernel(q, dev, k, NULL, sizeof args, &dims), OL_ERRC_INVALID_ARGUMENT);
+        struct add_one_args wild = {in, N}; /* host memory, not an allocation */
+        ERR(olLaunchKernel(q, dev, k, &wild, sizeof wild, &dims), OL_ERRC_INVALID_ARGUMENT);
+        ERR(olLaunchKernel(q, dev, k, &args, sizeof args, NULL), OL_ERRC_INVALID_NULL_POINTER);
+        ERR(olLaunchKernel(q, NULL, k, &args, sizeof args, &dims), OL_ERRC_INVALID_NULL_HANDLE);
+        ERR(olLaunchKernel(q, dev, NULL, &args, sizeof args, &dims), OL_ERRC_INVALID_NULL_HANDLE);
+        ERR(olLaunchKernel(q, host, k, &args, sizeof args, &dims), OL_ERRC_INVALID_DEVICE);
+        ol_kernel_launch_size_args_t bad = {4, {1, 1, 1}, {64, 1, 1}, 0};
+        ERR(olLaunchKernel(q, dev, k, &args, sizeof args, &bad), OL_ERRC_INVALID_ARGUMENT);
+        OK(olSyncQueue(q));
+        OK(olMemcpy(NULL, out, host, buf, dev, sizeof out));
+        CHECK(out[0] == in[0] + 2, "a refused launch ran");
+        if (cpu) {
+            /* Registered host memory is used in place by offload's host devices. */
+            static uint32_t mine[N];
+            for (int j = 0; j < N; j++)
+                mine[j] = (uint32_t)j;
+            void *pinned = NULL;
+            ERR(olMemRegister(dev, mine, 0, 0, &pinned), OL_ERRC_INVALID_SIZE);
+            ERR(olMemRegister(dev, NULL, sizeof mine, 0, &pinned), OL_ERRC_INVALID_NULL_POINTER);
+            ERR(olMemRegister(host, mine, sizeof mine, 0, &pinned), OL_ERRC_UNSUPPORTED);
+            OK(olMemRegister(dev, mine, sizeof mine, 0, &pinned));
+            CHECK(pinned == (void *)mine, "the pinned pointer is not the memory");
+            ERR(olMemRegister(dev, mine + 4, 16, 0, &pinned), OL_ERRC_INVALID_ARGUMENT);
+            ERR(olMemFree(mine), OL_ERRC_INVALID_ARGUMENT);
+            struct add_one_args on_mine = {mine, N};
+            OK(olLaunchKernel(q, dev, k, &on_mine, sizeof on_mine, &dims));
+            OK(olSyncQueue(q));
+            for (int j = 0; j < N; j++)
+                CHECK(mine[j] == (uint32_t)j + 1, "add_one on registered memory: %u at %d",
+                      mine[j], j);
+            OK(olMemUnregister(dev, mine));
+            ERR(olMemUnregister(dev, mine), OL_ERRC_NOT_FOUND);
+            ERR(olMemUnregister(dev, NULL), OL_ERRC_INVALID_NULL_POINTER);
+            /* A global variable: its address is host memory on offload's host device. */
+            OK(olGetSymbol(prog, "g", OL_SYMBOL_KIND_GLOBAL_VARIABLE, &g));
+            ERR(olLaunchKernel(q, dev, g, &args, sizeof args, &dims), OL_ERRC_SYMBOL_KIND);
+            size_t gsize = 0;
+            OK(olGetSymbolInfo(g, OL_SYMBOL_INFO_GLOBAL_VARIABLE_SIZE, sizeof gsize, &gsize));
+            CHECK(gsize == 4, "g's size %zu", gsize);
+            OK(olGetSymbolInfo(g, OL_SYMBOL_INFO_GLOBAL_VARIABLE_ADDRESS, sizeof addr, &addr));
+            uint32_t value = 0xC0FFEE;
+            OK(olMemcpy(NULL, addr, host, &value, host, 4));
+            ol_symbol_handle_t rg = NULL;
+            OK(olGetSymbol(prog, "read_global", OL_SYMBOL_KIND_KERNEL, &rg));
+            ol_kernel_launch_size_args_t one = {1, {1, 1, 1}, {1, 1, 1}, 0};
+            OK(olLaunchKernel(q, dev, rg, &buf, sizeof buf, &one));
+            OK(olSyncQueue(q));
+            OK(olMemcpy(NULL, out, host, buf, dev, 4));
+            CHECK(out[0] == 0xC0FFEE, "read_global read %u", out[0]);
+        }
+        /* A program's symbols go with it. */
+        OK(olDestroyProgram(prog));
+        ERR(olGetSymbolInfo(k, OL_SYMBOL_INFO_KIND, sizeof kind, &kind), OL_ERRC_INVALID_ARGUMENT);
+        ERR(olLaunchKernel(q, dev, k, &args, sizeof args, &dims), OL_ERRC_INVALID_ARGUMENT);
+        ERR(olGetSymbol(prog, "add_one", OL_SYMBOL_KIND_KERNEL, &k), OL_ERRC_INVALID_ARGUMENT);
+        ERR(olDestroyProgram(prog), OL_ERRC_INVALID_ARGUMENT);
+        ERR(olDestroyProgram(NULL), OL_ERRC_INVALID_NULL_HANDLE);
+        OK(olDestroyQueue(q));
+        OK(olMemFree(buf));
+        launched++;
+        printf("ok programs, symbols and launches on device %d (%s image)\n", i,
+               cpu ? "host" : "SPIR-V");
+    }
+    CHECK(launched > 0, "no device ran a kernel");
+    free(host_image);
+    free(spirv_image);
+}
+
 /* Handles of a finished generation: refused, never a crash. */
 static void stale(void) {
     ol_device_handle_t old = compute_device();
@@ -270,21 +546,86 @@ static void stale(void) {
     OK(olGetDeviceInfo(old, OL_DEVICE_INFO_PLATFORM, sizeof old_platform, &old_platform));
     void *old_mem = NULL;
     OK(olMemAlloc(old, OL_ALLOC_TYPE_DEVICE, 64, &old_mem));
+    ol_queue_handle_t oq = NULL;
+    ol_event_handle_t oe = NULL;
+    ol_program_handle_t op = NULL;
+    ol_symbol_handle_t os = NULL;
+    OK(olCreateQueue(old, &oq));
+    OK(olCreateEvent(oq, &oe));
+    size_t image_size = 0;
+    char *image = read_file(getenv("OL_TEST_HOST_IMAGE"), &image_size);
+    ol_device_handle_t cpu = NULL;
+    for (int i = 0; i < n_devices; i++)
+        if (type_of(devices[i]) == OL_DEVICE_TYPE_CPU)
+            cpu = devices[i];
+    CHECK(cpu != NULL, "no CPU device");
+    OK(olCreateProgram(cpu, image, image_size, &op));
+    OK(olGetSymbol(op, "add_one", OL_SYMBOL_KIND_KERNEL, &os));
+    ol_kernel_launch_size_args_t dims = {1, {1, 1, 1}, {1, 1, 1}, 0};
+    struct add_one_args args = {old_mem, 1};
+    bool flag = false;
+    /* Every function that takes a handle, called with handles of a finished generation:
+     * while none runs, and while a later one does. */
+#define EVERY_CALL(dev_code, queue_code, event_code, other_code)                           \
+    do {                                                                                  \
+        ERR(olGetDeviceInfo(old, OL_DEVICE_INFO_TYPE, sizeof type, &type), dev_code);     \
+        ERR(olGetDeviceInfoSize(old, OL_DEVICE_INFO_NAME, &size), dev_code);              \
+        ERR(olMemAlloc(old, OL_ALLOC_TYPE_DEVICE, 64, &(void *){0}), dev_code);          \
+        ERR(olMemcpy(NULL, &size, old, &type, old, 4), dev_code);                         \
+        ERR(olIsValidBinary(old, image, image_size, &flag), dev_code);                   \
+        ERR(olCreateQueue(old, &oq), dev_code);                                           \
+        ERR(olCreateProgram(old, image, image_size, &op), dev_code);                     \
+        ERR(olMemRegister(old, &size, sizeof size, 0, &(void *){0}), dev_code);         \
+        ERR(olMemUnregister(old, &size), dev_code);                                       \
+        ERR(olDestroyQueue(oq), queue_code);                                              \
+        ERR(olSyncQueue(oq), queue_code);                                                 \
+        ERR(olGetQueueInfo(oq, OL_QUEUE_INFO_EMPTY, sizeof flag, &flag), queue_code);     \
+        ERR(olGetQueueInfoSize(oq, OL_QUEUE_INFO_EMPTY, &size), queue_code);              \
+        ERR(olCreateEvent(oq, &oe), queue_code);                                          \
+        ERR(olWaitEvents(oq, &oe, 1), queue_code);                                        \
+        ERR(olLaunchHostFunction(oq, slow_first, NULL), queue_code);                      \
+        ERR(olDestroyEvent(oe), event_code);                                              \
+        ERR(olSyncEvent(oe), event_code);                                                 \
+        ERR(olGetEventInfo(oe, OL_EVENT_INFO_IS_COMPLETE, sizeof flag, &flag), event_code); \
+        ERR(olGetEventInfoSize(oe, OL_EVENT_INFO_QUEUE, &size), event_code);              \
+        ERR(olDestroyProgram(op), other_code);                                            \
+        ERR(olGetSymbol(op, "add_one", OL_SYMBOL_KIND_KERNEL, &os), other_code);         \
+        ERR(olGetSymbolInfo(os, OL_SYMBOL_INFO_KIND, sizeof type, &type), other_code);   \
+        ERR(olGetSymbolInfoSize(os, OL_SYMBOL_INFO_KIND, &size), other_code);             \
+        ERR(olLaunchKernel(NULL, cpu, os, &args, sizeof args, &dims), other_code);        \
+        ERR(olCalculateOptimalOccupancy(cpu, os, 0, &size), other_code);                  \
+    } while (0)
     OK(olShutDown());
     ol_device_type_t type;
     size_t size;
-    ERR(olGetDeviceInfo(old, OL_DEVICE_INFO_TYPE, sizeof type, &type), OL_ERRC_UNINITIALIZED);
+    EVERY_CALL(OL_ERRC_UNINITIALIZED, OL_ERRC_UNINITIALIZED, OL_ERRC_UNINITIALIZED,
+               OL_ERRC_UNINITIALIZED);
     ERR(olIterateDevices(collect, &(int){0}), OL_ERRC_UNINITIALIZED);
+    ERR(olGetPlatformInfo(old_platform, OL_PLATFORM_INFO_BACKEND, 4, &type),
+        OL_ERRC_UNINITIALIZED);
+    ERR(olGetPlatformInfoSize(old_platform, OL_PLATFORM_INFO_NAME, &size),
+        OL_ERRC_UNINITIALIZED);
     ERR(olMemFree(old_mem), OL_ERRC_UNINITIALIZED);
+    ERR(olMemFill(NULL, old_mem, 1, &type, 1), OL_ERRC_UNINITIALIZED);
+    ERR(olGetMemInfo(old_mem, OL_MEM_INFO_SIZE, sizeof size, &size), OL_ERRC_UNINITIALIZED);
+    ERR(olGetMemInfoSize(old_mem, OL_MEM_INFO_SIZE, &size), OL_ERRC_UNINITIALIZED);
     ERR(olShutDown(), OL_ERRC_UNINITIALIZED);
     OK(olInit());
-    ERR(olGetDeviceInfo(old, OL_DEVICE_INFO_TYPE, sizeof type, &type), OL_ERRC_INVALID_DEVICE);
-    ERR(olGetDeviceInfoSize(old, OL_DEVICE_INFO_NAME, &size), OL_ERRC_INVALID_DEVICE);
+    list_devices();
+    /* The HOST device's index and the CPU device's stay the same in the new generation:
+     * the old handles still carry the old generation. */
+    cpu = old;
+    EVERY_CALL(OL_ERRC_INVALID_DEVICE, OL_ERRC_INVALID_QUEUE, OL_ERRC_INVALID_EVENT,
+               OL_ERRC_INVALID_ARGUMENT);
     ERR(olGetPlatformInfo(old_platform, OL_PLATFORM_INFO_BACKEND, 4, &type),
         OL_ERRC_INVALID_PLATFORM);
-    ERR(olMemAlloc(old, OL_ALLOC_TYPE_DEVICE, 64, &old_mem), OL_ERRC_INVALID_DEVICE);
+    ERR(olGetPlatformInfoSize(old_platform, OL_PLATFORM_INFO_NAME, &size),
+        OL_ERRC_INVALID_PLATFORM);
     ERR(olMemFree(old_mem), OL_ERRC_NOT_FOUND);
-    ERR(olMemcpy(NULL, &size, old, &type, old, 4), OL_ERRC_INVALID_DEVICE);
+    ERR(olMemFill(NULL, old_mem, 1, &type, 1), OL_ERRC_NOT_FOUND);
+    ERR(olGetMemInfo(old_mem, OL_MEM_INFO_SIZE, sizeof size, &size), OL_ERRC_NOT_FOUND);
+    ERR(olGetMemInfoSize(old_mem, OL_MEM_INFO_SIZE, &size), OL_ERRC_NOT_FOUND);
+    free(image);
     /* Garbage is refused as well. */
     ERR(olGetDeviceInfo((ol_device_handle_t)(uintptr_t)0x1234, OL_DEVICE_INFO_TYPE,
                         sizeof type, &type),
@@ -337,6 +678,20 @@ static void *worker(void *arg) {
         OK(olMemcpy(NULL, p, found[1], in, found[0], 64));
         OK(olMemcpy(NULL, out, found[0], p, found[1], 64));
         CHECK(memcmp(in, out, 64) == 0, "thread %ld: wrong bytes", id);
+        /* The same through a queue of the thread's own, with an event. */
+        ol_queue_handle_t q = NULL;
+        ol_event_handle_t e = NULL;
+        OK(olCreateQueue(found[1], &q));
+        for (int j = 0; j < 64; j++)
+            in[j] = (unsigned char)(id * 3 + i + j), out[j] = 0;
+        OK(olMemcpy(q, p, found[1], in, found[0], 64));
+        OK(olCreateEvent(q, &e));
+        OK(olSyncEvent(e));
+        OK(olMemcpy(q, out, found[0], p, found[1], 64));
+        CHECK(memcmp(in, out, 64) == 0, "thread %ld: wrong bytes through a queue", id);
+        OK(olDestroyEvent(e));
+        if (i % 3)
+            OK(olDestroyQueue(q)); /* else the last olShutDown destroys it */
         if (i % 2)
             OK(olMemFree(p)); /* else the last olShutDown frees it */
         OK(olShutDown());
@@ -375,8 +730,9 @@ int main(int argc, char **argv) {
     if (full) {
         memory();
         valid_binary();
+        queues();
+        programs();
         stale();
-        ERR(olCreateQueue(compute_device(), &(ol_queue_handle_t){0}), OL_ERRC_UNSUPPORTED);
     }
     OK(olShutDown());
     printf("ok all (%s)\n", full ? "full" : "cpu subset");

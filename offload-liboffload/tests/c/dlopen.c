@@ -1,7 +1,8 @@
 /* dlopen/dlclose cycles of a libLLVMOffload.so.22.1 with work inside (issue 47): each cycle
  * loads the library, initialises it, lists the devices, allocates on every compute device
- * and copies through the allocation (left for olShutDown to free), shuts down and closes
- * the library, which must then be unmapped (/proc/self/maps). Written from OffloadAPI.h's
+ * and copies through the allocation (left for olShutDown to free), does the same through a
+ * queue with a host function and an event (left for olShutDown to destroy), shuts down and
+ * closes the library, which must then be unmapped (/proc/self/maps). Written from OffloadAPI.h's
  * documentation.
  *
  *   dlopen PATH CYCLES */
@@ -25,7 +26,15 @@ static struct {
     ol_result_t (*alloc)(ol_device_handle_t, ol_alloc_type_t, size_t, void **);
     ol_result_t (*memcpy)(ol_queue_handle_t, void *, ol_device_handle_t, const void *,
                           ol_device_handle_t, size_t);
+    ol_result_t (*create_queue)(ol_device_handle_t, ol_queue_handle_t *);
+    ol_result_t (*host_function)(ol_queue_handle_t, ol_host_function_cb_t, void *);
+    ol_result_t (*create_event)(ol_queue_handle_t, ol_event_handle_t *);
+    ol_result_t (*sync_event)(ol_event_handle_t);
 } ol;
+
+static void count(void *calls) {
+    ++*(int *)calls;
+}
 
 #define MAX_DEVICES 16
 static ol_device_handle_t devices[MAX_DEVICES];
@@ -72,6 +81,10 @@ int main(int argc, char **argv) {
         *(void **)&ol.device_info = sym(lib, "olGetDeviceInfo");
         *(void **)&ol.alloc = sym(lib, "olMemAlloc");
         *(void **)&ol.memcpy = sym(lib, "olMemcpy");
+        *(void **)&ol.create_queue = sym(lib, "olCreateQueue");
+        *(void **)&ol.host_function = sym(lib, "olLaunchHostFunction");
+        *(void **)&ol.create_event = sym(lib, "olCreateEvent");
+        *(void **)&ol.sync_event = sym(lib, "olSyncEvent");
         OK(ol.init());
         n_devices = 0;
         OK(ol.iterate(collect, NULL));
@@ -92,6 +105,15 @@ int main(int argc, char **argv) {
             OK(ol.memcpy(NULL, p, devices[i], in, host, 64));
             OK(ol.memcpy(NULL, out, host, p, devices[i], 64));
             CHECK(memcmp(in, out, 64) == 0, "cycle %d, device %d: wrong bytes", c, i);
+            ol_queue_handle_t q = NULL;
+            ol_event_handle_t e = NULL;
+            int calls = 0;
+            OK(ol.create_queue(devices[i], &q));
+            OK(ol.memcpy(q, p, devices[i], out, host, 64));
+            OK(ol.host_function(q, count, &calls));
+            OK(ol.create_event(q, &e));
+            OK(ol.sync_event(e));
+            CHECK(calls == 1, "cycle %d, device %d: the host function ran %d times", c, i, calls);
         }
         OK(ol.shut_down());
         CHECK(dlclose(lib) == 0, "dlclose: %s", dlerror());

@@ -193,7 +193,7 @@ fn c_api_against_both_libraries() {
     let mut full = Command::new(&exe);
     full.arg("full")
         .env("OL_TEST_HOST_IMAGE", &image)
-        .env("OL_TEST_SPIRV_IMAGE", SPIRV_IMAGE)
+        .env("OL_TEST_GPU_IMAGE", SPIRV_IMAGE)
         .env("LD_LIBRARY_PATH", &ours)
         .env("OL_TEST_CYCLES", "1000");
     output(full, "tests/c/api.c full, on offload");
@@ -241,6 +241,111 @@ const SPIRV_IMAGE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../offload-vulkan/tests/fixtures/kernels.spv"
 );
+
+/// A vendor driver's protocol-checking fake (offload-driver/fake/), the name the backend
+/// loads it by, the backend's name in `OFFLOAD_BACKENDS`, and a program image holding
+/// `add_one` for it.
+struct Fake {
+    source: &'static str,
+    library: &'static str,
+    backend: &'static str,
+    image: &'static [u8],
+}
+
+const FAKES: [Fake; 3] = [
+    Fake {
+        source: concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../offload-driver/fake/fake_cuda.c"
+        ),
+        library: "libcuda.so.1",
+        backend: "cuda",
+        image: offload_cuda::fixtures::KERNELS,
+    },
+    Fake {
+        source: concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../offload-driver/fake/fake_hip.c"
+        ),
+        library: "libamdhip64.so",
+        backend: "hip",
+        image: offload_hip::fixtures::KERNELS,
+    },
+    Fake {
+        source: concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../offload-driver/fake/fake_ze.c"
+        ),
+        library: "libze_loader.so.1",
+        backend: "ze",
+        image: offload_ze::fixtures::KERNELS,
+    },
+];
+
+/// The C suite in full on each vendor's fake (a protocol fake over host memory: it
+/// checks every driver call offload makes, and runs `add_one`; it is not the vendor's
+/// driver): the fake's device is a GPU device beside offload's host device, and the fake
+/// saw no protocol violation (it prints them at exit).
+#[test]
+fn c_api_on_the_three_fakes() {
+    let ours = ours();
+    let exe = compile(
+        "api",
+        "api-fakes",
+        &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
+    );
+    let host = host_image();
+    for fake in &FAKES {
+        let driver = offload_testing::fake::FakeDriver {
+            case_var: "OL_TEST_FAKE_CASE",
+            source: fake.source,
+            build_dir: env!("CARGO_TARGET_TMPDIR"),
+            prefix: "liboffload-fake",
+            real_var: "",
+        };
+        let Some(dir) = driver.build(fake.backend, fake.library, &[]) else {
+            return;
+        };
+        let image = dir.join("add_one.image");
+        std::fs::write(&image, fake.image).expect("write the fake's program image");
+        let mut full = Command::new(&exe);
+        full.arg("full")
+            .env("OL_TEST_HOST_IMAGE", &host)
+            .env("OL_TEST_GPU_IMAGE", &image)
+            .env("OFFLOAD_BACKENDS", format!("host,{}", fake.backend))
+            .env(
+                "LD_LIBRARY_PATH",
+                format!("{}:{}", dir.display(), ours.display()),
+            )
+            .env("OL_TEST_CYCLES", "50");
+        full.env("RUST_BACKTRACE", "0");
+        let what = format!(
+            "tests/c/api.c full, on offload with the {} fake",
+            fake.backend
+        );
+        let out = run(full);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{what} failed ({}):\n{stdout}\n{stderr}",
+            out.status
+        );
+        assert!(
+            stdout.contains("(platform offload ") && stdout.contains("type 2)"),
+            "{what}: no GPU device of the fake's backend:\n{stdout}"
+        );
+        assert!(
+            stdout.contains("(GPU image)"),
+            "{what}: no kernel ran on the fake's device:\n{stdout}"
+        );
+        assert!(
+            !stderr.contains("VIOLATIONS"),
+            "{what}: the fake saw protocol violations:\n{stderr}"
+        );
+        print!("{what}:\n{stdout}");
+    }
+}
 
 #[test]
 fn memcheck_finds_no_leak() {

@@ -7,7 +7,8 @@
  *   api full  — also: allocations on a compute device, copies through them, fills, memory
  *               info, olIsValidBinary; queues, events and host functions; programs,
  *               symbols and kernel launches (the host image OL_TEST_HOST_IMAGE on CPU
- *               devices, the SPIR-V image OL_TEST_SPIRV_IMAGE on GPU devices: both hold
+ *               devices, OL_TEST_GPU_IMAGE on GPU devices — SPIR-V for Vulkan, PTX,
+ *               an AMD code object or a Level Zero image for the fakes: each holds
  *               `add_one(buf u32[], n u32)`); handles of finished generations refused with
  *               an error in all 35 functions, never a crash.
  *   api threads — 4 threads each initialising, copying (with and without a queue) and
@@ -408,7 +409,7 @@ struct add_one_args {
 
 static void programs(void) {
     const char *host_path = getenv("OL_TEST_HOST_IMAGE");
-    const char *spirv_path = getenv("OL_TEST_SPIRV_IMAGE");
+    const char *spirv_path = getenv("OL_TEST_GPU_IMAGE");
     CHECK(host_path != NULL, "OL_TEST_HOST_IMAGE is not set");
     size_t host_size = 0, spirv_size = 0;
     char *host_image = read_file(host_path, &host_size);
@@ -532,7 +533,7 @@ static void programs(void) {
         OK(olMemFree(buf));
         launched++;
         printf("ok programs, symbols and launches on device %d (%s image)\n", i,
-               cpu ? "host" : "SPIR-V");
+               cpu ? "host" : "GPU");
     }
     CHECK(launched > 0, "no device ran a kernel");
     free(host_image);

@@ -11,6 +11,7 @@
 
 use std::cell::Cell;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offload_handles::Taken;
 
@@ -26,9 +27,16 @@ thread_local! {
     static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Callbacks running now, on any thread: while none runs, no call can come from one, and
+/// the thread-local flag (a `__tls_get_addr` call in a shared library) is not read. A
+/// thread inside a callback counted itself before entering it, so it always sees a count
+/// above 0 (program order): the pre-check never hides its own callback.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
 /// Whether this thread runs an `olLaunchHostFunction` callback now.
+#[inline]
 pub(crate) fn inside_host_fn() -> bool {
-    IN_HOST_FN.with(Cell::get)
+    RUNNING.load(Ordering::Relaxed) != 0 && IN_HOST_FN.with(Cell::get)
 }
 
 entry! {
@@ -144,11 +152,13 @@ unsafe impl Send for HostCall {}
 
 impl HostCall {
     fn run(self) {
+        RUNNING.fetch_add(1, Ordering::Relaxed);
         IN_HOST_FN.with(|f| f.set(true));
         // SAFETY: the caller's function with the caller's data, called as the header
         // documents, once the queue's earlier work finished.
         unsafe { (self.callback)(self.data) };
         IN_HOST_FN.with(|f| f.set(false));
+        RUNNING.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

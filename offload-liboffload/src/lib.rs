@@ -65,6 +65,33 @@ macro_rules! entry {
     };
 }
 
+/// Defines a property query and its size query (`olGet…Info`, `olGet…InfoSize`) over a
+/// function giving the property's value (which lets the state's lock go before returning:
+/// the result of a failure is kept under it afterwards).
+macro_rules! info_query {
+    ($what:literal, $name:ident / $loc:ident, $size:ident / $size_loc:ident, $handle:ident: $hty:ty, $prop:ty, $value:path) => {
+        entry! {
+            #[doc = concat!("A ", $what, " property.")]
+            $name / $loc ($handle: $hty, PropName: $prop, PropSize: usize, PropValue: *mut c_void) {
+                let written = $value($handle, PropName)
+                    // SAFETY: the caller promises PropSize writable bytes at PropValue.
+                    .and_then(|value| unsafe { $crate::info::write(&value, PropSize, PropValue) });
+                $crate::state::finish(written)
+            }
+        }
+
+        entry! {
+            #[doc = concat!("The size of a ", $what, " property.")]
+            $size / $size_loc ($handle: $hty, PropName: $prop, PropSizeRet: *mut usize) {
+                let written = $value($handle, PropName)
+                    // SAFETY: the caller promises a writable size_t at PropSizeRet.
+                    .and_then(|value| unsafe { $crate::info::write_size(&value, PropSizeRet) });
+                $crate::state::finish(written)
+            }
+        }
+    };
+}
+
 mod memory;
 mod objects;
 mod program;
@@ -162,50 +189,22 @@ entry! {
     }
 }
 
-entry! {
-    /// A device property.
-    olGetDeviceInfo / olGetDeviceInfoWithCodeLoc (Device: ol_device_handle_t, PropName: ol_device_info_t, PropSize: usize, PropValue: *mut c_void) {
-        state::with_state(|st| {
-            let live = listed(st)?;
-            let value = info::device(live, device_index(live, Device)?, PropName)?;
-            // SAFETY: the caller promises PropSize writable bytes at PropValue.
-            unsafe { info::write(&value, PropSize, PropValue) }
-        })
-    }
+/// A device property's value (under the state's lock, let go on return).
+fn device_value(device: ol_device_handle_t, prop: ol_device_info_t) -> result::Res<info::Value> {
+    let mut st = state();
+    let live = listed(&mut st)?;
+    info::device(live, device_index(live, device)?, prop)
 }
 
-entry! {
-    /// A device property's size.
-    olGetDeviceInfoSize / olGetDeviceInfoSizeWithCodeLoc (Device: ol_device_handle_t, PropName: ol_device_info_t, PropSizeRet: *mut usize) {
-        state::with_state(|st| {
-            let live = listed(st)?;
-            let value = info::device(live, device_index(live, Device)?, PropName)?;
-            // SAFETY: the caller promises a writable size_t at PropSizeRet.
-            unsafe { info::write_size(&value, PropSizeRet) }
-        })
-    }
+/// A platform property's value (under the state's lock, let go on return).
+fn platform_value(
+    platform: ol_platform_handle_t,
+    prop: ol_platform_info_t,
+) -> result::Res<info::Value> {
+    let mut st = state();
+    let live = listed(&mut st)?;
+    info::platform(live, platform_index(live, platform)?, prop)
 }
 
-entry! {
-    /// A platform property.
-    olGetPlatformInfo / olGetPlatformInfoWithCodeLoc (Platform: ol_platform_handle_t, PropName: ol_platform_info_t, PropSize: usize, PropValue: *mut c_void) {
-        state::with_state(|st| {
-            let live = listed(st)?;
-            let value = info::platform(live, platform_index(live, Platform)?, PropName)?;
-            // SAFETY: the caller promises PropSize writable bytes at PropValue.
-            unsafe { info::write(&value, PropSize, PropValue) }
-        })
-    }
-}
-
-entry! {
-    /// A platform property's size.
-    olGetPlatformInfoSize / olGetPlatformInfoSizeWithCodeLoc (Platform: ol_platform_handle_t, PropName: ol_platform_info_t, PropSizeRet: *mut usize) {
-        state::with_state(|st| {
-            let live = listed(st)?;
-            let value = info::platform(live, platform_index(live, Platform)?, PropName)?;
-            // SAFETY: the caller promises a writable size_t at PropSizeRet.
-            unsafe { info::write_size(&value, PropSizeRet) }
-        })
-    }
-}
+info_query!("device", olGetDeviceInfo / olGetDeviceInfoWithCodeLoc, olGetDeviceInfoSize / olGetDeviceInfoSizeWithCodeLoc, Device: ol_device_handle_t, ol_device_info_t, device_value);
+info_query!("platform", olGetPlatformInfo / olGetPlatformInfoWithCodeLoc, olGetPlatformInfoSize / olGetPlatformInfoSizeWithCodeLoc, Platform: ol_platform_handle_t, ol_platform_info_t, platform_value);

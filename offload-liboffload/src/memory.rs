@@ -235,6 +235,13 @@ fn copy(
     done.map_err(|e| fail("olMemcpy", e))
 }
 
+/// A property of the allocation holding `ptr` (under the state's lock, let go on return).
+fn mem_info(ptr: *const c_void, prop: ol_mem_info_t) -> Res<info::Value> {
+    mem_value(live(&mut state::state())?, ptr, prop)
+}
+
+info_query!("memory", olGetMemInfo / olGetMemInfoWithCodeLoc, olGetMemInfoSize / olGetMemInfoSizeWithCodeLoc, Ptr: *const c_void, ol_mem_info_t, mem_info);
+
 fn mem_value(live: &Live, ptr: *const c_void, prop: ol_mem_info_t) -> Res<info::Value> {
     if ptr.is_null() {
         return Err(stat!(OL_ERRC_INVALID_NULL_POINTER, "Ptr is NULL").into());
@@ -255,28 +262,6 @@ fn mem_value(live: &Live, ptr: *const c_void, prop: ol_mem_info_t) -> Res<info::
         ol_mem_info_t::OL_MEM_INFO_TYPE => info::Value::U32(alloc.ty.0),
         _ => return Err(info::bad_enum()),
     })
-}
-
-entry! {
-    /// A property of the allocation holding `Ptr`.
-    olGetMemInfo / olGetMemInfoWithCodeLoc (Ptr: *const c_void, PropName: ol_mem_info_t, PropSize: usize, PropValue: *mut c_void) {
-        state::with_state(|st| {
-            let value = mem_value(live(st)?, Ptr, PropName)?;
-            // SAFETY: the caller promises PropSize writable bytes at PropValue.
-            unsafe { info::write(&value, PropSize, PropValue) }
-        })
-    }
-}
-
-entry! {
-    /// The size of a property of the allocation holding `Ptr`.
-    olGetMemInfoSize / olGetMemInfoSizeWithCodeLoc (Ptr: *const c_void, PropName: ol_mem_info_t, PropSizeRet: *mut usize) {
-        state::with_state(|st| {
-            let value = mem_value(live(st)?, Ptr, PropName)?;
-            // SAFETY: the caller promises a writable size_t at PropSizeRet.
-            unsafe { info::write_size(&value, PropSizeRet) }
-        })
-    }
 }
 
 entry! {

@@ -69,74 +69,76 @@ pub(crate) enum SymbolObj {
     Global(GlobalInfo),
 }
 
-impl Held for QueueObj {
-    const TAG: u8 = 0xE1;
-    const NULL: &'static Static = stat!(OL_ERRC_INVALID_NULL_HANDLE, "the queue handle is NULL");
-    const DESTROYED: &'static Static = stat!(
-        OL_ERRC_INVALID_QUEUE,
-        "the queue handle names no live queue: olDestroyQueue destroyed it"
-    );
-    const ENDED: &'static Static = stat!(
-        OL_ERRC_INVALID_QUEUE,
-        "the queue handle belongs to a runtime generation that olShutDown ended"
-    );
-    const FOREIGN: &'static Static = stat!(
-        OL_ERRC_INVALID_QUEUE,
-        "not a queue handle of this library (garbage, or another object's handle)"
-    );
+/// `Held` for a type: its tag, the code of a handle that names none, its noun, and how one
+/// is destroyed (for the refusals' words).
+macro_rules! held {
+    ($ty:ty, $tag:literal, $code:ident, $noun:literal, $destroyed:literal) => {
+        impl Held for $ty {
+            const TAG: u8 = $tag;
+            const NULL: &'static Static = stat!(
+                OL_ERRC_INVALID_NULL_HANDLE,
+                concat!("the ", $noun, " handle is NULL")
+            );
+            const DESTROYED: &'static Static = stat!(
+                $code,
+                concat!(
+                    "the ",
+                    $noun,
+                    " handle names no live ",
+                    $noun,
+                    ": ",
+                    $destroyed
+                )
+            );
+            const ENDED: &'static Static = stat!(
+                $code,
+                concat!(
+                    "the ",
+                    $noun,
+                    " handle belongs to a runtime generation that olShutDown ended"
+                )
+            );
+            const FOREIGN: &'static Static = stat!(
+                $code,
+                concat!(
+                    "not a ",
+                    $noun,
+                    " handle of this library (garbage, or another object's handle)"
+                )
+            );
+        }
+    };
 }
 
-impl Held for EventObj {
-    const TAG: u8 = 0xE2;
-    const NULL: &'static Static = stat!(OL_ERRC_INVALID_NULL_HANDLE, "the event handle is NULL");
-    const DESTROYED: &'static Static = stat!(
-        OL_ERRC_INVALID_EVENT,
-        "the event handle names no live event: olDestroyEvent destroyed it"
-    );
-    const ENDED: &'static Static = stat!(
-        OL_ERRC_INVALID_EVENT,
-        "the event handle belongs to a runtime generation that olShutDown ended"
-    );
-    const FOREIGN: &'static Static = stat!(
-        OL_ERRC_INVALID_EVENT,
-        "not an event handle of this library (garbage, or another object's handle)"
-    );
-}
-
+held!(
+    QueueObj,
+    0xE1,
+    OL_ERRC_INVALID_QUEUE,
+    "queue",
+    "olDestroyQueue destroyed it"
+);
+held!(
+    EventObj,
+    0xE2,
+    OL_ERRC_INVALID_EVENT,
+    "event",
+    "olDestroyEvent destroyed it"
+);
 // liboffload 22 has no code for an invalid program or symbol: OL_ERRC_INVALID_ARGUMENT.
-impl Held for ProgramObj {
-    const TAG: u8 = 0xE3;
-    const NULL: &'static Static = stat!(OL_ERRC_INVALID_NULL_HANDLE, "the program handle is NULL");
-    const DESTROYED: &'static Static = stat!(
-        OL_ERRC_INVALID_ARGUMENT,
-        "the program handle names no live program: olDestroyProgram destroyed it"
-    );
-    const ENDED: &'static Static = stat!(
-        OL_ERRC_INVALID_ARGUMENT,
-        "the program handle belongs to a runtime generation that olShutDown ended"
-    );
-    const FOREIGN: &'static Static = stat!(
-        OL_ERRC_INVALID_ARGUMENT,
-        "not a program handle of this library (garbage, or another object's handle)"
-    );
-}
-
-impl Held for SymbolObj {
-    const TAG: u8 = 0xE4;
-    const NULL: &'static Static = stat!(OL_ERRC_INVALID_NULL_HANDLE, "the symbol handle is NULL");
-    const DESTROYED: &'static Static = stat!(
-        OL_ERRC_INVALID_ARGUMENT,
-        "the symbol handle names no live symbol: olDestroyProgram destroyed its program"
-    );
-    const ENDED: &'static Static = stat!(
-        OL_ERRC_INVALID_ARGUMENT,
-        "the symbol handle belongs to a runtime generation that olShutDown ended"
-    );
-    const FOREIGN: &'static Static = stat!(
-        OL_ERRC_INVALID_ARGUMENT,
-        "not a symbol handle of this library (garbage, or another object's handle)"
-    );
-}
+held!(
+    ProgramObj,
+    0xE3,
+    OL_ERRC_INVALID_ARGUMENT,
+    "program",
+    "olDestroyProgram destroyed it"
+);
+held!(
+    SymbolObj,
+    0xE4,
+    OL_ERRC_INVALID_ARGUMENT,
+    "symbol",
+    "olDestroyProgram destroyed its program"
+);
 
 /// Why `handle` names no live `T`: `OL_ERRC_UNINITIALIZED` while no generation runs, else
 /// the type's refusal.

@@ -204,25 +204,7 @@ fn symbol_value(symbol: ol_symbol_handle_t, prop: ol_symbol_info_t) -> Res<info:
     })
 }
 
-entry! {
-    /// A symbol property.
-    olGetSymbolInfo / olGetSymbolInfoWithCodeLoc (Symbol: ol_symbol_handle_t, PropName: ol_symbol_info_t, PropSize: usize, PropValue: *mut c_void) {
-        let written = symbol_value(Symbol, PropName)
-            // SAFETY: the caller promises PropSize writable bytes at PropValue.
-            .and_then(|value| unsafe { info::write(&value, PropSize, PropValue) });
-        state::finish(written)
-    }
-}
-
-entry! {
-    /// A symbol property's size.
-    olGetSymbolInfoSize / olGetSymbolInfoSizeWithCodeLoc (Symbol: ol_symbol_handle_t, PropName: ol_symbol_info_t, PropSizeRet: *mut usize) {
-        let written = symbol_value(Symbol, PropName)
-            // SAFETY: the caller promises a writable size_t at PropSizeRet.
-            .and_then(|value| unsafe { info::write_size(&value, PropSizeRet) });
-        state::finish(written)
-    }
-}
+info_query!("symbol", olGetSymbolInfo / olGetSymbolInfoWithCodeLoc, olGetSymbolInfoSize / olGetSymbolInfoSizeWithCodeLoc, Symbol: ol_symbol_handle_t, ol_symbol_info_t, symbol_value);
 
 /// A parameter's size and alignment in the packed blob (the module's table).
 fn packed(param: &ParamKind) -> (usize, usize) {

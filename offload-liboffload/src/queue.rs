@@ -97,26 +97,6 @@ fn queue_value(queue: ol_queue_handle_t, prop: ol_queue_info_t) -> Res<info::Val
 }
 
 entry! {
-    /// A queue property.
-    olGetQueueInfo / olGetQueueInfoWithCodeLoc (Queue: ol_queue_handle_t, PropName: ol_queue_info_t, PropSize: usize, PropValue: *mut c_void) {
-        let written = queue_value(Queue, PropName)
-            // SAFETY: the caller promises PropSize writable bytes at PropValue.
-            .and_then(|value| unsafe { info::write(&value, PropSize, PropValue) });
-        state::finish(written)
-    }
-}
-
-entry! {
-    /// A queue property's size.
-    olGetQueueInfoSize / olGetQueueInfoSizeWithCodeLoc (Queue: ol_queue_handle_t, PropName: ol_queue_info_t, PropSizeRet: *mut usize) {
-        let written = queue_value(Queue, PropName)
-            // SAFETY: the caller promises a writable size_t at PropSizeRet.
-            .and_then(|value| unsafe { info::write_size(&value, PropSizeRet) });
-        state::finish(written)
-    }
-}
-
-entry! {
     /// Work enqueued on `Queue` from now on waits for every event of `Events`.
     olWaitEvents / olWaitEventsWithCodeLoc (Queue: ol_queue_handle_t, Events: *mut ol_event_handle_t, NumEvents: usize) {
         let waited = objects::get::<QueueObj>(Queue).and_then(|q| {
@@ -232,22 +212,5 @@ fn event_value(event: ol_event_handle_t, prop: ol_event_info_t) -> Res<info::Val
     })
 }
 
-entry! {
-    /// An event property.
-    olGetEventInfo / olGetEventInfoWithCodeLoc (Event: ol_event_handle_t, PropName: ol_event_info_t, PropSize: usize, PropValue: *mut c_void) {
-        let written = event_value(Event, PropName)
-            // SAFETY: the caller promises PropSize writable bytes at PropValue.
-            .and_then(|value| unsafe { info::write(&value, PropSize, PropValue) });
-        state::finish(written)
-    }
-}
-
-entry! {
-    /// An event property's size.
-    olGetEventInfoSize / olGetEventInfoSizeWithCodeLoc (Event: ol_event_handle_t, PropName: ol_event_info_t, PropSizeRet: *mut usize) {
-        let written = event_value(Event, PropName)
-            // SAFETY: the caller promises a writable size_t at PropSizeRet.
-            .and_then(|value| unsafe { info::write_size(&value, PropSizeRet) });
-        state::finish(written)
-    }
-}
+info_query!("queue", olGetQueueInfo / olGetQueueInfoWithCodeLoc, olGetQueueInfoSize / olGetQueueInfoSizeWithCodeLoc, Queue: ol_queue_handle_t, ol_queue_info_t, queue_value);
+info_query!("event", olGetEventInfo / olGetEventInfoWithCodeLoc, olGetEventInfoSize / olGetEventInfoSizeWithCodeLoc, Event: ol_event_handle_t, ol_event_info_t, event_value);

@@ -230,6 +230,19 @@ static void memory(void) {
     ERR(olMemFree(NULL), OL_ERRC_INVALID_NULL_POINTER);
 }
 
+static char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "no %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *data = malloc((size_t)n);
+    CHECK(fread(data, 1, (size_t)n, f) == (size_t)n, "short read of %s", path);
+    fclose(f);
+    *size = (size_t)n;
+    return data;
+}
+
 /* olIsValidBinary: junk is refused by every device; OL_TEST_HOST_IMAGE (a host program of
  * offload's host kernel ABI) is valid for a CPU device of offload's host platform. */
 static void valid_binary(void) {
@@ -243,18 +256,12 @@ static void valid_binary(void) {
     const char *path = getenv("OL_TEST_HOST_IMAGE");
     if (!path)
         return;
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL, "no %s", path);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *image = malloc((size_t)size);
-    CHECK(fread(image, 1, (size_t)size, f) == (size_t)size, "short read of %s", path);
-    fclose(f);
+    size_t size = 0;
+    char *image = read_file(path, &size);
     int cpus = 0;
     for (int i = 0; i < n_devices; i++) {
         bool valid = false;
-        OK(olIsValidBinary(devices[i], image, (size_t)size, &valid));
+        OK(olIsValidBinary(devices[i], image, size, &valid));
         if (type_of(devices[i]) == OL_DEVICE_TYPE_CPU) {
             CHECK(valid, "the host image is not valid for CPU device %d", i);
             cpus++;
@@ -388,18 +395,6 @@ static void queues(void) {
 
 /* ---- programs, symbols, launches ---- */
 
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL, "no %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)n);
-    CHECK(fread(data, 1, (size_t)n, f) == (size_t)n, "short read of %s", path);
-    fclose(f);
-    *size = (size_t)n;
-    return data;
-}
 
 /* add_one's parameters as C packs them: sizeof is 16. */
 struct add_one_args {

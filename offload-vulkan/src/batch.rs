@@ -11,10 +11,11 @@ use std::sync::atomic::Ordering;
 use ash::vk;
 use offload_core::Result;
 
+use crate::allocation::RawAllocation;
 use crate::bounds::{Found, Reports};
 use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err};
-use crate::memory::{RawAllocation, Released};
+use crate::memory::Released;
 use crate::program::ModuleInner;
 use crate::queue::Query;
 

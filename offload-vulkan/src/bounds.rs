@@ -15,9 +15,10 @@ use std::sync::atomic::Ordering;
 use ash::vk;
 use offload_core::{BackendKind, Error, Result};
 
+use crate::allocation::RawAllocation;
 use crate::batch::Described;
 use crate::context::DeviceContext;
-use crate::memory::{Placement, RawAllocation, Source};
+use crate::memory::{Placement, Source};
 use crate::program::ModuleInner;
 
 /// Slots in one chunk of a batch's report memory.

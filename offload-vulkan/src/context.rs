@@ -4,7 +4,9 @@
 //! buffer can never outlive the device it lives on, nor the device its instance. The queue
 //! and everything recorded on it (command pool, staging memory; later, the launch queues)
 //! sit behind one mutex: Vulkan requires queues and command pools to be externally
-//! synchronised, while `&self` methods of the backend run on many threads at once.
+//! synchronised, while `&self` methods of the backend run on many threads at once. The
+//! transfer objects ([`Transfer`]) are declared here, as part of that state, and made and
+//! used by transfer.rs.
 //!
 //! Every submission of launches and events signals the device's one timeline semaphore
 //! with the next value of a per-device counter, taken under the queue mutex. All of them go
@@ -24,10 +26,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use ash::vk;
 use offload_core::Result;
 
+use crate::allocation::RawAllocation;
 use crate::error::{At, map_vk_err};
 use crate::info::{Limits, VulkanDeviceInfo};
 use crate::instance::Instance;
-use crate::transfer::Transfer;
 
 /// The queue of a device and the objects recorded for it; see the module docs.
 pub(crate) struct QueueState {
@@ -35,6 +37,51 @@ pub(crate) struct QueueState {
     pub(crate) transfer: Transfer,
     /// The last timeline value given to a submission.
     submitted: u64,
+}
+
+/// The command pool, its command buffer and the fence of one device's transfers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Commands {
+    pub(crate) pool: vk::CommandPool,
+    pub(crate) buffer: vk::CommandBuffer,
+    pub(crate) fence: vk::Fence,
+}
+
+/// The transfer objects of one device, made on first use by the transfers (transfer.rs,
+/// whose module docs say how they are used).
+#[derive(Debug, Default)]
+pub(crate) struct Transfer {
+    pub(crate) commands: Option<Commands>,
+    pub(crate) staging: Option<RawAllocation>,
+    /// Set when a fence wait failed: the command buffer may still be pending.
+    pub(crate) broken: Option<vk::Result>,
+}
+
+// SAFETY: the only non-`Send` member is the staging memory's mapped pointer, which points
+// into memory owned by this value and is used only by whoever holds the queue mutex that
+// this value lives behind.
+unsafe impl Send for Transfer {}
+
+impl Transfer {
+    /// Destroys what was made.
+    ///
+    /// # Safety
+    /// `device` must be the live device these objects were made on, idle, and they must not
+    /// be used afterwards.
+    pub(crate) unsafe fn destroy(&mut self, device: &ash::Device, allocations: &AtomicU32) {
+        if let Some(c) = self.commands.take() {
+            // SAFETY: guaranteed by the caller; destroying the pool frees its command buffer.
+            unsafe {
+                device.destroy_fence(c.fence, None);
+                device.destroy_command_pool(c.pool, None);
+            }
+        }
+        if let Some(staging) = self.staging.take() {
+            // SAFETY: guaranteed by the caller.
+            unsafe { staging.destroy(device) };
+            allocations.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// A live `VkDevice` and what the backend needs to use it.

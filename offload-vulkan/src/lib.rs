@@ -1,6 +1,8 @@
 #![doc = include_str!("../docs/manual.md")]
 #![warn(missing_docs)]
 
+// One `VkBuffer` with its own memory: the record and its destruction.
+mod allocation;
 // Batches of queued work, submitted together.
 mod batch;
 // The queue's side of the WGSL bounds report.

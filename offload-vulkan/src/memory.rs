@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use ash::vk;
 use offload_core::{BackendKind, Error, MemKind, Result, hal::Exported};
 
+use crate::allocation::RawAllocation;
 use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err, out_of_memory};
 use crate::usage::Usage;
@@ -137,20 +138,6 @@ pub(crate) fn payload_check(type_index: u32, allocation_size: u64, size: u64) ->
         hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
     }
     hash
-}
-
-/// A `VkBuffer` with its own bound memory, mapped when it can be. Destroyed only by
-/// [`RawAllocation::destroy`]; the owner decides when.
-#[derive(Debug)]
-pub(crate) struct RawAllocation {
-    pub(crate) buffer: vk::Buffer,
-    pub(crate) memory: vk::DeviceMemory,
-    /// The start of the whole allocation, mapped for the allocation's lifetime.
-    pub(crate) mapped: Option<NonNull<u8>>,
-    pub(crate) size: u64,
-    /// The memory type and `allocationSize` of `memory` (what an importer must use).
-    pub(crate) type_index: u32,
-    pub(crate) allocation_size: u64,
 }
 
 impl RawAllocation {
@@ -434,19 +421,6 @@ impl RawAllocation {
             .map_err(|e| map_vk_err(At::new("vkGetMemoryFdKHR"), e))?;
         // SAFETY: a successful vkGetMemoryFdKHR returns a new fd owned by the caller.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    /// Destroys the buffer and frees its memory (which unmaps it).
-    ///
-    /// # Safety
-    /// `device` must be the live device this was made on, no GPU work that uses it may be
-    /// pending, and it must not be used afterwards.
-    pub(crate) unsafe fn destroy(&self, device: &ash::Device) {
-        // SAFETY: guaranteed by the caller; the buffer goes before the memory bound to it.
-        unsafe {
-            device.destroy_buffer(self.buffer, None);
-            device.free_memory(self.memory, None);
-        }
     }
 }
 

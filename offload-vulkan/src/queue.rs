@@ -37,12 +37,13 @@ use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 
 use offload_driver::{HostFailure, HostThread};
 
+use crate::allocation::RawAllocation;
 use crate::batch::{Batch, Bound, Described};
 use crate::context::DeviceContext;
 use crate::device::VulkanDevice;
 use crate::error::{At, check_range, map_vk_err};
 use crate::gate::{Gate, Held, Holders, Mark};
-use crate::memory::{Placement, RawAllocation, Source, VulkanBuffer};
+use crate::memory::{Placement, Source, VulkanBuffer};
 use crate::program::{ModuleInner, VulkanKernel, descriptor_type};
 use crate::usage::Usage;
 

@@ -8,14 +8,13 @@
 //! earlier device writes and ends with one that makes its writes visible to the host, so
 //! consecutive transfers (and the host reads after them) are ordered without further care.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use ash::vk;
 use offload_core::Result;
 
-use crate::context::{DeviceContext, QueueState};
+use crate::allocation::RawAllocation;
+use crate::context::{Commands, DeviceContext, QueueState, Transfer};
 use crate::error::{At, map_vk_err};
-use crate::memory::{Placement, RawAllocation, Source};
+use crate::memory::{Placement, Source};
 
 /// Bytes of staging memory per device; larger transfers go in chunks of this size.
 pub(crate) const STAGING_BYTES: u64 = 4 << 20;
@@ -23,50 +22,6 @@ pub(crate) const STAGING_BYTES: u64 = 4 << 20;
 /// How long a transfer may take before the device is considered hung (then every later
 /// transfer on it fails instead of reusing a command buffer that may still be pending).
 const FENCE_TIMEOUT_NS: u64 = 60_000_000_000;
-
-/// The command pool, its command buffer and the fence of one device's transfers.
-#[derive(Clone, Copy, Debug)]
-struct Commands {
-    pool: vk::CommandPool,
-    buffer: vk::CommandBuffer,
-    fence: vk::Fence,
-}
-
-/// The transfer objects of one device, made on first use; see the module docs.
-#[derive(Debug, Default)]
-pub(crate) struct Transfer {
-    commands: Option<Commands>,
-    staging: Option<RawAllocation>,
-    /// Set when a fence wait failed: the command buffer may still be pending.
-    broken: Option<vk::Result>,
-}
-
-// SAFETY: the only non-`Send` member is the staging memory's mapped pointer, which points
-// into memory owned by this value and is used only by whoever holds the queue mutex that
-// this value lives behind.
-unsafe impl Send for Transfer {}
-
-impl Transfer {
-    /// Destroys what was made.
-    ///
-    /// # Safety
-    /// `device` must be the live device these objects were made on, idle, and they must not
-    /// be used afterwards.
-    pub(crate) unsafe fn destroy(&mut self, device: &ash::Device, allocations: &AtomicU32) {
-        if let Some(c) = self.commands.take() {
-            // SAFETY: guaranteed by the caller; destroying the pool frees its command buffer.
-            unsafe {
-                device.destroy_fence(c.fence, None);
-                device.destroy_command_pool(c.pool, None);
-            }
-        }
-        if let Some(staging) = self.staging.take() {
-            // SAFETY: guaranteed by the caller.
-            unsafe { staging.destroy(device) };
-            allocations.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
 
 /// The staging memory as the transfers use it: copied out of the `Transfer` so the queue
 /// state can be borrowed mutably while it is used.

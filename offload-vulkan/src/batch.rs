@@ -1,9 +1,9 @@
 //! One submission of a queue: a command buffer with what its commands need until the
 //! device has run them — descriptor pools, staging memory for queued writes, the modules
-//! whose pipelines it binds, the events' timestamp queries it writes, and buffers freed
-//! while it was held behind a host function (gate.rs). A batch is reused once the timeline has passed the
-//! value its last submission signalled; [`Batch::recycle`] lets go of what that submission
-//! held.
+//! whose pipelines it binds, the events' timestamp queries it writes ([`Query`], declared
+//! here), and buffers freed while it was held behind a host function (gate.rs). A batch is
+//! reused once the timeline has passed the value its last submission signalled;
+//! [`Batch::recycle`] lets go of what that submission held.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,12 +12,11 @@ use ash::vk;
 use offload_core::Result;
 
 use crate::allocation::RawAllocation;
-use crate::bounds::{Found, Reports};
+use crate::bounds::{Described, Found, Reports};
 use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err};
 use crate::memory::Released;
 use crate::program::ModuleInner;
-use crate::queue::Query;
 
 /// Descriptor sets one pool holds, and descriptors of each type (storage and uniform
 /// buffers).
@@ -35,10 +34,6 @@ struct Pool {
     /// pool of its own).
     descriptors: [u32; 2],
 }
-
-/// What one binding of a descriptor set describes: binding number, descriptor type
-/// (storage or uniform buffer), buffer, offset, range.
-pub(crate) type Described = (u32, vk::DescriptorType, vk::Buffer, u64, u64);
 
 /// The compute state the command buffer being recorded has bound, so that a launch like
 /// the one before it records only its dispatch (on lavapipe each bind, push and descriptor
@@ -289,5 +284,36 @@ impl Batch {
             // SAFETY: as above; each pool is destroyed once.
             unsafe { device.raw.destroy_descriptor_pool(pool.raw, None) };
         }
+    }
+}
+
+/// A timestamp query pool of one query. The event and the batch that writes it each hold
+/// it; the last to let it go destroys it, so it outlives the work that writes it.
+#[derive(Debug)]
+pub(crate) struct Query {
+    device: Arc<DeviceContext>,
+    pub(crate) pool: vk::QueryPool,
+}
+
+impl Query {
+    pub(crate) fn new(device: &Arc<DeviceContext>) -> Result<Query> {
+        let info = vk::QueryPoolCreateInfo::default()
+            .query_type(vk::QueryType::TIMESTAMP)
+            .query_count(1);
+        // SAFETY: the device is live; `info` lives across the call.
+        let pool = unsafe { device.raw.create_query_pool(&info, None) }
+            .map_err(|e| map_vk_err(At::new("vkCreateQueryPool"), e))?;
+        Ok(Query {
+            device: device.clone(),
+            pool,
+        })
+    }
+}
+
+impl Drop for Query {
+    fn drop(&mut self) {
+        // SAFETY: no pending work uses the pool: the batch that writes it holds it until
+        // its submission has finished (or it was never submitted); destroyed once, here.
+        unsafe { self.device.raw.destroy_query_pool(self.pool, None) };
     }
 }

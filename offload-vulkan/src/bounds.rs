@@ -8,6 +8,9 @@
 //! every slot it used ([`Reports::harvest`]), zeroes it and keeps what it found for its next
 //! `sync` ([`Found`]); a slot is used again only by a later recording of the batch, after
 //! that. So every report is read exactly once, and two batches never share a slot.
+//!
+//! It also declares what one binding of a launch's descriptor set is ([`Described`]), which
+//! batch.rs and queue.rs use.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,7 +19,6 @@ use ash::vk;
 use offload_core::{BackendKind, Error, Result};
 
 use crate::allocation::RawAllocation;
-use crate::batch::Described;
 use crate::context::DeviceContext;
 use crate::memory::{Placement, Source};
 use crate::program::ModuleInner;
@@ -26,6 +28,10 @@ const CHUNK: u64 = 16;
 
 /// Bytes a slot binds: the report's words (`wgsl/report.rs`).
 const SLOT_BYTES: u64 = 4 * 6;
+
+/// What one binding of a descriptor set describes: binding number, descriptor type
+/// (storage or uniform buffer), buffer, offset, range.
+pub(crate) type Described = (u32, vk::DescriptorType, vk::Buffer, u64, u64);
 
 /// The report memory of one batch.
 #[derive(Debug, Default)]

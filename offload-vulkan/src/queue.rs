@@ -38,7 +38,8 @@ use offload_core::{BackendKind, Dims, Error, KernelArg, ParamKind, Result};
 use offload_driver::{HostFailure, HostThread};
 
 use crate::allocation::RawAllocation;
-use crate::batch::{Batch, Bound, Described};
+use crate::batch::{Batch, Bound, Query};
+use crate::bounds::Described;
 use crate::context::DeviceContext;
 use crate::device::VulkanDevice;
 use crate::error::{At, check_range, map_vk_err};
@@ -159,37 +160,6 @@ pub struct VulkanEvent {
     query: Option<Arc<Query>>,
     /// Host time when the event was first seen complete (devices without timestamps).
     observed: OnceLock<Instant>,
-}
-
-/// A timestamp query pool of one query. The event and the batch that writes it each hold
-/// it; the last to let it go destroys it, so it outlives the work that writes it.
-#[derive(Debug)]
-pub(crate) struct Query {
-    device: Arc<DeviceContext>,
-    pool: vk::QueryPool,
-}
-
-impl Query {
-    fn new(device: &Arc<DeviceContext>) -> Result<Query> {
-        let info = vk::QueryPoolCreateInfo::default()
-            .query_type(vk::QueryType::TIMESTAMP)
-            .query_count(1);
-        // SAFETY: the device is live; `info` lives across the call.
-        let pool = unsafe { device.raw.create_query_pool(&info, None) }
-            .map_err(|e| map_vk_err(At::new("vkCreateQueryPool"), e))?;
-        Ok(Query {
-            device: device.clone(),
-            pool,
-        })
-    }
-}
-
-impl Drop for Query {
-    fn drop(&mut self) {
-        // SAFETY: no pending work uses the pool: the batch that writes it holds it until
-        // its submission has finished (or it was never submitted); destroyed once, here.
-        unsafe { self.device.raw.destroy_query_pool(self.pool, None) };
-    }
 }
 
 impl VulkanEvent {

@@ -15,8 +15,8 @@ use crate::allocation::RawAllocation;
 use crate::bounds::{Described, Found, Reports};
 use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err};
-use crate::memory::Released;
 use crate::program::ModuleInner;
+use crate::usage::Released;
 
 /// Descriptor sets one pool holds, and descriptors of each type (storage and uniform
 /// buffers).

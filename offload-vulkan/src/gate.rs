@@ -32,8 +32,8 @@ use offload_core::hal::HostFn;
 use offload_core::{Error, Result};
 use offload_driver::{run_marked, running_host_fn, stream_key};
 
-use crate::memory::Released;
 use crate::queue::{Open, QueueInner, QueueShared};
+use crate::usage::{Released, UsingQueue};
 
 /// What keeps a gate closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +224,25 @@ impl std::fmt::Debug for Mark {
         f.debug_struct("Mark")
             .field("value", &self.value())
             .finish_non_exhaustive()
+    }
+}
+
+/// What the usages of buffers and modules ask of a queue: the calls below.
+impl UsingQueue for QueueShared {
+    fn flush(&self) -> Result<()> {
+        QueueShared::flush(self)
+    }
+
+    fn is_own(&self) -> bool {
+        QueueShared::is_own(self)
+    }
+
+    fn is_gated(&self) -> bool {
+        QueueShared::is_gated(self)
+    }
+
+    fn release_after(self: Arc<Self>, released: Released) {
+        QueueShared::release_after(&self, released);
     }
 }
 

@@ -19,7 +19,7 @@ use offload_core::{BackendKind, Error, MemKind, Result, hal::Exported};
 use crate::allocation::RawAllocation;
 use crate::context::DeviceContext;
 use crate::error::{At, map_vk_err, out_of_memory};
-use crate::usage::Usage;
+use crate::usage::{Released, Usage};
 
 /// What an allocation is for; decides its memory type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -709,32 +709,5 @@ impl Drop for VulkanBuffer {
             return;
         }
         drop(released);
-    }
-}
-
-/// A buffer's memory on its way out: destroyed when this is dropped, once no GPU work
-/// uses it (a buffer's drop waits for that first, or hands this to the batch after which
-/// none does, batch.rs).
-#[derive(Debug)]
-pub(crate) struct Released {
-    raw: RawAllocation,
-    device: Arc<DeviceContext>,
-}
-
-// SAFETY: as for `VulkanBuffer`, whose memory this owns from its drop on: the mapped
-// pointer is never used again, and Vulkan objects may be destroyed from any thread.
-unsafe impl Send for Released {}
-
-impl Drop for Released {
-    fn drop(&mut self) {
-        // SAFETY: the buffer was made on `self.device`, which is alive (we hold it); every
-        // transfer that used it completed before its call returned, and every launch that
-        // used it has finished (its drop waited, or the batch holding this has run), so no
-        // GPU work on it is pending; it is destroyed exactly once, here (the
-        // `VulkanBuffer` it came from destroys nothing).
-        unsafe { self.raw.destroy(&self.device.raw) };
-        self.device.allocations.fetch_sub(1, Ordering::SeqCst);
-        self.device.platform_live.fetch_sub(1, Ordering::SeqCst);
-        crate::stats::LIVE_ALLOCATIONS.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -15,6 +15,9 @@
 //! one number says how far a buffer, a module or a queue's work has got ([`DeviceContext::
 //! wait_for`]).
 //!
+//! [`VulkanDevice`], the handle the platform hands out for one device, is declared here too
+//! (below the queues, which name it); its `hal::Device` and `hal::Ipc` impls are device.rs's.
+//!
 //! Destruction order, enforced by ownership: wait idle → command pool, fence and staging
 //! memory, timeline semaphore, pipeline cache → `VkDevice` → (last device) `VkInstance` →
 //! loader library. Queues, modules, events and buffers each hold the device (`Arc`), so it
@@ -24,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use ash::vk;
-use offload_core::Result;
+use offload_core::{Error, Result};
 
 use crate::allocation::RawAllocation;
 use crate::error::{At, map_vk_err};
@@ -380,5 +383,67 @@ impl Drop for DeviceContext {
             self.raw.destroy_device(None);
         }
         crate::stats::LIVE_DEVICES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A device of a Vulkan platform: its `VkDevice` with its compute queue, and what Vulkan
+/// said about it. It keeps its `VkDevice` (and the instance) alive.
+///
+/// ```
+/// # use offload_core::{Config, hal::Platform};
+/// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+/// let dev = vk.devices().remove(0);
+/// assert_eq!(dev.index(), 0);
+/// # drop(dev);
+/// # vk.deinit()?;
+/// # Ok::<(), offload_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct VulkanDevice {
+    pub(crate) index: usize,
+    pub(crate) context: Arc<DeviceContext>,
+    pub(crate) info: Arc<VulkanDeviceInfo>,
+}
+
+impl VulkanDevice {
+    /// Its position among its platform's devices.
+    ///
+    /// ```
+    /// # use offload_core::{Config, hal::Platform};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// for (i, dev) in vk.devices().iter().enumerate() {
+    ///     assert_eq!(dev.index(), i);
+    /// }
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Everything the backend read about the device when the platform opened.
+    ///
+    /// ```
+    /// # use offload_core::{Config, hal::Platform};
+    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
+    /// let dev = vk.devices().remove(0);
+    /// let info = dev.vulkan_info();
+    /// println!("{} {:?} max workgroup {:?}", info.name, info.device_type, info.max_workgroup_size);
+    /// # Ok::<(), offload_core::Error>(())
+    /// ```
+    pub fn vulkan_info(&self) -> &VulkanDeviceInfo {
+        &self.info
+    }
+
+    /// The live device context, for a call that makes a new object; `Error::ShutDown` once
+    /// the platform was deinitialised.
+    pub(crate) fn context(&self) -> Result<&Arc<DeviceContext>> {
+        if self.context.deinitialised.load(Ordering::SeqCst) {
+            return Err(Error::ShutDown {
+                call: "",
+                object: String::new(),
+                caller: offload_core::Caller::Rust,
+            });
+        }
+        Ok(&self.context)
     }
 }

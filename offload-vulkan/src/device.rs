@@ -1,83 +1,20 @@
-//! A device of a Vulkan platform ([`VulkanDevice`]), the handle the platform hands out for
-//! one [`DeviceContext`], and its `hal::Device` impl (memory and the host's copies in and
-//! out of it, programs, making queues; launches and events are the queue's, queue.rs) and
-//! `hal::Ipc` impl (memory shared as `OPAQUE_FD`s). The buffers themselves are memory.rs's.
+//! The `hal::Device` impl of a device of a Vulkan platform ([`VulkanDevice`], declared in
+//! context.rs: the handle the platform hands out for one `DeviceContext`): memory and the
+//! host's copies in and out of it, programs, making queues (launches and events are the
+//! queue's, queue.rs); and its `hal::Ipc` impl (memory shared as `OPAQUE_FD`s). The buffers
+//! themselves are memory.rs's.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use offload_core::hal::{self, CompilerId, Language};
 use offload_core::{BackendKind, DeviceInfo, Error, MemKind, Result};
 
-use crate::context::DeviceContext;
+use crate::context::VulkanDevice;
 use crate::error::check_range;
-use crate::info::VulkanDeviceInfo;
 use crate::memory::{PAYLOAD_LEN, PAYLOAD_MAGIC, VulkanBuffer};
 use crate::program::{self, VulkanModule};
 use crate::queue::{VulkanEvent, VulkanQueue};
 use crate::wgsl;
-
-/// A device of a Vulkan platform: its `VkDevice` with its compute queue, and what Vulkan
-/// said about it. It keeps its `VkDevice` (and the instance) alive.
-///
-/// ```
-/// # use offload_core::{Config, hal::Platform};
-/// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-/// let dev = vk.devices().remove(0);
-/// assert_eq!(dev.index(), 0);
-/// # drop(dev);
-/// # vk.deinit()?;
-/// # Ok::<(), offload_core::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-pub struct VulkanDevice {
-    pub(crate) index: usize,
-    pub(crate) context: Arc<DeviceContext>,
-    pub(crate) info: Arc<VulkanDeviceInfo>,
-}
-
-impl VulkanDevice {
-    /// Its position among its platform's devices.
-    ///
-    /// ```
-    /// # use offload_core::{Config, hal::Platform};
-    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// for (i, dev) in vk.devices().iter().enumerate() {
-    ///     assert_eq!(dev.index(), i);
-    /// }
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn index(&self) -> usize {
-        self.index
-    }
-
-    /// Everything the backend read about the device when the platform opened.
-    ///
-    /// ```
-    /// # use offload_core::{Config, hal::Platform};
-    /// # let Ok(vk) = offload_vulkan::VulkanPlatform::open(&Config::default()) else { return Ok(()) };
-    /// let dev = vk.devices().remove(0);
-    /// let info = dev.vulkan_info();
-    /// println!("{} {:?} max workgroup {:?}", info.name, info.device_type, info.max_workgroup_size);
-    /// # Ok::<(), offload_core::Error>(())
-    /// ```
-    pub fn vulkan_info(&self) -> &VulkanDeviceInfo {
-        &self.info
-    }
-
-    /// The live device context, for a call that makes a new object; `Error::ShutDown` once
-    /// the platform was deinitialised.
-    fn context(&self) -> Result<&Arc<DeviceContext>> {
-        if self.context.deinitialised.load(Ordering::SeqCst) {
-            return Err(Error::ShutDown {
-                call: "",
-                object: String::new(),
-                caller: offload_core::Caller::Rust,
-            });
-        }
-        Ok(&self.context)
-    }
-}
 
 /// Memory, programs, queues and events: see the crate docs for the argument convention
 /// and the launch geometry.

@@ -46,7 +46,7 @@ mod wgsl;
 
 use offload_core::{BackendKind, PlatformEntry};
 
-pub use device::VulkanDevice;
+pub use context::VulkanDevice;
 pub use info::{MemoryHeap, VulkanDeviceInfo, VulkanDeviceType, VulkanVersion, vendor_name};
 pub use memory::VulkanBuffer;
 pub use options::VulkanOptions;

@@ -8,7 +8,7 @@ use offload_core::hal::{self, ImageFormat};
 use offload_core::{BackendKind, Config, Error, Result};
 
 use crate::context::DeviceContext;
-use crate::device::VulkanDevice;
+use crate::context::VulkanDevice;
 use crate::error::{At, driver_not_found, map_vk_err};
 use crate::info::{self, VulkanDeviceInfo};
 use crate::instance::Instance;

@@ -41,7 +41,7 @@ use crate::allocation::RawAllocation;
 use crate::batch::{Batch, Bound, Query};
 use crate::bounds::Described;
 use crate::context::DeviceContext;
-use crate::device::VulkanDevice;
+use crate::context::VulkanDevice;
 use crate::error::{At, check_range, map_vk_err};
 use crate::gate::{Gate, Held, Holders, Mark};
 use crate::memory::{Placement, Source, VulkanBuffer};

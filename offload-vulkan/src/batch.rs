@@ -1,7 +1,7 @@
 //! One submission of a queue: a command buffer with what its commands need until the
 //! device has run them — descriptor pools, staging memory for queued writes, the modules
 //! whose pipelines it binds, the events' timestamp queries it writes ([`Query`], declared
-//! here), and buffers freed while it was held behind a host function (gate.rs). A batch is
+//! here), and buffers freed while it was held behind a host function (queue/gate.rs). A batch is
 //! reused once the timeline has passed the value its last submission signalled;
 //! [`Batch::recycle`] lets go of what that submission held.
 

@@ -209,7 +209,7 @@ impl hal::Device for VulkanDevice {
     }
 
     /// The queued work on the buffer, where some of it is held behind a host function
-    /// (gate.rs): that work waits for the function, which may be waiting for this very
+    /// (queue/gate.rs): that work waits for the function, which may be waiting for this very
     /// buffer (L7). Submitted work never waits for host code: a host access waits for it
     /// under the buffer's lock (`None`).
     fn pending(&self, buffer: &VulkanBuffer) -> Option<hal::Pending> {

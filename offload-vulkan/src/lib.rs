@@ -13,8 +13,6 @@ mod context;
 mod device;
 // Vulkan results as offload errors.
 mod error;
-// The gate that holds a queue's work behind its host functions.
-mod gate;
 // What Vulkan says about a physical device.
 mod info;
 // The `VkInstance` and the loader.
@@ -27,7 +25,8 @@ mod options;
 mod platform;
 // Modules, kernels, pipelines, and the `hal::Program` impl.
 mod program;
-// Queues and events.
+// Queues and events; and (queue/gate.rs) the gate that holds a queue's work behind its
+// host functions.
 mod queue;
 // Public only for the fuzz targets (`fuzz/`) and the image tests, which reach the parser
 // of untrusted bytes as an ordinary dependency; not part of the API.

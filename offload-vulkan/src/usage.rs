@@ -5,7 +5,7 @@
 //! submitted, summed up by the timeline value of the last of them, and the open batches of
 //! some queues, not yet submitted. A host access, a free or an unload first submits those
 //! open batches, then waits for the timeline value. A queue whose gate is closed behind a
-//! host function (gate.rs) submits them only once the function has run: the flush waits
+//! host function (queue/gate.rs) submits them only once the function has run: the flush waits
 //! for that, except from that function itself, which gets `InvalidArgument` (L6).
 //!
 //! A usage names its queues through [`UsingQueue`] (the queue's state implements it), so
@@ -25,7 +25,7 @@ use crate::allocation::RawAllocation;
 use crate::context::DeviceContext;
 
 /// A queue as the usages that name it see it: what they ask of its open and held batches.
-/// The queue's state (`QueueShared`, queue.rs, with these calls in gate.rs) implements it;
+/// The queue's state (`QueueShared`, queue/mod.rs, with these calls in queue/gate.rs) implements it;
 /// it is a trait so that usages, below memory and programs, need not name the queues above
 /// them.
 pub(crate) trait UsingQueue: Send + Sync {

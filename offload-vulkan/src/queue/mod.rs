@@ -24,7 +24,11 @@
 //! (known once the batch before it is submitted) plus a timestamp query.
 //!
 //! Host functions never block their caller: the queue holds the work enqueued after one
-//! behind its gate until the function has run on the queue's thread (gate.rs).
+//! behind its gate until the function has run on the queue's thread (queue/gate.rs).
+
+// The gate behind host functions: a part of the queue (it shares the queue's state, and
+// the queue's state holds it), so a child of this module, never a sibling.
+mod gate;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,13 +44,12 @@ use offload_driver::{HostFailure, HostThread};
 use crate::allocation::RawAllocation;
 use crate::batch::{Batch, Bound, Query};
 use crate::bounds::Described;
-use crate::context::DeviceContext;
-use crate::context::VulkanDevice;
+use crate::context::{DeviceContext, VulkanDevice};
 use crate::error::{At, check_range, map_vk_err};
-use crate::gate::{Gate, Held, Holders, Mark};
 use crate::memory::{Placement, Source, VulkanBuffer};
 use crate::program::{ModuleInner, VulkanKernel, descriptor_type};
 use crate::usage::Usage;
+use gate::{Gate, Held, Holders, Mark};
 
 /// Batches a queue may have in flight before a new one waits for the oldest.
 const MAX_IN_FLIGHT: usize = 32;
@@ -79,7 +82,7 @@ pub(crate) struct QueueInner {
     open: Option<Open>,
     /// A timeline value the next submission waits for (`wait_event`); 0: none.
     pub(crate) wait: u64,
-    /// The gate behind host functions (gate.rs).
+    /// The gate behind host functions (queue/gate.rs).
     pub(crate) gate: Gate,
     /// Out-of-range accesses reported by finished batches, for the next sync.
     found: Option<crate::bounds::Found>,
@@ -155,7 +158,7 @@ pub struct VulkanQueue {
 #[derive(Debug)]
 pub struct VulkanEvent {
     device: Arc<DeviceContext>,
-    /// Its timeline value, known once the batch before it is submitted (gate.rs).
+    /// Its timeline value, known once the batch before it is submitted (queue/gate.rs).
     mark: Arc<Mark>,
     query: Option<Arc<Query>>,
     /// Host time when the event was first seen complete (devices without timestamps).
@@ -373,7 +376,7 @@ impl QueueShared {
     }
 
     /// Closes the open batch, if any: submits it, or holds it behind the closed gate
-    /// (gate.rs). On a failed submission the batch's commands are dropped, never run, and
+    /// (queue/gate.rs). On a failed submission the batch's commands are dropped, never run, and
     /// the error says so.
     pub(crate) fn submit(&self, inner: &mut QueueInner) -> Result<()> {
         let Some(open) = inner.open.take() else {
@@ -984,7 +987,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
 
     /// Queues `f` and returns: it runs on the queue's thread once the work enqueued before
     /// it has finished, and the work enqueued after it is held in offload until it has run
-    /// (gate.rs; a `VkQueue` has no host callbacks). Its panic is the next sync's
+    /// (queue/gate.rs; a `VkQueue` has no host callbacks). Its panic is the next sync's
     /// `Error::Callback`.
     fn enqueue_host_fn(&self, f: HostFn) -> Result<()> {
         self.shared.enqueue_host_fn(f)
@@ -1168,7 +1171,7 @@ impl Drop for QueueShared {
         }
         // What is still held (only behind a wait for an event that never settled): batches
         // never run; events recorded behind them settle, so nothing waits for them.
-        let mut after = crate::gate::After::default();
+        let mut after = gate::After::default();
         let mut left = Vec::new();
         for op in std::mem::take(&mut inner.gate.held) {
             match op {

@@ -32,7 +32,7 @@ use offload_core::hal::HostFn;
 use offload_core::{Error, Result};
 use offload_driver::{run_marked, running_host_fn, stream_key};
 
-use crate::queue::{Open, QueueInner, QueueShared};
+use super::{Open, QueueInner, QueueShared};
 use crate::usage::{Released, UsingQueue};
 
 /// What keeps a gate closed.

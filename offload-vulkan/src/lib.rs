@@ -1,15 +1,25 @@
 #![doc = include_str!("../docs/manual.md")]
 #![warn(missing_docs)]
 
+// Each module uses only those before it in this order (`scripts/circles.sh` checks that none
+// imports another in a circle): the leaves `error`, `stats`, `options`, `validation`,
+// `instance`, `info`, `spirv` and `wgsl`; then `allocation` (a buffer's memory record),
+// `context` (the `VkDevice`, its queue and transfer state, and `VulkanDevice`), `usage`
+// (what queued work uses, naming queues only through its `UsingQueue` trait; memory on its
+// way out), `memory`, `program`, `transfer`, `bounds`, `batch`, `queue` (its gate,
+// queue/gate.rs, a child of it), then `device` (the `hal::Device` and `hal::Ipc` impls)
+// and `platform` on top.
+
 // One `VkBuffer` with its own memory: the record and its destruction.
 mod allocation;
-// Batches of queued work, submitted together.
+// Batches of queued work, submitted together, and their timestamp queries.
 mod batch;
 // The queue's side of the WGSL bounds report.
 mod bounds;
-// One `VkDevice` with its compute queue, shared by everything made on it.
+// One `VkDevice` with its compute queue, shared by everything made on it, and
+// `VulkanDevice`, the handle to it.
 mod context;
-// The device handle and its `hal::Device` and `hal::Ipc` impls.
+// The `hal::Device` and `hal::Ipc` impls of `VulkanDevice`.
 mod device;
 // Vulkan results as offload errors.
 mod error;
@@ -36,7 +46,8 @@ pub mod spirv;
 mod stats;
 // One-shot copies through staging memory.
 mod transfer;
-// Which launches still use a buffer, a module or a queue.
+// Which launches still use a buffer, a module or a queue; a buffer's memory released once
+// none does.
 mod usage;
 // The validation layer's messenger and report.
 mod validation;

@@ -1,6 +1,7 @@
 //! Device memory: one `VkBuffer` bound to its own (dedicated) `VkDeviceMemory` per
-//! allocation ([`VulkanBuffer`]): making, importing, mapping and destroying it. The copies in
-//! and out of it are the device's (`hal::Device` in device.rs).
+//! allocation ([`VulkanBuffer`]): making, importing, exporting and mapping it. Its record
+//! and destruction are allocation.rs's, its memory on the way out (`Released`) usage.rs's.
+//! The copies in and out of it are the device's (`hal::Device` in device.rs).
 //!
 //! Where the memory is host-visible and host-coherent it is mapped once, for its whole
 //! life, and every copy is a `memcpy`; otherwise copies go through the device's queue

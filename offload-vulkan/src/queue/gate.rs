@@ -22,6 +22,9 @@
 //! uses, an event behind it) from that queue's own running host function gets
 //! `InvalidArgument` at once: the work waits for the function (L6).
 //!
+//! The calls a buffer's or module's usage makes of a queue (`UsingQueue`, usage.rs) are
+//! implemented here, with the flushes they make.
+//!
 //! Lock order: a queue's lock, then a mark's; a queue's lock is never taken under another
 //! queue's (a settled event wakes its waiters after its queue's lock is let go).
 

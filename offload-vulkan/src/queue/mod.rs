@@ -24,7 +24,8 @@
 //! (known once the batch before it is submitted) plus a timestamp query.
 //!
 //! Host functions never block their caller: the queue holds the work enqueued after one
-//! behind its gate until the function has run on the queue's thread (queue/gate.rs).
+//! behind its gate until the function has run on the queue's thread (queue/gate.rs, a child
+//! of this module: the queue's state holds the gate, and the gate's calls are the queue's).
 
 // The gate behind host functions: a part of the queue (it shares the queue's state, and
 // the queue's state holds it), so a child of this module, never a sibling.

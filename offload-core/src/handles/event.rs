@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::runtime::generation::{Generation, Kind, ResourceKey};
 use crate::runtime::reentry;
 
-use super::queue::{Entry, forget};
+use super::entry::{Entry, forget};
 
 /// A point in a queue's work. Completed when the work before it has finished.
 ///

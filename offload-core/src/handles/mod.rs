@@ -12,6 +12,7 @@ mod args;
 pub(crate) mod background;
 mod buffer;
 mod device;
+mod entry;
 mod event;
 mod fixes;
 mod kernel;

@@ -1,8 +1,8 @@
 //! Compiling programs in the background (Proteus's asynchronous compilation,
 //! `PROTEUS_ASYNC_COMPILATION` / `PROTEUS_ASYNC_THREADS`): the bounded pool of one
 //! generation that compiles programs from source while the application goes on
-//! ([`Program::compile_in_background`]), and the task of one (program, device) that `load`
-//! waits for and whose result it reuses.
+//! ([`crate::Program::compile_in_background`]), and the task of one (program, device) that
+//! `load` waits for and whose result it reuses.
 //!
 //! The pool is an extension of the generation, not a global: it lives and ends with its
 //! generation. Its threads (plain pthreads, `offload-thread`, so none pins a `dlclose`d
@@ -16,11 +16,14 @@
 //! `load` takes over a task still queued (compiling on its own thread rather than waiting
 //! for a free one), waits for a running one, and returns the error of one that failed:
 //! the compiler's own `Error::Compile`, log and all. This module runs no user code.
+//!
+//! It works on a program's parts (its source and its tasks), never a `Program`, so it sits
+//! below `module` and `program`: the `Program` calls that start a compile and ask whether
+//! it ended are in `program`.
 
 use crate::sync::{Arc, Condvar, JoinHandle, Mutex, PoisonError, lock, spawn};
 use std::collections::VecDeque;
 
-use super::program::{Program, ProgramInner};
 use crate::compile::Compiled;
 use crate::config::Config;
 use crate::erased::DynDevice;
@@ -313,78 +316,25 @@ impl Drop for CompilePool {
 /// The tasks of one program, by (generation, device).
 pub(super) type Tasks = Mutex<Vec<((u64, DeviceKey), Arc<Task>)>>;
 
-impl Program {
-    /// Starts compiling this program for `device` on the runtime's compile pool and
-    /// returns at once, so the application keeps running while it compiles (Proteus's
-    /// asynchronous compilation). The first [`load`](Program::load) there waits for the
-    /// compile and uses its result (it never compiles again); a compile error comes back
-    /// from that `load`, as `Error::Compile` with the compiler's log. Many programs compile
-    /// in parallel, up to `Config::compile_threads` at once (`OFFLOAD_COMPILE_THREADS`,
-    /// `Offload::builder().compile_threads(n)`); the rest wait in a queue, and a `load` of
-    /// one still queued compiles it at once on its own thread.
-    ///
-    /// Nothing to do (`Ok`) for a program made from an image, one already scheduled,
-    /// compiled or loaded there, or with no pool (`compile_threads` 0: it compiles at its
-    /// first load). `Error::ShutDown` once the device's runtime is shutting down: the
-    /// shutdown abandons compiles still queued and waits for the running ones (L2).
-    ///
-    /// ```
-    /// use offload::{BackendKind, Offload, Program, Source};
-    /// let rt = Offload::builder().compile_threads(2).start()?;
-    /// let cpu = rt.device(BackendKind::Host)?;
-    /// let p = Program::from_source(Source::c(
-    ///     "#include \"offload_host.h\"\nOFFLOAD_KERNEL(nothing, \"\") { (void)launch; }\n",
-    /// ));
-    /// p.compile_in_background(&cpu)?; // returns at once
-    /// // ... the application goes on; then the load waits for the compile and reports it.
-    /// assert_eq!(p.load(&cpu)?.kernels()?, ["nothing"]);
-    /// # Ok::<(), offload::Error>(())
-    /// ```
-    pub fn compile_in_background(&self, device: &Device) -> Result<()> {
-        // L3: a device of a finished generation answers `ShutDown`, not a compile queued
-        // for nothing.
-        device
-            .generation()
-            .with_live(|_| Ok(()))
-            .and_then(|()| schedule(self, device))
-            .map_err(|e| e.on("Program::compile_in_background", device))
-    }
-
-    /// Whether this program's compile for `device` has ended, so that
-    /// [`load`](Program::load) there will not wait for a compiler: `true` for a program
-    /// made from an image, and once a compile started by
-    /// [`compile_in_background`](Program::compile_in_background) or by a `load` ended,
-    /// successfully or not (`load` then reports its error). `false` while it is queued or
-    /// running, and for a program from source not compiled there yet.
-    ///
-    /// ```
-    /// use offload::{BackendKind, Offload, Program, Source};
-    /// let rt = Offload::init()?;
-    /// let cpu = rt.device(BackendKind::Host)?;
-    /// assert!(Program::new(offload::host::fixtures::KERNELS).compile_finished(&cpu));
-    /// let p = Program::from_source(Source::c("not C"));
-    /// assert!(!p.compile_finished(&cpu), "never compiled there");
-    /// p.compile_in_background(&cpu)?;
-    /// while !p.compile_finished(&cpu) {
-    ///     std::thread::yield_now(); // or do something useful
-    /// }
-    /// assert!(p.load(&cpu).is_err(), "the compile failed: load reports it, with the log");
-    /// # Ok::<(), offload::Error>(())
-    /// ```
-    pub fn compile_finished(&self, device: &Device) -> bool {
-        if self.inner.source.is_none() {
-            return true;
-        }
-        let key = (device.generation().id, device.key());
-        lock(&self.inner.background)
-            .iter()
-            .find(|(k, _)| *k == key)
-            .is_some_and(|(_, task)| task.finished())
-    }
+/// Whether the compile of a program (from source, whose background compiles are `tasks`)
+/// for `device` has ended ([`Program::compile_finished`](crate::Program::compile_finished)).
+pub(super) fn finished(tasks: &Tasks, device: &Device) -> bool {
+    let key = (device.generation().id, device.key());
+    lock(tasks)
+        .iter()
+        .find(|(k, _)| *k == key)
+        .is_some_and(|(_, task)| task.finished())
 }
 
-fn schedule(program: &Program, device: &Device) -> Result<()> {
-    let Some((source, compiled)) = &program.inner.source else {
+/// Queues the compile of a program from `source` for `device` on its generation's pool
+/// ([`Program::compile_in_background`](crate::Program::compile_in_background)); `tasks`
+/// are the program's.
+pub(super) fn schedule(
+    source: &Option<(Source, Arc<Compiled>)>,
+    tasks: &Tasks,
+    device: &Device,
+) -> Result<()> {
+    let Some((source, compiled)) = source else {
         return Ok(());
     };
     let generation = device.generation();
@@ -400,7 +350,7 @@ fn schedule(program: &Program, device: &Device) -> Result<()> {
     let raw = generation.with_live(|live| Ok(live.device(device.key())?.clone()))?;
     let key = (generation.id, device.key());
     let task = {
-        let mut tasks = lock(&program.inner.background);
+        let mut tasks = lock(tasks);
         // Tasks of ended generations are over (their pool was stopped): forget them.
         tasks.retain(|((id, _), _)| *id == generation.id);
         if let Some((_, task)) = tasks.iter().find(|(k, _)| *k == key) {
@@ -423,17 +373,18 @@ fn schedule(program: &Program, device: &Device) -> Result<()> {
     })
 }
 
-/// The image of `program` (from source) for `device` at its load: waits for a background
+/// The image of a program from source, whose background compiles are `tasks`, for `device`
+/// at its load: waits for a background
 /// compile running for it and uses its result or returns its error, takes over one still
 /// queued; `compile` (the compile-once path) does the rest. Called under the program's
 /// load lock for the device, so one load at a time gets here per (program, device).
 pub(super) fn image_for_load(
-    program: &ProgramInner,
+    tasks: &Tasks,
     device: &Device,
     compile: impl FnOnce() -> Result<Arc<[u8]>>,
 ) -> Result<Arc<[u8]>> {
     let key = (device.generation().id, device.key());
-    let task = lock(&program.background)
+    let task = lock(tasks)
         .iter()
         .find(|(k, _)| *k == key)
         .map(|(_, task)| task.clone());
@@ -448,7 +399,7 @@ pub(super) fn image_for_load(
         (Some(task), Err(_)) if taken_over => task.finish(false),
         // Compiled by this load: `compile_finished` says so from now on.
         (None, Ok(_)) => {
-            let mut tasks = lock(&program.background);
+            let mut tasks = lock(tasks);
             tasks.retain(|((id, _), _)| *id == key.0);
             if !tasks.iter().any(|(k, _)| *k == key) {
                 tasks.push((key, Task::new(State::Done)));

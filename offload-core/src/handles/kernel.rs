@@ -1,10 +1,10 @@
 //! [`Kernel`]: a kernel of a loaded module, with its declared parameters; it keeps its
-//! module loaded while it lives.
+//! module loaded while it lives; and [`Module::kernel`], which makes one.
 
-use crate::sync::Arc;
+use crate::sync::{Arc, read, write};
 use std::fmt;
 
-use super::module::*;
+use super::module::{KernelSlot, Module};
 use crate::error::{Caller, Error, Result};
 use crate::hal::ParamKind;
 use crate::handles::fixes::Fix;
@@ -172,6 +172,86 @@ impl Kernel {
     /// ```
     pub fn module(&self) -> &Module {
         &self.module
+    }
+}
+
+// The call of a `Module` that makes its kernels: here, so that `module` names no kernel.
+impl Module {
+    /// Looks up a kernel. A name the module lacks is `Error::SymbolNotFound`.
+    ///
+    /// ```
+    /// # use offload::{Offload, Program};
+    /// # let rt = Offload::init()?;
+    /// # let dev = rt.devices()?.remove(0);
+    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
+    /// assert!(m.kernel("noop").is_ok());
+    /// let err = m.kernel("nope").unwrap_err();
+    /// assert!(matches!(err, offload::Error::SymbolNotFound { .. }));
+    /// // The error lists what the module has.
+    /// assert!(err.to_string().contains("add_one"), "{err}");
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let find = |kernels: &[KernelSlot]| {
+            let index = kernels.iter().position(|k| k.name == name)?;
+            Some((
+                index,
+                kernels[index].params.clone(),
+                kernels[index].workgroup,
+            ))
+        };
+        self.with_loaded("Module::kernel", |loaded| {
+            if let Some(found) = find(&read(&loaded.kernels)) {
+                return Ok(found);
+            }
+            let raw = loaded.raw.kernel(name).map_err(|e| match e {
+                Error::SymbolNotFound {
+                    backend,
+                    call,
+                    symbol,
+                    hint,
+                } if hint.is_empty() => {
+                    let kernels = loaded.raw.kernels();
+                    let hint = if kernels.is_empty() {
+                        "the module has no kernels".to_string()
+                    } else {
+                        format!("the module's kernels are `{}`", kernels.join("`, `"))
+                    };
+                    Error::SymbolNotFound {
+                        backend,
+                        call,
+                        symbol,
+                        hint,
+                    }
+                }
+                other => other,
+            })?;
+            let params: Arc<[ParamKind]> = Arc::from(raw.params());
+            let workgroup = raw.workgroup_size();
+            let mut kernels = write(&loaded.kernels);
+            // Another thread may have resolved it meanwhile: keep one slot per name.
+            if let Some(found) = find(&kernels) {
+                return Ok(found);
+            }
+            kernels.push(KernelSlot {
+                name: name.to_string(),
+                params: params.clone(),
+                workgroup,
+                raw,
+            });
+            Ok((kernels.len() - 1, params, workgroup))
+        })
+        .and_then(|(index, params, workgroup)| {
+            let verified = self.with_loaded("Module::kernel", |l| Ok(l.raw.verified()))?;
+            Ok(Kernel {
+                module: self.clone(),
+                index,
+                name: Arc::from(name),
+                params,
+                verified,
+                workgroup,
+            })
+        })
     }
 }
 

@@ -7,6 +7,13 @@
 //! listed as the generation's resources and released by its teardown, so a handle that
 //! outlives its runtime only ever sees `Error::ShutDown` (L3), and dropping it then does
 //! nothing. Handles check everything a backend must not see wrong before they call it.
+//!
+//! The modules build on one another in one order, bottom first: `fixes`, `device`,
+//! `buffer`, `background`, `module`, `kernel`, `program`, `args`, `typed`, `entry`, `event`,
+//! `queue`; each uses only modules before it (`scripts/circles.sh`). A call that makes a
+//! handle of a later module is an `impl` block in that module (`Device::alloc` in `buffer`,
+//! `Device::queue` in `queue`, `Module::kernel` in `kernel`, `Module::program` in
+//! `program`).
 
 mod args;
 pub(crate) mod background;
@@ -28,7 +35,8 @@ pub(crate) use buffer::{BufferEntry, Origin, ViewOwner};
 pub use device::Device;
 pub use event::Event;
 pub use kernel::Kernel;
+pub use module::CallbackError;
 pub use module::Module;
-pub use program::{CallbackError, Program};
+pub use program::Program;
 pub use queue::Queue;
 pub use typed::{BufferView, TypedBuffer};

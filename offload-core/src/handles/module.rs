@@ -1,21 +1,63 @@
 //! Modules: a program loaded on one device ([`Module`]), its entry in the generation
 //! (kernels, phase, setup and teardown callbacks run as user code, L6), and its release —
-//! unload after the teardown callback, exactly once (P3).
+//! unload after the teardown callback, exactly once (P3). Also the state a program's
+//! handles share ([`ProgramInner`]: image, callbacks, load locks), here because a module
+//! names its program and the callbacks take a module; `Program` itself is in `program`,
+//! and `Module::program` and `Module::kernel` beside the types they return.
 
 use crate::sync::{
-    Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, PoisonError, RwLock, lock,
-    read, write,
+    Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, PoisonError, RwLock, Weak,
+    lock, read, statics, write,
 };
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::fmt;
 
-use super::kernel::*;
-use super::program::*;
+use super::background::Tasks;
+use crate::compile::Compiled;
+
 use crate::erased::{DynKernel, DynProgram};
 use crate::error::{Error, Result};
-use crate::hal::{BackendKind, GlobalInfo, ParamKind};
+use crate::hal::{BackendKind, GlobalInfo, ParamKind, Source};
 use crate::handles::Device;
 use crate::runtime::generation::{DeviceKey, Generation, Kind, Resource, ResourceKey};
+
+/// The error a callback returns.
+pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
+
+pub(super) type Callback =
+    Arc<dyn Fn(&Module) -> std::result::Result<(), CallbackError> + Send + Sync>;
+
+statics! {
+    /// Process-wide source of program and module ids (const-initialised, so it starts over
+    /// with the library; ids only need to be unique among live objects).
+    pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+}
+
+pub(super) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A program as its handles share it ([`Program`](crate::Program) is a handle of it) and its
+/// modules name it: here, with `Module`, because its callbacks take one.
+pub(super) struct ProgramInner {
+    pub(super) id: u64,
+    pub(super) image: Arc<[u8]>,
+    pub(super) setup: Vec<Callback>,
+    pub(super) teardown: Vec<Callback>,
+    /// The user's name for it ([`Program::label`](crate::Program::label)), for messages.
+    pub(super) label: Option<Arc<str>>,
+    /// For a program from source: the source, and what it compiled to per target.
+    pub(super) source: Option<(Source, Arc<Compiled>)>,
+    /// The lock of each (generation, device) this program is loaded on, naming its module
+    /// once loaded (P2). Entries go when their module is released.
+    pub(super) slots: Mutex<HashMap<(u64, DeviceKey), Arc<LoadSlot>>>,
+    /// Its compiles in the background, by (generation, device) (`background`).
+    pub(super) background: Tasks,
+}
+
+/// The load lock of one (program, device): its module once loaded.
+pub(super) type LoadSlot = RwLock<Weak<ModuleEntry>>;
 
 /// One kernel the backend resolved in a module.
 pub(crate) struct KernelSlot {
@@ -279,26 +321,6 @@ impl Module {
         &self.generation
     }
 
-    /// The program this module was loaded from, without a share in keeping its modules: a
-    /// callback can load its own program again through it without keeping the module it
-    /// runs for alive.
-    ///
-    /// ```
-    /// use offload::{Offload, Program};
-    /// let rt = Offload::init()?;
-    /// let dev = rt.devices()?.remove(0);
-    /// let module = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
-    /// let again = module.program().load(&dev)?; // the same program: the same module
-    /// assert_eq!(again.id(), module.id());
-    /// # Ok::<(), offload::Error>(())
-    /// ```
-    pub fn program(&self) -> Program {
-        Program {
-            inner: self.entry.program.clone(),
-            kept: Arc::default(),
-        }
-    }
-
     /// Runs `f` on the loaded module; a typed error if it was unloaded or shut down.
     pub(crate) fn with_loaded<T>(
         &self,
@@ -319,83 +341,6 @@ impl Module {
             }),
         }
         .map_err(|e| e.on(call, self))
-    }
-
-    /// Looks up a kernel. A name the module lacks is `Error::SymbolNotFound`.
-    ///
-    /// ```
-    /// # use offload::{Offload, Program};
-    /// # let rt = Offload::init()?;
-    /// # let dev = rt.devices()?.remove(0);
-    /// let m = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
-    /// assert!(m.kernel("noop").is_ok());
-    /// let err = m.kernel("nope").unwrap_err();
-    /// assert!(matches!(err, offload::Error::SymbolNotFound { .. }));
-    /// // The error lists what the module has.
-    /// assert!(err.to_string().contains("add_one"), "{err}");
-    /// # Ok::<(), offload::Error>(())
-    /// ```
-    pub fn kernel(&self, name: &str) -> Result<Kernel> {
-        let find = |kernels: &[KernelSlot]| {
-            let index = kernels.iter().position(|k| k.name == name)?;
-            Some((
-                index,
-                kernels[index].params.clone(),
-                kernels[index].workgroup,
-            ))
-        };
-        self.with_loaded("Module::kernel", |loaded| {
-            if let Some(found) = find(&read(&loaded.kernels)) {
-                return Ok(found);
-            }
-            let raw = loaded.raw.kernel(name).map_err(|e| match e {
-                Error::SymbolNotFound {
-                    backend,
-                    call,
-                    symbol,
-                    hint,
-                } if hint.is_empty() => {
-                    let kernels = loaded.raw.kernels();
-                    let hint = if kernels.is_empty() {
-                        "the module has no kernels".to_string()
-                    } else {
-                        format!("the module's kernels are `{}`", kernels.join("`, `"))
-                    };
-                    Error::SymbolNotFound {
-                        backend,
-                        call,
-                        symbol,
-                        hint,
-                    }
-                }
-                other => other,
-            })?;
-            let params: Arc<[ParamKind]> = Arc::from(raw.params());
-            let workgroup = raw.workgroup_size();
-            let mut kernels = write(&loaded.kernels);
-            // Another thread may have resolved it meanwhile: keep one slot per name.
-            if let Some(found) = find(&kernels) {
-                return Ok(found);
-            }
-            kernels.push(KernelSlot {
-                name: name.to_string(),
-                params: params.clone(),
-                workgroup,
-                raw,
-            });
-            Ok((kernels.len() - 1, params, workgroup))
-        })
-        .and_then(|(index, params, workgroup)| {
-            let verified = self.with_loaded("Module::kernel", |l| Ok(l.raw.verified()))?;
-            Ok(Kernel {
-                module: self.clone(),
-                index,
-                name: Arc::from(name),
-                params,
-                verified,
-                workgroup,
-            })
-        })
     }
 
     /// The names of the module's kernels (liboffload's `olIterateSymbols`, kernels).

@@ -1,5 +1,7 @@
-//! Programs and their loading (P1–P4); the modules they load are in `module`, their
-//! kernels in `kernel`.
+//! Programs and their loading (P1–P4); the modules they load are in `module` (with the
+//! state a program's handles share, `ProgramInner`, which its modules name), their kernels in
+//! `kernel`, their compiles in the background in `background` (the `Program` calls that
+//! start and ask about those are here).
 //!
 //! A [`Program`] is a device-independent copy of an image plus its setup and teardown
 //! callbacks. `program.load(&device)` gives the one [`Module`] for that (program, device):
@@ -18,54 +20,17 @@
 
 use crate::sync::{
     Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, RwLock, Weak, lock, read,
-    statics, write,
+    write,
 };
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::fmt;
 
-use super::background::{Tasks, image_for_load};
+use super::background;
 use super::module::*;
-use crate::compile::Compiled;
 use crate::error::{Error, Result};
 use crate::hal::Source;
 use crate::handles::Device;
-use crate::runtime::generation::{DeviceKey, Generation, Kind};
-
-/// The error a callback returns.
-pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
-
-pub(super) type Callback =
-    Arc<dyn Fn(&Module) -> std::result::Result<(), CallbackError> + Send + Sync>;
-
-statics! {
-    /// Process-wide source of program and module ids (const-initialised, so it starts over
-    /// with the library; ids only need to be unique among live objects).
-    pub(super) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-}
-
-pub(super) fn next_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
-}
-
-pub(super) struct ProgramInner {
-    pub(super) id: u64,
-    pub(super) image: Arc<[u8]>,
-    pub(super) setup: Vec<Callback>,
-    pub(super) teardown: Vec<Callback>,
-    /// The user's name for it ([`Program::label`]), for messages.
-    pub(super) label: Option<Arc<str>>,
-    /// For a program from source: the source, and what it compiled to per target.
-    pub(super) source: Option<(Source, Arc<Compiled>)>,
-    /// The lock of each (generation, device) this program is loaded on, naming its module
-    /// once loaded (P2). Entries go when their module is released.
-    pub(super) slots: Mutex<HashMap<(u64, DeviceKey), Arc<LoadSlot>>>,
-    /// Its compiles in the background, by (generation, device) (`background`).
-    pub(super) background: Tasks,
-}
-
-/// The load lock of one (program, device): its module once loaded.
-pub(super) type LoadSlot = RwLock<Weak<ModuleEntry>>;
+use crate::runtime::generation::{Generation, Kind};
 
 /// The program's own handles, one per module it loaded (P2): dropped with the last clone of
 /// the [`Program`], which lets their modules go.
@@ -127,7 +92,7 @@ impl Program {
                 label: None,
                 source: None,
                 slots: Mutex::default(),
-                background: Tasks::default(),
+                background: background::Tasks::default(),
             }),
             kept: Arc::default(),
         }
@@ -167,7 +132,7 @@ impl Program {
                 label: None,
                 source: Some((source, Arc::default())),
                 slots: Mutex::default(),
-                background: Tasks::default(),
+                background: background::Tasks::default(),
             }),
             kept: Arc::default(),
         }
@@ -235,7 +200,7 @@ impl Program {
             label: self.inner.label.clone(),
             source: self.inner.source.clone(),
             slots: Mutex::default(),
-            background: Tasks::default(),
+            background: background::Tasks::default(),
         };
         f(&mut inner);
         Program {
@@ -311,6 +276,74 @@ impl Program {
     }
 }
 
+// Compiling in the background: the calls of `Program` that start the compiles the pool of
+// `background` runs, and ask whether they ended.
+impl Program {
+    /// Starts compiling this program for `device` on the runtime's compile pool and
+    /// returns at once, so the application keeps running while it compiles (Proteus's
+    /// asynchronous compilation). The first [`load`](Program::load) there waits for the
+    /// compile and uses its result (it never compiles again); a compile error comes back
+    /// from that `load`, as `Error::Compile` with the compiler's log. Many programs compile
+    /// in parallel, up to `Config::compile_threads` at once (`OFFLOAD_COMPILE_THREADS`,
+    /// `Offload::builder().compile_threads(n)`); the rest wait in a queue, and a `load` of
+    /// one still queued compiles it at once on its own thread.
+    ///
+    /// Nothing to do (`Ok`) for a program made from an image, one already scheduled,
+    /// compiled or loaded there, or with no pool (`compile_threads` 0: it compiles at its
+    /// first load). `Error::ShutDown` once the device's runtime is shutting down: the
+    /// shutdown abandons compiles still queued and waits for the running ones (L2).
+    ///
+    /// ```
+    /// use offload::{BackendKind, Offload, Program, Source};
+    /// let rt = Offload::builder().compile_threads(2).start()?;
+    /// let cpu = rt.device(BackendKind::Host)?;
+    /// let p = Program::from_source(Source::c(
+    ///     "#include \"offload_host.h\"\nOFFLOAD_KERNEL(nothing, \"\") { (void)launch; }\n",
+    /// ));
+    /// p.compile_in_background(&cpu)?; // returns at once
+    /// // ... the application goes on; then the load waits for the compile and reports it.
+    /// assert_eq!(p.load(&cpu)?.kernels()?, ["nothing"]);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn compile_in_background(&self, device: &Device) -> Result<()> {
+        // L3: a device of a finished generation answers `ShutDown`, not a compile queued
+        // for nothing.
+        device
+            .generation()
+            .with_live(|_| Ok(()))
+            .and_then(|()| background::schedule(&self.inner.source, &self.inner.background, device))
+            .map_err(|e| e.on("Program::compile_in_background", device))
+    }
+
+    /// Whether this program's compile for `device` has ended, so that
+    /// [`load`](Program::load) there will not wait for a compiler: `true` for a program
+    /// made from an image, and once a compile started by
+    /// [`compile_in_background`](Program::compile_in_background) or by a `load` ended,
+    /// successfully or not (`load` then reports its error). `false` while it is queued or
+    /// running, and for a program from source not compiled there yet.
+    ///
+    /// ```
+    /// use offload::{BackendKind, Offload, Program, Source};
+    /// let rt = Offload::init()?;
+    /// let cpu = rt.device(BackendKind::Host)?;
+    /// assert!(Program::new(offload::host::fixtures::KERNELS).compile_finished(&cpu));
+    /// let p = Program::from_source(Source::c("not C"));
+    /// assert!(!p.compile_finished(&cpu), "never compiled there");
+    /// p.compile_in_background(&cpu)?;
+    /// while !p.compile_finished(&cpu) {
+    ///     std::thread::yield_now(); // or do something useful
+    /// }
+    /// assert!(p.load(&cpu).is_err(), "the compile failed: load reports it, with the log");
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn compile_finished(&self, device: &Device) -> bool {
+        if self.inner.source.is_none() {
+            return true;
+        }
+        background::finished(&self.inner.background, device)
+    }
+}
+
 impl fmt::Debug for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Program")
@@ -320,6 +353,29 @@ impl fmt::Debug for Program {
             .field("setup_callbacks", &self.inner.setup.len())
             .field("teardown_callbacks", &self.inner.teardown.len())
             .finish()
+    }
+}
+
+// The call of a `Module` that names its program: here, so that `module` names no `Program`.
+impl Module {
+    /// The program this module was loaded from, without a share in keeping its modules: a
+    /// callback can load its own program again through it without keeping the module it
+    /// runs for alive.
+    ///
+    /// ```
+    /// use offload::{Offload, Program};
+    /// let rt = Offload::init()?;
+    /// let dev = rt.devices()?.remove(0);
+    /// let module = Program::new(offload::host::fixtures::KERNELS).load(&dev)?;
+    /// let again = module.program().load(&dev)?; // the same program: the same module
+    /// assert_eq!(again.id(), module.id());
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn program(&self) -> Program {
+        Program {
+            inner: self.entry.program.clone(),
+            kept: Arc::default(),
+        }
     }
 }
 
@@ -396,7 +452,7 @@ pub(super) fn load(program: &Program, device: &Device) -> Result<Module> {
         None => program.inner.image.clone(),
         Some((source, compiled)) => {
             let raw = generation.with_live(|live| Ok(live.device(device.key())?.clone()))?;
-            image_for_load(&program.inner, device, || {
+            background::image_for_load(&program.inner.background, device, || {
                 compiled.image(source, &raw, &generation.config)
             })?
         }

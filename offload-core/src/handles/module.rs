@@ -266,7 +266,7 @@ impl Resource for ModuleEntry {
 
 /// The module of one program on one device. Cloning gives another handle to the same
 /// module; the module is unloaded by [`Module::unload`], or when the last handle (including
-/// `Kernel`s and the one its [`Program`] keeps) is dropped, or at shutdown.
+/// `Kernel`s and the one its [`Program`](crate::Program) keeps) is dropped, or at shutdown.
 ///
 /// ```
 /// use offload::{Offload, Program};

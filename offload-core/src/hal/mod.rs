@@ -8,7 +8,8 @@
 //! | [`Event`] | a point in a queue's work, with its time | event | `CUevent` |
 //! | [`Program`] | an image loaded on one device: kernels, parameters, globals, unload | program | `CUmodule` (kernels: `CUfunction`) |
 //!
-//! Each trait is in a file of its own. Buffers, queues, events, programs and kernels are
+//! Each trait is in a file of its own (a device's queue trait in a child of the device's,
+//! `device/queue.rs`: each names the other). Buffers, queues, events, programs and kernels are
 //! associated types of the device; each method sits on the object it acts on (a queue
 //! launches, an event is waited for), and [`Never`] stands for an object a backend cannot
 //! make. Objects keep their parents alive (a device holds what it needs of its
@@ -29,7 +30,6 @@ mod ipc;
 mod never;
 mod platform;
 mod program;
-mod queue;
 
 pub use crate::error::{HOST_FN_CALLBACK, panic_text};
 pub use crate::vocab::format::ImageFormat;
@@ -38,13 +38,12 @@ pub use crate::vocab::source::{CompilerId, Language, Source};
 pub use crate::vocab::types::{
     BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind, ScalarType,
 };
-pub use device::{Device, Owner, Pending};
+pub use device::{Device, Owner, Pending, Queue};
 pub use event::Event;
 pub use ipc::{Exported, Ipc};
 pub use never::Never;
 pub use platform::Platform;
 pub use program::Program;
-pub use queue::Queue;
 
 /// The kernel type of device `D`'s programs.
 pub type KernelOf<D> = <<D as Device>::Program as Program>::Kernel;

@@ -1,8 +1,14 @@
-//! The device trait: one device's memory, its queues' creation and program loading.
+//! The device trait: one device's memory, its queues' creation and program loading; and,
+//! as a child, the trait of its queues ([`Queue`]), which is generic over the device (a
+//! queue launches the device's kernels on the device's buffers) while the device names
+//! its queue type: one idea, a device and its queues, in two files.
 
 use crate::error::Result;
 
-use super::{CompilerId, DeviceInfo, Event, Language, MemKind, Program, Queue, Source};
+use super::{CompilerId, DeviceInfo, Event, Language, MemKind, Program, Source};
+
+mod queue;
+pub use queue::Queue;
 
 /// What keeps adopted memory alive ([`Device::adopt`]): dropped when the buffer over it is
 /// released.

@@ -2,12 +2,13 @@
 
 use crate::error::Result;
 
-use super::{Device, Dims, HostFn, KernelArg, KernelOf};
+use super::Device;
+use crate::hal::{Dims, HostFn, KernelArg, KernelOf};
 
 /// An in-order stream of work on device `D`: launches, queued copies and fills, host
 /// functions, and the events recorded between them.
 ///
-/// Generic over its device so that [`Never`](super::Never) is the queue of every device
+/// Generic over its device so that [`Never`](crate::hal::Never) is the queue of every device
 /// that has none. A queue keeps what it needs of its device alive. The runtime calls
 /// [`Queue::destroy`] once, after its last use; nothing enqueued is dropped (L4).
 ///

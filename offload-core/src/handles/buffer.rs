@@ -85,13 +85,9 @@ pub(crate) struct BufferEntry {
     size: usize,
     kind: MemKind,
     pub(crate) origin: Origin,
-    /// Set at the first export (by IPC): what freeing it must do first — unmap it from
-    /// every peer (I3).
-    before_free: OnceLock<BeforeFree>,
-    /// Set by IPC for an imported mapping: what closing it counts.
-    after_free: OnceLock<fn()>,
-    /// Set when the process that exported it unmapped it: calls answer a typed error.
-    revoked: AtomicBool,
+    /// What sharing it with other processes adds (IPC's state of it): set once, at its
+    /// first export or at its import; unset for memory never shared.
+    shared: OnceLock<Box<dyn SharedMemory>>,
     /// Work that uses it may be queued (set by every launch and queued copy under its
     /// exclusive lock, cleared by a host access that found none pending under its lock): a
     /// host access asks the backend only while it is set.
@@ -111,8 +107,8 @@ impl BufferEntry {
         let mut allocation = write(&self.allocation);
         match allocation.take() {
             Some(a) => {
-                if let Some(closed) = self.after_free.get() {
-                    closed();
+                if let Some(shared) = self.shared.get() {
+                    shared.freed();
                 }
                 a.raw.free().map_err(|e| e.in_call("Buffer::free"))
             }
@@ -134,7 +130,9 @@ impl BufferEntry {
     /// An imported mapping's sender unmapped it: release it; every view answers
     /// `InvalidIpcHandle` from now on.
     pub(crate) fn revoke(&self) -> Result<()> {
-        self.revoked.store(true, Ordering::SeqCst);
+        if let Some(shared) = self.shared.get() {
+            shared.revoke();
+        }
         self.free()
     }
 
@@ -150,20 +148,16 @@ impl BufferEntry {
         self.origin
     }
 
-    /// The allocation was exported: `hook` runs before it is freed (the first hook set
-    /// stays).
-    pub(crate) fn exported(&self, hook: BeforeFree) {
-        let _ = self.before_free.set(hook);
-    }
-
-    /// The allocation is an imported mapping: `closed` runs when it is freed.
-    pub(crate) fn imported(&self, closed: fn()) {
-        let _ = self.after_free.set(closed);
+    /// The allocation is shared with other processes (exported, or imported): `shared`
+    /// is IPC's state of it from now on. The first set stays: a second export finds the
+    /// state its first one set.
+    pub(crate) fn share(&self, shared: impl FnOnce() -> Box<dyn SharedMemory>) {
+        let _ = self.shared.get_or_init(shared);
     }
 
     /// The error of a call on this allocation once it is gone.
     fn gone(&self, call: &'static str) -> Error {
-        if self.revoked.load(Ordering::SeqCst) {
+        if self.shared.get().is_some_and(|s| s.revoked()) {
             Error::InvalidIpcHandle {
                 backend: Some(self.backend),
                 call,
@@ -190,9 +184,7 @@ impl BufferEntry {
             size,
             kind,
             origin,
-            before_free: OnceLock::new(),
-            after_free: OnceLock::new(),
-            revoked: AtomicBool::new(false),
+            shared: OnceLock::new(),
             queued: AtomicBool::new(false),
             label: RwLock::new(None),
             allocation: RwLock::new(Some(Allocation { raw })),
@@ -267,10 +259,29 @@ pub struct Buffer {
     role: Role,
 }
 
-/// What an exported allocation runs before it is freed (IPC's unmapping from every peer,
-/// I3): `Some(error)` when it must not be freed now (quarantined).
-pub(crate) type BeforeFree =
-    fn(&Arc<Generation>, &Arc<BufferEntry>, ResourceKey, &dyn fmt::Display) -> Option<Error>;
+/// What sharing an allocation with other processes adds to it: IPC's state of an
+/// exported or imported allocation, which its [`BufferEntry`] owns (set once, see
+/// [`BufferEntry::share`]) and asks at the points of its life where sharing matters.
+/// Defined here and implemented by IPC, so the handles need not know IPC.
+pub(crate) trait SharedMemory: Send + Sync {
+    /// An owner is about to free the allocation (listed in `generation` as `key`;
+    /// `object` names it for messages), outside the generation's lock: exported memory is
+    /// unmapped from every peer first (I3). `Some(error)`: it must not be freed now (it
+    /// was quarantined), and the free returns that error.
+    fn before_free(
+        &self,
+        generation: &Arc<Generation>,
+        entry: &Arc<BufferEntry>,
+        key: ResourceKey,
+        object: &dyn fmt::Display,
+    ) -> Option<Error>;
+    /// The allocation's memory is being freed (under its lock).
+    fn freed(&self);
+    /// The process that exported the memory unmapped it: this mapping of it goes.
+    fn revoke(&self);
+    /// Whether [`revoke`](Self::revoke) was called: calls answer a typed error then.
+    fn revoked(&self) -> bool;
+}
 
 impl Buffer {
     /// Allocates on `device` (exportable or not) and lists the buffer in its generation.
@@ -903,8 +914,9 @@ impl Buffer {
                 // Not under the generation's lock: it may wait for peers (bounded). Memory a
                 // live peer has not unmapped yet is quarantined, not freed (I3).
                 let this: &Buffer = self;
-                if let Some(before_free) = self.entry.before_free.get()
-                    && let Some(quarantined) = before_free(&self.generation, &self.entry, key, this)
+                if let Some(shared) = self.entry.shared.get()
+                    && let Some(quarantined) =
+                        shared.before_free(&self.generation, &self.entry, key, this)
                 {
                     return Err(quarantined);
                 }

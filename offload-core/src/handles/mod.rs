@@ -31,7 +31,7 @@ mod typed;
 pub use args::{Arg, Scalar};
 pub(crate) use background::compile_pool;
 pub use buffer::{Buffer, STAGING_CHUNK};
-pub(crate) use buffer::{BufferEntry, Origin, ViewOwner};
+pub(crate) use buffer::{BufferEntry, Origin, SharedMemory, ViewOwner};
 pub use device::Device;
 pub use event::Event;
 pub use kernel::Kernel;

@@ -1,8 +1,12 @@
 //! Sharing device memory between processes (contract clauses I1–I4).
 //!
 //! - [`IpcHandle`] (`handle.rs`): what names an allocation to another process, with its
-//!   versioned byte format; `Buffer::export` makes one, `Device::import` maps one (I1).
-//! - [`IpcEndpoint`] (`endpoint.rs`): a Unix-domain socket that sends buffer ranges to peers
+//!   versioned byte format (I1).
+//! - `Buffer::export` and `Device::import` (`share.rs`): they make and map handles, and
+//!   give the allocation its IPC state, the one piece of IPC its buffer entry owns (set
+//!   once; the free of exported memory asks it to unmap the memory from every peer first,
+//!   I3).
+//! - [`IpcEndpoint`] (`endpoint/`): a Unix-domain socket that sends buffer ranges to peers
 //!   and receives theirs as views ([`Received`]), over the wire format of `wire.rs` and the
 //!   sockets of `socket.rs` (I2, I4).
 //! - The one sender-side cache of the process (`cache.rs`, I2): sends of an allocation
@@ -37,15 +41,13 @@ pub mod wire;
 
 pub use endpoint::{IpcEndpoint, Received};
 
-use crate::sync::{Arc, AtomicU64, Ordering, lock, statics};
+use crate::sync::{Arc, AtomicU64, Ordering, statics};
 
 pub use handle::{IpcHandle, MAX_HANDLE_BYTES, backend_code};
 pub use stats::{IpcStats, stats};
 
 use crate::config::Config;
-use crate::handles::BufferEntry;
-
-use crate::runtime::generation::{Extension, Generation, ResourceKey};
+use crate::runtime::generation::{Extension, Generation};
 
 statics! {
     /// This process's token, part of every allocation's identity in a handle: allocation ids
@@ -110,58 +112,4 @@ pub(crate) fn extension(config: &Config) -> Box<dyn Extension> {
 /// runtime `Offload` starts has it), which has no endpoint and exported nothing.
 pub(crate) fn state(generation: &Generation) -> Option<&Arc<endpoint::Shared>> {
     generation.extension::<Arc<endpoint::Shared>>()
-}
-
-/// An exported allocation's before-free hook (set at its export): before an owner frees
-/// `entry` (listed as `key`; `object` names it), every process that mapped it through an
-/// endpoint is told to unmap it, and the call waits (bounded) until each did or is gone
-/// (I3). Returns `Some` — the typed outcome for the free to return — when a live peer had
-/// not answered by then: the memory is then quarantined, not freed (see `quarantine.rs`);
-/// `None`: free it now.
-fn before_free(
-    generation: &Arc<Generation>,
-    entry: &Arc<BufferEntry>,
-    key: ResourceKey,
-    object: &dyn std::fmt::Display,
-) -> Option<crate::Error> {
-    let ipc = state(generation)?;
-    let mut unmaps = lock(&ipc.cache).evict_allocation(entry.id);
-    unmaps.extend(ipc.one_shot_unmaps(entry.id));
-    if unmaps.is_empty() {
-        return None;
-    }
-    tracing::debug!(
-        target: "offload::ipc",
-        allocation = entry.id,
-        mappings = unmaps.len(),
-        "freeing exported memory: peers unmap it first"
-    );
-    // The wait for the peers' acknowledgements, up to the unmap timeout: its own span, so
-    // a trace shows where a free's time went, and whether it ended in quarantine (I3).
-    let wait = tracing::debug_span!(
-        target: "offload::ipc",
-        "ipc_unmap_wait",
-        allocation = entry.id,
-        mappings = unmaps.len(),
-        unanswered = tracing::field::Empty,
-        quarantined = tracing::field::Empty,
-    )
-    .entered();
-    let unanswered = ipc.send_unmaps(unmaps, true);
-    wait.record("unanswered", unanswered.len());
-    if unanswered.is_empty() {
-        wait.record("quarantined", false);
-        return None;
-    }
-    let peers = ipc.pids(&unanswered);
-    let quarantined = ipc.quarantine(entry, key, &unanswered);
-    wait.record("quarantined", quarantined);
-    drop(wait);
-    quarantined.then(|| crate::Error::Quarantined {
-        backend: entry.backend(),
-        call: "Buffer::free",
-        object: object.to_string(),
-        peers,
-        timeout_ms: generation.config.ipc_unmap_timeout_ms,
-    })
 }

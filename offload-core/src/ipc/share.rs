@@ -1,16 +1,72 @@
 //! Sharing memory between processes from the handles' side (I1, I3): [`Buffer::export`]
-//! describes an allocation as an [`IpcHandle`], [`Device::import`] maps one, and an
-//! exported allocation gets the hook that unmaps it from every peer before it is freed.
-//! These calls live with IPC, not with the handles, so the handles need not know IPC.
+//! describes an allocation as an [`IpcHandle`], [`Device::import`] maps one, and either
+//! gives the allocation its IPC state, [`Sharing`]: the one piece of IPC a
+//! [`BufferEntry`] owns (set once, at its first export or at its import), which unmaps
+//! exported memory from every peer before it is freed (I3), counts an imported mapping's
+//! close and knows whether its sender revoked it. These calls live with IPC, not with the
+//! handles, so the handles need not know IPC: they know [`SharedMemory`], which
+//! [`Sharing`] implements.
 
-use crate::sync::{Arc, Ordering};
+use std::fmt;
+
+use crate::sync::{Arc, AtomicBool, Ordering};
 
 use crate::erased::DynDevice;
 use crate::error::{Error, Result};
 use crate::hal::MemKind;
-use crate::handles::{Buffer, BufferEntry, Device, Origin};
+use crate::handles::{Buffer, BufferEntry, Device, Origin, SharedMemory};
 use crate::ipc::{IpcHandle, stats};
-use crate::runtime::generation::ResourceKey;
+use crate::runtime::generation::{Generation, ResourceKey};
+
+/// An allocation's IPC state: what it is to other processes.
+pub(crate) enum Sharing {
+    /// Memory of this process that was exported: before an owner frees it, every process
+    /// that mapped it through an endpoint is told to unmap it, and the free waits (bounded)
+    /// until each did or is gone; memory a live peer had not unmapped by then is
+    /// quarantined, not freed (I3). What peers hold of it is the generation's IPC state
+    /// (the sender-side cache and the endpoints' one-shots, I2), found by its allocation id.
+    Exported,
+    /// Another process's memory, mapped here (`Device::import`, or an endpoint's
+    /// delivery): its close is counted, and once its sender unmapped it (`revoked`) the
+    /// calls on it answer `Error::InvalidIpcHandle`.
+    Imported { revoked: AtomicBool },
+}
+
+impl SharedMemory for Sharing {
+    fn before_free(
+        &self,
+        generation: &Arc<Generation>,
+        entry: &Arc<BufferEntry>,
+        key: ResourceKey,
+        object: &dyn fmt::Display,
+    ) -> Option<Error> {
+        match self {
+            Sharing::Exported => {
+                super::state(generation)?.unmap_before_free(generation, entry, key, object)
+            }
+            Sharing::Imported { .. } => None,
+        }
+    }
+
+    fn freed(&self) {
+        if let Sharing::Imported { .. } = self {
+            stats::closed();
+        }
+    }
+
+    fn revoke(&self) {
+        if let Sharing::Imported { revoked } = self {
+            revoked.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn revoked(&self) -> bool {
+        match self {
+            Sharing::Imported { revoked } => revoked.load(Ordering::SeqCst),
+            Sharing::Exported => false,
+        }
+    }
+}
 
 impl Device {
     /// Maps memory another process exported ([`Buffer::export`]) as a buffer of this device
@@ -82,10 +138,13 @@ impl Buffer {
             }
             raw.export()
         })?;
-        let uuid = self
-            .generation
-            .with_live(|live| live.device(self.entry().device)?.uuid())?;
-        self.entry().exported(super::before_free);
+        // The generation's lock, once: the device's UUID, and the allocation's IPC state
+        // set under it (not under the buffer's lock above: the generation's comes first).
+        let uuid = self.generation.with_live(|live| {
+            let uuid = live.device(self.entry().device)?.uuid()?;
+            self.entry().share(|| Box::new(Sharing::Exported));
+            Ok(uuid)
+        })?;
         stats::EXPORTS.fetch_add(1, Ordering::Relaxed);
         IpcHandle::new(self.entry().backend, uuid, self.entry().id, exported)?
             .range(self.offset as u64, self.len as u64)
@@ -132,7 +191,11 @@ pub(crate) fn import_entry(
         stats::opened();
         let (key, entry) =
             BufferEntry::register(live, device, size, MemKind::Device, Origin::Imported, raw)?;
-        entry.imported(stats::closed);
+        entry.share(|| {
+            Box::new(Sharing::Imported {
+                revoked: AtomicBool::new(false),
+            })
+        });
         Ok((key, entry, offset, len))
     })
 }

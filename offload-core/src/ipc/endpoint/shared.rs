@@ -64,6 +64,60 @@ impl Shared {
         }
     }
 
+    /// What freeing exported memory does first (an owner frees `entry`, listed as `key`;
+    /// `object` names it): every process that mapped it through an endpoint is told to
+    /// unmap it, and the call waits (bounded) until each did or is gone (I3). Returns
+    /// `Some` — the typed outcome for the free to return — when a live peer had not
+    /// answered by then: the memory is then quarantined, not freed (see `quarantine.rs`);
+    /// `None`: free it now.
+    pub(crate) fn unmap_before_free(
+        &self,
+        generation: &Generation,
+        entry: &Arc<BufferEntry>,
+        key: ResourceKey,
+        object: &dyn fmt::Display,
+    ) -> Option<Error> {
+        let mut unmaps = lock(&self.cache).evict_allocation(entry.id);
+        unmaps.extend(self.one_shot_unmaps(entry.id));
+        if unmaps.is_empty() {
+            return None;
+        }
+        tracing::debug!(
+            target: "offload::ipc",
+            allocation = entry.id,
+            mappings = unmaps.len(),
+            "freeing exported memory: peers unmap it first"
+        );
+        // The wait for the peers' acknowledgements, up to the unmap timeout: its own span,
+        // so a trace shows where a free's time went, and whether it ended in quarantine (I3).
+        let wait = tracing::debug_span!(
+            target: "offload::ipc",
+            "ipc_unmap_wait",
+            allocation = entry.id,
+            mappings = unmaps.len(),
+            unanswered = tracing::field::Empty,
+            quarantined = tracing::field::Empty,
+        )
+        .entered();
+        let unanswered = self.send_unmaps(unmaps, true);
+        wait.record("unanswered", unanswered.len());
+        if unanswered.is_empty() {
+            wait.record("quarantined", false);
+            return None;
+        }
+        let peers = self.pids(&unanswered);
+        let quarantined = self.quarantine(entry, key, &unanswered);
+        wait.record("quarantined", quarantined);
+        drop(wait);
+        quarantined.then(|| Error::Quarantined {
+            backend: entry.backend(),
+            call: "Buffer::free",
+            object: object.to_string(),
+            peers,
+            timeout_ms: generation.config.ipc_unmap_timeout_ms,
+        })
+    }
+
     /// The unmaps of the one-shot mappings of `allocation` peers may still hold (sent,
     /// neither answered nor unmapped yet): its owner is freeing it (I3).
     pub(crate) fn one_shot_unmaps(&self, allocation: u64) -> Vec<Unmap> {

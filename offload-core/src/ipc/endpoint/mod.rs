@@ -15,10 +15,17 @@
 //! released; code that may run while a send holds the cache stashes them instead, for the
 //! send (or the next round of progress) to apply once the cache is free.
 //!
-//! By concern: `api` (the public [`IpcEndpoint`]), `send` (the cache's plans queued to
-//! peers, unmaps), `rounds` (progress and the protocol: what each message does),
-//! `receive` (deliveries become views), `shared` (the generation's IPC state). This file
-//! holds what they share: the engine, its peers, pending sends and deliveries.
+//! The engine's methods by concern, one file each: `send` (a buffer range sent through the
+//! cache's plan, the outbox drained, unmaps sent and waited for), `receive` (deliveries
+//! become views, views dropped, mappings closed), `rounds` (a round of progress and the
+//! protocol: what each message does; waking who waits for a round), `peers` (connections
+//! added, written to, killed; dead peers' mappings closed; the endpoint closed), `news`
+//! (what peers answered, applied to the cache and the quarantine, or stashed). Besides:
+//! `api` (the public [`IpcEndpoint`], which hands each call to the engine) and `shared`
+//! (the generation's IPC state: its cache, endpoints, quarantine, progress thread, and the
+//! unmapping before exported memory is freed). This file holds only what they share: the
+//! engine's state and the types its parts pass each other (peers, mappings, pending
+//! deliveries, cache news), with no method of the engine.
 
 use crate::sync::{
     Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Weak, lock, statics,
@@ -43,6 +50,8 @@ use crate::ipc::{IpcHandle, PeerId, stats};
 use crate::runtime::generation::{Extension, Generation, Kind, Resource, ResourceKey};
 
 mod api;
+mod news;
+mod peers;
 mod receive;
 mod rounds;
 mod send;
@@ -337,265 +346,4 @@ impl Resource for Engine {
     fn release(self: Arc<Self>) -> Result<()> {
         self.close()
     }
-}
-
-impl Engine {
-    /// Wakes the threads waiting for a round of progress, if any.
-    fn signal(&self) {
-        if self.waiting.load(Ordering::SeqCst) > 0 {
-            // Taking the lock orders this after a waiter's registration and its wait.
-            drop(lock(&self.state));
-            self.changed.notify_all();
-        }
-    }
-
-    fn check_open(&self, call: &'static str) -> Result<()> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(self.closed_error(call));
-        }
-        Ok(())
-    }
-
-    /// The error of a call on a closed endpoint: `ShutDown` if its runtime ended.
-    fn closed_error(&self, call: &'static str) -> Error {
-        if self.generation.is_live() && !self.generation.is_closing() {
-            ipc_error(call, "the endpoint is closed")
-        } else {
-            Error::ShutDown {
-                call,
-                object: "the IPC endpoint".into(),
-                caller: crate::Caller::Rust,
-            }
-        }
-    }
-
-    fn at(&self, peer: PeerId) -> PeerRef {
-        PeerRef {
-            endpoint: self.id,
-            peer,
-        }
-    }
-
-    /// Lists a connected socket as a peer and greets it.
-    fn add_peer(&self, fd: OwnedFd, pid: u32) -> PeerId {
-        let mut state = lock(&self.state);
-        let id = PeerId(state.next_peer);
-        state.next_peer += 1;
-        let mut peer = Peer {
-            id,
-            endpoint: self.id,
-            socket: Arc::new(fd),
-            pid,
-            greeted: false,
-            alive: true,
-            outbox: VecDeque::new(),
-            written: 0,
-            mappings: Vec::new(),
-            unacked: Vec::new(),
-            one_shots: Vec::new(),
-            unanswered: 0,
-        };
-        peer.outbox.push_back(
-            Message::Hello {
-                token: super::process_token(),
-                pid: std::process::id(),
-            }
-            .encode(),
-        );
-        let mut news = Vec::new();
-        flush(&mut peer, &mut news);
-        state.peers.push(peer);
-        id
-    }
-
-    fn gone(&self, id: PeerId, call: &'static str) -> Error {
-        // Closed under the call (by its runtime's shutdown): say that, not the peer.
-        if self.closed.load(Ordering::SeqCst) {
-            return self.closed_error(call);
-        }
-        ipc_error(
-            call,
-            format!(
-                "{id} is not connected (its socket closed, it exited or was cut off, or it \
-                 never was a peer of this endpoint)"
-            ),
-        )
-    }
-
-    fn weak(&self) -> Weak<Engine> {
-        self.shared.endpoint(self.id).unwrap_or_default()
-    }
-
-    /// Keeps cache news for later (the caller may hold the cache).
-    fn stash(&self, news: Vec<CacheNews>) {
-        if !news.is_empty() {
-            lock(&self.stashed).extend(news);
-        }
-    }
-
-    /// Applies stashed news (the cache must not be held), closing dead peers' mappings.
-    fn apply_stashed(&self) {
-        let news = std::mem::take(&mut *lock(&self.stashed));
-        self.finish_dead(news);
-    }
-
-    /// Applies what peers answered to the cache, then to the quarantine (which may free
-    /// memory: not under the cache's lock).
-    fn apply(&self, news: Vec<CacheNews>) {
-        if news.is_empty() {
-            return;
-        }
-        {
-            let mut cache = lock(&self.shared.cache);
-            for n in &news {
-                match *n {
-                    CacheNews::Mapped(peer, entry, generation, mapping) => {
-                        cache.mapped(self.at(peer), entry, generation, mapping)
-                    }
-                    CacheNews::Answered(peer, entry, generation, done) => {
-                        cache.answered(self.at(peer), entry, generation, done)
-                    }
-                    CacheNews::Gone(peer) => cache.forget_peer(self.at(peer)),
-                    CacheNews::Acked(..) => {}
-                }
-            }
-        }
-        let quarantine = &self.shared.quarantine;
-        for n in news {
-            match n {
-                CacheNews::Acked(peer, entry, generation) => {
-                    quarantine.acked(&self.generation, self.at(peer), entry, generation)
-                }
-                CacheNews::Gone(peer) => quarantine.gone(&self.generation, self.at(peer)),
-                CacheNews::Mapped(..) | CacheNews::Answered(..) => {}
-            }
-        }
-    }
-
-    /// Cache news, then the mappings of dead peers are closed.
-    fn finish_dead(&self, news: Vec<CacheNews>) {
-        if news.is_empty() {
-            return; // nobody died in this round (a death always brings news)
-        }
-        self.apply(news);
-        let closing: Vec<Mapping> = {
-            let mut state = lock(&self.state);
-            state
-                .peers
-                .iter_mut()
-                .filter(|p| !p.alive)
-                .flat_map(|p| std::mem::take(&mut p.mappings))
-                .collect()
-        };
-        for m in closing {
-            self.close_mapping(m);
-        }
-    }
-
-    /// Closes the endpoint (idempotent): peers unmap what was sent from here (bounded
-    /// wait), this endpoint's mappings of theirs are closed, connections and the socket go.
-    fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let unmaps = lock(&self.shared.cache).release_endpoint(self.id);
-        tracing::info!(
-            target: "offload::ipc",
-            endpoint = self.id,
-            unmaps = unmaps.len(),
-            "closing an IPC endpoint"
-        );
-        let unanswered = self.unmap(&unmaps, true);
-        // Every peer goes with the endpoint, through `kill`: the cache and the quarantine
-        // hear of it (`Gone`), so memory quarantined for one of them is released now, not
-        // at shutdown, and the dead peers' mappings close.
-        let mut news = Vec::new();
-        {
-            let mut state = lock(&self.state);
-            for peer in state.peers.iter_mut() {
-                let why = if unanswered.iter().any(|u| u.at.peer == peer.id) {
-                    "it did not acknowledge unmaps in time"
-                } else {
-                    "its endpoint closed"
-                };
-                kill(peer, &mut news, why);
-            }
-        }
-        self.finish_dead(news);
-        let (mappings, deliveries, peers) = {
-            let mut state = lock(&self.state);
-            let mappings: Vec<Mapping> = state
-                .peers
-                .iter_mut()
-                .flat_map(|p| std::mem::take(&mut p.mappings))
-                .collect();
-            let deliveries = std::mem::take(&mut state.deliveries);
-            let peers = std::mem::take(&mut state.peers);
-            (mappings, deliveries, peers)
-        };
-        for m in mappings {
-            self.close_mapping(m);
-        }
-        drop(deliveries); // their views answer errors now; their drops find no peer
-        drop(peers); // their sockets were shut down by `kill`
-        self.shared.remove_endpoint(self.id);
-        // Best effort: the socket file may be gone already; a stale one is swept at bind.
-        let _ = std::fs::remove_file(&self.path);
-        self.signal();
-        Ok(())
-    }
-}
-
-/// Queues an unmap to `peer` and remembers that it must be acknowledged.
-fn queue_unmap(peer: &mut Peer, u: &Unmap) {
-    stats::UNMAPS_SENT.fetch_add(1, Ordering::Relaxed);
-    peer.unacked.push((u.entry, u.generation));
-    peer.outbox.push_back(
-        Message::Unmap {
-            entry: u.entry,
-            generation: u.generation,
-            mapping: u.mapping,
-        }
-        .encode(),
-    );
-}
-
-/// Writes what the peer's socket takes now; a broken socket kills the peer.
-fn flush(peer: &mut Peer, news: &mut Vec<CacheNews>) {
-    while let Some((bytes, fd)) = peer.outbox.front() {
-        match socket::send(peer.socket.as_fd(), bytes, fd.as_ref().map(|f| f.as_fd())) {
-            Ok(Sent::Done) => {
-                peer.outbox.pop_front();
-                peer.written += 1;
-            }
-            Ok(Sent::WouldBlock) => return,
-            Err(_) => {
-                kill(peer, news, "its socket broke");
-                return;
-            }
-        }
-    }
-}
-
-/// The peer is gone (its socket broke, it broke the protocol, or it did not answer in
-/// time): nothing more is sent to it, and the cache forgets it. Its mappings are closed
-/// by the caller.
-fn kill(peer: &mut Peer, news: &mut Vec<CacheNews>, why: &'static str) {
-    if !peer.alive {
-        return;
-    }
-    tracing::info!(
-        target: "offload::ipc",
-        endpoint = peer.endpoint,
-        peer = %peer.id,
-        pid = peer.pid,
-        why,
-        "a peer is gone"
-    );
-    peer.alive = false;
-    peer.outbox.clear();
-    peer.unacked.clear();
-    // The peer is already marked dead; a socket the other side closed fails here harmlessly.
-    let _ = rustix::net::shutdown(&*peer.socket, rustix::net::Shutdown::Both);
-    news.push(CacheNews::Gone(peer.id));
 }

@@ -4,6 +4,12 @@
 use super::*;
 
 impl Engine {
+    /// This engine, weakly: what a view it hands out tells when it is dropped (a view
+    /// must not keep its endpoint alive).
+    pub(super) fn weak(&self) -> Weak<Engine> {
+        self.shared.endpoint(self.id).unwrap_or_default()
+    }
+
     /// A view of (entry, generation) from `peer` was dropped: tell the peer; a one-shot
     /// mapping closes with its view.
     pub(super) fn view_dropped(&self, peer: PeerId, entry: u32, generation: u32) {
@@ -25,7 +31,7 @@ impl Engine {
                 }
                 p.outbox
                     .push_back(Message::Done { entry, generation }.encode());
-                flush(p, &mut news);
+                p.flush(&mut news);
             }
             drop(state);
             self.finish_dead(news);
@@ -94,7 +100,7 @@ impl Engine {
                             mapping = how,
                             "received a buffer range"
                         );
-                        flush(peer, &mut news);
+                        peer.flush(&mut news);
                         break Some(Ok(Received {
                             peer: peer_id,
                             tag: d.tag,
@@ -119,7 +125,7 @@ impl Engine {
                             d.tag
                         );
                         peer.outbox.push_back(failed.encode());
-                        flush(peer, &mut news);
+                        peer.flush(&mut news);
                         // The backend's own error when there is one (typed, naming its
                         // backend and call); else the peer's bad reference.
                         break Some(Err(match error {

@@ -1,10 +1,20 @@
 //! Progress: one round accepts connections, reads what peers sent, answers it and flushes
 //! the outboxes — made by whoever calls into the endpoint, or by the progress thread when
 //! nobody does (I5). `handle` is the protocol: what each message does to the endpoint.
+//! Who waits for a round waits here, and `signal` wakes them.
 
 use super::*;
 
 impl Engine {
+    /// Wakes the threads waiting for a round of progress, if any.
+    pub(super) fn signal(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            // Taking the lock orders this after a waiter's registration and its wait.
+            drop(lock(&self.state));
+            self.changed.notify_all();
+        }
+    }
+
     /// One round of progress, waiting at most `wait` for something to happen: accept, read
     /// and answer, flush. If another thread is making progress, waits for its round instead.
     pub(super) fn progress(&self, wait: Duration) {
@@ -130,7 +140,7 @@ impl Engine {
                 .iter_mut()
                 .filter(|p| p.alive && (flush_all || touched.contains(&p.id)))
             {
-                flush(peer, &mut news);
+                peer.flush(&mut news);
             }
             state.peers.retain(|p| p.alive || !p.mappings.is_empty());
         }
@@ -155,7 +165,7 @@ impl Engine {
                 .iter_mut()
                 .filter(|p| p.alive && !p.outbox.is_empty())
             {
-                flush(peer, &mut news);
+                peer.flush(&mut news);
             }
         }
         self.finish_dead(news);
@@ -238,7 +248,7 @@ impl Engine {
                 }
                 None => "its socket closed",
             };
-            kill(&mut state.peers[index], news, why);
+            state.peers[index].kill(news, why);
             std::mem::take(&mut state.peers[index].mappings)
         };
         let packet = match read {

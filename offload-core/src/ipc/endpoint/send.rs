@@ -220,8 +220,8 @@ impl Engine {
                 .iter_mut()
                 .find(|p| p.id == u.at.peer && p.alive)
             {
-                queue_unmap(peer, &u);
-                flush(peer, &mut news);
+                peer.queue_unmap(&u);
+                peer.flush(&mut news);
             }
         }
         let peer = state
@@ -235,7 +235,7 @@ impl Engine {
         peer.unanswered += 1;
         peer.outbox.push_back(message.encode());
         let place = peer.written + peer.outbox.len() as u64;
-        flush(peer, &mut news);
+        peer.flush(&mut news);
         let written = peer.written >= place;
         // A peer killed by this flush broke before the message was written (a flush stops
         // at the first error, and the message is last).
@@ -290,8 +290,8 @@ impl Engine {
                     .iter_mut()
                     .find(|p| p.id == u.at.peer && p.alive)
                 {
-                    queue_unmap(peer, u);
-                    flush(peer, &mut news);
+                    peer.queue_unmap(u);
+                    peer.flush(&mut news);
                     if !targets.contains(&peer.id) {
                         targets.push(peer.id);
                     }
@@ -367,5 +367,21 @@ impl Engine {
             && state.peers.iter().any(|p| {
                 p.id == u.at.peer && p.alive && p.unacked.contains(&(u.entry, u.generation))
             })
+    }
+}
+
+impl Peer {
+    /// Queues an unmap to `peer` and remembers that it must be acknowledged.
+    pub(super) fn queue_unmap(&mut self, u: &Unmap) {
+        stats::UNMAPS_SENT.fetch_add(1, Ordering::Relaxed);
+        self.unacked.push((u.entry, u.generation));
+        self.outbox.push_back(
+            Message::Unmap {
+                entry: u.entry,
+                generation: u.generation,
+                mapping: u.mapping,
+            }
+            .encode(),
+        );
     }
 }

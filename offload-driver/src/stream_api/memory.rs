@@ -1,6 +1,7 @@
 //! Memory of a stream-based vendor API: device, page-locked host, managed and imported IPC
 //! memory ([`StreamBuffer`]), its ranges and its release. The host's copies in and out of it
-//! are the device's (`hal::Device` in device.rs), on the terms below.
+//! are the device's (`hal::Device` in device.rs), on the terms below; exporting and
+//! importing it are IPC's (ipc.rs).
 //!
 //! Queued work on a buffer (Q1) is remembered by stream ([`Uses`](crate::Uses)): a host
 //! access, a free or an export first synchronises the streams that used the buffer
@@ -14,13 +15,9 @@ use std::sync::Arc;
 
 use offload_core::{Error, MemKind, Result, hal};
 
-use super::device::DeviceCore;
-use super::ipc::Mapping;
-use super::queue::QueueShared;
+use super::shared::{DeviceCore, Mapping};
+use super::stream::Uses;
 use super::{StreamApi, driver_error};
-
-/// The streams whose queued work uses a buffer or a module.
-pub(crate) type Uses<A> = crate::Uses<QueueShared<A>>;
 
 /// Where a buffer's memory comes from.
 #[derive(Debug)]

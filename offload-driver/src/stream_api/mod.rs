@@ -1,8 +1,10 @@
 //! The stream-based vendor APIs (the CUDA driver API, the HIP runtime API) as one trait,
-//! [`StreamApi`], and the whole offload backend over it, written once: devices and their
-//! platform ([`StreamPlatform`], [`StreamDevice`], `device.rs`), memory ([`StreamBuffer`],
-//! `memory.rs`), queues and events ([`StreamQueue`], [`StreamEvent`], `queue.rs`), loaded
-//! images ([`StreamModule`], [`StreamKernel`], `program.rs`) and IPC (`ipc.rs`); the
+//! [`StreamApi`], and the whole offload backend over it, written once: the device record
+//! and the device ([`DeviceCore`], [`StreamDevice`], `shared.rs`), the stream under a queue
+//! (its gate, held operations and events, `stream.rs`), memory ([`StreamBuffer`],
+//! `memory.rs`), loaded images ([`StreamModule`], [`StreamKernel`], `program.rs`), IPC
+//! (`ipc.rs`), queues and events ([`StreamQueue`], [`StreamEvent`], `queue.rs`), the
+//! platform and the `hal::Device` impl ([`StreamPlatform`], `device.rs`); the
 //! vendor calls that are one C call each, generated from a table of symbols
 //! ([`stream_api_calls!`](crate::stream_api_calls), [`device_calls!`](crate::device_calls),
 //! `calls.rs`); and the vendor crates' public names
@@ -37,6 +39,12 @@ use offload_core::{
 
 use crate::{Counters, Failure};
 
+// Each child uses only those before it in this order (scripts/circles.sh checks that none
+// imports another in a circle): `shared` (the device record, `StreamDevice`, the IPC
+// mappings), `stream` (the stream under a queue: its gate, held operations and events, and
+// `Uses`), `memory`, `program`, `ipc`, `queue`, then `device` (the platform and the
+// `hal::Device` impl) on top; `names` (the vendor crates' public names) over them all, and
+// `calls` (the vendor calls) apart.
 mod calls;
 mod device;
 mod ipc;
@@ -44,12 +52,15 @@ mod memory;
 mod names;
 mod program;
 mod queue;
+mod shared;
+mod stream;
 
 pub use calls::RawAddress;
-pub use device::{DeviceCore, OpenedApi, StreamDevice, StreamPlatform};
+pub use device::StreamPlatform;
 pub use memory::StreamBuffer;
 pub use program::{StreamKernel, StreamModule};
 pub use queue::{StreamEvent, StreamQueue};
+pub use shared::{DeviceCore, OpenedApi, StreamDevice};
 
 /// A fill pattern the vendor fills with natively: one 1-, 2- or 4-byte word.
 ///

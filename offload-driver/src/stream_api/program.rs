@@ -14,8 +14,8 @@ use std::sync::Arc;
 use offload_core::hal;
 use offload_core::{Error, GlobalInfo, ParamKind, Result};
 
-use super::device::DeviceCore;
-use super::memory::Uses;
+use super::shared::DeviceCore;
+use super::stream::Uses;
 use super::{StreamApi, driver_error};
 
 /// A loaded module, shared by the module handle and its kernels.

@@ -244,15 +244,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         pattern: &[u8],
     ) -> Result<()> {
         let dst = buffer.at(offset, len)?;
-        if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(Error::invalid(
-                "",
-                format!(
-                    "a {}-byte pattern cannot fill {len} bytes exactly",
-                    pattern.len()
-                ),
-            ));
-        }
+        offload_driver::check_fill(len, pattern)?;
         self.check(&[buffer])?;
         if len == 0 {
             return Ok(());

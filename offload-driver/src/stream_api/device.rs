@@ -242,16 +242,11 @@ impl<A: StreamApi> hal::Device for StreamDevice<A> {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = buffer.at(src_offset, len)?;
-        let to = buffer.at(dst_offset, len)?;
-        if len == 0 || from == to {
-            return Ok(());
-        }
-        if src_offset.abs_diff(dst_offset) < len {
-            let mut staged = vec![0u8; len];
-            self.read(buffer, src_offset, &mut staged)?;
-            return self.write(buffer, dst_offset, &staged);
-        }
+        let staged =
+            crate::copy_within(self, buffer, src_offset, dst_offset, len, StreamBuffer::at);
+        let Some((from, to)) = staged? else {
+            return Ok(()); // nothing to copy, or staged through the host
+        };
         buffer.quiesce()?;
         // SAFETY: both ranges lie inside this live allocation (checked) and do not overlap
         // (checked above); no queued work on it runs (waited).

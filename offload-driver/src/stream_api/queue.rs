@@ -187,15 +187,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         pattern: &[u8],
     ) -> Result<()> {
         let dst = buffer.at(offset, len)?;
-        if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(Error::invalid(
-                "",
-                format!(
-                    "a {}-byte pattern cannot fill {len} bytes exactly",
-                    pattern.len()
-                ),
-            ));
-        }
+        crate::check_fill(len, pattern)?;
         self.bind(&[buffer])?;
         if len == 0 {
             return Ok(());

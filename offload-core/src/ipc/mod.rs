@@ -5,7 +5,9 @@
 //! - `Buffer::export` and `Device::import` (`share.rs`): they make and map handles, and
 //!   give the allocation its IPC state, the one piece of IPC its buffer entry owns (set
 //!   once; the free of exported memory asks it to unmap the memory from every peer first,
-//!   I3).
+//!   I3). An imported allocation's state and the mapping itself (`import.rs`) sit below
+//!   the endpoints, which deliver through them; the exported state, which asks the
+//!   endpoints to unmap, above.
 //! - [`IpcEndpoint`] (`endpoint/`): a Unix-domain socket that sends buffer ranges to peers
 //!   and receives theirs as views ([`Received`]), over the wire format of `wire.rs` and the
 //!   sockets of `socket.rs` (I2, I4).
@@ -32,6 +34,7 @@
 mod cache;
 pub(crate) mod endpoint;
 mod handle;
+mod import;
 mod progress;
 mod quarantine;
 mod share;

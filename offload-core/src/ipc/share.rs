@@ -1,38 +1,29 @@
 //! Sharing memory between processes from the handles' side (I1, I3): [`Buffer::export`]
-//! describes an allocation as an [`IpcHandle`], [`Device::import`] maps one, and either
-//! gives the allocation its IPC state, [`Sharing`]: the one piece of IPC a
-//! [`BufferEntry`] owns (set once, at its first export or at its import), which unmaps
-//! exported memory from every peer before it is freed (I3), counts an imported mapping's
-//! close and knows whether its sender revoked it. These calls live with IPC, not with the
-//! handles, so the handles need not know IPC: they know [`SharedMemory`], which
-//! [`Sharing`] implements.
+//! describes an allocation as an [`IpcHandle`] and [`Device::import`] maps one. An
+//! exported allocation's IPC state is [`Exported`], the one piece of IPC its
+//! [`BufferEntry`] owns (set once, at its first export), which unmaps the memory from every
+//! peer before it is freed (I3, through the endpoints' shared state); an imported one's is
+//! `import.rs`'s. These calls live with IPC, not with the handles, so the handles need not
+//! know IPC: they know [`SharedMemory`], which both implement.
 
 use std::fmt;
 
-use crate::sync::{Arc, AtomicBool, Ordering};
+use crate::sync::{Arc, Ordering};
 
-use crate::erased::DynDevice;
 use crate::error::{Error, Result};
-use crate::hal::MemKind;
 use crate::handles::{Buffer, BufferEntry, Device, Origin, SharedMemory};
+use crate::ipc::import::import_entry;
 use crate::ipc::{IpcHandle, stats};
 use crate::runtime::generation::{Generation, ResourceKey};
 
-/// An allocation's IPC state: what it is to other processes.
-pub(crate) enum Sharing {
-    /// Memory of this process that was exported: before an owner frees it, every process
-    /// that mapped it through an endpoint is told to unmap it, and the free waits (bounded)
-    /// until each did or is gone; memory a live peer had not unmapped by then is
-    /// quarantined, not freed (I3). What peers hold of it is the generation's IPC state
-    /// (the sender-side cache and the endpoints' one-shots, I2), found by its allocation id.
-    Exported,
-    /// Another process's memory, mapped here (`Device::import`, or an endpoint's
-    /// delivery): its close is counted, and once its sender unmapped it (`revoked`) the
-    /// calls on it answer `Error::InvalidIpcHandle`.
-    Imported { revoked: AtomicBool },
-}
+/// Memory of this process that was exported: before an owner frees it, every process that
+/// mapped it through an endpoint is told to unmap it, and the free waits (bounded) until
+/// each did or is gone; memory a live peer had not unmapped by then is quarantined, not
+/// freed (I3). What peers hold of it is the generation's IPC state (the sender-side cache
+/// and the endpoints' one-shots, I2), found by its allocation id.
+pub(crate) struct Exported;
 
-impl SharedMemory for Sharing {
+impl SharedMemory for Exported {
     fn before_free(
         &self,
         generation: &Arc<Generation>,
@@ -40,31 +31,15 @@ impl SharedMemory for Sharing {
         key: ResourceKey,
         object: &dyn fmt::Display,
     ) -> Option<Error> {
-        match self {
-            Sharing::Exported => {
-                super::state(generation)?.unmap_before_free(generation, entry, key, object)
-            }
-            Sharing::Imported { .. } => None,
-        }
+        super::state(generation)?.unmap_before_free(generation, entry, key, object)
     }
 
-    fn freed(&self) {
-        if let Sharing::Imported { .. } = self {
-            stats::closed();
-        }
-    }
+    fn freed(&self) {}
 
-    fn revoke(&self) {
-        if let Sharing::Imported { revoked } = self {
-            revoked.store(true, Ordering::SeqCst);
-        }
-    }
+    fn revoke(&self) {}
 
     fn revoked(&self) -> bool {
-        match self {
-            Sharing::Imported { revoked } => revoked.load(Ordering::SeqCst),
-            Sharing::Exported => false,
-        }
+        false
     }
 }
 
@@ -142,64 +117,11 @@ impl Buffer {
         // set under it (not under the buffer's lock above: the generation's comes first).
         let uuid = self.generation.with_live(|live| {
             let uuid = live.device(self.entry().device)?.uuid()?;
-            self.entry().share(|| Box::new(Sharing::Exported));
+            self.entry().share(|| Box::new(Exported));
             Ok(uuid)
         })?;
         stats::EXPORTS.fetch_add(1, Ordering::Relaxed);
         IpcHandle::new(self.entry().backend, uuid, self.entry().id, exported)?
             .range(self.offset as u64, self.len as u64)
     }
-}
-
-/// Maps `handle`'s memory on `device` as an allocation listed in the generation: the
-/// checks of I1 (backend, device, the handle's own consistency), then the backend's.
-pub(crate) fn import_entry(
-    device: &Device,
-    handle: IpcHandle,
-) -> Result<(ResourceKey, Arc<BufferEntry>, usize, usize)> {
-    const CALL: &str = "Device::import";
-    let bad = |reason: String| Error::InvalidIpcHandle {
-        backend: Some(device.backend()),
-        call: CALL,
-        reason,
-    };
-    if handle.backend() != device.backend() {
-        return Err(bad(format!(
-            "the handle is {} memory; {device} is {}",
-            handle.backend(),
-            device.backend()
-        )));
-    }
-    let generation = device.generation();
-    generation.with_live(|live| {
-        let raw_device: &Arc<dyn DynDevice> = live.device(device.key())?;
-        let uuid = raw_device.uuid()?;
-        if handle.device_uuid() != uuid {
-            return Err(bad(format!(
-                "the handle names device {}, not {device} ({})",
-                hex(&handle.device_uuid()),
-                hex(&uuid)
-            )));
-        }
-        let (size, offset, len) = (handle.size(), handle.offset(), handle.len());
-        let size = usize::try_from(size).map_err(|_| bad(format!("size {size}")))?;
-        let (offset, len) = (offset as usize, len as usize);
-        let raw = raw_device
-            .clone()
-            .import(handle.into_exported())
-            .map_err(|e| e.in_call(CALL))?;
-        stats::opened();
-        let (key, entry) =
-            BufferEntry::register(live, device, size, MemKind::Device, Origin::Imported, raw)?;
-        entry.share(|| {
-            Box::new(Sharing::Imported {
-                revoked: AtomicBool::new(false),
-            })
-        });
-        Ok((key, entry, offset, len))
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

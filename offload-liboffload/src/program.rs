@@ -108,15 +108,17 @@ entry! {
     /// Destroys a program and its symbols.
     olDestroyProgram / olDestroyProgramWithCodeLoc (Program: ol_program_handle_t) {
         let done = objects::take::<ProgramObj>(Program).and_then(|taken| {
-            let module = match &taken {
-                Taken::Owned(p) => drop_symbols(p),
-                Taken::InUse(p) => drop_symbols(p),
-            };
             let module = match taken {
-                Taken::Owned(p) => p.module,
+                Taken::Owned(p) => {
+                    drop_symbols(&p);
+                    p.module
+                }
                 // Unloaded now; the call of another thread that still holds the program
                 // finds it unloaded.
-                Taken::InUse(_) => module,
+                Taken::InUse(p) => {
+                    drop_symbols(&p);
+                    p.module.clone()
+                }
             };
             module.unload().map_err(|e| fail("olDestroyProgram", e))
         });
@@ -124,14 +126,12 @@ entry! {
     }
 }
 
-/// Takes a destroyed program's symbols out of the table (no symbol is added after this);
-/// gives a handle of its module.
-fn drop_symbols(program: &ProgramObj) -> offload::Module {
+/// Takes a destroyed program's symbols out of the table (no symbol is added after this).
+fn drop_symbols(program: &ProgramObj) {
     let symbols = objects::symbols(program).take();
     for (_, _, handle) in symbols.into_iter().flatten() {
         objects::take_symbol(handle);
     }
-    program.module.clone()
 }
 
 entry! {

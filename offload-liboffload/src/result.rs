@@ -120,6 +120,7 @@ impl Fixed {
 
 /// Runs an exported function's body: success is null, a failure its result, a panic
 /// `OL_ERRC_UNKNOWN` (static text) — no panic crosses into C.
+#[inline]
 pub(crate) fn guard(body: impl FnOnce() -> Result<(), ol_result_t>) -> ol_result_t {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => std::ptr::null(),

@@ -51,6 +51,7 @@ pub(crate) static STATE: Mutex<State> = Mutex::new(State {
 
 /// The state, also after a panic under the lock (every change is completed before a call
 /// can panic, so the data stays consistent).
+#[inline]
 pub(crate) fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -149,10 +150,18 @@ impl Live {
 
     /// Lists the devices (once per generation): liboffload's HOST endpoint first, then
     /// offload's, each backend a platform.
+    #[inline]
     pub(crate) fn list(&mut self) -> Res<&mut Live> {
-        if self.listed {
-            return Ok(self);
+        match self.listed {
+            true => Ok(self),
+            false => self.list_now(),
         }
+    }
+
+    /// [`list`](Live::list)'s first call in a generation.
+    #[cold]
+    #[inline(never)]
+    fn list_now(&mut self) -> Res<&mut Live> {
         let listed = self
             .rt
             .devices()
@@ -231,11 +240,13 @@ pub(crate) fn platform_handle(epoch: u32, index: usize) -> ol_platform_handle_t 
 }
 
 /// The live generation, or `OL_ERRC_UNINITIALIZED`.
+#[inline]
 pub(crate) fn live(state: &mut State) -> Res<&mut Live> {
     state.live.as_mut().ok_or_else(uninit)
 }
 
 /// The live generation with its devices listed, or why not.
+#[inline]
 pub(crate) fn listed(state: &mut State) -> Res<&mut Live> {
     live(state)?.list()
 }
@@ -356,15 +367,24 @@ pub(crate) fn with_live<T>(body: impl FnOnce(&mut Live) -> Res<T>) -> Res<T> {
     body(live(&mut state())?)
 }
 
+/// A failure's message, kept until the live generation ends (or, with none, in the
+/// shutdown buffer).
+#[cold]
+#[inline(never)]
+fn kept(state: &mut State, code: ol_errc_t, text: String) -> ol_result_t {
+    match state.live.as_mut() {
+        Some(live) => live.keep(code, text),
+        None => state.shutdown_fail.set(code, &text),
+    }
+}
+
 /// Runs `body` on the state and turns its failure into a result pointer.
+#[inline]
 pub(crate) fn with_state(body: impl FnOnce(&mut State) -> Res) -> Result<(), ol_result_t> {
     let mut state = state();
     match body(&mut state) {
         Ok(()) => Ok(()),
         Err(Fail::Static(s)) => Err(&s.0),
-        Err(Fail::Message(code, text)) => match state.live.as_mut() {
-            Some(live) => Err(live.keep(code, text)),
-            None => Err(state.shutdown_fail.set(code, &text)),
-        },
+        Err(Fail::Message(code, text)) => Err(kept(&mut state, code, text)),
     }
 }

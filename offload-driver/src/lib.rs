@@ -16,8 +16,8 @@
 //! - [`pack_args`] and [`LaunchLimits`]: a launch's arguments checked against the image's
 //!   parameters and packed, its geometry checked against the device.
 //! - [`Uses`] and [`Stream`]: the streams whose queued work uses a buffer or a module.
-//! - [`check_fill`] and [`copy_within`]: a fill's pattern checked, and a copy within one
-//!   buffer up to the driver's copy (overlapping ranges staged through the host).
+//! - [`copy_within`]: a copy within one buffer up to the driver's copy (overlapping ranges
+//!   staged through the host).
 //! - [`HostThread`] and [`run_marked`]: host functions run on a thread of their queue,
 //!   never on the driver's and never with a stream waiting for them (L6), their panic
 //!   caught.
@@ -75,4 +75,4 @@ pub use stream_api::{
     DeviceCore, OpenedApi, RawAddress, StreamApi, StreamBuffer, StreamDevice, StreamEvent,
     StreamKernel, StreamModule, StreamPlatform, StreamQueue, Word, Words,
 };
-pub use transfer::{check_fill, copy_within};
+pub use transfer::copy_within;

@@ -1,29 +1,8 @@
-//! What the backends' buffer operations share: a fill's pattern checked ([`check_fill`])
-//! and a copy within one buffer up to the driver's own copy ([`copy_within`]: both ranges
-//! checked, overlapping ranges staged through the host).
+//! What the stream backends' buffer operations share: a copy within one buffer up to the
+//! driver's own copy ([`copy_within`]: both ranges checked, overlapping ranges staged
+//! through the host). (A fill's pattern check is the core's: `hal::check_fill`.)
 
-use offload_core::{Error, Result, hal};
-
-/// Checks a fill's pattern (`hal::Queue::enqueue_fill`): not empty, and repeating into `len`
-/// bytes exactly.
-///
-/// ```
-/// assert!(offload_driver::check_fill(8, &[1, 2]).is_ok());
-/// assert!(offload_driver::check_fill(8, &[1, 2, 3]).is_err());
-/// assert!(offload_driver::check_fill(8, &[]).is_err());
-/// ```
-pub fn check_fill(len: usize, pattern: &[u8]) -> Result<()> {
-    if pattern.is_empty() || len % pattern.len() != 0 {
-        return Err(Error::invalid(
-            "",
-            format!(
-                "a {}-byte pattern cannot fill {len} bytes exactly",
-                pattern.len()
-            ),
-        ));
-    }
-    Ok(())
-}
+use offload_core::{Result, hal};
 
 /// `hal::Device::copy_within` up to the driver's copy: checks both ranges (`at` gives a
 /// range's device address, or the buffer's out-of-range error), does nothing for an empty

@@ -378,15 +378,7 @@ impl Memory {
     /// length, which is not zero).
     pub(crate) fn fill(&self, offset: usize, len: usize, pattern: &[u8]) -> Result<()> {
         self.check(offset, len)?;
-        if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(Error::InvalidArgument {
-                call: "",
-                reason: format!(
-                    "a {}-byte pattern cannot fill {len} bytes exactly",
-                    pattern.len()
-                ),
-            });
-        }
+        offload_core::hal::check_fill(len, pattern)?;
         let base = self.ptr.as_ptr();
         if let [byte] = pattern {
             // SAFETY: the range lies inside our allocation (checked).

@@ -169,15 +169,7 @@ impl hal::Queue<HostDevice> for HostQueue {
         pattern: &[u8],
     ) -> Result<()> {
         buffer.mem.check(offset, len)?;
-        if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(Error::invalid(
-                "",
-                format!(
-                    "a {}-byte pattern cannot fill {len} bytes exactly",
-                    pattern.len()
-                ),
-            ));
-        }
+        offload_core::hal::check_fill(len, pattern)?;
         let core = &self.stream.core;
         let ticket = core.enqueue(stream::Command::Fill {
             memory: buffer.mem.clone(),

@@ -244,7 +244,7 @@ impl hal::Queue<ZeDevice> for ZeQueue {
         pattern: &[u8],
     ) -> Result<()> {
         let dst = buffer.at(offset, len)?;
-        offload_driver::check_fill(len, pattern)?;
+        offload_core::hal::check_fill(len, pattern)?;
         self.check(&[buffer])?;
         if len == 0 {
             return Ok(());

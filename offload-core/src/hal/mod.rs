@@ -38,7 +38,7 @@ pub use crate::vocab::source::{CompilerId, Language, Source};
 pub use crate::vocab::types::{
     BackendKind, DeviceInfo, Dims, GlobalInfo, KernelArg, MemKind, ParamKind, ScalarType,
 };
-pub use device::{Device, Owner, Pending, Queue};
+pub use device::{Device, Owner, Pending, Queue, check_fill};
 pub use event::Event;
 pub use ipc::{Exported, Ipc};
 pub use never::Never;

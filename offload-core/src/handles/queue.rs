@@ -512,15 +512,7 @@ impl Queue {
     /// ```
     pub fn fill(&self, buffer: &Buffer, offset: usize, len: usize, pattern: &[u8]) -> Result<()> {
         const CALL: &str = "Queue::fill";
-        if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(Error::invalid(
-                CALL,
-                format!(
-                    "a {}-byte pattern cannot fill {len} bytes exactly",
-                    pattern.len()
-                ),
-            ));
-        }
+        crate::hal::check_fill(len, pattern).map_err(|e| e.in_call(CALL))?;
         self.with_buffers(CALL, &[(buffer, offset, len)], |q, raws, at| {
             q.enqueue_fill(raws[0], at[0], len, pattern)
         })

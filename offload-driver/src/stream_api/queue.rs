@@ -187,7 +187,7 @@ impl<A: StreamApi> hal::Queue<StreamDevice<A>> for StreamQueue<A> {
         pattern: &[u8],
     ) -> Result<()> {
         let dst = buffer.at(offset, len)?;
-        crate::check_fill(len, pattern)?;
+        offload_core::hal::check_fill(len, pattern)?;
         self.bind(&[buffer])?;
         if len == 0 {
             return Ok(());

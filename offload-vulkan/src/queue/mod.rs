@@ -908,15 +908,7 @@ impl hal::Queue<VulkanDevice> for VulkanQueue {
     ) -> Result<()> {
         self.check_device(&[buffer])?;
         check_range(offset, len, buffer.len())?;
-        if pattern.is_empty() || len % pattern.len() != 0 {
-            return Err(Error::invalid(
-                "",
-                format!(
-                    "a {}-byte pattern cannot fill {len} bytes exactly",
-                    pattern.len()
-                ),
-            ));
-        }
+        offload_core::hal::check_fill(len, pattern)?;
         if len == 0 {
             return Ok(());
         }

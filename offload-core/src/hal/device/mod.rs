@@ -8,7 +8,7 @@ use crate::error::Result;
 use super::{CompilerId, DeviceInfo, Event, Language, MemKind, Program, Source};
 
 mod queue;
-pub use queue::Queue;
+pub use queue::{Queue, check_fill};
 
 /// What keeps adopted memory alive ([`Device::adopt`]): dropped when the buffer over it is
 /// released.

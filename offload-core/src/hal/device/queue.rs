@@ -103,3 +103,25 @@ pub trait Queue<D: Device>: Send + Sync + Sized + 'static {
     /// error of that work not yet reported (a host function's panic) is returned here.
     fn destroy(self) -> Result<()>;
 }
+
+/// Checks a fill's pattern as [`Queue::enqueue_fill`] requires it: not empty, and repeating
+/// into `len` bytes exactly (`InvalidArgument` otherwise). The core checks it before a
+/// backend is called; a backend checks it again where its soundness depends on it.
+///
+/// ```
+/// assert!(offload_core::hal::check_fill(8, &[1, 2]).is_ok());
+/// assert!(offload_core::hal::check_fill(8, &[1, 2, 3]).is_err());
+/// assert!(offload_core::hal::check_fill(8, &[]).is_err());
+/// ```
+pub fn check_fill(len: usize, pattern: &[u8]) -> Result<()> {
+    if pattern.is_empty() || len % pattern.len() != 0 {
+        return Err(crate::error::Error::invalid(
+            "",
+            format!(
+                "a {}-byte pattern cannot fill {len} bytes exactly",
+                pattern.len()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -13,4 +13,7 @@ OFFLOAD_CONFORMANCE_CASES="${OFFLOAD_CONFORMANCE_CASES:-60000}" \
 # The fuzz soak (tests/fuzz_corpus.rs): every parser of untrusted bytes (host ELF,
 # SPIR-V, PTX/cubin/fatbin, AMD code objects, the IPC wire) over its corpus (fuzz/corpus/)
 # and 1,000,000 mutated inputs each (OFFLOAD_SOAK is set; OFFLOAD_FUZZ_CASES=N overrides).
+# The deadlock matrix (tests/deadlock_matrix.rs) with 10,000 rounds a cell in both tables
+# (CI runs 1,000 and, for a shutdown beside each operation, 300).
 cargo test --release --test fuzz_corpus -- --nocapture
+cargo test --release --all-features --test deadlock_matrix -- --nocapture

@@ -9,8 +9,8 @@
 //! `with_mapped` on one buffer calling the other's operations (read, write, a launch and a
 //! sync: each answers at once, refused or done); launches over both buffers in both argument
 //! orders; queued copies both ways; a launch and a sync; an allocation and a free. A second
-//! table shuts the runtime down on one thread while the other runs each operation (1,000
-//! rounds each), and a third has a host function use a buffer while another thread
+//! table shuts the runtime down on one thread while the other runs each operation (300
+//! rounds each in CI, 10,000 in the soak), and a third has a host function use a buffer while another thread
 //! accesses it behind a launch queued after the function.
 //!
 //! It failed before the buffer lock was a standard `RwLock`: with the biased lock, thread A
@@ -29,12 +29,31 @@ use offload::{
     Arg, BackendKind, Buffer, Device, Dims, Error, Kernel, MemKind, Offload, Program, Queue,
 };
 
-/// Rounds per cell (`OFFLOAD_MATRIX_ROUNDS` overrides, e.g. 10 for a quick look).
+/// Rounds per cell of the pairs' table: 1,000, 10,000 under `OFFLOAD_SOAK`
+/// (scripts/soak.sh); `OFFLOAD_MATRIX_ROUNDS` sets both tables' rounds (e.g. 10 for a quick
+/// look).
 fn rounds() -> usize {
-    std::env::var("OFFLOAD_MATRIX_ROUNDS")
+    matrix_rounds(1000)
+}
+
+/// Rounds per cell of the shutdown table, each a whole runtime started and shut down (a
+/// debug build's cycle takes about half a millisecond): 300 in CI, 10,000 under
+/// `OFFLOAD_SOAK`.
+fn shutdown_rounds() -> usize {
+    matrix_rounds(300)
+}
+
+fn matrix_rounds(ci: usize) -> usize {
+    if let Some(n) = std::env::var("OFFLOAD_MATRIX_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
+    {
+        return n;
+    }
+    match std::env::var_os("OFFLOAD_SOAK") {
+        Some(_) => 10_000,
+        None => ci,
+    }
 }
 
 /// How long one cell may take before it counts as hung.
@@ -259,7 +278,7 @@ fn no_pair_of_buffer_operations_deadlocks() {
 #[test]
 fn a_shutdown_beside_any_buffer_operation_completes() {
     let _serial = common::serial();
-    let rounds = rounds();
+    let rounds = shutdown_rounds();
     let started = Instant::now();
     for op in OPS {
         for owners in OWNERS {

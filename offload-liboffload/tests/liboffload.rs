@@ -359,29 +359,38 @@ fn memcheck_finds_no_leak() {
         &[&format!("-L{}", ours.display()), "-lLLVMOffload"],
     );
     let image = host_image();
-    // The host backend only: lavapipe under memcheck would take minutes.
-    for (mode, backends) in [
-        ("full", "host"),
-        ("threads", "host"),
-        ("initfail", "no-such-backend"),
-    ] {
-        let mut memcheck = Command::new(VALGRIND);
-        memcheck
-            .args([
-                "--error-exitcode=99",
-                "--leak-check=full",
-                "--errors-for-leak-kinds=definite,indirect",
-                "--show-leak-kinds=definite,indirect",
-            ])
-            .arg(&exe)
-            .arg(mode)
-            .env("LD_LIBRARY_PATH", &ours)
-            .env("OFFLOAD_BACKENDS", backends)
-            .env("OL_TEST_HOST_IMAGE", &image)
-            .env("OL_TEST_CYCLES", "20")
-            .env("OL_TEST_ROUNDS", "20");
-        output(memcheck, &format!("memcheck tests/c/api.c {mode}"));
-    }
+    // The host backend only: lavapipe under memcheck would take minutes. The three runs at
+    // once (each is one slow process).
+    std::thread::scope(|s| {
+        for (mode, backends) in [
+            ("full", "host"),
+            ("threads", "host"),
+            ("initfail", "no-such-backend"),
+        ] {
+            let (exe, ours, image) = (&exe, &ours, &image);
+            s.spawn(move || memcheck(exe, ours, image, mode, backends));
+        }
+    });
+}
+
+/// One run of `exe` under valgrind's memcheck: no leak, no error.
+fn memcheck(exe: &Path, ours: &Path, image: &Path, mode: &str, backends: &str) {
+    let mut memcheck = Command::new(VALGRIND);
+    memcheck
+        .args([
+            "--error-exitcode=99",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect",
+            "--show-leak-kinds=definite,indirect",
+        ])
+        .arg(exe)
+        .arg(mode)
+        .env("LD_LIBRARY_PATH", ours)
+        .env("OFFLOAD_BACKENDS", backends)
+        .env("OL_TEST_HOST_IMAGE", image)
+        .env("OL_TEST_CYCLES", "20")
+        .env("OL_TEST_ROUNDS", "20");
+    output(memcheck, &format!("memcheck tests/c/api.c {mode}"));
 }
 
 #[test]

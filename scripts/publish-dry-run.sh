@@ -67,7 +67,7 @@ offload = { package = "offload-rt", version = "$version", features = ["fixtures"
 $patches
 # The workspace's debug profile, so the third-party crates its build compiled are reused.
 [profile.dev]
-debug = "line-tables-only"
+debug = false
 
 [profile.dev.package."*"]
 debug = false

@@ -10,8 +10,13 @@
 //! The ABI is generated at build time from the system's `OffloadAPI.h` (Debian's
 //! `liboffload-22-dev`), and every exported function is checked at compile time against the
 //! header's declaration of it. docs/liboffload.md says how to run a liboffload program on
-//! offload, which functions work (and which answer `OL_ERRC_UNSUPPORTED` for now), the
-//! backend mapping and the error codes.
+//! offload, how each function differs from liboffload 22's, the backend mapping and the
+//! error codes.
+//!
+//! The modules: `state` (the generation, its devices, platforms and allocations, under
+//! the one lock), `objects` (queues, events, programs and symbols in the shared handle
+//! table), `memory`, `queue` and `program` (the functions over them), `info` (the property
+//! answers), `result` (`ol_result_t` and the panic guard), `abi` (bindgen's types).
 //!
 //! No panic crosses into C: every function runs its body under `catch_unwind`.
 

@@ -4,7 +4,7 @@
 //!
 //! How long a result's text lives (docs/liboffload.md):
 //! - refusals that need no words of their own (no runtime, a stale or foreign handle, a
-//!   null argument, a function not implemented yet, a caught panic) point to static data:
+//!   null argument, a call from inside a host function, a caught panic) point to static data:
 //!   valid for as long as the library is loaded;
 //! - a failure with offload's own message, made while a runtime generation is alive, is
 //!   kept (once per distinct code and text) until the `olShutDown` that ends that

@@ -535,6 +535,70 @@ static void programs(void) {
     free(spirv_image);
 }
 
+/* Each function's documented NULL and size errors (OffloadAPI.h's @returns lists), for the
+ * functions on queues, events, programs and symbols, on live objects. */
+static void documented_errors(void) {
+    ol_device_handle_t dev = compute_device();
+    ol_queue_handle_t q = NULL;
+    ol_event_handle_t e = NULL;
+    OK(olCreateQueue(dev, &q));
+    OK(olCreateEvent(q, &e));
+    size_t size = 0;
+    bool flag = false;
+    ERR(olDestroyQueue(NULL), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olSyncQueue(NULL), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetQueueInfo(NULL, OL_QUEUE_INFO_EMPTY, sizeof flag, &flag), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetQueueInfo(q, OL_QUEUE_INFO_EMPTY, 0, &flag), OL_ERRC_INVALID_SIZE);
+    ERR(olGetQueueInfo(q, OL_QUEUE_INFO_EMPTY, sizeof flag, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olGetQueueInfoSize(NULL, OL_QUEUE_INFO_EMPTY, &size), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetQueueInfoSize(q, OL_QUEUE_INFO_EMPTY, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olCreateEvent(NULL, &e), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olSyncEvent(NULL), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olWaitEvents(NULL, &e, 1), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetEventInfo(NULL, OL_EVENT_INFO_IS_COMPLETE, sizeof flag, &flag),
+        OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetEventInfo(e, OL_EVENT_INFO_IS_COMPLETE, 0, &flag), OL_ERRC_INVALID_SIZE);
+    ERR(olGetEventInfo(e, OL_EVENT_INFO_QUEUE, 4, &size), OL_ERRC_INVALID_SIZE);
+    ERR(olGetEventInfo(e, OL_EVENT_INFO_IS_COMPLETE, sizeof flag, NULL),
+        OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olGetEventInfoSize(NULL, OL_EVENT_INFO_QUEUE, &size), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetEventInfoSize(e, OL_EVENT_INFO_QUEUE, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olLaunchHostFunction(NULL, slow_first, NULL), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetSymbol(NULL, "add_one", OL_SYMBOL_KIND_KERNEL, &(ol_symbol_handle_t){0}),
+        OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetSymbolInfo(NULL, OL_SYMBOL_INFO_KIND, sizeof size, &size),
+        OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olGetSymbolInfoSize(NULL, OL_SYMBOL_INFO_KIND, &size), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olCalculateOptimalOccupancy(NULL, NULL, 0, &size), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olCalculateOptimalOccupancy(dev, NULL, 0, &size), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olMemRegister(NULL, &size, sizeof size, 0, &(void *){0}), OL_ERRC_INVALID_NULL_HANDLE);
+    ERR(olMemUnregister(NULL, &size), OL_ERRC_INVALID_NULL_HANDLE);
+    /* With a program: the symbol queries' own errors. */
+    size_t image_size = 0;
+    char *image = read_file(getenv("OL_TEST_HOST_IMAGE"), &image_size);
+    ol_device_handle_t cpu = NULL;
+    for (int i = 0; i < n_devices; i++)
+        if (type_of(devices[i]) == OL_DEVICE_TYPE_CPU)
+            cpu = devices[i];
+    ol_program_handle_t p = NULL;
+    ol_symbol_handle_t k = NULL;
+    ERR(olCreateProgram(cpu, image, image_size, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    OK(olCreateProgram(cpu, image, image_size, &p));
+    ERR(olGetSymbol(p, "add_one", OL_SYMBOL_KIND_KERNEL, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    OK(olGetSymbol(p, "add_one", OL_SYMBOL_KIND_KERNEL, &k));
+    ol_symbol_kind_t kind;
+    ERR(olGetSymbolInfo(k, OL_SYMBOL_INFO_KIND, 0, &kind), OL_ERRC_INVALID_SIZE);
+    ERR(olGetSymbolInfo(k, OL_SYMBOL_INFO_KIND, sizeof kind, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olGetSymbolInfoSize(k, OL_SYMBOL_INFO_KIND, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    ERR(olGetSymbolInfoSize(k, OL_SYMBOL_INFO_GLOBAL_VARIABLE_SIZE, &size), OL_ERRC_SYMBOL_KIND);
+    ERR(olCalculateOptimalOccupancy(cpu, k, 0, NULL), OL_ERRC_INVALID_NULL_POINTER);
+    OK(olDestroyProgram(p));
+    OK(olDestroyEvent(e));
+    OK(olDestroyQueue(q));
+    free(image);
+    printf("ok documented errors of the queue, event, program and symbol functions\n");
+}
+
 /* Handles of a finished generation: refused, never a crash. */
 static void stale(void) {
     ol_device_handle_t old = compute_device();
@@ -728,6 +792,7 @@ int main(int argc, char **argv) {
         valid_binary();
         queues();
         programs();
+        documented_errors();
         stale();
     }
     OK(olShutDown());

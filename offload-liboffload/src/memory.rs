@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::abi::*;
 use crate::info;
-use crate::objects::{self, QueueObj};
+use crate::objects;
 use crate::result::{Fail, Res, stat};
 use crate::state::{self, Alloc, DevKind, Live, device_handle, device_index, fail, listed, live};
 
@@ -142,14 +142,6 @@ fn side(live: &Live, ptr: usize, device: ol_device_handle_t, size: usize) -> Res
     }
 }
 
-/// The queue a copy or fill is enqueued on, if any.
-fn queue_of(queue: ol_queue_handle_t) -> Res<Option<Arc<QueueObj>>> {
-    match queue.is_null() {
-        true => Ok(None),
-        false => objects::get::<QueueObj>(queue).map(Some),
-    }
-}
-
 entry! {
     /// A copy: enqueued on `Queue`, or synchronous without one.
     olMemcpy / olMemcpyWithCodeLoc (Queue: ol_queue_handle_t, DstPtr: *mut c_void, DstDevice: ol_device_handle_t, SrcPtr: *const c_void, SrcDevice: ol_device_handle_t, Size: usize) {
@@ -193,7 +185,7 @@ fn copy(
     src_ptr: *const c_void,
     size: usize,
 ) -> Res {
-    let queue = queue_of(queue)?;
+    let queue = objects::optional_queue(queue)?;
     if size == 0 {
         return Ok(());
     }
@@ -299,7 +291,7 @@ entry! {
 /// The fill, without the state's lock.
 fn fill(queue: ol_queue_handle_t, alloc: &Alloc, offset: usize, pattern: &[u8], len: usize) -> Res {
     let buffer = &alloc.buffer;
-    if let Some(q) = queue_of(queue)? {
+    if let Some(q) = objects::optional_queue(queue)? {
         return q
             .queue
             .fill(buffer, offset, len, pattern)

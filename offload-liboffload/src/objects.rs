@@ -172,6 +172,15 @@ pub(crate) fn epoch() -> u64 {
     TABLE.epoch()
 }
 
+/// The queue a copy, fill or launch is enqueued on: `None` for a NULL handle (the call is
+/// synchronous), else the live queue it names.
+pub(crate) fn optional_queue(queue: ol_queue_handle_t) -> Res<Option<Arc<QueueObj>>> {
+    match queue.is_null() {
+        true => Ok(None),
+        false => get::<QueueObj>(queue).map(Some),
+    }
+}
+
 /// Keeps `x`, made in the generation whose table epoch was `epoch` ([`epoch`]), and gives
 /// its handle; if that generation ended meanwhile, `x` is dropped and the answer is
 /// `T`'s refusal of a finished generation's handle.

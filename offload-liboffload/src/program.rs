@@ -28,7 +28,7 @@ use offload_handles::Taken;
 
 use crate::abi::*;
 use crate::info;
-use crate::objects::{self, ProgramObj, QueueObj, SymbolObj};
+use crate::objects::{self, ProgramObj, SymbolObj};
 use crate::result::{Fail, Res, stat};
 use crate::state::{self, Alloc, DevKind, Live, device_index, fail, listed, state};
 
@@ -413,10 +413,7 @@ fn launch(
     }
     // SAFETY: non-null (checked above); the caller promises a valid struct.
     let dims = dims(unsafe { &*launch_size })?;
-    let queue = match queue.is_null() {
-        true => None,
-        false => Some(objects::get::<QueueObj>(queue)?),
-    };
+    let queue = objects::optional_queue(queue)?;
     let blob: &[u8] = match size {
         0 => &[],
         // SAFETY: the caller promises ArgumentsSize readable bytes at ArgumentsData.

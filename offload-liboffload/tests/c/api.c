@@ -169,6 +169,16 @@ static ol_device_handle_t compute_device(void) {
     return NULL;
 }
 
+/* A CPU device: one of offload's host devices (they load host images). */
+static ol_device_handle_t cpu_device(void) {
+    ol_device_handle_t cpu = NULL;
+    for (int i = 0; i < n_devices; i++)
+        if (type_of(devices[i]) == OL_DEVICE_TYPE_CPU)
+            cpu = devices[i];
+    CHECK(cpu != NULL, "no CPU device");
+    return cpu;
+}
+
 static void memory(void) {
     ol_device_handle_t host = host_endpoint();
     for (int i = 0; i < n_devices; i++) {
@@ -576,10 +586,7 @@ static void documented_errors(void) {
     /* With a program: the symbol queries' own errors. */
     size_t image_size = 0;
     char *image = read_file(getenv("OL_TEST_HOST_IMAGE"), &image_size);
-    ol_device_handle_t cpu = NULL;
-    for (int i = 0; i < n_devices; i++)
-        if (type_of(devices[i]) == OL_DEVICE_TYPE_CPU)
-            cpu = devices[i];
+    ol_device_handle_t cpu = cpu_device();
     ol_program_handle_t p = NULL;
     ol_symbol_handle_t k = NULL;
     ERR(olCreateProgram(cpu, image, image_size, NULL), OL_ERRC_INVALID_NULL_POINTER);
@@ -614,11 +621,7 @@ static void stale(void) {
     OK(olCreateEvent(oq, &oe));
     size_t image_size = 0;
     char *image = read_file(getenv("OL_TEST_HOST_IMAGE"), &image_size);
-    ol_device_handle_t cpu = NULL;
-    for (int i = 0; i < n_devices; i++)
-        if (type_of(devices[i]) == OL_DEVICE_TYPE_CPU)
-            cpu = devices[i];
-    CHECK(cpu != NULL, "no CPU device");
+    ol_device_handle_t cpu = cpu_device();
     OK(olCreateProgram(cpu, image, image_size, &op));
     OK(olGetSymbol(op, "add_one", OL_SYMBOL_KIND_KERNEL, &os));
     ol_kernel_launch_size_args_t dims = {1, {1, 1, 1}, {1, 1, 1}, 0};
